@@ -1,0 +1,257 @@
+//! [`Client`]: the shared handle on one Redis deployment. Owns the client
+//! id, the configuration, the connection source and the subscriber thread;
+//! registers with the process-wide watchdog. Runs no Lua itself.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::config::{Builder, Config};
+use crate::error::{Error, Result};
+use crate::holder::{ClientId, HolderId};
+use crate::lease::Counters;
+use crate::lock::Lock;
+use crate::pool::Pool;
+use crate::source::Source;
+use crate::subscriber::Subscriber;
+use crate::watchdog;
+
+/// A handle on one Redis deployment, from which locks are made.
+///
+/// Cheap to clone (`Arc` inside), `Send + Sync`: make one per deployment and
+/// share it. It owns a connection pool, a random client id (the first half
+/// of every holder id it writes) and, once some thread waits for a lock,
+/// one subscriber thread with one pub/sub connection. Lease renewal is done
+/// by one watchdog thread per process, shared by all clients.
+///
+/// Dropping the last handle (every [`Lock`] holds one) or calling
+/// [`Client::shutdown`] stops the subscriber thread and, unless disabled
+/// with [`Builder::release_on_shutdown`], releases the locks the client
+/// still holds.
+///
+/// # Examples
+///
+/// ```no_run
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("orders:42");
+/// let guard = lock.lock()?;
+/// // ... critical section ...
+/// drop(guard);
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    id: ClientId,
+    config: Config,
+    source: Arc<Source>,
+    subscriber: OnceLock<Option<Subscriber>>,
+    counters: Arc<Counters>,
+    shut_down: AtomicBool,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.shared.id)
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters describing a client's state, from [`Client::stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Locks this client holds (one per lock and thread, whatever the hold
+    /// count).
+    pub held_locks: usize,
+    /// This client's entries in the watchdog's schedule (held locks whose
+    /// lease it renews or tracks). Released locks leave it within one
+    /// renewal period at the latest.
+    pub watchdog_entries: usize,
+    /// Threads registered as waiting for an unlock message.
+    pub waiters: usize,
+    /// Channels with at least one waiter.
+    pub subscribed_channels: usize,
+    /// Open pub/sub connections: 0 or 1.
+    pub pubsub_connections: usize,
+    /// Open pooled connections.
+    pub pool_connections: usize,
+}
+
+impl Client {
+    /// A client for the server at `url`, with default settings (see
+    /// [`Builder`]). No connection is made until the first lock operation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed.
+    pub fn open(url: &str) -> Result<Client> {
+        Builder::default().url(url).build()
+    }
+
+    /// A [`Builder`] to configure a client.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_config(config: Config) -> Result<Client> {
+        let pool = Pool::new(
+            config.info.clone(),
+            config.pool_size,
+            config.connect_timeout,
+            config.response_timeout,
+        )?;
+        Ok(Client {
+            shared: Arc::new(Shared {
+                id: ClientId::new_random(),
+                config,
+                source: Arc::new(Source::Single(pool)),
+                subscriber: OnceLock::new(),
+                counters: Arc::new(Counters::default()),
+                shut_down: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// A reentrant lock named `name` (Redisson's `RLock`). Cheap: no I/O.
+    ///
+    /// The name is the Redis key of the lock hash, byte for byte, so a
+    /// Redisson client using the same name excludes and is excluded by this
+    /// lock. Any bytes are allowed; an empty name or one longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) is reported as
+    /// [`Error::InvalidArgument`] by the lock's operations.
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// This client's id: the first half of every holder id it writes.
+    pub fn id(&self) -> ClientId {
+        self.shared.id
+    }
+
+    /// The holder id of the calling thread for this client,
+    /// `"<client id>:<thread id>"`.
+    pub fn holder_id(&self) -> HolderId {
+        HolderId::current(self.shared.id)
+    }
+
+    /// The lease of locks taken without an explicit lease.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.shared.config.watchdog_timeout
+    }
+
+    /// A snapshot of the client's counters.
+    pub fn stats(&self) -> Stats {
+        let sub = self.shared.subscriber.get().and_then(Option::as_ref);
+        Stats {
+            held_locks: self.shared.counters.held.load(Ordering::Relaxed),
+            watchdog_entries: self
+                .shared
+                .counters
+                .watchdog_entries
+                .load(Ordering::Relaxed),
+            waiters: sub.map_or(0, Subscriber::waiters),
+            subscribed_channels: sub.map_or(0, Subscriber::channels),
+            pubsub_connections: sub.map_or(0, Subscriber::connections),
+            pool_connections: self.shared.source.open_connections(),
+        }
+    }
+
+    /// Shuts the client down: every thread waiting for a lock of this
+    /// client returns [`Error::Shutdown`], the subscriber thread stops, and
+    /// the locks the client still holds are released (unless
+    /// [`Builder::release_on_shutdown`] is `false`; then they expire after
+    /// their lease). Their guards report [`Error::LockLost`] from
+    /// [`LockGuard::check`](crate::LockGuard::check). Later operations on
+    /// the client return [`Error::Shutdown`]. Idempotent.
+    ///
+    /// Waits at most about one response timeout for the releases.
+    pub fn shutdown(&self) {
+        if self.shared.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(Some(sub)) = self.shared.subscriber.get() {
+            sub.shutdown();
+        }
+        watchdog::client_gone(
+            self.shared.id.as_u128(),
+            self.shared.config.release_on_shutdown,
+            Some(self.shared.config.response_timeout * 2),
+        );
+    }
+
+    /// `true` after [`Client::shutdown`].
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.shut_down.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub(crate) fn source(&self) -> &Arc<Source> {
+        &self.shared.source
+    }
+
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.shared.counters
+    }
+
+    /// Runs `op` on a connection to the server that owns `key`.
+    pub(crate) fn with_conn<T>(
+        &self,
+        key: &[u8],
+        op: impl FnMut(&mut redis::Connection) -> Result<T>,
+    ) -> Result<T> {
+        self.shared.source.with_conn(key, op)
+    }
+
+    /// The subscriber, started on first use. `None` when its thread could
+    /// not be started (waiters then poll).
+    pub(crate) fn subscriber(&self) -> Option<&Subscriber> {
+        self.shared
+            .subscriber
+            .get_or_init(|| {
+                match Subscriber::start(
+                    self.shared.source.clone(),
+                    self.shared.config.response_timeout,
+                ) {
+                    Ok(sub) => Some(sub),
+                    Err(e) => {
+                        log::error!("redguard: could not start the subscriber thread: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// `true` when both handles are the same client.
+    pub fn same_client(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if !self.shut_down.load(Ordering::Acquire) {
+            if let Some(Some(sub)) = self.subscriber.get() {
+                sub.shutdown();
+            }
+            watchdog::client_gone(self.id.as_u128(), self.config.release_on_shutdown, None);
+        }
+    }
+}

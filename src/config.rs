@@ -1,0 +1,316 @@
+//! [`Builder`] and the validated, immutable `Config` it produces. No I/O.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+
+/// The longest lease accepted: 365 days. Longer leases are rejected with
+/// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
+/// its clock arithmetic, well before `i64::MAX` ms).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default bound on establishing one connection: 3 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default number of pooled connections per client: 16.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Default longest sleep of a waiter between two attempts when no unlock
+/// message arrives: 1 s.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default number of lease renewals the watchdog sends in one pipeline: 100
+/// (Redisson's renewal batch).
+pub const DEFAULT_RENEW_BATCH: usize = 100;
+
+/// Configuration of a [`Client`], made by [`Client::builder`].
+///
+/// Every setter documents its default. Nothing is checked until
+/// [`Builder::build`], which reports every problem as
+/// [`Error::InvalidArgument`].
+#[derive(Clone)]
+pub struct Builder {
+    url: Option<String>,
+    info: Option<redis::ConnectionInfo>,
+    pool_size: usize,
+    watchdog_timeout: Duration,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    poll_interval: Duration,
+    renew_batch: usize,
+    release_on_shutdown: bool,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: show only where it points.
+        f.debug_struct("Builder")
+            .field("server", &self.info.as_ref().map(|i| i.addr().to_string()))
+            .field("url_set", &self.url.is_some())
+            .field("pool_size", &self.pool_size)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("renew_batch", &self.renew_batch)
+            .field("release_on_shutdown", &self.release_on_shutdown)
+            .finish()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Builder {
+        Builder {
+            url: None,
+            info: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            renew_batch: DEFAULT_RENEW_BATCH,
+            release_on_shutdown: true,
+        }
+    }
+}
+
+impl Builder {
+    /// The server to use, as a redis-rs URL: `redis://[user:password@]host[:port][/db]`,
+    /// `rediss://…` for TLS (needs a TLS feature of the `redis` crate),
+    /// `redis+unix:///path`. Default: `redis://127.0.0.1:6379/`.
+    ///
+    /// Percent-encoded passwords are decoded by redis-rs; the password is
+    /// never printed by redguard (`Debug` shows only host and port).
+    pub fn url(mut self, url: &str) -> Builder {
+        self.url = Some(url.to_owned());
+        self.info = None;
+        self
+    }
+
+    /// The server to use, as ready redis-rs connection parameters (an
+    /// alternative to [`Builder::url`]).
+    pub fn connection_info(mut self, info: redis::ConnectionInfo) -> Builder {
+        self.info = Some(info);
+        self.url = None;
+        self
+    }
+
+    /// Most connections the client keeps open for lock operations (the
+    /// subscriber's pub/sub connection and the watchdog's connection are
+    /// extra). Default 16; must be at least 1.
+    pub fn pool_size(mut self, size: usize) -> Builder {
+        self.pool_size = size;
+        self
+    }
+
+    /// Lease of locks taken without an explicit lease; the watchdog renews
+    /// it every third of this while the lock is held (Redisson's
+    /// `lockWatchdogTimeout`). Default 30 s. Must be at least 3 × the
+    /// response timeout, so that a renewal can fail once and still be
+    /// retried in time.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Builder {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for one Redis reply. Default 3 s. A timed-out
+    /// connection is discarded, never reused.
+    pub fn response_timeout(mut self, timeout: Duration) -> Builder {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Longest wait to establish one connection, and to get a connection
+    /// from a pool whose every connection is busy. Default 3 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Builder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Longest a waiter sleeps between two attempts when no unlock message
+    /// arrives. Waiters are woken by pub/sub; this bounds the cost of a lost
+    /// message or of a lock whose key has no expiry. A waiter never sleeps
+    /// longer than the holder's remaining ttl either. Default 1 s.
+    pub fn poll_interval(mut self, interval: Duration) -> Builder {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Most lease renewals the watchdog sends to one server in one pipeline.
+    /// Default 100.
+    pub fn renew_batch(mut self, batch: usize) -> Builder {
+        self.renew_batch = batch;
+        self
+    }
+
+    /// Whether [`Client::shutdown`] (or dropping the last handle) releases
+    /// the locks this client still holds. Default `true`; with `false` they
+    /// stay until their lease runs out.
+    pub fn release_on_shutdown(mut self, release: bool) -> Builder {
+        self.release_on_shutdown = release;
+        self
+    }
+
+    /// Validates the configuration and makes the client. No connection is
+    /// opened yet: the first lock operation connects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an unparsable URL, a zero duration or
+    /// pool size, a watchdog timeout under 3 × the response timeout, or a
+    /// watchdog timeout above [`MAX_LEASE`].
+    pub fn build(self) -> Result<Client> {
+        Client::from_config(self.into_config()?)
+    }
+
+    pub(crate) fn into_config(self) -> Result<Config> {
+        let info = match (self.info, self.url) {
+            (Some(info), _) => info,
+            (None, Some(url)) => url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
+            (None, None) => "redis://127.0.0.1:6379/"
+                .into_connection_info()
+                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
+        };
+        for (what, d) in [
+            ("watchdog timeout", self.watchdog_timeout),
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("poll interval", self.poll_interval),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{what} must not be zero")));
+            }
+        }
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size must be at least 1"));
+        }
+        if self.renew_batch == 0 {
+            return Err(Error::invalid("renew batch must be at least 1"));
+        }
+        lease_ms(self.watchdog_timeout)?;
+        if self.watchdog_timeout < self.response_timeout.saturating_mul(3) {
+            return Err(Error::invalid(format!(
+                "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
+                self.watchdog_timeout, self.response_timeout
+            )));
+        }
+        Ok(Config {
+            info,
+            pool_size: self.pool_size,
+            watchdog_timeout: self.watchdog_timeout,
+            response_timeout: self.response_timeout,
+            connect_timeout: self.connect_timeout,
+            poll_interval: self.poll_interval,
+            renew_batch: self.renew_batch,
+            release_on_shutdown: self.release_on_shutdown,
+        })
+    }
+}
+
+/// A validated configuration.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) pool_size: usize,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) renew_batch: usize,
+    pub(crate) release_on_shutdown: bool,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("server", &self.info.addr().to_string())
+            .field("pool_size", &self.pool_size)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease in whole milliseconds, as sent to Redis: sub-millisecond leases
+/// round up to 1 ms.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for a zero lease or one above [`MAX_LEASE`].
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::invalid("lease must not be zero"));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
+        )));
+    }
+    let ms = lease.as_millis();
+    let ms = if Duration::from_millis(ms as u64) < lease {
+        ms + 1
+    } else {
+        ms
+    };
+    Ok(ms as u64)
+}
+
+/// The safety margin subtracted from a lease when computing how long a
+/// grant stays valid on the client's clock: 1 % of the lease + 2 ms (the
+/// Redis distlock drift allowance).
+pub(crate) fn clock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_rounding_and_bounds() {
+        assert!(lease_ms(Duration::ZERO).is_err());
+        assert_eq!(lease_ms(Duration::from_nanos(1)).unwrap(), 1);
+        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
+        assert!(lease_ms(MAX_LEASE).is_ok());
+        assert!(lease_ms(MAX_LEASE + Duration::from_millis(1)).is_err());
+        assert!(lease_ms(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn builder_rejects_nonsense() {
+        let b = || Builder::default();
+        assert!(b().into_config().is_ok());
+        assert!(b().url("not a url").into_config().is_err());
+        assert!(b().pool_size(0).into_config().is_err());
+        assert!(b().watchdog_timeout(Duration::ZERO).into_config().is_err());
+        assert!(
+            b().watchdog_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_secs(1))
+                .into_config()
+                .is_err()
+        );
+        assert!(
+            b().watchdog_timeout(Duration::from_millis(600))
+                .response_timeout(Duration::from_millis(200))
+                .into_config()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let b = Builder::default().url("redis://user:s3cret%40pw@127.0.0.1:7000/");
+        let c = b.clone().into_config().unwrap();
+        assert!(!format!("{b:?}").contains("s3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+}

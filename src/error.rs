@@ -1,0 +1,224 @@
+//! The one error type of the crate and its classification of Redis failures.
+
+use std::fmt;
+use std::io;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in redguard.
+///
+/// Network and server failures never panic; they arrive here. The enum is
+/// `#[non_exhaustive]`: match the cases you handle and keep a wildcard arm,
+/// or use the predicates ([`Error::is_connection`], [`Error::is_timeout`],
+/// [`Error::is_lock_lost`], ...).
+///
+/// Messages never contain passwords: errors name hosts and keys, not URLs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller's holder id does not hold the lock it tried to release or
+    /// extend (Redisson throws `IllegalMonitorStateException` here). Nothing
+    /// was changed on the server.
+    #[error("lock {name:?} is not held by this holder")]
+    NotHeld {
+        /// The lock name (lossy UTF-8).
+        name: String,
+    },
+    /// The lease of a held lock is gone: it expired, was renewed too late,
+    /// was deleted by someone else, or Redis lost it (restart, failover,
+    /// eviction). The critical section may no longer be exclusive.
+    #[error("the lease of lock {name:?} was lost")]
+    LockLost {
+        /// The lock name (lossy UTF-8).
+        name: String,
+    },
+    /// A value that is not a lock of the expected kind is stored at the lock
+    /// key. The value is left untouched.
+    #[error("key {key:?} holds a value of the wrong type for this lock")]
+    WrongType {
+        /// The key (lossy UTF-8).
+        key: String,
+    },
+    /// An argument was rejected before anything was sent to Redis (empty
+    /// name, zero or out-of-range duration, inconsistent configuration, bad
+    /// URL).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Redis did not answer within the response timeout, or the connection
+    /// pool had no connection to give within the connect timeout.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The client was shut down; no more operations are accepted.
+    #[error("the redguard client was shut down")]
+    Shutdown,
+    /// Redis could not be reached, or the connection broke.
+    #[error("connection to Redis failed: {0}")]
+    Connection(#[source] redis::RedisError),
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`). The connection
+    /// is discarded: no command is ever sent unauthenticated.
+    #[error("authentication with Redis failed: {0}")]
+    Auth(#[source] redis::RedisError),
+    /// The Redis ACL user may not run a command or touch a key or channel
+    /// (`NOPERM`).
+    #[error("permission denied by Redis: {0}")]
+    Permission(#[source] redis::RedisError),
+    /// Redis answered something that is not a valid reply for the operation.
+    #[error("unexpected reply from Redis: {0}")]
+    Protocol(String),
+    /// Any other error reported by Redis.
+    #[error("Redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+}
+
+impl Error {
+    /// `true` for [`Error::Connection`]: Redis unreachable or the connection broke.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Connection(_))
+    }
+
+    /// `true` for [`Error::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout(_))
+    }
+
+    /// `true` for [`Error::LockLost`].
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. })
+    }
+
+    /// `true` for [`Error::NotHeld`].
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// `true` for [`Error::Shutdown`].
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown)
+    }
+
+    /// `true` when retrying later may succeed without any change by the
+    /// caller: connection failures, timeouts and transient server states
+    /// (loading, failover in progress, read-only replica).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Connection(_) | Error::Timeout(_) => true,
+            Error::Redis(e) => matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::BusyLoading
+                        | redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                        | redis::ServerErrorKind::ReadOnly
+                )
+            ),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl fmt::Display) -> Error {
+        Error::InvalidArgument(msg.to_string())
+    }
+
+    pub(crate) fn lost(name: &[u8]) -> Error {
+        Error::LockLost {
+            name: String::from_utf8_lossy(name).into_owned(),
+        }
+    }
+
+    pub(crate) fn not_held(name: &[u8]) -> Error {
+        Error::NotHeld {
+            name: String::from_utf8_lossy(name).into_owned(),
+        }
+    }
+
+    /// Classifies a Redis error met while operating on `key`.
+    pub(crate) fn from_redis(err: redis::RedisError, key: &[u8]) -> Error {
+        if err.code() == Some("WRONGTYPE") {
+            return Error::WrongType {
+                key: String::from_utf8_lossy(key).into_owned(),
+            };
+        }
+        Error::from(err)
+    }
+
+    /// `true` when the error means the connection it happened on must not be
+    /// reused: its state (a reply still in flight, a dead socket) is unknown.
+    pub(crate) fn breaks_connection(&self) -> bool {
+        matches!(
+            self,
+            Error::Connection(_) | Error::Timeout(_) | Error::Protocol(_) | Error::Auth(_)
+        )
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Error {
+        use redis::ErrorKind as K;
+        if err.is_timeout() {
+            return Error::Timeout(err.to_string());
+        }
+        if err.code() == Some("WRONGPASS") || err.code() == Some("NOAUTH") {
+            return Error::Auth(err);
+        }
+        match err.kind() {
+            K::AuthenticationFailed => Error::Auth(err),
+            K::Server(redis::ServerErrorKind::NoPerm) => Error::Permission(err),
+            K::Io => Error::Connection(err),
+            K::Parse | K::UnexpectedReturnType => Error::Protocol(err.to_string()),
+            K::InvalidClientConfig => Error::InvalidArgument(err.to_string()),
+            _ if err.is_connection_dropped() || err.is_connection_refusal() => {
+                Error::Connection(err)
+            }
+            _ if err.code() == Some("NOPERM")
+                || err
+                    .detail()
+                    .is_some_and(|d| d.contains("can't access at least one of the")) =>
+            {
+                Error::Permission(err)
+            }
+            _ => Error::Redis(err),
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Error {
+        Error::from(redis::RedisError::from(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_timeouts_map_to_timeout() {
+        for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
+            let err = Error::from(io::Error::new(kind, "slow"));
+            assert!(err.is_timeout(), "{kind:?} -> {err:?}");
+            assert!(err.is_transient());
+            assert!(err.breaks_connection());
+        }
+    }
+
+    #[test]
+    fn refused_maps_to_connection() {
+        let err = Error::from(io::Error::new(io::ErrorKind::ConnectionRefused, "no"));
+        assert!(err.is_connection(), "{err:?}");
+    }
+
+    #[test]
+    fn server_errors_are_classified() {
+        let wrongtype = redis::RedisError::from((
+            redis::ErrorKind::Extension,
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value".to_string(),
+        ));
+        assert!(matches!(
+            Error::from_redis(wrongtype, b"k"),
+            Error::WrongType { key } if key == "k"
+        ));
+    }
+}

@@ -1,0 +1,109 @@
+//! Who holds a lock: the client id (one v4 UUID per `Client`) and the
+//! process-unique id of the calling OS thread. No I/O.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The identity of one [`Client`](crate::Client): a random (v4) UUID made
+/// when the client is built, the first half of every holder id it writes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientId(uuid::Uuid);
+
+impl ClientId {
+    pub(crate) fn new_random() -> ClientId {
+        ClientId(uuid::Uuid::new_v4())
+    }
+
+    /// The UUID.
+    pub fn uuid(&self) -> uuid::Uuid {
+        self.0
+    }
+
+    pub(crate) fn as_u128(&self) -> u128 {
+        self.0.as_u128()
+    }
+}
+
+impl fmt::Display for ClientId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for ClientId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientId({})", self.0)
+    }
+}
+
+/// A process-unique number for the calling OS thread, starting at 1.
+///
+/// Plays the part of Java's thread id in Redisson's holder ids. Numbers are
+/// never reused within a process, so a thread that exits cannot pass its
+/// holds on to a new one.
+pub fn current_thread_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    ID.with(|id| *id)
+}
+
+/// A holder id, `"<client uuid>:<thread id>"`: the hash field under which a
+/// lock's hold count is stored (Redisson's `getLockName(threadId)`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HolderId(String);
+
+impl HolderId {
+    pub(crate) fn new(client: ClientId, thread: u64) -> HolderId {
+        HolderId(format!("{}:{thread}", client.0))
+    }
+
+    /// The holder id of the calling thread for `client`.
+    pub(crate) fn current(client: ClientId) -> HolderId {
+        HolderId::new(client, current_thread_id())
+    }
+
+    /// The holder id as stored in Redis.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for HolderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for HolderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HolderId({})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_ids_are_distinct_and_stable() {
+        let here = current_thread_id();
+        assert_eq!(here, current_thread_id());
+        let there = std::thread::spawn(current_thread_id).join().unwrap();
+        assert_ne!(here, there);
+    }
+
+    #[test]
+    fn holder_id_is_uuid_colon_thread() {
+        let client = ClientId::new_random();
+        let holder = HolderId::new(client, 42);
+        assert_eq!(holder.as_str(), format!("{}:42", client.uuid()));
+        assert_eq!(holder.as_str().len(), 36 + 3);
+    }
+
+    #[test]
+    fn client_ids_differ() {
+        assert_ne!(ClientId::new_random(), ClientId::new_random());
+    }
+}

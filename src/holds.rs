@@ -1,0 +1,157 @@
+//! The calling thread's own record of the locks it holds: which shared
+//! [`LeaseState`] its guards use and how many holds it took. Thread-local,
+//! because a holder id *is* (client, thread): no other thread can hold the
+//! same lock under the same holder id, so nothing here is shared.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::lease::LeaseState;
+
+struct Hold {
+    state: Arc<LeaseState>,
+    count: u64,
+}
+
+thread_local! {
+    static HOLDS: RefCell<HashMap<u128, HashMap<Vec<u8>, Hold>>> = RefCell::new(HashMap::new());
+}
+
+/// The live state of this thread's hold on `key`, if it has one that is not
+/// lost or released.
+pub(crate) fn current(client: u128, key: &[u8]) -> Option<Arc<LeaseState>> {
+    HOLDS.with(|holds| {
+        let holds = holds.borrow();
+        let hold = holds.get(&client)?.get(key)?;
+        let live = !hold.state.is_marked_lost() && !hold.state.is_released();
+        live.then(|| hold.state.clone())
+    })
+}
+
+/// Records one more hold on `key`. Uses the existing live state, or
+/// `fresh()` when there is none (which replaces a lost or released one).
+/// Returns the state and whether it is new.
+pub(crate) fn enter(
+    client: u128,
+    key: &[u8],
+    fresh: impl FnOnce() -> Arc<LeaseState>,
+) -> (Arc<LeaseState>, bool) {
+    HOLDS.with(|holds| {
+        let mut holds = holds.borrow_mut();
+        let per_client = holds.entry(client).or_default();
+        if let Some(hold) = per_client.get_mut(key) {
+            if !hold.state.is_marked_lost() && !hold.state.is_released() {
+                hold.count += 1;
+                return (hold.state.clone(), false);
+            }
+        }
+        let state = fresh();
+        per_client.insert(
+            key.to_vec(),
+            Hold {
+                state: state.clone(),
+                count: 1,
+            },
+        );
+        (state, true)
+    })
+}
+
+/// Records the end of one hold that used `state`. Returns how many holds
+/// this thread still has with that state (0 when `state` is not the
+/// current one: a lost hold that was replaced).
+pub(crate) fn leave(client: u128, key: &[u8], state: &Arc<LeaseState>) -> u64 {
+    HOLDS.with(|holds| {
+        let mut holds = holds.borrow_mut();
+        let Some(per_client) = holds.get_mut(&client) else {
+            return 0;
+        };
+        let Some(hold) = per_client.get_mut(key) else {
+            return 0;
+        };
+        if !Arc::ptr_eq(&hold.state, state) {
+            return 0;
+        }
+        hold.count = hold.count.saturating_sub(1);
+        let left = hold.count;
+        if left == 0 {
+            per_client.remove(key);
+            if per_client.is_empty() {
+                holds.remove(&client);
+            }
+        }
+        left
+    })
+}
+
+/// Forgets this thread's record of `key` when it still uses `state`
+/// (the lock was released or lost as a whole).
+pub(crate) fn forget(client: u128, key: &[u8], state: &Arc<LeaseState>) {
+    HOLDS.with(|holds| {
+        let mut holds = holds.borrow_mut();
+        if let Some(per_client) = holds.get_mut(&client) {
+            if per_client
+                .get(key)
+                .is_some_and(|hold| Arc::ptr_eq(&hold.state, state))
+            {
+                per_client.remove(key);
+            }
+            if per_client.is_empty() {
+                holds.remove(&client);
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Counters;
+    use std::time::{Duration, Instant};
+
+    fn state() -> Arc<LeaseState> {
+        Arc::new(LeaseState::new(
+            Instant::now() + Duration::from_secs(10),
+            Arc::new(Counters::default()),
+        ))
+    }
+
+    #[test]
+    fn reentry_shares_state_and_counts() {
+        let (a, new) = enter(1, b"k", state);
+        assert!(new);
+        let (b, new) = enter(1, b"k", state);
+        assert!(!new);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(leave(1, b"k", &a), 1);
+        assert_eq!(leave(1, b"k", &a), 0);
+        assert!(current(1, b"k").is_none());
+    }
+
+    #[test]
+    fn a_lost_state_is_replaced_and_its_guards_do_not_count() {
+        let (a, _) = enter(2, b"k", state);
+        a.mark_lost();
+        assert!(current(2, b"k").is_none());
+        let (b, new) = enter(2, b"k", state);
+        assert!(new);
+        assert_eq!(
+            leave(2, b"k", &a),
+            0,
+            "the old guard is not the current hold"
+        );
+        assert!(current(2, b"k").is_some());
+        forget(2, b"k", &b);
+        assert!(current(2, b"k").is_none());
+    }
+
+    #[test]
+    fn holds_are_per_thread() {
+        let (_a, _) = enter(3, b"k", state);
+        let other = std::thread::spawn(|| current(3, b"k").is_some())
+            .join()
+            .unwrap();
+        assert!(!other);
+    }
+}

@@ -1,0 +1,76 @@
+//! Distributed locks on Redis for blocking Rust code, wire-compatible with
+//! Redisson.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! let client = redguard::Client::open("redis://127.0.0.1/")?;
+//! let lock = client.lock("orders:42");
+//! {
+//!     let guard = lock.lock()?;          // waits; the watchdog renews the lease
+//!     // ... critical section ...
+//!     guard.check()?;                    // Err(LockLost) if the lease was lost
+//! }                                      // dropped: released
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(3))? {
+//!     guard.unlock()?;                   // explicit release, with its error
+//! }
+//! # Ok::<(), redguard::Error>(())
+//! ```
+//!
+//! # Model
+//!
+//! A [`Client`] is a shared handle on one Redis deployment. [`Client::lock`]
+//! names a reentrant [`Lock`]; acquiring it yields a [`LockGuard`]. Locks
+//! taken without a lease get the client's watchdog timeout (30 s) as lease,
+//! renewed every third of it by one watchdog thread per process; a holder
+//! that dies stops renewing and its lock frees itself within one lease.
+//! Waiters sleep until an unlock message arrives on the lock's channel (one
+//! pub/sub connection per client), bounded by the holder's remaining ttl.
+//!
+//! # Differences from `std::sync::Mutex`
+//!
+//! * **No poisoning**, and no data inside: the lock protects something
+//!   outside the process.
+//! * **The lease can be lost** while the guard lives (a stalled process, a
+//!   Redis restart without persistence, a failover). [`LockGuard::check`]
+//!   says so; pass fencing tokens to storage that can check them.
+//! * **Reentrant per thread**: locking twice on one thread succeeds and needs
+//!   two releases; guards are `!Send`.
+//! * **Dropping the guard is best effort**: the unlock is a network call; its
+//!   failure is logged and the lease expires by itself.
+//!
+//! # Differences from Redisson
+//!
+//! * Guards instead of `unlock()` on the lock; [`LockGuard::extend`] extends a
+//!   held lease; [`LockGuard::check`] detects a lost lease locally.
+//! * Waiters re-check at least every poll interval (1 s), so a lost pub/sub
+//!   message or a lock key without expiry never blocks a waiter for a whole
+//!   lease, and a waiter whose deadline passes always returns.
+//! * Renewals of many locks go to Redis as pipelines, one round trip per
+//!   batch; one watchdog thread serves every client of the process.
+
+mod client;
+mod config;
+mod error;
+mod guard;
+mod holder;
+mod holds;
+mod keys;
+mod lease;
+mod lock;
+mod pool;
+mod scripts;
+mod source;
+mod subscriber;
+mod watchdog;
+
+pub use client::{Client, Stats};
+pub use config::{
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
+    DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+};
+pub use error::{Error, Result};
+pub use guard::LockGuard;
+pub use holder::{ClientId, HolderId, current_thread_id};
+pub use keys::MAX_NAME_LEN;
+pub use lock::Lock;

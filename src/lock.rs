@@ -1,0 +1,453 @@
+//! [`Lock`]: a named reentrant lock handle and its acquire loop.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::config::{clock_drift, lease_ms};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::holder::HolderId;
+use crate::holds;
+use crate::keys;
+use crate::lease::LeaseState;
+use crate::scripts::{self, Acquire, Release};
+use crate::subscriber::Event;
+use crate::watchdog;
+
+/// A reentrant distributed lock (Redisson's `RLock`), named by a Redis key.
+///
+/// A cheap handle (`Clone + Send + Sync`): make it once and share it, or
+/// make one per use. Acquiring returns a [`LockGuard`] that releases one
+/// hold when dropped.
+///
+/// * **Reentrant per thread**: the holder id is `"<client id>:<thread id>"`;
+///   a thread that holds the lock can lock it again (the hold count grows);
+///   each guard releases one hold, the last one deletes the key and
+///   publishes the unlock message.
+/// * **Leases**: without an explicit lease the lock's key expires after the
+///   client's watchdog timeout (30 s by default) and the watchdog renews it
+///   every third of that while the guard lives; a crashed process's lock
+///   thus frees itself within one lease. [`Lock::with_lease`] gives a fixed
+///   lease that is not renewed.
+/// * **Waiting** is woken by Redis pub/sub (one subscriber connection per
+///   client), bounded by the holder's remaining ttl and the client's poll
+///   interval, so a lost message costs at most one of those.
+///
+/// Wire layout (Redisson's): a hash at key `name` mapping holder id to hold
+/// count, `PEXPIRE` = lease; unlock message `0` on
+/// `redisson_lock__channel:{name}`.
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<[u8]>,
+    channel: Arc<[u8]>,
+    lease: Option<Duration>,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one acquisition attempt inside the wait loop.
+pub(crate) enum Attempt<T> {
+    /// Acquired: stop waiting.
+    Acquired(T),
+    /// Busy: wait at most this long (the holder's remaining ttl; `None`
+    /// when unknown or without expiry) before the next attempt.
+    Busy(Option<Duration>),
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &[u8]) -> Lock {
+        Lock {
+            channel: keys::channel(name).into(),
+            name: name.into(),
+            client,
+            lease: None,
+        }
+    }
+
+    /// The lock name: the Redis key of the lock hash.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The explicit lease set by [`Lock::with_lease`], if any.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// The same lock, acquired with a fixed `lease`: the key expires `lease`
+    /// after each acquisition and the watchdog does not renew it (Redisson's
+    /// `lock(leaseTime, unit)`). Sub-millisecond leases round up to 1 ms.
+    ///
+    /// The lease is checked when the lock is acquired: a zero lease or one
+    /// above [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
+    /// [`Error::InvalidArgument`].
+    pub fn with_lease(&self, lease: Duration) -> Lock {
+        Lock {
+            lease: Some(lease),
+            ..self.clone()
+        }
+    }
+
+    /// Acquires the lock, waiting as long as it takes (Redisson's `lock()`).
+    /// Re-entering a lock the calling thread holds succeeds at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`]
+    /// (a value of another type is stored at the name), [`Error::Shutdown`],
+    /// and connection, timeout and server errors. The wait itself never
+    /// fails: a waiter whose pub/sub connection broke keeps retrying.
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(None)?
+            .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
+    }
+
+    /// Acquires the lock if it is free (or held by the calling thread),
+    /// without waiting. `Ok(None)` when someone else holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Acquires the lock, waiting at most `timeout`. `Ok(None)` when it
+    /// could not be had in time. A timeout too large to represent (such as
+    /// `Duration::MAX`) waits forever.
+    ///
+    /// The attempt in flight when the time runs out completes (bounded by
+    /// the response timeout), so the call returns within `timeout` plus one
+    /// response timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_>>> {
+        self.acquire(Instant::now().checked_add(timeout))
+    }
+
+    /// Acquires the lock, waiting until `deadline` at most. `Ok(None)` when
+    /// it could not be had in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<'_>>> {
+        self.acquire(Some(deadline))
+    }
+
+    /// `true` when someone holds the lock (any holder; any value at the key).
+    ///
+    /// # Errors
+    ///
+    /// Connection, timeout and server errors.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("EXISTS")
+                .arg(&self.name[..])
+                .query::<bool>(conn)
+                .map_err(Error::from)
+        })
+    }
+
+    /// `true` when the calling thread holds the lock through this client.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        Ok(self.hold_count()? > 0)
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it does
+    /// not hold it), as stored in Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn hold_count(&self) -> Result<u64> {
+        self.check_name()?;
+        let holder = self.client.holder_id();
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("HGET")
+                .arg(&self.name[..])
+                .arg(holder.as_str())
+                .query::<Option<u64>>(conn)
+                .map(Option::unwrap_or_default)
+                .map_err(|e| Error::from_redis(e, &self.name))
+        })
+    }
+
+    /// Every holder id with its hold count, as stored in Redis (empty when
+    /// the lock is free).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn holders(&self) -> Result<Vec<(String, u64)>> {
+        self.check_name()?;
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("HGETALL")
+                .arg(&self.name[..])
+                .query::<Vec<(String, u64)>>(conn)
+                .map_err(|e| Error::from_redis(e, &self.name))
+        })
+    }
+
+    /// The remaining lease of the lock's key: `None` when the lock is free,
+    /// `Some(Duration::MAX)` when the key exists without an expiry.
+    ///
+    /// # Errors
+    ///
+    /// Connection, timeout and server errors.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.check_name()?;
+        let pttl: i64 = self.client.with_conn(&self.name, |conn| {
+            redis::cmd("PTTL")
+                .arg(&self.name[..])
+                .query(conn)
+                .map_err(Error::from)
+        })?;
+        Ok(match pttl {
+            -2 => None,
+            ms if ms < 0 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms as u64)),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters (Redisson's
+    /// `forceUnlock`). `true` when there was a lock to delete. Holders find
+    /// out at their next renewal or [`LockGuard::check`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] (a value of another type at the name is left
+    /// alone), connection, timeout and server errors.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        self.client.check_open()?;
+        self.client.with_conn(&self.name, |conn| {
+            scripts::force_unlock(conn, &self.name, &self.channel)
+        })
+    }
+
+    #[allow(
+        dead_code,
+        reason = "used by lock kinds that wait on this lock's channel"
+    )]
+    pub(crate) fn channel(&self) -> &[u8] {
+        &self.channel
+    }
+
+    fn check_name(&self) -> Result<()> {
+        keys::validate_name(&self.name).map_err(Error::InvalidArgument)
+    }
+
+    /// The lease to apply and whether the watchdog renews it.
+    fn lease_mode(&self) -> Result<(Duration, bool)> {
+        match self.lease {
+            Some(lease) => {
+                lease_ms(lease)?;
+                Ok((lease, false))
+            }
+            None => Ok((self.client.watchdog_timeout(), true)),
+        }
+    }
+
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard<'_>>> {
+        self.check_name()?;
+        self.client.check_open()?;
+        let (lease, renew) = self.lease_mode()?;
+        let ms = lease_ms(lease)?;
+        let holder = self.client.holder_id();
+        let holder_str: Arc<str> = holder.as_str().into();
+        wait_loop(&self.client, &self.channel, deadline, || {
+            self.attempt(&holder_str, lease, ms, renew)
+        })
+        .map(|granted| {
+            granted.map(|(state, sent)| {
+                LockGuard::new(self, holder.clone(), state, ms, lease, renew, sent)
+            })
+        })
+    }
+
+    /// One acquisition attempt. On success the hold is recorded and, when
+    /// new, handed to the watchdog.
+    fn attempt(
+        &self,
+        holder: &Arc<str>,
+        lease: Duration,
+        ms: u64,
+        renew: bool,
+    ) -> Result<Attempt<(Arc<LeaseState>, Instant)>> {
+        let client_id = self.client.id().as_u128();
+        let sent = Instant::now();
+        let reply = self.client.with_conn(&self.name, |conn| {
+            scripts::acquire(conn, &self.name, holder, ms)
+        });
+        match reply {
+            Ok(Acquire::Acquired) => {}
+            Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
+            Err(e) => {
+                if e.breaks_connection() && holds::current(client_id, &self.name).is_none() {
+                    // The script may have run: do not leave a hold nobody
+                    // knows of (it would block everyone for a whole lease).
+                    self.release_unknown(holder);
+                }
+                return Err(e);
+            }
+        }
+        let valid_until = sent + lease.saturating_sub(clock_drift(lease));
+        let now = Instant::now();
+        if self.client.is_shut_down() || now >= valid_until {
+            // Granted too late to be of use (the reply took longer than the
+            // lease), or the client shut down meanwhile: give it back.
+            self.release_one(holder, ms);
+            self.client.check_open()?;
+            return Ok(Attempt::Busy(Some(Duration::ZERO)));
+        }
+        let counters = self.client.counters().clone();
+        let (state, fresh) = holds::enter(client_id, &self.name, || {
+            Arc::new(LeaseState::new(valid_until, counters))
+        });
+        if fresh {
+            let entry = watchdog::Entry {
+                client: client_id,
+                key: self.name.clone(),
+                channel: self.channel.clone(),
+                holder: holder.clone(),
+                lease,
+                renew,
+                renew_batch: self.client.config().renew_batch,
+                state: state.clone(),
+                source: self.client.source().clone(),
+                counters: self.client.counters().clone(),
+            };
+            let due = if renew { sent + lease / 3 } else { valid_until };
+            watchdog::register(entry, due);
+        } else if renew {
+            state.extend_to(valid_until);
+        } else {
+            state.set_valid_until(valid_until);
+        }
+        Ok(Attempt::Acquired((state, sent)))
+    }
+
+    fn release_one(&self, holder: &str, ms: u64) {
+        let released = self.client.with_conn(&self.name, |conn| {
+            scripts::release(conn, &self.name, &self.channel, holder, ms)
+        });
+        if let Err(e) = released {
+            log::warn!(
+                "redguard: could not give back lock {:?}: {e}; it expires with its lease",
+                String::from_utf8_lossy(&self.name)
+            );
+        }
+    }
+
+    fn release_unknown(&self, holder: &str) {
+        let released = self.client.with_conn(&self.name, |conn| {
+            scripts::release_holder(conn, &self.name, &self.channel, holder)
+        });
+        match released {
+            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "redguard: acquire of {:?} has an unknown outcome and could not be undone ({e}); \
+                 a grant, if any, expires with its lease",
+                String::from_utf8_lossy(&self.name)
+            ),
+        }
+    }
+
+    /// Releases one hold of `holder`: the guard's unlock.
+    pub(crate) fn release(&self, holder: &HolderId, ms: u64) -> Result<Release> {
+        self.client.with_conn(&self.name, |conn| {
+            scripts::release(conn, &self.name, &self.channel, holder.as_str(), ms)
+        })
+    }
+
+    /// Drops every hold of `holder`.
+    pub(crate) fn release_all(&self, holder: &HolderId) -> Result<bool> {
+        self.client.with_conn(&self.name, |conn| {
+            scripts::release_holder(conn, &self.name, &self.channel, holder.as_str())
+        })
+    }
+
+    /// Sets the lease of `holder`'s hold to `ms` from now: `false` when it
+    /// no longer holds the lock.
+    pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
+        self.client.with_conn(&self.name, |conn| {
+            scripts::renew(conn, &self.name, holder.as_str(), ms)
+        })
+    }
+}
+
+/// The waiter loop shared by every lock kind: attempt; when busy, register
+/// on `channel` (confirmed before the next attempt, so no unlock published
+/// after it is missed), then alternate attempts and waits of at most
+/// min(busy hint, poll interval, time left).
+pub(crate) fn wait_loop<T>(
+    client: &Client,
+    channel: &[u8],
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<Attempt<T>>,
+) -> Result<Option<T>> {
+    let poll = client.config().poll_interval;
+    let response_timeout = client.config().response_timeout;
+    let mut waiter = None;
+    loop {
+        let hint = match attempt()? {
+            Attempt::Acquired(granted) => return Ok(Some(granted)),
+            Attempt::Busy(hint) => hint,
+        };
+        let now = Instant::now();
+        let left = match deadline {
+            Some(deadline) if deadline <= now => return Ok(None),
+            Some(deadline) => Some(deadline - now),
+            None => None,
+        };
+        if waiter.is_none() {
+            if let Some(sub) = client.subscriber() {
+                let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+                waiter = Some(sub.waiter(channel, confirm_wait));
+                client.check_open()?;
+                // Attempt again now that an unlock cannot go unnoticed.
+                continue;
+            }
+        }
+        let mut sleep = poll;
+        if let Some(hint) = hint {
+            sleep = sleep.min(hint);
+        }
+        if let Some(left) = left {
+            sleep = sleep.min(left);
+        }
+        match &waiter {
+            Some(w) => {
+                if w.wait(sleep) == Some(Event::Shutdown) {
+                    return Err(Error::Shutdown);
+                }
+            }
+            None => std::thread::park_timeout(sleep),
+        }
+        client.check_open()?;
+    }
+}

@@ -1,0 +1,190 @@
+//! A small blocking pool of Redis connections to one server.
+//!
+//! Why not r2d2: a lock call must fail fast and say why. r2d2 retries a
+//! failing connect in its own threads until its checkout timeout and then
+//! reports a stringified error, so a refused connection or a wrong password
+//! would surface as a generic timeout seconds later. Here a connection is
+//! made on the caller's thread with the connect timeout, and its typed error
+//! ([`Error::Connection`], [`Error::Auth`], ...) is returned at once. No
+//! background threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Connection pool for one Redis server.
+pub(crate) struct Pool {
+    client: redis::Client,
+    state: Mutex<State>,
+    freed: Condvar,
+    max: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// Bumped by [`Pool::flush`]; connections of an older generation are
+    /// closed when they come back.
+    generation: AtomicU64,
+}
+
+struct State {
+    idle: Vec<(redis::Connection, u64)>,
+    /// Connections that exist: idle, lent out, or being established.
+    open: usize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field(
+                "server",
+                &self.client.get_connection_info().addr().to_string(),
+            )
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(
+        info: redis::ConnectionInfo,
+        max: usize,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Pool> {
+        let client = redis::Client::open(info).map_err(Error::from)?;
+        Ok(Pool {
+            client,
+            state: Mutex::new(State {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+            max,
+            connect_timeout,
+            response_timeout,
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new connection outside the pool (pub/sub, admin), with the pool's
+    /// timeouts applied.
+    pub(crate) fn connect(&self) -> Result<redis::Connection> {
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(Error::from)?;
+        conn.set_read_timeout(Some(self.response_timeout))?;
+        conn.set_write_timeout(Some(self.response_timeout))?;
+        Ok(conn)
+    }
+
+    /// Runs `op` on a pooled connection.
+    ///
+    /// A connection on which `op` failed in a way that leaves its state
+    /// unknown (I/O error, timeout, garbage) is closed, not returned. When a
+    /// connection taken from the idle list turns out to be dead (the server
+    /// restarted since it was last used), every idle connection is dropped
+    /// and `op` runs once more on a fresh one.
+    pub(crate) fn with_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut redis::Connection) -> Result<T>,
+    ) -> Result<T> {
+        let (mut conn, reused) = self.checkout()?;
+        let result = op(&mut conn.0);
+        match result {
+            Err(e) if e.breaks_connection() => {
+                self.discard(conn);
+                if reused && e.is_connection() {
+                    self.flush();
+                    let (mut fresh, _) = self.checkout()?;
+                    let again = op(&mut fresh.0);
+                    self.checkin(fresh, again.as_ref().err());
+                    return again;
+                }
+                Err(e)
+            }
+            other => {
+                self.checkin(conn, other.as_ref().err());
+                other
+            }
+        }
+    }
+
+    fn checkout(&self) -> Result<((redis::Connection, u64), bool)> {
+        let deadline = Instant::now() + self.connect_timeout;
+        let mut state = self.state();
+        loop {
+            if let Some(idle) = state.idle.pop() {
+                return Ok((idle, true));
+            }
+            if state.open < self.max {
+                state.open += 1;
+                let generation = self.generation.load(Ordering::Acquire);
+                drop(state);
+                return match self.connect() {
+                    Ok(conn) => Ok(((conn, generation), false)),
+                    Err(e) => {
+                        self.state().open -= 1;
+                        self.freed.notify_one();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout(format!(
+                    "all {} pooled connections stayed busy for {:?}",
+                    self.max, self.connect_timeout
+                )));
+            }
+            state = self
+                .freed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn checkin(&self, conn: (redis::Connection, u64), error: Option<&Error>) {
+        let stale = conn.1 != self.generation.load(Ordering::Acquire);
+        if stale
+            || error.is_some_and(Error::breaks_connection)
+            || !redis::ConnectionLike::is_open(&conn.0)
+        {
+            self.discard(conn);
+            return;
+        }
+        self.state().idle.push(conn);
+        self.freed.notify_one();
+    }
+
+    fn discard(&self, conn: (redis::Connection, u64)) {
+        self.state().open -= 1;
+        self.freed.notify_one();
+        drop(conn);
+    }
+
+    /// Closes every idle connection; connections lent out are closed when
+    /// they come back.
+    pub(crate) fn flush(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let idle = {
+            let mut state = self.state();
+            let idle = std::mem::take(&mut state.idle);
+            state.open -= idle.len();
+            idle
+        };
+        self.freed.notify_all();
+        drop(idle);
+    }
+
+    /// Connections currently open (idle or in use).
+    pub(crate) fn open_connections(&self) -> usize {
+        self.state().open
+    }
+}

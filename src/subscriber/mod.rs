@@ -1,0 +1,344 @@
+//! The subscriber: one thread per `Client` ("redguard-subscriber") owning
+//! ONE pub/sub connection. Channels are subscribed on their first waiter and
+//! unsubscribed after their last; each unlock message wakes one local waiter.
+//!
+//! Waiters register in the shared [`Registry`] themselves (a short critical
+//! section, no I/O under it), so a waiter on an already subscribed channel
+//! never waits for this thread. Because the thread dispatches a message
+//! only after the message has been read, and a waiter registers before it
+//! retries, an unlock published after the retry always finds the waiter.
+//! Only a channel's first waiter waits for the server's confirmation.
+//!
+//! When the connection breaks, every waiter is woken to retry (messages may
+//! have been lost) and keeps going on its bounded wait while the thread
+//! reconnects with backoff and resubscribes.
+
+mod registry;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+
+pub(crate) use registry::Event;
+use registry::{Registered, Registry, WaiterId};
+
+use crate::error::Result;
+use crate::source::Source;
+
+/// How long one socket read waits before the thread looks at its control
+/// queue again; bounds the delay of a new channel's SUBSCRIBE.
+const TICK: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+enum Control {
+    Subscribe(Vec<u8>),
+    Unsubscribe(Vec<u8>),
+    Shutdown,
+}
+
+struct Shared {
+    registry: Mutex<Registry>,
+    connections: AtomicUsize,
+}
+
+impl Shared {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A client's handle on its subscriber thread.
+pub(crate) struct Subscriber {
+    shared: Arc<Shared>,
+    control: Sender<Control>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber").finish_non_exhaustive()
+    }
+}
+
+impl Subscriber {
+    /// Starts the thread. It ends when this handle is dropped or
+    /// [`Subscriber::shutdown`] is called.
+    pub(crate) fn start(source: Arc<Source>, response_timeout: Duration) -> Result<Subscriber> {
+        let shared = Arc::new(Shared {
+            registry: Mutex::new(Registry::default()),
+            connections: AtomicUsize::new(0),
+        });
+        let (control, rx) = crossbeam_channel::unbounded();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("redguard-subscriber".into())
+            .spawn(move || {
+                let mut worker = Worker {
+                    shared: thread_shared,
+                    source,
+                    control: rx,
+                    response_timeout,
+                };
+                worker.run();
+            })
+            .map_err(|e| crate::Error::Connection(e.into()))?;
+        Ok(Subscriber { shared, control })
+    }
+
+    /// Registers a waiter on `channel`. Returns once the channel is
+    /// subscribed on the server, or after `max_wait`, whichever is first
+    /// (then the waiter relies on its bounded waits).
+    pub(crate) fn waiter(&self, channel: &[u8], max_wait: Duration) -> Waiter<'_> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (id, next) = self.shared.registry().register(channel, tx);
+        if next == Registered::Subscribe {
+            let _ = self.control.send(Control::Subscribe(channel.to_vec()));
+        }
+        let waiter = Waiter {
+            subscriber: self,
+            channel: channel.to_vec(),
+            id,
+            rx,
+        };
+        if next != Registered::Ready {
+            // Any event means "go on"; a Shutdown is seen by the caller's
+            // own check of the client state.
+            let _ = waiter.rx.recv_timeout(max_wait);
+        }
+        waiter
+    }
+
+    /// Wakes every waiter with [`Event::Shutdown`] and stops the thread.
+    pub(crate) fn shutdown(&self) {
+        self.shared.registry().wake_everyone(Event::Shutdown);
+        let _ = self.control.send(Control::Shutdown);
+    }
+
+    /// Registered waiters.
+    pub(crate) fn waiters(&self) -> usize {
+        self.shared.registry().waiters()
+    }
+
+    /// Channels that have waiters.
+    pub(crate) fn channels(&self) -> usize {
+        self.shared.registry().channel_count()
+    }
+
+    /// Open pub/sub connections (0 or 1).
+    pub(crate) fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// One waiting thread's registration. Dropping it unregisters.
+pub(crate) struct Waiter<'a> {
+    subscriber: &'a Subscriber,
+    channel: Vec<u8>,
+    id: WaiterId,
+    rx: Receiver<Event>,
+}
+
+impl Waiter<'_> {
+    /// Waits for an event for at most `timeout`. `None` on timeout.
+    pub(crate) fn wait(&self, timeout: Duration) -> Option<Event> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let mut registry = self.subscriber.shared.registry();
+        let empty = registry.unregister(&self.channel, self.id);
+        // A wake-up this waiter received but will not act on goes to the
+        // next waiter, so that leaving never swallows an unlock.
+        if let Ok(Event::Unlocked) = self.rx.try_recv() {
+            registry.wake_one(&self.channel);
+        }
+        drop(registry);
+        if empty {
+            let _ = self
+                .subscriber
+                .control
+                .send(Control::Unsubscribe(std::mem::take(&mut self.channel)));
+        }
+    }
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    source: Arc<Source>,
+    control: Receiver<Control>,
+    response_timeout: Duration,
+}
+
+enum Exit {
+    /// The client is gone or shut down.
+    Stop,
+    /// The connection broke: reconnect.
+    Reconnect,
+}
+
+impl Worker {
+    fn run(&mut self) {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            // Connect only when some waiter needs it.
+            if self.shared.registry().channel_count() == 0 {
+                match self.control.recv() {
+                    Ok(Control::Shutdown) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+            let mut conn = match self.source.pubsub_connection() {
+                Ok(conn) => conn,
+                Err(e) => {
+                    log::debug!(
+                        "redguard subscriber: connect failed: {e}; retrying in {backoff:?}"
+                    );
+                    if self.sleep_or_stop(backoff) {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            self.shared.connections.fetch_add(1, Ordering::Relaxed);
+            let exit = self.serve(&mut conn, &mut backoff);
+            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+            drop(conn);
+            match exit {
+                Exit::Stop => return,
+                Exit::Reconnect => {
+                    let mut registry = self.shared.registry();
+                    registry.unconfirm_all();
+                    registry.wake_everyone(Event::Reconnected);
+                    drop(registry);
+                    if self.sleep_or_stop(backoff) {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Sleeps for `pause` unless the client stops meanwhile (`true`).
+    fn sleep_or_stop(&self, pause: Duration) -> bool {
+        let deadline = Instant::now() + pause;
+        loop {
+            match self.control.recv_deadline(deadline) {
+                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return true,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+
+    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration) -> Exit {
+        let mut pubsub = conn.as_pubsub();
+        let mut subscribed: std::collections::HashSet<Vec<u8>> = Default::default();
+        let timeout = self.response_timeout;
+
+        // (Re)subscribe everything waiters want, then tell them.
+        for channel in self.shared.registry().channels() {
+            if let Err(e) = pubsub.subscribe(&channel[..]) {
+                log::debug!("redguard subscriber: subscribe failed: {e}");
+                return Exit::Reconnect;
+            }
+            subscribed.insert(channel);
+        }
+        {
+            let mut registry = self.shared.registry();
+            for channel in &subscribed {
+                registry.confirm(channel);
+            }
+        }
+        *backoff = Duration::from_millis(10);
+
+        loop {
+            // Control first, so that a SUBSCRIBE asked for before a message
+            // was read is in place before that message is dispatched.
+            loop {
+                let control = match self.control.try_recv() {
+                    Ok(c) => c,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Exit::Stop,
+                };
+                let result = match control {
+                    Control::Shutdown => return Exit::Stop,
+                    Control::Subscribe(channel) => {
+                        let wanted = self.shared.registry().is_wanted(&channel);
+                        if wanted && !subscribed.contains(&channel) {
+                            let _ = pubsub.set_read_timeout(Some(timeout));
+                            let r = pubsub.subscribe(&channel[..]);
+                            if r.is_ok() {
+                                subscribed.insert(channel.clone());
+                            }
+                            r.map(|()| Some(channel))
+                        } else {
+                            Ok(wanted.then_some(channel))
+                        }
+                    }
+                    Control::Unsubscribe(channel) => {
+                        let wanted = self.shared.registry().is_wanted(&channel);
+                        if !wanted && subscribed.remove(&channel) {
+                            let _ = pubsub.set_read_timeout(Some(timeout));
+                            pubsub.unsubscribe(&channel[..]).map(|()| None)
+                        } else {
+                            Ok(None)
+                        }
+                    }
+                };
+                match result {
+                    Ok(Some(channel)) => self.shared.registry().confirm(&channel),
+                    Ok(None) => {}
+                    Err(e) => {
+                        log::debug!("redguard subscriber: (un)subscribe failed: {e}");
+                        return Exit::Reconnect;
+                    }
+                }
+            }
+
+            if subscribed.is_empty() {
+                // Nothing to listen to: sleep on the control queue alone.
+                match self.control.recv() {
+                    Ok(Control::Shutdown) | Err(_) => return Exit::Stop,
+                    Ok(Control::Subscribe(channel)) => {
+                        let wanted = self.shared.registry().is_wanted(&channel);
+                        if wanted {
+                            let _ = pubsub.set_read_timeout(Some(timeout));
+                            if let Err(e) = pubsub.subscribe(&channel[..]) {
+                                log::debug!("redguard subscriber: subscribe failed: {e}");
+                                return Exit::Reconnect;
+                            }
+                            subscribed.insert(channel.clone());
+                            self.shared.registry().confirm(&channel);
+                        }
+                    }
+                    Ok(Control::Unsubscribe(_)) => {}
+                }
+                continue;
+            }
+
+            let _ = pubsub.set_read_timeout(Some(TICK));
+            match pubsub.get_message() {
+                Ok(msg) => {
+                    let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
+                    let payload: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    let mut registry = self.shared.registry();
+                    if payload == crate::keys::UNLOCK_MESSAGE {
+                        registry.wake_one(&channel);
+                    } else {
+                        registry.wake_all(&channel, Event::Unlocked);
+                    }
+                }
+                Err(e) if e.is_timeout() => {}
+                Err(e) => {
+                    log::debug!("redguard subscriber: connection lost: {e}");
+                    return Exit::Reconnect;
+                }
+            }
+        }
+    }
+}

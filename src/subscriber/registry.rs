@@ -1,0 +1,260 @@
+//! Channel -> waiters, with reference counts and wake-one fan-out. Pure:
+//! no threads, no Redis.
+
+use std::collections::{HashMap, VecDeque};
+
+use crossbeam_channel::{Sender, TrySendError};
+
+/// Why a waiter was woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The channel's subscription is confirmed: retry, then wait.
+    Subscribed,
+    /// An unlock message arrived: retry now.
+    Unlocked,
+    /// The pub/sub connection was re-established; messages may have been
+    /// lost meanwhile: retry now.
+    Reconnected,
+    /// The client shut down.
+    Shutdown,
+}
+
+/// Identifies one registered waiter.
+pub(crate) type WaiterId = u64;
+
+#[derive(Debug, Default)]
+struct Channel {
+    /// Set once the server confirmed the subscription.
+    confirmed: bool,
+    /// Waiters in arrival order; the front one is woken first.
+    waiters: VecDeque<(WaiterId, Sender<Event>)>,
+}
+
+/// What the registering waiter must do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Registered {
+    /// The channel is subscribed already: retry at once.
+    Ready,
+    /// First waiter of the channel: ask the subscriber thread to SUBSCRIBE,
+    /// then wait for [`Event::Subscribed`].
+    Subscribe,
+    /// A SUBSCRIBE is under way: wait for [`Event::Subscribed`].
+    Pending,
+}
+
+/// The waiters of every channel of one client.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    channels: HashMap<Vec<u8>, Channel>,
+    next_id: WaiterId,
+    waiters: usize,
+}
+
+impl Registry {
+    /// Adds a waiter on `channel`.
+    pub(crate) fn register(&mut self, channel: &[u8], tx: Sender<Event>) -> (WaiterId, Registered) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.waiters += 1;
+        let (entry, fresh) = match self.channels.get_mut(channel) {
+            Some(entry) => (entry, false),
+            None => (self.channels.entry(channel.to_vec()).or_default(), true),
+        };
+        entry.waiters.push_back((id, tx));
+        let next = if fresh {
+            Registered::Subscribe
+        } else if entry.confirmed {
+            Registered::Ready
+        } else {
+            Registered::Pending
+        };
+        (id, next)
+    }
+
+    /// Removes a waiter. `true` when the channel has no waiters left (the
+    /// caller asks the subscriber thread to UNSUBSCRIBE).
+    pub(crate) fn unregister(&mut self, channel: &[u8], id: WaiterId) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        if let Some(pos) = entry.waiters.iter().position(|(w, _)| *w == id) {
+            entry.waiters.remove(pos);
+            self.waiters -= 1;
+        }
+        if entry.waiters.is_empty() {
+            self.channels.remove(channel);
+            return true;
+        }
+        false
+    }
+
+    /// `true` when `channel` has waiters.
+    pub(crate) fn is_wanted(&self, channel: &[u8]) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    /// Marks `channel` subscribed and tells its waiters.
+    pub(crate) fn confirm(&mut self, channel: &[u8]) {
+        if let Some(entry) = self.channels.get_mut(channel) {
+            entry.confirmed = true;
+            Self::send_all(entry, Event::Subscribed);
+        }
+    }
+
+    /// Marks every channel unsubscribed (the connection broke).
+    pub(crate) fn unconfirm_all(&mut self) {
+        for entry in self.channels.values_mut() {
+            entry.confirmed = false;
+        }
+    }
+
+    /// Wakes one waiter of `channel`: the longest-waiting one that is not
+    /// already woken and has not gone. `false` when none
+    /// could be woken.
+    pub(crate) fn wake_one(&mut self, channel: &[u8]) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        let mut i = 0;
+        while i < entry.waiters.len() {
+            match entry.waiters[i].1.try_send(Event::Unlocked) {
+                Ok(()) => return true,
+                // Already woken, or leaving (it unregisters itself): next.
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => i += 1,
+            }
+        }
+        false
+    }
+
+    /// Wakes every waiter of `channel` with `event`.
+    pub(crate) fn wake_all(&mut self, channel: &[u8], event: Event) {
+        if let Some(entry) = self.channels.get_mut(channel) {
+            Self::send_all(entry, event);
+        }
+    }
+
+    /// Wakes every waiter of every channel with `event`.
+    pub(crate) fn wake_everyone(&mut self, event: Event) {
+        for entry in self.channels.values_mut() {
+            Self::send_all(entry, event);
+        }
+    }
+
+    fn send_all(entry: &mut Channel, event: Event) {
+        for (_, tx) in &entry.waiters {
+            // A full queue already holds a wake-up; that is enough.
+            let _ = tx.try_send(event);
+        }
+    }
+
+    /// Every channel that has waiters.
+    pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
+        self.channels.keys().cloned().collect()
+    }
+
+    /// Registered waiters.
+    pub(crate) fn waiters(&self) -> usize {
+        self.waiters
+    }
+
+    /// Channels with waiters.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::{Receiver, bounded};
+
+    fn waiter() -> (Sender<Event>, Receiver<Event>) {
+        bounded(1)
+    }
+
+    #[test]
+    fn first_waiter_subscribes_later_ones_wait_or_go() {
+        let mut r = Registry::default();
+        let (a, _ra) = waiter();
+        let (b, rb) = waiter();
+        let (ida, first) = r.register(b"ch", a);
+        assert_eq!(first, Registered::Subscribe);
+        let (_, second) = r.register(b"ch", b);
+        assert_eq!(second, Registered::Pending);
+        r.confirm(b"ch");
+        assert_eq!(rb.try_recv(), Ok(Event::Subscribed));
+        let (c, _rc) = waiter();
+        assert_eq!(r.register(b"ch", c).1, Registered::Ready);
+        assert_eq!(r.waiters(), 3);
+        assert!(!r.unregister(b"ch", ida));
+        assert_eq!(r.waiters(), 2);
+    }
+
+    #[test]
+    fn wake_one_wakes_exactly_one_in_order_skipping_gone_and_woken() {
+        let mut r = Registry::default();
+        let (a, ra) = waiter();
+        let (b, rb) = waiter();
+        let (c, rc) = waiter();
+        r.register(b"ch", a);
+        r.register(b"ch", b);
+        r.register(b"ch", c);
+        drop(ra);
+        assert!(r.wake_one(b"ch"));
+        assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
+        assert!(rc.try_recv().is_err(), "only one waiter woken");
+        assert_eq!(r.waiters(), 3, "a gone waiter stays until it unregisters");
+        // b is woken again (its queue is empty); then c, since b is full.
+        assert!(r.wake_one(b"ch"));
+        assert!(r.wake_one(b"ch"));
+        assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
+        assert_eq!(rc.try_recv(), Ok(Event::Unlocked));
+    }
+
+    #[test]
+    fn last_waiter_leaving_empties_the_channel() {
+        let mut r = Registry::default();
+        let mut ids = Vec::new();
+        let mut rxs = Vec::new();
+        for _ in 0..5 {
+            let (tx, rx) = waiter();
+            ids.push(r.register(b"x", tx).0);
+            rxs.push(rx);
+        }
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(r.unregister(b"x", *id), i == 4);
+        }
+        assert_eq!(r.channel_count(), 0);
+        assert_eq!(r.waiters(), 0);
+        assert!(!r.is_wanted(b"x"));
+        assert!(!r.wake_one(b"x"));
+    }
+
+    #[test]
+    fn mixed_operations_return_to_empty() {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        let mut r = Registry::default();
+        let mut live: Vec<(Vec<u8>, WaiterId, Receiver<Event>)> = Vec::new();
+        for _ in 0..10_000 {
+            if live.is_empty() || rng.random_bool(0.55) {
+                let ch = vec![rng.random_range(0..20u8)];
+                let (tx, rx) = waiter();
+                let (id, _) = r.register(&ch, tx);
+                live.push((ch, id, rx));
+            } else {
+                let i = rng.random_range(0..live.len());
+                let (ch, id, _) = live.swap_remove(i);
+                r.unregister(&ch, id);
+            }
+            if rng.random_bool(0.1) {
+                r.wake_one(&[rng.random_range(0..20u8)]);
+            }
+        }
+        for (ch, id, _) in live.drain(..) {
+            r.unregister(&ch, id);
+        }
+        assert_eq!(r.waiters(), 0);
+        assert_eq!(r.channel_count(), 0);
+    }
+}
