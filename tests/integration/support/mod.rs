@@ -1,0 +1,149 @@
+//! Integration-test support: a private `redis-server` per test, a TCP fault
+//! proxy and small polling helpers.
+//!
+//! * [`RedisServer`] spawns `redis-server` on a free loopback port, restarts
+//!   it on the same port, freezes it (`SIGSTOP`) and kills it on drop.
+//! * [`FaultProxy`] sits between a client and a server on loopback and can
+//!   delay, blackhole, reset or refuse traffic at runtime.
+//! * [`unique_name`], [`wait_until`], [`ms`] and [`sleep`] keep tests short
+//!   and free of fixed sleeps.
+//!
+//! Everything talks only to `127.0.0.1`. A missing `redis-server` is a loud
+//! failure, never a skip.
+//!
+//! The benches reuse this module through
+//! `#[path = "../tests/integration/support/mod.rs"] mod support;`, so it must
+//! not depend on anything from the test binary itself.
+
+// Each test module uses a different subset of the helpers, and benches that
+// include this file through `#[path]` use even fewer.
+#![allow(
+    dead_code,
+    reason = "shared by every test module and the benches; no caller uses every helper"
+)]
+// The module is private to the test binary, yet its items are `pub` so that
+// the benches can `#[path]`-include it unchanged.
+#![allow(
+    unreachable_pub,
+    reason = "items are `pub` for `#[path]` reuse from the benches"
+)]
+
+mod proxy;
+mod server;
+
+#[cfg(test)]
+mod selftest;
+
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, TcpListener};
+use std::process;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+#[allow(
+    unused_imports,
+    reason = "benches `#[path]`-include this module and may not use every re-export"
+)]
+pub use proxy::{FaultProxy, Mode};
+pub use server::RedisServer;
+
+/// Environment variable naming the `redis-server` binary to spawn.
+pub const REDIS_SERVER_ENV: &str = "REDGUARD_REDIS_SERVER";
+
+/// Interval at which [`wait_until`] re-checks its condition.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Returns a name that is unique within this process and across processes:
+/// `<prefix>-<pid>-<counter>`.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", process::id())
+}
+
+/// Polls `cond` about every 5 ms until it returns `true` or `timeout` has
+/// passed. Returns whether the condition became true.
+///
+/// The condition is always evaluated at least once, and once more at the
+/// deadline, so a zero timeout is a plain check.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        sleep(POLL_INTERVAL.min(deadline - now));
+    }
+}
+
+/// Shorthand for [`Duration::from_millis`].
+pub const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Sleeps for `d`.
+///
+/// The one place the support code sleeps: tests poll with [`wait_until`]
+/// and only use this for short, bounded back-offs.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the ban on thread::sleep targets library code; test support sleeps in bounded back-offs"
+)]
+pub fn sleep(d: Duration) {
+    std::thread::sleep(d);
+}
+
+/// The `redis-server` binary to spawn: `$REDGUARD_REDIS_SERVER`, or
+/// `redis-server` from `PATH`.
+pub fn redis_server_bin() -> String {
+    std::env::var(REDIS_SERVER_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// Ports owned by live [`RedisServer`]s and [`FaultProxy`]s of this process,
+/// including ports that are closed for a while (a killed server waiting for
+/// `restart`, a proxy in `Refuse`). Fresh ports never come from this set, so
+/// parallel tests cannot take each other's ports in those windows.
+static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// Marks `port` as owned; `false` if another server or proxy of this process
+/// owns it already.
+fn reserve_port(port: u16) -> bool {
+    RESERVED_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(port)
+}
+
+/// Gives `port` back.
+fn release_port(port: u16) {
+    RESERVED_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&port);
+}
+
+/// Binds `127.0.0.1:0` until the kernel hands out a port that no server or
+/// proxy of this process owns, reserves it and returns the listener
+/// (bounded: 100 tries).
+///
+/// # Panics
+///
+/// If binding fails or every try returned an owned port.
+fn bind_reserved() -> TcpListener {
+    for _ in 0..100 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        if reserve_port(port) {
+            return listener;
+        }
+    }
+    panic!("bind 127.0.0.1:0 kept returning ports owned by other test servers");
+}
