@@ -1,1 +1,6 @@
+//! redguard's integration suite: one test binary; every test spawns its own
+//! redis-server on a free loopback port through `support`.
+
 mod support;
+
+mod lock;

@@ -28,6 +28,7 @@
     reason = "items are `pub` for `#[path]` reuse from the benches"
 )]
 
+mod context;
 mod proxy;
 mod server;
 
@@ -41,6 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"

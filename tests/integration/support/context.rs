@@ -1,0 +1,49 @@
+//! A private server plus a client built with short test timings.
+
+use std::time::Duration;
+
+use super::server::RedisServer;
+
+/// Lease of watchdog-renewed locks in tests (renewed every 200 ms).
+pub const TEST_WATCHDOG: Duration = Duration::from_millis(600);
+/// Response timeout in tests.
+pub const TEST_RESPONSE: Duration = Duration::from_millis(200);
+
+/// A builder for `url` with the test timings: 600 ms watchdog, 200 ms
+/// response timeout, 500 ms connect timeout, 200 ms poll interval.
+pub fn test_builder(url: &str) -> redguard::Builder {
+    redguard::Client::builder()
+        .url(url)
+        .watchdog_timeout(TEST_WATCHDOG)
+        .response_timeout(TEST_RESPONSE)
+        .connect_timeout(Duration::from_millis(500))
+        .poll_interval(Duration::from_millis(200))
+}
+
+/// A client for `url` with the test timings.
+pub fn test_client(url: &str) -> redguard::Client {
+    test_builder(url).build().unwrap()
+}
+
+/// A private server and a client on it.
+#[derive(Debug)]
+pub struct TestContext {
+    /// The server (dropped last).
+    pub server: RedisServer,
+    /// A client with the test timings.
+    pub client: redguard::Client,
+}
+
+impl TestContext {
+    /// Starts a server and builds a client for it.
+    pub fn new() -> TestContext {
+        let server = RedisServer::start();
+        let client = test_client(&server.url());
+        TestContext { server, client }
+    }
+
+    /// Another, independent client (another client id) on the same server.
+    pub fn other_client(&self) -> redguard::Client {
+        test_client(&self.server.url())
+    }
+}
