@@ -31,6 +31,11 @@ struct State {
     idle: Vec<(redis::Connection, u64)>,
     /// Connections that exist: idle, lent out, or being established.
     open: usize,
+    /// Threads waiting in `checkout` for a connection to come back. The
+    /// condvar is signalled only when this is non-zero: a signal is a
+    /// syscall even when nobody waits, and a lock call returns a connection
+    /// twice per cycle.
+    waiting: usize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -58,6 +63,7 @@ impl Pool {
             state: Mutex::new(State {
                 idle: Vec::new(),
                 open: 0,
+                waiting: 0,
             }),
             freed: Condvar::new(),
             max,
@@ -116,7 +122,8 @@ impl Pool {
     }
 
     fn checkout(&self) -> Result<((redis::Connection, u64), bool)> {
-        let deadline = Instant::now() + self.connect_timeout;
+        // Read the clock only when there is a wait to bound.
+        let mut deadline = None;
         let mut state = self.state();
         loop {
             if let Some(idle) = state.idle.pop() {
@@ -129,24 +136,26 @@ impl Pool {
                 return match self.connect() {
                     Ok(conn) => Ok(((conn, generation), false)),
                     Err(e) => {
-                        self.state().open -= 1;
-                        self.freed.notify_one();
+                        self.release_slot();
                         Err(e)
                     }
                 };
             }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + self.connect_timeout);
             if now >= deadline {
                 return Err(Error::Timeout(format!(
                     "all {} pooled connections stayed busy for {:?}",
                     self.max, self.connect_timeout
                 )));
             }
+            state.waiting += 1;
             state = self
                 .freed
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.waiting -= 1;
         }
     }
 
@@ -159,14 +168,29 @@ impl Pool {
             self.discard(conn);
             return;
         }
-        self.state().idle.push(conn);
-        self.freed.notify_one();
+        let mut state = self.state();
+        state.idle.push(conn);
+        let wake = state.waiting > 0;
+        drop(state);
+        if wake {
+            self.freed.notify_one();
+        }
     }
 
     fn discard(&self, conn: (redis::Connection, u64)) {
-        self.state().open -= 1;
-        self.freed.notify_one();
+        self.release_slot();
         drop(conn);
+    }
+
+    /// One connection fewer exists: a waiter may open a new one.
+    fn release_slot(&self) {
+        let mut state = self.state();
+        state.open -= 1;
+        let wake = state.waiting > 0;
+        drop(state);
+        if wake {
+            self.freed.notify_one();
+        }
     }
 
     /// Closes every idle connection; connections lent out are closed when

@@ -4,3 +4,4 @@
 mod support;
 
 mod lock;
+mod pool_contention;
