@@ -48,6 +48,10 @@
 //!   lease, and a waiter whose deadline passes always returns.
 //! * Renewals of many locks go to Redis as pipelines, one round trip per
 //!   batch; one watchdog thread serves every client of the process.
+//! * Threads of one client waiting for the same lock are served in arrival
+//!   order: a thread that releases and at once locks again queues behind the
+//!   threads already waiting instead of racing them (Redisson lets it win).
+//!   `try_lock` never waits and takes a free lock at once.
 
 mod client;
 mod config;

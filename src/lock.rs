@@ -106,6 +106,13 @@ impl Lock {
     /// Acquires the lock, waiting as long as it takes (Redisson's `lock()`).
     /// Re-entering a lock the calling thread holds succeeds at once.
     ///
+    /// Threads of this client that already wait for the lock go first: the
+    /// call queues behind them and each unlock wakes the longest waiting
+    /// thread, so a thread that releases and locks again in a loop cannot
+    /// starve the others (Redisson lets it barge). Threads of other clients
+    /// and processes still compete freely. The same holds for
+    /// [`Lock::try_lock_for`] and [`Lock::try_lock_until`].
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`]
@@ -278,7 +285,12 @@ impl Lock {
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
         let holder_str: Arc<str> = holder.as_str().into();
-        wait_loop(&self.client, &self.channel, deadline, || {
+        // A caller willing to wait queues behind this client's threads that
+        // already wait for the lock, unless it holds the lock (re-entry
+        // never waits). `try_lock` still takes a free lock at once.
+        let queue = deadline.is_none_or(|d| d > Instant::now())
+            && holds::current(self.client.id().as_u128(), &self.name).is_none();
+        wait_loop(&self.client, &self.channel, deadline, queue, || {
             self.attempt(&holder_str, lease, ms, renew)
         })
         .map(|granted| {
@@ -404,34 +416,60 @@ impl Lock {
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
 /// min(busy hint, poll interval, time left).
+///
+/// With `queue`, a caller that finds other threads of this client already
+/// waiting on `channel` registers behind them and waits for its turn (an
+/// unlock message wakes the longest waiting thread first) before its first
+/// attempt. Without this, a thread that releases and at once locks again
+/// wins every race against the waiter the release woke (its attempt goes
+/// out before the woken thread even runs), starving the waiters. The
+/// queue is local: threads of other clients still race as in Redisson.
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
     deadline: Option<Instant>,
+    queue: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
+    let mut wait_first = false;
+    if queue && let Some(sub) = client.running_subscriber() {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+        waiter = sub.waiter_behind(channel, confirm_wait);
+        client.check_open()?;
+        // The first attempt is skipped only while time is left, so every
+        // call makes at least one attempt.
+        wait_first = waiter.is_some() && deadline.is_none_or(|d| d > Instant::now());
+    }
     loop {
-        let hint = match attempt()? {
-            Attempt::Acquired(granted) => return Ok(Some(granted)),
-            Attempt::Busy(hint) => hint,
+        let skipped = std::mem::take(&mut wait_first);
+        let hint = if skipped {
+            None
+        } else {
+            match attempt()? {
+                Attempt::Acquired(granted) => return Ok(Some(granted)),
+                Attempt::Busy(hint) => hint,
+            }
         };
         let now = Instant::now();
         let left = match deadline {
+            // Out of time before the first attempt: make it now.
+            Some(deadline) if deadline <= now && skipped => continue,
             Some(deadline) if deadline <= now => return Ok(None),
             Some(deadline) => Some(deadline - now),
             None => None,
         };
-        if waiter.is_none() {
-            if let Some(sub) = client.subscriber() {
-                let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
-                waiter = Some(sub.waiter(channel, confirm_wait));
-                client.check_open()?;
-                // Attempt again now that an unlock cannot go unnoticed.
-                continue;
-            }
+        if waiter.is_none()
+            && let Some(sub) = client.subscriber()
+        {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            waiter = Some(sub.waiter(channel, confirm_wait));
+            client.check_open()?;
+            // Attempt again now that an unlock cannot go unnoticed.
+            continue;
         }
         let mut sleep = poll;
         if let Some(hint) = hint {

@@ -92,6 +92,27 @@ impl Subscriber {
     pub(crate) fn waiter(&self, channel: &[u8], max_wait: Duration) -> Waiter<'_> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let (id, next) = self.shared.registry().register(channel, tx);
+        self.finish_registration(channel, id, next, rx, max_wait)
+    }
+
+    /// Registers a waiter on `channel` only when other threads of this
+    /// client already wait there, behind them (an unlock message wakes the
+    /// longest waiting first); `None` when nobody waits. Returns as
+    /// [`Subscriber::waiter`] does.
+    pub(crate) fn waiter_behind(&self, channel: &[u8], max_wait: Duration) -> Option<Waiter<'_>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (id, next) = self.shared.registry().register_behind(channel, tx)?;
+        Some(self.finish_registration(channel, id, next, rx, max_wait))
+    }
+
+    fn finish_registration(
+        &self,
+        channel: &[u8],
+        id: WaiterId,
+        next: Registered,
+        rx: Receiver<Event>,
+        max_wait: Duration,
+    ) -> Waiter<'_> {
         if next == Registered::Subscribe {
             let _ = self.control.send(Control::Subscribe(channel.to_vec()));
         }

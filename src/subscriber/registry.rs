@@ -71,6 +71,19 @@ impl Registry {
         (id, next)
     }
 
+    /// Adds a waiter on `channel` only when the channel already has waiters
+    /// (it then queues behind them); `None` otherwise, registering nothing.
+    pub(crate) fn register_behind(
+        &mut self,
+        channel: &[u8],
+        tx: Sender<Event>,
+    ) -> Option<(WaiterId, Registered)> {
+        if !self.channels.contains_key(channel) {
+            return None;
+        }
+        Some(self.register(channel, tx))
+    }
+
     /// Removes a waiter. `true` when the channel has no waiters left (the
     /// caller asks the subscriber thread to UNSUBSCRIBE).
     pub(crate) fn unregister(&mut self, channel: &[u8], id: WaiterId) -> bool {
@@ -206,6 +219,29 @@ mod tests {
         assert_eq!(r.waiters(), 3, "a gone waiter stays until it unregisters");
         // b is woken again (its queue is empty); then c, since b is full.
         assert!(r.wake_one(b"ch"));
+        assert!(r.wake_one(b"ch"));
+        assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
+        assert_eq!(rc.try_recv(), Ok(Event::Unlocked));
+    }
+
+    #[test]
+    fn register_behind_only_joins_a_queue_that_exists() {
+        let mut r = Registry::default();
+        let (a, _ra) = waiter();
+        assert!(r.register_behind(b"ch", a).is_none());
+        assert_eq!(r.waiters(), 0);
+        assert_eq!(r.channel_count(), 0);
+        let (b, rb) = waiter();
+        let (c, rc) = waiter();
+        r.register(b"ch", b);
+        r.confirm(b"ch");
+        assert_eq!(rb.try_recv(), Ok(Event::Subscribed));
+        let (_, next) = r.register_behind(b"ch", c).expect("queued");
+        assert_eq!(next, Registered::Ready);
+        // The earlier waiter is woken first; while it has not run, the next
+        // message goes to the one queued behind it.
+        assert!(r.wake_one(b"ch"));
+        assert!(rc.try_recv().is_err());
         assert!(r.wake_one(b"ch"));
         assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
         assert_eq!(rc.try_recv(), Ok(Event::Unlocked));

@@ -3,5 +3,6 @@
 
 mod support;
 
+mod local_fairness;
 mod lock;
 mod pool_contention;
