@@ -1,7 +1,9 @@
 //! Who holds a lock: the client id (one v4 UUID per `Client`) and the
 //! process-unique id of the calling OS thread. No I/O.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity of one [`Client`](crate::Client): a random (v4) UUID made
@@ -52,20 +54,40 @@ pub fn current_thread_id() -> u64 {
 /// A holder id, `"<client uuid>:<thread id>"`: the hash field under which a
 /// lock's hold count is stored (Redisson's `getLockName(threadId)`).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct HolderId(String);
+pub struct HolderId(Arc<str>);
 
 impl HolderId {
     pub(crate) fn new(client: ClientId, thread: u64) -> HolderId {
-        HolderId(format!("{}:{thread}", client.0))
+        HolderId(format!("{}:{thread}", client.0).into())
     }
 
-    /// The holder id of the calling thread for `client`.
+    /// The holder id of the calling thread for `client`. Each thread keeps
+    /// the id of the client it used last, so a lock call neither formats
+    /// nor allocates one.
     pub(crate) fn current(client: ClientId) -> HolderId {
-        HolderId::new(client, current_thread_id())
+        thread_local! {
+            static LAST: RefCell<Option<(ClientId, HolderId)>> = const { RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((id, holder)) if *id == client => holder.clone(),
+                _ => {
+                    let holder = HolderId::new(client, current_thread_id());
+                    *last = Some((client, holder.clone()));
+                    holder
+                }
+            }
+        })
     }
 
     /// The holder id as stored in Redis.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The same, shared.
+    pub(crate) fn as_arc(&self) -> &Arc<str> {
         &self.0
     }
 }
@@ -100,6 +122,19 @@ mod tests {
         let holder = HolderId::new(client, 42);
         assert_eq!(holder.as_str(), format!("{}:42", client.uuid()));
         assert_eq!(holder.as_str().len(), 36 + 3);
+    }
+
+    #[test]
+    fn current_holder_id_follows_the_client_and_the_thread() {
+        let (a, b) = (ClientId::new_random(), ClientId::new_random());
+        let ha = HolderId::current(a);
+        assert_eq!(ha, HolderId::new(a, current_thread_id()));
+        assert_eq!(HolderId::current(b), HolderId::new(b, current_thread_id()));
+        assert_eq!(HolderId::current(a), ha);
+        let there = std::thread::spawn(move || HolderId::current(a))
+            .join()
+            .unwrap();
+        assert_ne!(there, ha);
     }
 
     #[test]

@@ -14,8 +14,12 @@ struct Hold {
     count: u64,
 }
 
+/// One client's holds on this thread, by lock name (shared with the `Lock`,
+/// so recording a hold copies no name).
+type ClientHolds = HashMap<Arc<[u8]>, Hold>;
+
 thread_local! {
-    static HOLDS: RefCell<HashMap<u128, HashMap<Vec<u8>, Hold>>> = RefCell::new(HashMap::new());
+    static HOLDS: RefCell<HashMap<u128, ClientHolds>> = RefCell::new(HashMap::new());
 }
 
 /// The live state of this thread's hold on `key`, if it has one that is not
@@ -34,21 +38,22 @@ pub(crate) fn current(client: u128, key: &[u8]) -> Option<Arc<LeaseState>> {
 /// Returns the state and whether it is new.
 pub(crate) fn enter(
     client: u128,
-    key: &[u8],
+    key: &Arc<[u8]>,
     fresh: impl FnOnce() -> Arc<LeaseState>,
 ) -> (Arc<LeaseState>, bool) {
     HOLDS.with(|holds| {
         let mut holds = holds.borrow_mut();
         let per_client = holds.entry(client).or_default();
-        if let Some(hold) = per_client.get_mut(key) {
-            if !hold.state.is_marked_lost() && !hold.state.is_released() {
-                hold.count += 1;
-                return (hold.state.clone(), false);
-            }
+        if let Some(hold) = per_client.get_mut(&key[..])
+            && !hold.state.is_marked_lost()
+            && !hold.state.is_released()
+        {
+            hold.count += 1;
+            return (hold.state.clone(), false);
         }
         let state = fresh();
         per_client.insert(
-            key.to_vec(),
+            key.clone(),
             Hold {
                 state: state.clone(),
                 count: 1,
@@ -101,7 +106,7 @@ pub(crate) fn forget(client: u128, key: &[u8], state: &Arc<LeaseState>) {
                 holds.remove(&client);
             }
         }
-    })
+    });
 }
 
 #[cfg(test)]
@@ -109,6 +114,10 @@ mod tests {
     use super::*;
     use crate::lease::Counters;
     use std::time::{Duration, Instant};
+
+    fn key() -> Arc<[u8]> {
+        Arc::from(&b"k"[..])
+    }
 
     fn state() -> Arc<LeaseState> {
         Arc::new(LeaseState::new(
@@ -119,9 +128,9 @@ mod tests {
 
     #[test]
     fn reentry_shares_state_and_counts() {
-        let (a, new) = enter(1, b"k", state);
+        let (a, new) = enter(1, &key(), state);
         assert!(new);
-        let (b, new) = enter(1, b"k", state);
+        let (b, new) = enter(1, &key(), state);
         assert!(!new);
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(leave(1, b"k", &a), 1);
@@ -131,10 +140,10 @@ mod tests {
 
     #[test]
     fn a_lost_state_is_replaced_and_its_guards_do_not_count() {
-        let (a, _) = enter(2, b"k", state);
+        let (a, _) = enter(2, &key(), state);
         a.mark_lost();
         assert!(current(2, b"k").is_none());
-        let (b, new) = enter(2, b"k", state);
+        let (b, new) = enter(2, &key(), state);
         assert!(new);
         assert_eq!(
             leave(2, b"k", &a),
@@ -148,7 +157,7 @@ mod tests {
 
     #[test]
     fn holds_are_per_thread() {
-        let (_a, _) = enter(3, b"k", state);
+        let (_a, _) = enter(3, &key(), state);
         let other = std::thread::spawn(|| current(3, b"k").is_some())
             .join()
             .unwrap();

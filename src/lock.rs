@@ -284,14 +284,14 @@ impl Lock {
         let (lease, renew) = self.lease_mode()?;
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
-        let holder_str: Arc<str> = holder.as_str().into();
+        let holder_str = holder.as_arc();
         // A caller willing to wait queues behind this client's threads that
         // already wait for the lock, unless it holds the lock (re-entry
         // never waits). `try_lock` still takes a free lock at once.
         let queue = deadline.is_none_or(|d| d > Instant::now())
             && holds::current(self.client.id().as_u128(), &self.name).is_none();
         wait_loop(&self.client, &self.channel, deadline, queue, || {
-            self.attempt(&holder_str, lease, ms, renew)
+            self.attempt(holder_str, lease, ms, renew)
         })
         .map(|granted| {
             granted.map(|(state, sent)| {
