@@ -82,6 +82,16 @@ pub struct Stats {
     pub pubsub_connections: usize,
     /// Open pooled connections.
     pub pool_connections: usize,
+    /// Lease renewals the watchdog has sent for this client since it was
+    /// made (one per held lock and renewal period).
+    pub renewals: u64,
+    /// Round trips that carried those renewals: renewals due together go to
+    /// Redis as script calls of at most [`Builder::renew_batch`] renewals,
+    /// up to 16 calls per round trip.
+    pub renewal_round_trips: u64,
+    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    /// Each sends at most ⌈due / renew batch⌉ script calls per server.
+    pub renewal_ticks: u64,
 }
 
 impl Client {
@@ -160,6 +170,13 @@ impl Client {
             subscribed_channels: sub.map_or(0, Subscriber::channels),
             pubsub_connections: sub.map_or(0, Subscriber::connections),
             pool_connections: self.shared.source.open_connections(),
+            renewals: self.shared.counters.renewals.load(Ordering::Relaxed),
+            renewal_round_trips: self
+                .shared
+                .counters
+                .renewal_round_trips
+                .load(Ordering::Relaxed),
+            renewal_ticks: self.shared.counters.renewal_ticks.load(Ordering::Relaxed),
         }
     }
 

@@ -24,7 +24,7 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// Default longest sleep of a waiter between two attempts when no unlock
 /// message arrives: 1 s.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Default number of lease renewals the watchdog sends in one pipeline: 100
+/// Default number of lease renewals the watchdog sends in one script call: 100
 /// (Redisson's renewal batch).
 pub const DEFAULT_RENEW_BATCH: usize = 100;
 
@@ -141,7 +141,9 @@ impl Builder {
         self
     }
 
-    /// Most lease renewals the watchdog sends to one server in one pipeline.
+    /// Most lease renewals the watchdog sends to one server in one script
+    /// call (Redis runs a call without serving other clients meanwhile, so
+    /// this bounds the pause others see); up to 16 calls share a round trip.
     /// Default 100.
     pub fn renew_batch(mut self, batch: usize) -> Builder {
         self.renew_batch = batch;

@@ -29,6 +29,12 @@ pub(crate) struct Counters {
     pub(crate) held: AtomicUsize,
     /// Entries of this client in the watchdog's schedule.
     pub(crate) watchdog_entries: AtomicUsize,
+    /// Lease renewals the watchdog sent for this client.
+    pub(crate) renewals: AtomicU64,
+    /// Round trips that carried them.
+    pub(crate) renewal_round_trips: AtomicU64,
+    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    pub(crate) renewal_ticks: AtomicU64,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).

@@ -46,8 +46,9 @@
 //! * Waiters re-check at least every poll interval (1 s), so a lost pub/sub
 //!   message or a lock key without expiry never blocks a waiter for a whole
 //!   lease, and a waiter whose deadline passes always returns.
-//! * Renewals of many locks go to Redis as pipelines, one round trip per
-//!   batch; one watchdog thread serves every client of the process.
+//! * Renewals of many locks go to Redis as multi-key script calls of up to
+//!   100 locks, several calls per round trip; one watchdog thread serves
+//!   every client of the process.
 //! * Threads of one client waiting for the same lock are served in arrival
 //!   order: a thread that releases and at once locks again queues behind the
 //!   threads already waiting instead of racing them (Redisson lets it win).

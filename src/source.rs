@@ -13,7 +13,7 @@ pub(crate) enum Source {
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
-/// same server can share one pipeline.
+/// same server can share one round trip.
 pub(crate) type NodeId = usize;
 
 impl Source {

@@ -3,13 +3,14 @@
 //! while its holder lives.
 //!
 //! Holders hand entries over through a pending list and wake the thread only
-//! when the new entry falls due before the thread's next planned wake-up, so
-//! a steady stream of short holds costs no thread wake-ups. Releases never
-//! talk to the thread: the releaser marks the shared [`LeaseState`] released
-//! (synchronously, before `unlock` returns) and the thread drops such entries
-//! when it meets them. Renewals that fall due together go to each server as
-//! pipelines of at most `renew_batch` scripts: one round trip per batch,
-//! never one per lock.
+//! when the new entry falls due before the thread's next planned wake-up or
+//! the list grows long, so a steady stream of short holds costs one thread
+//! wake-up per thousand locks. Releases never talk to the thread: the
+//! releaser marks the shared [`LeaseState`] released (synchronously, before
+//! `unlock` returns) and the thread drops such entries when it meets them.
+//! Renewals that fall due together go to each server as multi-key script
+//! calls of at most `renew_batch` renewals, several calls per round trip:
+//! never one round trip per lock.
 
 mod schedule;
 
@@ -49,7 +50,7 @@ impl Entry {
     }
 
     /// Renewals may go out this much before they are due, so that entries
-    /// due close together share a pipeline.
+    /// due close together share a round trip.
     fn window(&self) -> Duration {
         if self.renew {
             self.interval() / 8
@@ -110,16 +111,33 @@ static WATCHDOG: LazyLock<Arc<Shared>> = LazyLock::new(|| {
     shared
 });
 
+/// Script calls (of at most `renew_batch` renewals each) the watchdog sends
+/// to one server in one round trip. A 3 s lease over 100 000 locks means
+/// 1 000 calls a second; one round trip each leaves the watchdog thread and
+/// the server waking each other 2 000 times a second, which on a busy
+/// machine costs more than the renewals themselves.
+const CALLS_PER_ROUND_TRIP: usize = 16;
+
+/// Pending entries that make the thread wake up to take them, although none
+/// falls due soon. Short holds leave their entries in the pending list until
+/// the thread next wakes (up to a renewal period later); this bounds that
+/// list, and with it the memory of released entries nobody looks at, to a
+/// few hundred kilobytes, at the cost of one wake-up per this many locks.
+const PENDING_WAKE: usize = 1024;
+
 /// Hands a newly held lock to the watchdog. Its first renewal (or, for a
 /// fixed lease, its expiry) is due at `due`.
 pub(crate) fn register(entry: Entry, due: Instant) {
     let shared = &*WATCHDOG;
-    shared
-        .pending
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push((due, entry));
-    if nanos(due) < shared.next_wake.load(Ordering::SeqCst)
+    let pending = {
+        let mut list = shared
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        list.push((due, entry));
+        list.len()
+    };
+    if (pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
@@ -231,13 +249,15 @@ fn forget(entry: Entry) {
 }
 
 fn renew_due(schedule: &mut Schedule<Entry>, now: Instant) {
-    let due = schedule.pop_due(now, Entry::window);
-    if due.is_empty() {
-        return;
-    }
-    // Group by (deployment, node): one pipeline per server per batch.
+    // Group by (deployment, node): one script call per server per batch.
+    // Entries are taken off the schedule one at a time and a batch goes out
+    // as soon as it is full, so a tick with 100 000 due leases never holds
+    // more than one batch per server outside the schedule.
     let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
-    for entry in due {
+    // Retries are due again within this tick's window: schedule them only
+    // after the tick, or a failing server would be retried in a loop.
+    let mut later = Vec::new();
+    while let Some(entry) = schedule.pop_one_due(now, Entry::window) {
         if entry.state.is_released() || entry.state.is_marked_lost() {
             forget(entry);
             continue;
@@ -250,19 +270,35 @@ fn renew_due(schedule: &mut Schedule<Entry>, now: Instant) {
         }
         let node = entry.source.node_of(&entry.key);
         let source = Arc::as_ptr(&entry.source) as usize;
-        groups.entry((source, node)).or_default().push(entry);
-    }
-    for ((_, node), entries) in groups {
-        let batch = entries.first().map_or(1, |e| e.renew_batch.max(1));
-        let mut entries = entries.into_iter().peekable();
-        while entries.peek().is_some() {
-            let chunk: Vec<Entry> = entries.by_ref().take(batch).collect();
-            renew_chunk(schedule, node, chunk);
+        let per_trip = entry.renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+        let buffer = groups.entry((source, node)).or_insert_with(|| {
+            entry.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        });
+        buffer.push(entry);
+        if buffer.len() >= per_trip {
+            let chunk = std::mem::take(buffer);
+            renew_chunk(schedule, &mut later, node, chunk);
         }
+    }
+    for ((_, node), chunk) in groups {
+        if !chunk.is_empty() {
+            renew_chunk(schedule, &mut later, node, chunk);
+        }
+    }
+    for (due, entry) in later {
+        schedule.insert(due, entry);
     }
 }
 
-fn renew_chunk(schedule: &mut Schedule<Entry>, node: NodeId, chunk: Vec<Entry>) {
+/// Renews one batch. Renewed entries go back into `schedule` (due after this
+/// tick's window); entries to retry go to `later`.
+fn renew_chunk(
+    schedule: &mut Schedule<Entry>,
+    later: &mut Vec<(Instant, Entry)>,
+    node: NodeId,
+    chunk: Vec<Entry>,
+) {
     let Some(first) = chunk.first() else {
         return;
     };
@@ -281,7 +317,17 @@ fn renew_chunk(schedule: &mut Schedule<Entry>, node: NodeId, chunk: Vec<Entry>) 
         })
         .collect();
     let sent = Instant::now();
-    let replies = source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals));
+    first
+        .counters
+        .renewals
+        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+    first
+        .counters
+        .renewal_round_trips
+        .fetch_add(1, Ordering::Relaxed);
+    let per_call = first.renew_batch;
+    let replies =
+        source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
     drop(renewals);
     let now = Instant::now();
     match replies {
@@ -305,7 +351,7 @@ fn renew_chunk(schedule: &mut Schedule<Entry>, node: NodeId, chunk: Vec<Entry>) 
                         }
                         forget(entry);
                     }
-                    Err(e) if matches!(e, crate::Error::WrongType { .. }) => {
+                    Err(crate::Error::WrongType { .. }) => {
                         log::warn!(
                             "redguard: lease of lock {:?} lost: the key now holds another type",
                             entry.name()
@@ -313,19 +359,24 @@ fn renew_chunk(schedule: &mut Schedule<Entry>, node: NodeId, chunk: Vec<Entry>) 
                         entry.state.mark_lost();
                         forget(entry);
                     }
-                    Err(e) => retry_or_lose(schedule, entry, now, &e),
+                    Err(e) => retry_or_lose(later, entry, now, &e),
                 }
             }
         }
         Err(e) => {
             for entry in chunk {
-                retry_or_lose(schedule, entry, now, &e);
+                retry_or_lose(later, entry, now, &e);
             }
         }
     }
 }
 
-fn retry_or_lose(schedule: &mut Schedule<Entry>, entry: Entry, now: Instant, err: &crate::Error) {
+fn retry_or_lose(
+    later: &mut Vec<(Instant, Entry)>,
+    entry: Entry,
+    now: Instant,
+    err: &crate::Error,
+) {
     if entry.state.is_released() {
         forget(entry);
         return;
@@ -345,7 +396,7 @@ fn retry_or_lose(schedule: &mut Schedule<Entry>, entry: Entry, now: Instant, err
         entry.name()
     );
     let retry = (now + entry.retry_delay()).min(valid_until);
-    schedule.insert(retry, entry);
+    later.push((retry, entry));
 }
 
 fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {

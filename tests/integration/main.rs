@@ -6,3 +6,4 @@ mod support;
 mod local_fairness;
 mod lock;
 mod pool_contention;
+mod renew_batch;

@@ -1,0 +1,96 @@
+//! The watchdog renews many leases per script call and per round trip, and
+//! each lock of a batch keeps its own outcome.
+
+use std::time::Duration;
+
+use crate::support::{TEST_WATCHDOG, TestContext, test_builder, unique_name, wait_until};
+
+fn pttl(ctx: &TestContext, key: &str) -> i64 {
+    ctx.server.cmd("PTTL", &[key.as_bytes()])
+}
+
+#[test]
+fn b2_many_locks_stay_renewed_in_batches() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .renew_batch(10)
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..35).map(|_| unique_name("batch")).collect();
+    let locks: Vec<_> = names.iter().map(|n| client.lock(n)).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    let before = client.stats();
+    // Three renewal periods: every lock renewed at least twice more.
+    assert!(wait_until(Duration::from_secs(5), || {
+        client.stats().renewals >= before.renewals + 2 * 35
+    }));
+    let lowest = names.iter().map(|n| pttl(&ctx, n)).min().unwrap();
+    assert!(lowest > 0, "a key lost its expiry or expired: {lowest}");
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    let stats = client.stats();
+    assert!(stats.renewal_ticks > before.renewal_ticks);
+    // 35 renewals fit one round trip (batches of 10, several per trip).
+    assert!(
+        stats.renewal_round_trips - before.renewal_round_trips
+            <= stats.renewal_ticks - before.renewal_ticks,
+        "{stats:?} vs {before:?}"
+    );
+    assert!(
+        stats.renewals - before.renewals >= stats.renewal_round_trips - before.renewal_round_trips
+    );
+}
+
+#[test]
+fn i7_wrong_type_in_a_batch_loses_only_that_lock() {
+    let ctx = TestContext::new();
+    let names: Vec<String> = (0..3).map(|_| unique_name("batch-wt")).collect();
+    let locks: Vec<_> = names.iter().map(|n| ctx.client.lock(n)).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    let _: () = ctx.server.cmd("DEL", &[names[1].as_bytes()]);
+    let _: () = ctx.server.cmd("SET", &[names[1].as_bytes(), b"x"]);
+    assert!(wait_until(Duration::from_secs(3), || guards[1].is_lost()));
+    let renewals = ctx.client.stats().renewals;
+    assert!(wait_until(Duration::from_secs(3), || ctx
+        .client
+        .stats()
+        .renewals
+        >= renewals + 4));
+    assert!(!guards[0].is_lost() && !guards[2].is_lost());
+    assert!(pttl(&ctx, &names[0]) > 0 && pttl(&ctx, &names[2]) > 0);
+    let value: String = ctx.server.cmd("GET", &[names[1].as_bytes()]);
+    assert_eq!(value, "x", "the foreign value is left alone");
+}
+
+#[test]
+fn h3_deleted_key_in_a_batch_is_reported_lost() {
+    let ctx = TestContext::new();
+    let names: Vec<String> = (0..3).map(|_| unique_name("batch-del")).collect();
+    let locks: Vec<_> = names.iter().map(|n| ctx.client.lock(n)).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    let _: () = ctx.server.cmd("DEL", &[names[0].as_bytes()]);
+    // Notified within one renewal period plus a round trip (generously).
+    assert!(wait_until(TEST_WATCHDOG * 3, || guards[0].is_lost()));
+    assert!(!guards[1].is_lost() && !guards[2].is_lost());
+}
+
+#[test]
+fn renewals_survive_a_script_cache_flush() {
+    let ctx = TestContext::new();
+    let name = unique_name("batch-flush");
+    let lock = ctx.client.lock(&name);
+    let guard = lock.lock().unwrap();
+    assert!(wait_until(Duration::from_secs(3), || ctx
+        .client
+        .stats()
+        .renewals
+        >= 1));
+    let _: () = ctx.server.cmd("SCRIPT", &[b"FLUSH"]);
+    let renewals = ctx.client.stats().renewals;
+    assert!(wait_until(Duration::from_secs(3), || ctx
+        .client
+        .stats()
+        .renewals
+        >= renewals + 2));
+    assert!(!guard.is_lost());
+    assert!(pttl(&ctx, &name) > 0);
+}
