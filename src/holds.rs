@@ -18,8 +18,25 @@ struct Hold {
 /// so recording a hold copies no name).
 type ClientHolds = HashMap<Arc<[u8]>, Hold>;
 
+/// A thread uses one client, rarely a few: a short list, searched by client
+/// id, beats hashing the id on every lock call. A client's map stays when it
+/// empties (a lock/unlock loop then neither allocates nor frees a table) and
+/// is dropped when another client's map is added.
+type Holds = Vec<(u128, ClientHolds)>;
+
 thread_local! {
-    static HOLDS: RefCell<HashMap<u128, ClientHolds>> = RefCell::new(HashMap::new());
+    static HOLDS: RefCell<Holds> = const { RefCell::new(Vec::new()) };
+}
+
+fn of(holds: &mut Holds, client: u128) -> Option<&mut ClientHolds> {
+    holds.iter_mut().find(|(c, _)| *c == client).map(|(_, m)| m)
+}
+
+/// After a removal: an empty map that grew large gives its memory back.
+fn trim(per_client: &mut ClientHolds) {
+    if per_client.is_empty() && per_client.capacity() > 64 {
+        *per_client = HashMap::new();
+    }
 }
 
 /// The live state of this thread's hold on `key`, if it has one that is not
@@ -27,7 +44,8 @@ thread_local! {
 pub(crate) fn current(client: u128, key: &[u8]) -> Option<Arc<LeaseState>> {
     HOLDS.with(|holds| {
         let holds = holds.borrow();
-        let hold = holds.get(&client)?.get(key)?;
+        let (_, per_client) = holds.iter().find(|(c, _)| *c == client)?;
+        let hold = per_client.get(key)?;
         let live = !hold.state.is_marked_lost() && !hold.state.is_released();
         live.then(|| hold.state.clone())
     })
@@ -43,7 +61,15 @@ pub(crate) fn enter(
 ) -> (Arc<LeaseState>, bool) {
     HOLDS.with(|holds| {
         let mut holds = holds.borrow_mut();
-        let per_client = holds.entry(client).or_default();
+        let index = match holds.iter().position(|(c, _)| *c == client) {
+            Some(index) => index,
+            None => {
+                holds.retain(|(_, m)| !m.is_empty());
+                holds.push((client, HashMap::new()));
+                holds.len() - 1
+            }
+        };
+        let per_client = &mut holds[index].1;
         if let Some(hold) = per_client.get_mut(&key[..])
             && !hold.state.is_marked_lost()
             && !hold.state.is_released()
@@ -69,7 +95,7 @@ pub(crate) fn enter(
 pub(crate) fn leave(client: u128, key: &[u8], state: &Arc<LeaseState>) -> u64 {
     HOLDS.with(|holds| {
         let mut holds = holds.borrow_mut();
-        let Some(per_client) = holds.get_mut(&client) else {
+        let Some(per_client) = of(&mut holds, client) else {
             return 0;
         };
         let Some(hold) = per_client.get_mut(key) else {
@@ -82,9 +108,7 @@ pub(crate) fn leave(client: u128, key: &[u8], state: &Arc<LeaseState>) -> u64 {
         let left = hold.count;
         if left == 0 {
             per_client.remove(key);
-            if per_client.is_empty() {
-                holds.remove(&client);
-            }
+            trim(per_client);
         }
         left
     })
@@ -95,16 +119,13 @@ pub(crate) fn leave(client: u128, key: &[u8], state: &Arc<LeaseState>) -> u64 {
 pub(crate) fn forget(client: u128, key: &[u8], state: &Arc<LeaseState>) {
     HOLDS.with(|holds| {
         let mut holds = holds.borrow_mut();
-        if let Some(per_client) = holds.get_mut(&client) {
-            if per_client
+        if let Some(per_client) = of(&mut holds, client)
+            && per_client
                 .get(key)
                 .is_some_and(|hold| Arc::ptr_eq(&hold.state, state))
-            {
-                per_client.remove(key);
-            }
-            if per_client.is_empty() {
-                holds.remove(&client);
-            }
+        {
+            per_client.remove(key);
+            trim(per_client);
         }
     });
 }

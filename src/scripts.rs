@@ -43,6 +43,31 @@ pub(crate) enum Release {
     Released,
 }
 
+/// Sends `EVALSHA <script's hash> <numkeys> <keys> <args>` in one command;
+/// on NOSCRIPT (a restarted or flushed server) loads the script and sends it
+/// again. The same as `Script::key(..).arg(..).invoke(..)`, without building
+/// every argument twice: the hot path of every lock call.
+fn evalsha(
+    conn: &mut dyn redis::ConnectionLike,
+    script: &Script,
+    keys: &[&[u8]],
+    args: impl FnOnce(&mut redis::Cmd),
+) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    args(&mut cmd);
+    match cmd.query(conn) {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load(conn)?;
+            cmd.query(conn)
+        }
+        other => other,
+    }
+}
+
 fn ttl_from(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
@@ -54,12 +79,10 @@ pub(crate) fn acquire(
     holder: &str,
     lease_ms: u64,
 ) -> Result<Acquire> {
-    let reply: Value = LOCK
-        .key(key)
-        .arg(lease_ms)
-        .arg(holder)
-        .invoke(conn)
-        .map_err(|e| Error::from_redis(e, key))?;
+    let reply = evalsha(conn, &LOCK, &[key], |cmd| {
+        cmd.arg(lease_ms).arg(holder);
+    })
+    .map_err(|e| Error::from_redis(e, key))?;
     match reply {
         Value::Nil => Ok(Acquire::Acquired),
         Value::Int(ms) => Ok(Acquire::Busy { pttl: ttl_from(ms) }),
@@ -76,14 +99,10 @@ pub(crate) fn release(
     holder: &str,
     lease_ms: u64,
 ) -> Result<Release> {
-    let reply: Value = UNLOCK
-        .key(key)
-        .key(channel)
-        .arg(UNLOCK_MESSAGE)
-        .arg(lease_ms)
-        .arg(holder)
-        .invoke(conn)
-        .map_err(|e| Error::from_redis(e, key))?;
+    let reply = evalsha(conn, &UNLOCK, &[key, channel], |cmd| {
+        cmd.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(holder);
+    })
+    .map_err(|e| Error::from_redis(e, key))?;
     match reply {
         Value::Nil => Ok(Release::NotHeld),
         Value::Int(0) => Ok(Release::StillHeld),
@@ -100,12 +119,10 @@ pub(crate) fn renew(
     holder: &str,
     lease_ms: u64,
 ) -> Result<bool> {
-    let reply: Value = RENEW
-        .key(key)
-        .arg(lease_ms)
-        .arg(holder)
-        .invoke(conn)
-        .map_err(|e| Error::from_redis(e, key))?;
+    let reply = evalsha(conn, &RENEW, &[key], |cmd| {
+        cmd.arg(lease_ms).arg(holder);
+    })
+    .map_err(|e| Error::from_redis(e, key))?;
     renew_reply(&reply)
 }
 

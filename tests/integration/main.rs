@@ -7,3 +7,4 @@ mod local_fairness;
 mod lock;
 mod pool_contention;
 mod renew_batch;
+mod script_cache;
