@@ -281,6 +281,7 @@ def main():
     meta = load(os.path.join(run_dirs[0], "meta.json")) or {}
     w1 = get(load(os.path.join(run_dirs[0], "w1.json")), "w1")
     w2 = get(load(os.path.join(run_dirs[0], "w2.json")), "w2")
+    ab = get(load(os.path.join(run_dirs[0], "ab.json")), "ab")
 
     ratios = []
     for r in runs:
@@ -301,7 +302,7 @@ def main():
         "s2_starvation_ratio_max": max((x["starvation_ratio"] or float("inf")) for x in s2) if s2 else None,
     }
     result = {"schema": "redguard-bench/1", "meta": meta, "runs": runs, "ratios": ratios,
-              "targets": checks, "w1": w1, "w2": w2}
+              "targets": checks, "ab": ab, "w1": w1, "w2": w2}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -344,6 +345,25 @@ def main():
               f"p99 {sp(c['s2_rel_other_p99_us'], 0, ' µs')} (goal ≤ 3000 µs); "
               f"overlaps {c['s2_overlaps']}, acquire failures {c['s2_acquire_failures']}, "
               f"worst per-worker max/min {fmt(c['s2_starvation_ratio_max'], 2)} (goal ≤ 3).")
+    if ab and "s1" in ab and "ratio" in ab["s1"]:
+        md.append("")
+        md.append("A/B in one process (redguard and the floor alternate: S1 in blocks of "
+                  f"{ab['s1']['block_cycles']:,} cycles, {ab['s1']['rounds']} blocks each; S3 with 8 threads "
+                  f"in phases of {ab['s3'].get('phase_s', 0) * 1000:.0f} ms, {ab['s3'].get('rounds', 0)} each):")
+        md.append("")
+        md.append("| scenario | redguard / floor, median (p25 – p75) | redguard cyc/s (median) | floor cyc/s (median) | client CPU µs/cycle redguard / floor |")
+        md.append("|---|---:|---:|---:|---:|")
+        for k in ("s1", "s3"):
+            x = ab.get(k) or {}
+            if "ratio" not in x:
+                continue
+            r = x["ratio"]
+            cpu = "–"
+            if k == "s1" and "redguard_thread_cpu_us_per_cycle" in x:
+                cpu = (f"{x['redguard_thread_cpu_us_per_cycle']['median']:.1f} / "
+                       f"{x['floor_thread_cpu_us_per_cycle']['median']:.1f}")
+            md.append(f"| {k.upper()} | {r['median']:.3f} ({r['p25']:.3f} – {r['p75']:.3f}) "
+                      f"| {x['redguard_cps']['median']:,.0f} | {x['floor_cps']['median']:,.0f} | {cpu} |")
     if w1:
         md.append("")
         md.append("W1 watchdog at scale (one client, one thread holding N locks, hold = 3 renewal periods):")
