@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config::{Builder, Config};
 use crate::error::{Error, Result};
+use crate::fencing::FencedLock;
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Counters;
 use crate::lock::Lock;
@@ -128,6 +129,39 @@ impl Client {
     /// [`Error::InvalidArgument`] by the lock's operations.
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
         Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// A fair lock named `name` (Redisson's `RFairLock`): a [`Lock`] whose
+    /// waiters get it first come, first served. Cheap: no I/O.
+    ///
+    /// * **Order**: a waiter joins the queue `redisson_lock_queue:{name}` on
+    ///   its first attempt, once; only the queue head may take the free
+    ///   lock. Re-entry by the holding thread works as for [`Lock`].
+    /// * **No herd**: a release wakes only the next waiter, on its own
+    ///   channel `redisson_lock__channel:{name}:<holder id>`.
+    /// * **Dead waiters**: each waiter has a deadline in
+    ///   `redisson_lock_timeout:{name}` (ms since the epoch, taken from the
+    ///   Redis server's clock, never the client's), pushed forward by each
+    ///   of its attempts; a waiter that stops attempting is pruned by any
+    ///   acquire or release [`Builder::fair_wait_timeout`] (300 s by
+    ///   default) after its last attempt.
+    /// * **Every way out of a wait** (acquired, timed out, error, client
+    ///   shut down) removes the waiter from the queue and the deadline set.
+    ///
+    /// A Redisson `RFairLock` of the same name excludes and is excluded by
+    /// this lock and shares its queue; Redisson computes deadlines
+    /// differently (from its client clock, cumulated along the queue), so
+    /// in a mixed queue the order may be less strict.
+    pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new_fair(self.clone(), name.as_ref())
+    }
+
+    /// A fenced lock named `name` (Redisson's `RFencedLock`): a reentrant
+    /// lock whose every acquisition, re-entry included, draws a fencing
+    /// token from the counter `redisson_lock_token:{name}`. Cheap: no I/O.
+    /// See [`FencedLock`] and [`Client::fenced_set`].
+    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> FencedLock {
+        FencedLock::new(Lock::new_fenced(self.clone(), name.as_ref()))
     }
 
     /// This client's id: the first half of every holder id it writes.

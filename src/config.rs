@@ -27,6 +27,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default number of lease renewals the watchdog sends in one pipeline: 100
 /// (Redisson's renewal batch).
 pub const DEFAULT_RENEW_BATCH: usize = 100;
+/// Default time a queued fair-lock waiter keeps its place without an
+/// attempt: 300 s (Redisson's `fairLockWaitTimeout`).
+pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Configuration of a [`Client`], made by [`Client::builder`].
 ///
@@ -44,6 +47,7 @@ pub struct Builder {
     poll_interval: Duration,
     renew_batch: usize,
     release_on_shutdown: bool,
+    fair_wait_timeout: Duration,
 }
 
 impl fmt::Debug for Builder {
@@ -59,6 +63,7 @@ impl fmt::Debug for Builder {
             .field("poll_interval", &self.poll_interval)
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
+            .field("fair_wait_timeout", &self.fair_wait_timeout)
             .finish()
     }
 }
@@ -75,6 +80,7 @@ impl Default for Builder {
             poll_interval: DEFAULT_POLL_INTERVAL,
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
+            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
         }
     }
 }
@@ -156,6 +162,20 @@ impl Builder {
         self
     }
 
+    /// How long a waiter queued on a fair lock ([`Client::fair_lock`]) keeps
+    /// its place without an attempt (Redisson's `fairLockWaitTimeout`).
+    /// Default 300 s.
+    ///
+    /// A live waiter attempts at least every third of this (and every poll
+    /// interval), each attempt moving its deadline to now + this on the
+    /// Redis server's clock, so it never loses its place by waiting long. A
+    /// waiter whose process died is pruned this long after its last
+    /// attempt: it blocks the queue behind it for at most this long.
+    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Builder {
+        self.fair_wait_timeout = timeout;
+        self
+    }
+
     /// Validates the configuration and makes the client. No connection is
     /// opened yet: the first lock operation connects.
     ///
@@ -163,7 +183,7 @@ impl Builder {
     ///
     /// [`Error::InvalidArgument`] for an unparsable URL, a zero duration or
     /// pool size, a watchdog timeout under 3 × the response timeout, or a
-    /// watchdog timeout above [`MAX_LEASE`].
+    /// watchdog timeout or fair wait timeout above [`MAX_LEASE`].
     pub fn build(self) -> Result<Client> {
         Client::from_config(self.into_config()?)
     }
@@ -184,6 +204,7 @@ impl Builder {
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
             ("poll interval", self.poll_interval),
+            ("fair wait timeout", self.fair_wait_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must not be zero")));
@@ -196,6 +217,7 @@ impl Builder {
             return Err(Error::invalid("renew batch must be at least 1"));
         }
         lease_ms(self.watchdog_timeout)?;
+        lease_ms(self.fair_wait_timeout)?;
         if self.watchdog_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
                 "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
@@ -211,6 +233,7 @@ impl Builder {
             poll_interval: self.poll_interval,
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
+            fair_wait_timeout: self.fair_wait_timeout,
         })
     }
 }
@@ -226,6 +249,7 @@ pub(crate) struct Config {
     pub(crate) poll_interval: Duration,
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
+    pub(crate) fair_wait_timeout: Duration,
 }
 
 impl fmt::Debug for Config {
@@ -292,6 +316,12 @@ mod tests {
         assert!(b().url("not a url").into_config().is_err());
         assert!(b().pool_size(0).into_config().is_err());
         assert!(b().watchdog_timeout(Duration::ZERO).into_config().is_err());
+        assert!(b().fair_wait_timeout(Duration::ZERO).into_config().is_err());
+        assert!(b().fair_wait_timeout(Duration::MAX).into_config().is_err());
+        assert_eq!(
+            b().into_config().unwrap().fair_wait_timeout,
+            DEFAULT_FAIR_WAIT_TIMEOUT
+        );
         assert!(
             b().watchdog_timeout(Duration::from_secs(2))
                 .response_timeout(Duration::from_secs(1))

@@ -52,6 +52,7 @@
 mod client;
 mod config;
 mod error;
+mod fencing;
 mod guard;
 mod holder;
 mod holds;
@@ -66,10 +67,12 @@ mod watchdog;
 
 pub use client::{Client, Stats};
 pub use config::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
-    DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_POLL_INTERVAL,
+    DEFAULT_POOL_SIZE, DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    MAX_LEASE,
 };
 pub use error::{Error, Result};
+pub use fencing::{FencedGuard, FencedLock, FencedWrite};
 pub use guard::LockGuard;
 pub use holder::{ClientId, HolderId, current_thread_id};
 pub use keys::MAX_NAME_LEN;

@@ -38,6 +38,9 @@ pub(crate) struct Entry {
     /// at shutdown) but never renewed.
     pub(crate) renew: bool,
     pub(crate) renew_batch: usize,
+    /// The wait queue of a fair lock, whose head alone is woken when the
+    /// lock is released at client shutdown; `None` for other kinds.
+    pub(crate) queue: Option<Arc<[u8]>>,
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
@@ -353,7 +356,13 @@ fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {
     for entry in entries {
         if release && !entry.state.is_released() && !entry.state.is_marked_lost() {
             let released = entry.source.with_conn(&entry.key, |conn| {
-                scripts::release_holder(conn, &entry.key, &entry.channel, &entry.holder)
+                scripts::release_holder(
+                    conn,
+                    &entry.key,
+                    &entry.channel,
+                    entry.queue.as_deref(),
+                    &entry.holder,
+                )
             });
             if let Err(e) = released {
                 log::warn!(

@@ -3,4 +3,6 @@
 
 mod support;
 
+mod fair_lock;
+mod fenced_lock;
 mod lock;

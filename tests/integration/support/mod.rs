@@ -28,6 +28,7 @@
     reason = "items are `pub` for `#[path]` reuse from the benches"
 )]
 
+mod child;
 mod context;
 mod proxy;
 mod server;
@@ -42,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use child::{ChildTest, child_role, hear, say};
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 #[allow(
     unused_imports,
