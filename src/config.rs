@@ -169,8 +169,11 @@ impl Builder {
     /// A live waiter attempts at least every third of this (and every poll
     /// interval), each attempt moving its deadline to now + this on the
     /// Redis server's clock, so it never loses its place by waiting long. A
-    /// waiter whose process died is pruned this long after its last
-    /// attempt: it blocks the queue behind it for at most this long.
+    /// waiter whose process died (or stalled for longer than this) is
+    /// pruned this long after its last attempt: it blocks the queue behind
+    /// it for at most this long. A stalled waiter that comes back joins the
+    /// queue again at its tail. Must be at least 3 × the response timeout,
+    /// so that a slow attempt does not cost a live waiter its place.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Builder {
         self.fair_wait_timeout = timeout;
         self
@@ -183,7 +186,8 @@ impl Builder {
     ///
     /// [`Error::InvalidArgument`] for an unparsable URL, a zero duration or
     /// pool size, a watchdog timeout under 3 × the response timeout, or a
-    /// watchdog timeout or fair wait timeout above [`MAX_LEASE`].
+    /// fair wait timeout under 3 × the response timeout, or a watchdog
+    /// timeout or fair wait timeout above [`MAX_LEASE`].
     pub fn build(self) -> Result<Client> {
         Client::from_config(self.into_config()?)
     }
@@ -222,6 +226,12 @@ impl Builder {
             return Err(Error::invalid(format!(
                 "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
                 self.watchdog_timeout, self.response_timeout
+            )));
+        }
+        if self.fair_wait_timeout < self.response_timeout.saturating_mul(3) {
+            return Err(Error::invalid(format!(
+                "fair wait timeout {:?} must be at least 3 x the response timeout {:?}",
+                self.fair_wait_timeout, self.response_timeout
             )));
         }
         Ok(Config {
@@ -318,6 +328,12 @@ mod tests {
         assert!(b().watchdog_timeout(Duration::ZERO).into_config().is_err());
         assert!(b().fair_wait_timeout(Duration::ZERO).into_config().is_err());
         assert!(b().fair_wait_timeout(Duration::MAX).into_config().is_err());
+        assert!(
+            b().fair_wait_timeout(Duration::from_secs(8))
+                .into_config()
+                .is_err(),
+            "under 3 x the 3 s default response timeout"
+        );
         assert_eq!(
             b().into_config().unwrap().fair_wait_timeout,
             DEFAULT_FAIR_WAIT_TIMEOUT

@@ -27,6 +27,23 @@
 //! Waiters sleep until an unlock message arrives on the lock's channel (one
 //! pub/sub connection per client), bounded by the holder's remaining ttl.
 //!
+//! # Kinds of lock
+//!
+//! All of them are reentrant per (client, thread), renewed by the watchdog
+//! unless given a lease, and share the method names and guard semantics of
+//! [`Lock`]:
+//!
+//! * [`Client::lock`]: a reentrant [`Lock`] (Redisson's `RLock`). Waiters
+//!   race for a released lock.
+//! * [`Client::fair_lock`]: a fair [`Lock`] (Redisson's `RFairLock`).
+//!   Waiters are served first come, first served; a release wakes only the
+//!   next one; dead waiters are pruned after
+//!   [`Builder::fair_wait_timeout`].
+//! * [`Client::fenced_lock`]: a [`FencedLock`] (Redisson's `RFencedLock`).
+//!   Every grant carries a larger fencing token
+//!   ([`FencedGuard::fencing_token`]) for storage that refuses stale
+//!   writers, such as [`Client::fenced_set`].
+//!
 //! # Differences from `std::sync::Mutex`
 //!
 //! * **No poisoning**, and no data inside: the lock protects something

@@ -120,7 +120,7 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
 /// exactly that order, run after run.
 #[test]
 fn a7_fair_lock_fifo() {
-    const RUNS: usize = 20;
+    const RUNS: usize = 50;
     const WAITERS: usize = 10;
     let ctx = TestContext::new();
     for run in 0..RUNS {
@@ -440,6 +440,52 @@ fn fair_release_at_shutdown_and_force_unlock_wake_the_head() {
         at - forced_at
     );
     waiter_client.shutdown();
+}
+
+/// A queue head that leaves (here: its client shuts down) while the lock is
+/// free passes the wake-up on to the next waiter at once.
+#[test]
+fn fair_leaving_head_passes_the_wake_up_on() {
+    let server = RedisServer::start();
+    // Slow poll and a long lease: only a message wakes a waiter quickly.
+    let slow_poll = || {
+        test_builder(&server.url())
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let name = unique_name("fair-pass-on");
+    let lease = Duration::from_secs(20);
+    let holder_client = slow_poll();
+    let first_client = slow_poll();
+    let second_client = slow_poll();
+    let holder = holder_client.fair_lock(&name).with_lease(lease);
+    let guard = holder.lock().unwrap();
+
+    let first = first_client.fair_lock(&name).with_lease(lease);
+    let first_thread = thread::spawn(move || first.lock().map(|_| ()));
+    wait_queue_len(&holder, 1);
+    let second = second_client.fair_lock(&name).with_lease(lease);
+    let second_thread = thread::spawn(move || {
+        let got = second.try_lock_for(Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    wait_queue_len(&holder, 2);
+
+    // The lock frees silently (no unlock message): both waiters sleep on.
+    let _: u64 = server.cmd("DEL", &[name.as_bytes()]);
+    std::mem::forget(guard);
+    let left_at = Instant::now();
+    first_client.shutdown();
+    let first_result = first_thread.join().unwrap();
+    assert!(
+        matches!(first_result, Err(redguard::Error::Shutdown)),
+        "{first_result:?}"
+    );
+    let (got, at) = second_thread.join().unwrap();
+    assert!(got);
+    assert!(at - left_at < ms(1_000), "woken after {:?}", at - left_at);
+    assert!(no_trace(&server, &name));
 }
 
 /// The child half of A8: joins the queue of a fair lock and waits there

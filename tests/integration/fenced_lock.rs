@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use redguard::FencedWrite;
 
 use crate::support::{
-    ChildTest, TEST_WATCHDOG, TestContext, child_role, hear, ms, say, sleep, test_client,
-    unique_name, wait_until,
+    ChildTest, TEST_WATCHDOG, TestContext, child_role, hear, ms, say, sleep, test_builder,
+    test_client, unique_name, wait_until,
 };
 
 fn token_key(name: &str) -> Vec<u8> {
@@ -276,8 +276,15 @@ fn h1_tokens_strictly_increase_over_10000_grants() {
     const THREADS: usize = 4;
     const GRANTS: usize = 10_000;
     let ctx = TestContext::new();
+    // Not a timing test: roomy timeouts, so that a loaded machine cannot
+    // turn a slow reply into a failed grant.
+    let client = test_builder(&ctx.server.url())
+        .response_timeout(Duration::from_secs(2))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
     let name = unique_name("h1-tokens");
-    let lock = ctx.client.fenced_lock(&name);
+    let lock = client.fenced_lock(&name);
     let seen = Arc::new(Mutex::new(Vec::with_capacity(GRANTS)));
     let started = Instant::now();
     let threads: Vec<_> = (0..THREADS)
