@@ -4,3 +4,5 @@
 mod support;
 
 mod lock;
+mod multi_lock;
+mod red_lock;
