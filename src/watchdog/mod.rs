@@ -243,6 +243,12 @@ fn renew_due(schedule: &mut Schedule<Entry>, now: Instant) {
             continue;
         }
         if !entry.renew {
+            let valid_until = entry.state.valid_until();
+            if valid_until > now {
+                // Extended meanwhile (`LockGuard::extend`): look again then.
+                schedule.insert(valid_until, entry);
+                continue;
+            }
             // A fixed lease ran out: the lock is gone on the server.
             entry.state.mark_lost();
             forget(entry);

@@ -4,3 +4,6 @@
 mod support;
 
 mod lock;
+mod layout;
+mod reentrant;
+mod ownership;

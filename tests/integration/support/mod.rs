@@ -28,6 +28,7 @@
     reason = "items are `pub` for `#[path]` reuse from the benches"
 )]
 
+mod child;
 mod context;
 mod proxy;
 mod server;
@@ -49,6 +50,7 @@ pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_
 )]
 pub use proxy::{FaultProxy, Mode};
 pub use server::RedisServer;
+pub use child::ChildProcess;
 
 /// Environment variable naming the `redis-server` binary to spawn.
 pub const REDIS_SERVER_ENV: &str = "REDGUARD_REDIS_SERVER";
