@@ -329,7 +329,6 @@ impl Lock {
         });
         if fresh {
             let entry = watchdog::Entry {
-                client: client_id,
                 key: self.name.clone(),
                 channel: self.channel.clone(),
                 holder: holder.clone(),

@@ -3,7 +3,8 @@
 
 mod support;
 
-mod lock;
 mod layout;
-mod reentrant;
+mod lock;
 mod ownership;
+mod reentrant;
+mod watchdog;
