@@ -7,4 +7,5 @@ mod layout;
 mod lock;
 mod ownership;
 mod reentrant;
+mod waiters;
 mod watchdog;
