@@ -3,6 +3,8 @@
 
 mod support;
 
+mod bad_input;
+mod faults;
 mod layout;
 mod lock;
 mod ownership;
