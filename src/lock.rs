@@ -441,14 +441,14 @@ pub(crate) fn wait_loop<T>(
             Some(deadline) => Some(deadline - now),
             None => None,
         };
-        if waiter.is_none() {
-            if let Some(sub) = client.subscriber() {
-                let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
-                waiter = Some(sub.waiter(channel, confirm_wait));
-                client.check_open()?;
-                // Attempt again now that an unlock cannot go unnoticed.
-                continue;
-            }
+        if waiter.is_none()
+            && let Some(sub) = client.subscriber()
+        {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            waiter = Some(sub.waiter(channel, confirm_wait));
+            client.check_open()?;
+            // Attempt again now that an unlock cannot go unnoticed.
+            continue;
         }
         let mut sleep = poll;
         if let Some(hint) = hint {

@@ -7,6 +7,7 @@ mod bad_input;
 mod faults;
 mod layout;
 mod lock;
+mod mutual_exclusion;
 mod ownership;
 mod reentrant;
 mod waiters;

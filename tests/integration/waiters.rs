@@ -31,36 +31,34 @@ fn handoffs_between_two_clients_are_woken_by_pubsub_within_50ms() {
         .build()
         .unwrap();
     let name = unique_name("handoff");
-    let (tx, rx) = crossbeam_channel::unbounded::<Instant>();
+    let (go_tx, go_rx) = crossbeam_channel::unbounded::<()>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Instant>();
     let lock_b = b.lock(&name);
     let lock_a = a.lock(&name);
-    let mut guard_a = Some(lock_a.lock().unwrap());
     let waiter = std::thread::spawn(move || {
-        let mut latencies = Vec::new();
         for _ in 0..50 {
+            go_rx.recv_timeout(Duration::from_secs(10)).unwrap();
             let g = lock_b.lock().unwrap();
-            latencies.push(Instant::now());
+            let at = Instant::now();
             drop(g);
+            done_tx.send(at).unwrap();
         }
-        let _ = tx.send(Instant::now());
-        latencies
     });
     let mut released = Vec::new();
+    let mut acquired = Vec::new();
     for i in 0..50 {
-        // Wait until B is blocked (registered as a waiter), then release.
+        let guard = lock_a.lock().unwrap();
+        go_tx.send(()).unwrap();
+        // Release only once B is blocked as a waiter.
         assert!(
             wait_until(Duration::from_secs(5), || b.stats().waiters == 1),
             "round {i}"
         );
         released.push(Instant::now());
-        drop(guard_a.take());
-        if i < 49 {
-            // Take it back as soon as B has had it.
-            guard_a = Some(lock_a.lock().unwrap());
-        }
+        drop(guard);
+        acquired.push(done_rx.recv_timeout(Duration::from_secs(10)).unwrap());
     }
-    let acquired = waiter.join().unwrap();
-    assert!(rx.try_recv().is_ok());
+    waiter.join().unwrap();
     let mut worst = Duration::ZERO;
     for (rel, acq) in released.iter().zip(&acquired) {
         let d = acq.saturating_duration_since(*rel);
@@ -220,14 +218,11 @@ fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
     assert!(took >= ms(700) && took < ms(700) + ms(400), "{took:?}");
     // When the foreign key goes away, a waiter notices within one poll
     // interval (200 ms here) although no unlock message is published.
-    let t = {
-        let lock = lock.clone();
-        std::thread::spawn(move || {
-            let t0 = Instant::now();
-            let g = lock.try_lock_for(Duration::from_secs(5)).unwrap();
-            (g.is_some(), t0.elapsed())
-        })
-    };
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let g = lock.try_lock_for(Duration::from_secs(5)).unwrap();
+        (g.is_some(), t0.elapsed())
+    });
     crate::support::sleep(ms(300));
     ctx.server.cmd::<i64>("DEL", &[name.as_bytes()]);
     let deleted = Instant::now();
