@@ -180,7 +180,7 @@ impl Client {
             sub.shutdown();
         }
         watchdog::client_gone(
-            self.shared.id.as_u128(),
+            &self.shared.counters,
             self.shared.config.release_on_shutdown,
             Some(self.shared.config.response_timeout * 2),
         );
@@ -259,7 +259,7 @@ impl Drop for Shared {
             if let Some(Some(sub)) = self.subscriber.get() {
                 sub.shutdown();
             }
-            watchdog::client_gone(self.id.as_u128(), self.config.release_on_shutdown, None);
+            watchdog::client_gone(&self.counters, self.config.release_on_shutdown, None);
         }
     }
 }

@@ -91,10 +91,11 @@ impl Lock {
 
     /// The same lock, acquired with a fixed `lease`: the key expires `lease`
     /// after each acquisition and the watchdog does not renew it (Redisson's
-    /// `lock(leaseTime, unit)`). Sub-millisecond leases round up to 1 ms.
+    /// `lock(leaseTime, unit)`). Fractions of a millisecond round up.
     ///
-    /// The lease is checked when the lock is acquired: a zero lease or one
-    /// above [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
+    /// The lease is checked when the lock is acquired: one under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (5 ms) or above
+    /// [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
     /// [`Error::InvalidArgument`].
     pub fn with_lease(&self, lease: Duration) -> Lock {
         Lock {
@@ -329,7 +330,6 @@ impl Lock {
         });
         if fresh {
             let entry = watchdog::Entry {
-                client: client_id,
                 key: self.name.clone(),
                 channel: self.channel.clone(),
                 holder: holder.clone(),
@@ -362,18 +362,35 @@ impl Lock {
         }
     }
 
-    fn release_unknown(&self, holder: &str) {
-        let released = self.client.with_conn(&self.name, |conn| {
-            scripts::release_holder(conn, &self.name, &self.channel, holder)
-        });
-        match released {
-            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
-            Ok(false) => {}
-            Err(e) => log::warn!(
-                "redguard: acquire of {:?} has an unknown outcome and could not be undone ({e}); \
-                 a grant, if any, expires with its lease",
-                String::from_utf8_lossy(&self.name)
-            ),
+    /// Undoes a grant whose reply was lost, off the caller's thread so the
+    /// caller's deadline is not stretched by a second round trip to a
+    /// server that just failed to answer.
+    fn release_unknown(&self, holder: &Arc<str>) {
+        let (client, name, channel, holder) = (
+            self.client.clone(),
+            self.name.clone(),
+            self.channel.clone(),
+            holder.clone(),
+        );
+        let undo = move || {
+            let released = client.with_conn(&name, |conn| {
+                scripts::release_holder(conn, &name, &channel, &holder)
+            });
+            match released {
+                Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+                Ok(false) => {}
+                Err(e) => log::warn!(
+                    "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                     ({e}); a grant, if any, expires with its lease",
+                    String::from_utf8_lossy(&name)
+                ),
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("redguard-undo".into())
+            .spawn(undo)
+        {
+            log::warn!("redguard: cannot start a thread to undo a lost grant: {e}");
         }
     }
 
@@ -424,14 +441,14 @@ pub(crate) fn wait_loop<T>(
             Some(deadline) => Some(deadline - now),
             None => None,
         };
-        if waiter.is_none() {
-            if let Some(sub) = client.subscriber() {
-                let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
-                waiter = Some(sub.waiter(channel, confirm_wait));
-                client.check_open()?;
-                // Attempt again now that an unlock cannot go unnoticed.
-                continue;
-            }
+        if waiter.is_none()
+            && let Some(sub) = client.subscriber()
+        {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            waiter = Some(sub.waiter(channel, confirm_wait));
+            client.check_open()?;
+            // Attempt again now that an unlock cannot go unnoticed.
+            continue;
         }
         let mut sleep = poll;
         if let Some(hint) = hint {

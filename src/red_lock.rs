@@ -56,16 +56,15 @@ use crate::multi_lock::{Member, canonical, check_members, release_all, release_q
 /// bounded by its client's [`Builder::connect_timeout`] and
 /// [`Builder::response_timeout`]: a new connection to a frozen master costs
 /// up to twice the connect timeout (the connection set-up sends two
-/// commands, each waiting up to it), the script up to the response timeout.
-/// An attempt whose reply is lost is undone with one more call, so one
-/// master costs at most 2 × (2 × connect + response timeout); a master that
-/// refuses connections costs next to nothing. Every acquisition checks that
-/// a whole round, with every master at that bound, fits in half the lease,
-/// and refuses the call with [`Error::InvalidArgument`] otherwise. The
-/// client defaults (3 s each) do not fit a 30 s lease: build the masters'
-/// clients with short timeouts. Short timeouts also keep a frozen master
-/// from stalling the process-wide watchdog, which renews every master's
-/// lease.
+/// commands, each waiting up to it), the script up to the response timeout,
+/// so one master costs at most 2 × connect + response timeout; a master
+/// that refuses connections costs next to nothing. (An attempt whose reply
+/// is lost is undone in the background, off the round's clock.) Every
+/// acquisition checks that a whole round, with every master at that bound,
+/// fits in half the lease, and refuses the call with
+/// [`Error::InvalidArgument`] otherwise. The client defaults (3 s each) do
+/// not fit a 30 s lease over 3 masters: build the masters' clients with
+/// short timeouts.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -319,8 +318,8 @@ impl RedLock {
         }));
         if worst > lease / 2 {
             return Err(Error::invalid(format!(
-                "RedLock: one round may take {worst:?} (2 x (2 x connect + response timeout) \
-                 per master), more than half the lease {lease:?}; build the masters' clients with \
+                "RedLock: one round may take {worst:?} (2 x connect + response timeout per \
+                 master), more than half the lease {lease:?}; build the masters' clients with \
                  shorter timeouts (Builder::connect_timeout, Builder::response_timeout) or use a \
                  longer lease"
             )));
@@ -418,18 +417,12 @@ pub(crate) fn round_validity(lease: Duration, elapsed: Duration) -> Option<Durat
 }
 
 /// The longest one round can take when every master answers at its
-/// timeouts: per master, the attempt and the undo of an attempt whose reply
-/// was lost, each at most a new connection (whose set-up pipeline of two
+/// timeouts: per master, a new connection (whose set-up pipeline of two
 /// commands may wait the connect timeout twice) plus the script (the
 /// response timeout).
 fn worst_round(timeouts: impl Iterator<Item = (Duration, Duration)>) -> Duration {
     timeouts
-        .map(|(connect, response)| {
-            connect
-                .saturating_mul(2)
-                .saturating_add(response)
-                .saturating_mul(2)
-        })
+        .map(|(connect, response)| connect.saturating_mul(2).saturating_add(response))
         .fold(Duration::ZERO, Duration::saturating_add)
 }
 
@@ -647,7 +640,7 @@ mod tests {
     #[test]
     fn worst_round_sums_every_master() {
         let t = [(ms(50), ms(100)); 5];
-        assert_eq!(worst_round(t.into_iter()), ms(2000));
+        assert_eq!(worst_round(t.into_iter()), ms(1000));
         assert_eq!(worst_round(std::iter::empty()), Duration::ZERO);
     }
 
@@ -670,10 +663,10 @@ mod tests {
         assert_eq!(ok.lease(), Some(crate::DEFAULT_WATCHDOG_TIMEOUT));
         assert!(ok.validate().is_ok());
         assert_eq!(ok.with_lease(ms(900)).lease(), Some(ms(900)));
-        // 3 × 2 × (2 × 50 + 50) ms = 900 ms > 1700 ms / 2.
-        assert!(ok.with_lease(ms(1800)).validate().is_ok());
+        // 3 × (2 × 50 + 50) ms = 450 ms > 880 ms / 2.
+        assert!(ok.with_lease(ms(900)).validate().is_ok());
         assert!(matches!(
-            ok.with_lease(ms(1700)).validate(),
+            ok.with_lease(ms(880)).validate(),
             Err(Error::InvalidArgument(_))
         ));
         assert!(ok.retry_delay(ms(5), ms(1)).validate().is_err());

@@ -3,6 +3,14 @@
 
 mod support;
 
+mod bad_input;
+mod faults;
+mod layout;
 mod lock;
 mod multi_lock;
+mod mutual_exclusion;
+mod ownership;
 mod red_lock;
+mod reentrant;
+mod waiters;
+mod watchdog;
