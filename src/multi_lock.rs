@@ -27,6 +27,13 @@ use crate::lock::Lock;
 ///   while holding others, so no set of multi-locks can deadlock. The wait
 ///   budget (`try_lock_for`, `try_lock_until`) is shared by every wait of
 ///   the call.
+/// * **Errors.** With a finite budget (`try_lock_for`, `try_lock_until`), a
+///   transient error on one lock ([`Error::is_transient`]: connection
+///   failures, timeouts) fails the round like a busy lock: what was taken
+///   is released and the round is retried after a short random pause
+///   (10–100 ms) while the budget lasts; the last error is returned when it
+///   runs out. [`MultiLock::lock`] and [`MultiLock::try_lock`] return errors
+///   at once, as [`Lock::lock`] does.
 /// * **Leases.** Each lock keeps its own lease: locks without an explicit
 ///   lease are renewed by the watchdog. Losing any one of them makes the
 ///   whole guard lost ([`MultiLockGuard::check`]).
@@ -194,7 +201,7 @@ impl MultiLock {
     /// same lock on one server, or a bad name or lease; otherwise the first
     /// error met on any lock ([`Error::WrongType`], [`Error::Shutdown`],
     /// connection, timeout and server errors), after releasing the locks
-    /// taken so far.
+    /// taken so far. Errors are not retried (see the type's docs).
     pub fn lock(&self) -> Result<MultiLockGuard<'_>> {
         self.acquire(None)?
             .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
@@ -220,7 +227,9 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`MultiLock::lock`].
+    /// As [`MultiLock::lock`], except that transient errors (connection
+    /// failures, timeouts) are retried while the budget lasts; the last one
+    /// is returned when it runs out.
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<'_>>> {
         self.acquire(Instant::now().checked_add(timeout))
     }
@@ -230,7 +239,7 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`MultiLock::lock`].
+    /// As [`MultiLock::try_lock_for`].
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<'_>>> {
         self.acquire(Some(deadline))
     }
@@ -246,6 +255,7 @@ impl MultiLock {
         loop {
             let mut guards = Vec::with_capacity(self.members.len());
             let mut busy = None;
+            let mut failed = None;
             for (i, member) in self.members.iter().enumerate() {
                 match member.lock.try_lock() {
                     Ok(Some(guard)) => guards.push(guard),
@@ -254,14 +264,18 @@ impl MultiLock {
                         break;
                     }
                     Err(e) => {
-                        release_quietly(&mut guards);
-                        drop(won);
-                        return Err(e);
+                        failed = Some(e);
+                        break;
                     }
                 }
             }
             // The round's own hold of the won lock (a re-entry) stays.
             drop(won.take());
+            if let Some(e) = failed {
+                release_quietly(&mut guards);
+                retry_after_error(e, deadline)?;
+                continue;
+            }
             let Some(busy) = busy else {
                 return Ok(Some(MultiLockGuard {
                     multi: self,
@@ -274,14 +288,50 @@ impl MultiLock {
                 return Ok(None);
             }
             let lock = &self.members[busy].lock;
-            won = match deadline {
-                Some(deadline) => lock.try_lock_until(deadline)?,
-                None => Some(lock.lock()?),
+            let waited = match deadline {
+                Some(deadline) => lock.try_lock_until(deadline),
+                None => lock.lock().map(Some),
             };
-            if won.is_none() {
-                return Ok(None);
+            match waited {
+                Ok(Some(guard)) => won = Some(guard),
+                Ok(None) => return Ok(None),
+                Err(e) => retry_after_error(e, deadline)?,
             }
         }
+    }
+}
+
+/// Longest pause before retrying a round that failed with a transient
+/// error (a random part of it, so that contenders spread out).
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Decides what a failed round does next: `Err(e)` when `e` is not
+/// transient or there is no finite budget left; otherwise pauses (at most
+/// [`ERROR_PAUSE`], never past the deadline) and returns `Ok(())` to retry.
+fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
+    let Some(deadline) = deadline else {
+        return Err(e);
+    };
+    let now = Instant::now();
+    if !e.is_transient() || now >= deadline {
+        return Err(e);
+    }
+    log::debug!("redguard: MultiLock round failed ({e}); retrying");
+    let pause = rand::Rng::random_range(&mut rand::rng(), ERROR_PAUSE / 10..=ERROR_PAUSE);
+    pause_until((now + pause).min(deadline));
+    Ok(())
+}
+
+/// Blocks the calling thread until `until`. The library does not use
+/// `thread::sleep`; parking may wake early, hence the loop.
+pub(crate) fn pause_until(until: Instant) {
+    // Bounded: each turn parks until `until` or returns.
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::park_timeout(until - now);
     }
 }
 

@@ -11,7 +11,9 @@ use crate::config::{clock_drift, lease_ms};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
-use crate::multi_lock::{Member, canonical, check_members, release_all, release_quietly};
+use crate::multi_lock::{
+    Member, canonical, check_members, pause_until, release_all, release_quietly,
+};
 
 /// A lock over N independent Redis masters that holds when a majority of
 /// them grant it: the Redis "Redlock" algorithm (Redisson's
@@ -432,19 +434,6 @@ fn retry_pause(rng: &mut impl Rng, min: Duration, max: Duration) -> Duration {
         return min;
     }
     rng.random_range(min..=max)
-}
-
-/// Blocks the calling thread until `until` (the library does not use
-/// `thread::sleep`; parking tolerates spurious wake-ups by looping).
-fn pause_until(until: Instant) {
-    // Bounded: each turn parks until `until` or returns.
-    loop {
-        let now = Instant::now();
-        if now >= until {
-            return;
-        }
-        std::thread::park_timeout(until - now);
-    }
 }
 
 /// A [`RedLock`] held on a quorum of masters; dropping it releases every
