@@ -74,3 +74,8 @@ pub use guard::LockGuard;
 pub use holder::{ClientId, HolderId, current_thread_id};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
