@@ -79,3 +79,17 @@ pub use lock::Lock;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn handles_are_send_sync_clone() {
+        assert_send_sync_clone::<crate::Client>();
+        assert_send_sync_clone::<crate::Lock>();
+        assert_send_sync_clone::<crate::Builder>();
+        fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+        assert_error::<crate::Error>();
+    }
+}
