@@ -247,6 +247,11 @@ impl Client {
             .as_ref()
     }
 
+    /// The subscriber if it was started already.
+    pub(crate) fn running_subscriber(&self) -> Option<&Subscriber> {
+        self.shared.subscriber.get().and_then(Option::as_ref)
+    }
+
     /// `true` when both handles are the same client.
     pub fn same_client(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)

@@ -78,3 +78,22 @@ pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use red_lock::{RedLock, RedLockGuard};
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn handles_are_send_sync_clone() {
+        assert_send_sync_clone::<crate::Client>();
+        assert_send_sync_clone::<crate::Lock>();
+        assert_send_sync_clone::<crate::Builder>();
+        fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+        assert_error::<crate::Error>();
+    }
+}

@@ -279,7 +279,9 @@ impl Lock {
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
         let holder_str: Arc<str> = holder.as_str().into();
-        wait_loop(&self.client, &self.channel, deadline, || {
+        // A re-entry never queues: it would wait for itself.
+        let queue_first = holds::current(self.client.id().as_u128(), &self.name).is_none();
+        wait_loop(&self.client, &self.channel, deadline, queue_first, || {
             self.attempt(&holder_str, lease, ms, renew)
         })
         .map(|granted| {
@@ -421,15 +423,43 @@ impl Lock {
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
 /// min(busy hint, poll interval, time left).
+///
+/// With `queue_first`, a caller that finds other threads of its client
+/// already waiting on `channel` joins the back of their queue and waits for
+/// its wake-up before its first attempt, instead of barging in ahead of the
+/// waiter an unlock message just woke. Within one client, waiters are thus
+/// served in arrival order, and a thread that releases and at once locks
+/// again lets the waiters have their turn. Its first wait is bounded by the
+/// poll interval like every other.
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
     deadline: Option<Instant>,
+    queue_first: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
+    if queue_first
+        && let Some(sub) = client.running_subscriber()
+        && sub.has_waiters(channel)
+    {
+        let now = Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        if left.is_none_or(|l| !l.is_zero()) {
+            let w = sub.waiter(
+                channel,
+                left.map_or(response_timeout, |l| l.min(response_timeout)),
+            );
+            let turn = left.map_or(poll, |l| l.min(poll));
+            if w.wait(turn) == Some(Event::Shutdown) {
+                return Err(Error::Shutdown);
+            }
+            client.check_open()?;
+            waiter = Some(w);
+        }
+    }
     loop {
         let hint = match attempt()? {
             Attempt::Acquired(granted) => return Ok(Some(granted)),

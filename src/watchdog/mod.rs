@@ -276,15 +276,9 @@ impl Watchdog<'_> {
         }
         let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
         for entry in due {
-            if entry.finished() {
-                forget(entry);
+            let Some(entry) = still_wanted(entry) else {
                 continue;
-            }
-            if entry.counters.gone.load(Ordering::Acquire) {
-                // The client went while this entry was in flight.
-                release_gone(vec![entry]);
-                continue;
-            }
+            };
             if !entry.renew {
                 let valid_until = entry.state.valid_until();
                 if valid_until > now {
@@ -318,14 +312,9 @@ impl Watchdog<'_> {
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
         for (entry, outcome) in done.results {
-            if entry.finished() {
-                forget(entry);
+            let Some(entry) = still_wanted(entry) else {
                 continue;
-            }
-            if entry.counters.gone.load(Ordering::Acquire) {
-                release_gone(vec![entry]);
-                continue;
-            }
+            };
             match outcome {
                 Outcome::Renewed => {
                     entry
@@ -372,6 +361,21 @@ impl Watchdog<'_> {
             .extract(|e| Arc::ptr_eq(&e.counters, counters));
         release_gone(entries);
     }
+}
+
+/// `Some(entry)` when it still needs the watchdog; otherwise disposes of it:
+/// released or lost entries are dropped, and entries of a client that went
+/// (perhaps while their renewal was in flight) are released as it asked.
+fn still_wanted(entry: Entry) -> Option<Entry> {
+    if entry.finished() {
+        forget(entry);
+        return None;
+    }
+    if entry.counters.gone.load(Ordering::Acquire) {
+        release_gone(vec![entry]);
+        return None;
+    }
+    Some(entry)
 }
 
 fn forget(entry: Entry) {
