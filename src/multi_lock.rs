@@ -341,6 +341,14 @@ pub(crate) fn pause_until(until: Instant) {
 /// response timeout and its failure logged. Call
 /// [`MultiLockGuard::unlock`] to see the failures. `!Send`, like
 /// [`LockGuard`].
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// let multilock = redguard::MultiLock::new([client.lock("x")]);
+/// let guard = multilock.lock().unwrap();
+/// assert_send(guard);
+/// ```
 #[must_use = "the locks are released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct MultiLockGuard<'a> {

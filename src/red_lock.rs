@@ -443,6 +443,14 @@ fn retry_pause(rng: &mut impl Rng, min: Duration, max: Duration) -> Duration {
 /// timeouts and its failure logged; the leases are the backstop. Call
 /// [`RedLockGuard::unlock`] to see the failures. `!Send`, like
 /// [`LockGuard`].
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// let redlock = redguard::RedLock::new([client.lock("x")]);
+/// let guard = redlock.lock().unwrap();
+/// assert_send(guard);
+/// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct RedLockGuard<'a> {
