@@ -23,7 +23,7 @@ fn main() -> Result<(), redguard::Error> {
     match client.fenced_set("{report}:latest", report.as_bytes(), token)? {
         FencedWrite::Written => println!("stored with token {token}"),
         FencedWrite::Rejected { last_token } => {
-            println!("refused: a newer holder (token {last_token}) wrote meanwhile")
+            println!("refused: a newer holder (token {last_token}) wrote meanwhile");
         }
     }
     guard.unlock()

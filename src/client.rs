@@ -214,7 +214,7 @@ impl Client {
             sub.shutdown();
         }
         watchdog::client_gone(
-            self.shared.id.as_u128(),
+            &self.shared.counters,
             self.shared.config.release_on_shutdown,
             Some(self.shared.config.response_timeout * 2),
         );
@@ -230,6 +230,14 @@ impl Client {
             return Err(Error::Shutdown);
         }
         Ok(())
+    }
+
+    /// The server this client talks to, `"<host:port or socket path>/<db>"`:
+    /// the first part of the canonical order of multi-locks, and the label
+    /// of a lock in errors. Holds no credentials.
+    pub(crate) fn server_addr(&self) -> String {
+        let info = &self.shared.config.info;
+        format!("{}/{}", info.addr(), info.redis_settings().db())
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -273,6 +281,11 @@ impl Client {
             .as_ref()
     }
 
+    /// The subscriber if it was started already.
+    pub(crate) fn running_subscriber(&self) -> Option<&Subscriber> {
+        self.shared.subscriber.get().and_then(Option::as_ref)
+    }
+
     /// `true` when both handles are the same client.
     pub fn same_client(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
@@ -285,7 +298,7 @@ impl Drop for Shared {
             if let Some(Some(sub)) = self.subscriber.get() {
                 sub.shutdown();
             }
-            watchdog::client_gone(self.id.as_u128(), self.config.release_on_shutdown, None);
+            watchdog::client_gone(&self.counters, self.config.release_on_shutdown, None);
         }
     }
 }

@@ -76,7 +76,9 @@ mod holds;
 mod keys;
 mod lease;
 mod lock;
+mod multi_lock;
 mod pool;
+mod red_lock;
 mod scripts;
 mod source;
 mod subscriber;
@@ -86,7 +88,7 @@ pub use client::{Client, Stats};
 pub use config::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_POLL_INTERVAL,
     DEFAULT_POOL_SIZE, DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
-    MAX_LEASE,
+    MAX_LEASE, MIN_LEASE,
 };
 pub use error::{Error, Result};
 pub use fencing::{FencedGuard, FencedLock, FencedWrite};
@@ -94,3 +96,24 @@ pub use guard::LockGuard;
 pub use holder::{ClientId, HolderId, current_thread_id};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard};
+pub use red_lock::{RedLock, RedLockGuard};
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn handles_are_send_sync_clone() {
+        assert_send_sync_clone::<crate::Client>();
+        assert_send_sync_clone::<crate::Lock>();
+        assert_send_sync_clone::<crate::Builder>();
+        fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+        assert_error::<crate::Error>();
+    }
+}

@@ -396,11 +396,10 @@ fn fair_release_at_shutdown_and_force_unlock_wake_the_head() {
     let holder_client = slow_poll();
     let waiter_client = slow_poll();
     let holder_lock = holder_client.fair_lock(&name).with_lease(lease);
-    let waiter_lock = waiter_client.fair_lock(&name).with_lease(lease);
+    let w = waiter_client.fair_lock(&name).with_lease(lease);
     let admin_lock = slow_poll().fair_lock(&name);
 
     let guard = holder_lock.lock().unwrap();
-    let w = waiter_lock.clone();
     let waiter = thread::spawn(move || {
         let g = w.try_lock_for(Duration::from_secs(10)).unwrap();
         let at = Instant::now();

@@ -3,6 +3,16 @@
 
 mod support;
 
+mod bad_input;
 mod fair_lock;
+mod faults;
 mod fenced_lock;
+mod layout;
 mod lock;
+mod multi_lock;
+mod mutual_exclusion;
+mod ownership;
+mod red_lock;
+mod reentrant;
+mod waiters;
+mod watchdog;

@@ -1,1 +1,3 @@
+//! The `redguard` command-line tool (work in progress).
+
 fn main() {}

@@ -30,6 +30,7 @@
 
 mod child;
 mod context;
+mod logs;
 mod proxy;
 mod server;
 
@@ -43,8 +44,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use child::{ChildTest, child_role, hear, say};
+pub use child::{ChildProcess, ChildTest, child_role, hear, say};
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use logs::{capture_logs, logged_lines};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"
