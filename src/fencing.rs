@@ -234,7 +234,16 @@ impl FencedLock {
 /// `Deref`: [`check`](LockGuard::check), [`is_lost`](LockGuard::is_lost),
 /// [`extend`](LockGuard::extend), ...) plus the fencing token of the grant.
 ///
-/// Dropping it releases the hold, as for [`LockGuard`]. It is `!Send`.
+/// Dropping it releases the hold, as for [`LockGuard`]. It is `!Send`: the
+/// hold belongs to the thread that took it.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// let lock = client.fenced_lock("x");
+/// let guard = lock.lock().unwrap();
+/// assert_send(guard);
+/// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct FencedGuard<'a> {

@@ -355,3 +355,10 @@ fn h3_fenced_lock_server_side_expiry_is_noticed() {
         drop(next);
     }
 }
+
+#[test]
+fn fenced_handles_are_send_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<redguard::FencedLock>();
+    assert_send_sync::<FencedWrite>();
+}
