@@ -55,6 +55,7 @@ mod error;
 mod guard;
 mod holder;
 mod holds;
+mod inspect;
 mod keys;
 mod lease;
 mod lock;
@@ -72,5 +73,6 @@ pub use config::{
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use holder::{ClientId, HolderId, current_thread_id};
+pub use inspect::{LockInfo, LockKind, QueuedWaiter};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;

@@ -19,7 +19,10 @@ fn lock_is_a_hash_of_holder_id_to_count_with_the_lease_as_pttl() {
     assert_eq!(kind, "hash");
     let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
     let lease = TEST_WATCHDOG.as_millis() as i64;
-    assert!(pttl > lease - 250 && pttl <= lease, "pttl {pttl} vs lease {lease}");
+    assert!(
+        pttl > lease - 250 && pttl <= lease,
+        "pttl {pttl} vs lease {lease}"
+    );
     // Nothing but the lock key is created.
     let keys: Vec<String> = ctx.server.cmd("KEYS", &[b"*"]);
     assert_eq!(keys, vec![name.clone()]);
@@ -42,8 +45,10 @@ fn default_lease_is_the_30s_watchdog_timeout() {
 fn a_raw_subscriber_gets_0_on_the_redisson_channel_at_release() {
     let ctx = TestContext::new();
     let name = unique_name("channel");
-    let listener =
-        Listener::start(&ctx.server, format!("redisson_lock__channel:{{{name}}}").into_bytes());
+    let listener = Listener::start(
+        &ctx.server,
+        format!("redisson_lock__channel:{{{name}}}").into_bytes(),
+    );
     let lock = ctx.client.lock(&name);
     lock.lock().unwrap().unlock().unwrap();
     assert_eq!(listener.collect(1, ms(100)), vec![b"0".to_vec()]);
@@ -55,7 +60,8 @@ fn a_lock_written_redisson_style_by_another_holder_excludes_us() {
     let ctx = TestContext::new();
     let name = unique_name("redisson-held");
     let foreign = "6f0a2c54-1a57-4d1c-9d07-0d5d8d6f3b2a:57";
-    ctx.server.cmd::<i64>("HSET", &[name.as_bytes(), foreign.as_bytes(), b"1"]);
+    ctx.server
+        .cmd::<i64>("HSET", &[name.as_bytes(), foreign.as_bytes(), b"1"]);
     ctx.server.cmd::<i64>("PEXPIRE", &[name.as_bytes(), b"400"]);
     let lock = ctx.client.lock(&name);
     assert!(lock.try_lock().unwrap().is_none());

@@ -3,7 +3,10 @@
 
 mod support;
 
-mod lock;
 mod layout;
-mod reentrant;
+mod lock;
 mod ownership;
+mod reentrant;
+// The binary exists only with the `cli` feature (on by default).
+#[cfg(feature = "cli")]
+mod cli;

@@ -16,7 +16,9 @@ fn fixed_lease_expires_and_check_reports_lock_lost() {
     let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
     assert!(pttl > 0 && pttl <= 300, "pttl {pttl}");
     // Nobody renews it: the key goes, and the guard knows without asking.
-    assert!(wait_until(Duration::from_secs(3), || !lock.is_locked().unwrap()));
+    assert!(wait_until(Duration::from_secs(3), || !lock
+        .is_locked()
+        .unwrap()));
     assert!(guard.check().unwrap_err().is_lock_lost());
     assert!(guard.is_lost());
     assert_eq!(guard.valid_for(), Duration::ZERO);
@@ -32,7 +34,10 @@ fn a5_late_unlock_and_extend_do_not_touch_the_new_holders_lock() {
     for _ in 0..20 {
         let ga = a.lock().unwrap();
         // B takes the lock as soon as A's lease runs out.
-        let gb = b.try_lock_for(Duration::from_secs(3)).unwrap().expect("B acquires");
+        let gb = b
+            .try_lock_for(Duration::from_secs(3))
+            .unwrap()
+            .expect("B acquires");
         let before: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
         let pttl_before: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
         let extend = ga.extend(Duration::from_secs(60)).unwrap_err();
@@ -91,7 +96,12 @@ fn extend_moves_a_fixed_lease() {
     std::thread::sleep(ms(400));
     g.check().unwrap();
     assert!(g.valid_for() > Duration::from_secs(4));
-    assert!(g.extend(Duration::ZERO).unwrap_err().to_string().contains("lease"));
+    assert!(
+        g.extend(Duration::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("lease")
+    );
     g.unlock().unwrap();
 }
 

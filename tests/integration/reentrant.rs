@@ -1,8 +1,8 @@
 //! Reentrancy per (client, thread): hold counts, one release per guard, one
 //! unlock message on the last release.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::{TestContext, ms, unique_name, wait_until};
@@ -30,7 +30,9 @@ impl Listener {
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             while !s.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
                 if let Ok(msg) = pubsub.get_message() {
-                    g.lock().unwrap().push(msg.get_payload::<Vec<u8>>().unwrap());
+                    g.lock()
+                        .unwrap()
+                        .push(msg.get_payload::<Vec<u8>>().unwrap());
                 }
             }
         });
@@ -86,7 +88,10 @@ fn hold_count_goes_1_3_0_and_one_unlock_message_is_published() {
     assert!(lock.is_locked().unwrap());
     g1.unlock().unwrap();
     assert_eq!(lock.hold_count().unwrap(), 0);
-    assert!(!lock.is_locked().unwrap(), "key deleted after the last release");
+    assert!(
+        !lock.is_locked().unwrap(),
+        "key deleted after the last release"
+    );
 
     // The one message, and no second one after it.
     let got = listener.collect(1, ms(200));
@@ -123,7 +128,9 @@ fn a3_reentrancy_100_holds_while_another_thread_keeps_failing() {
             }
         })
     };
-    assert!(wait_until(Duration::from_secs(5), || attempts.load(Ordering::SeqCst) > 5));
+    assert!(wait_until(Duration::from_secs(5), || attempts
+        .load(Ordering::SeqCst)
+        > 5));
     let mut remaining = 100u64;
     while let Some(g) = guards.pop() {
         g.unlock().unwrap();
@@ -134,7 +141,11 @@ fn a3_reentrancy_100_holds_while_another_thread_keeps_failing() {
     }
     done.store(true, Ordering::SeqCst);
     other.join().unwrap();
-    assert_eq!(early.load(Ordering::SeqCst), 0, "the other thread never got in early");
+    assert_eq!(
+        early.load(Ordering::SeqCst),
+        0,
+        "the other thread never got in early"
+    );
     assert!(!lock.is_locked().unwrap());
 }
 

@@ -19,10 +19,17 @@ impl ChildProcess {
     pub fn spawn(name: &str, envs: &[(&str, String)]) -> ChildProcess {
         let exe = std::env::current_exe().unwrap();
         let mut cmd = Command::new(exe);
-        cmd.args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .stdin(Stdio::null());
+        cmd.args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .stdin(Stdio::null());
         for (k, v) in envs {
             cmd.env(k, v);
         }

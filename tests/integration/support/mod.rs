@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use child::ChildProcess;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 #[allow(
     unused_imports,
@@ -50,7 +51,6 @@ pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_
 )]
 pub use proxy::{FaultProxy, Mode};
 pub use server::RedisServer;
-pub use child::ChildProcess;
 
 /// Environment variable naming the `redis-server` binary to spawn.
 pub const REDIS_SERVER_ENV: &str = "REDGUARD_REDIS_SERVER";
