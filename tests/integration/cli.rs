@@ -112,10 +112,6 @@ impl Proc {
         }
     }
 
-    fn stderr_now(&self) -> String {
-        fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
     /// `true` once the process has exited (it is then reaped by `wait`).
     fn has_exited(&mut self) -> bool {
         self.child
