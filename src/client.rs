@@ -180,7 +180,7 @@ impl Client {
             sub.shutdown();
         }
         watchdog::client_gone(
-            self.shared.id.as_u128(),
+            &self.shared.counters,
             self.shared.config.release_on_shutdown,
             Some(self.shared.config.response_timeout * 2),
         );
@@ -239,6 +239,11 @@ impl Client {
             .as_ref()
     }
 
+    /// The subscriber if it was started already.
+    pub(crate) fn running_subscriber(&self) -> Option<&Subscriber> {
+        self.shared.subscriber.get().and_then(Option::as_ref)
+    }
+
     /// `true` when both handles are the same client.
     pub fn same_client(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
@@ -251,7 +256,7 @@ impl Drop for Shared {
             if let Some(Some(sub)) = self.subscriber.get() {
                 sub.shutdown();
             }
-            watchdog::client_gone(self.id.as_u128(), self.config.release_on_shutdown, None);
+            watchdog::client_gone(&self.counters, self.config.release_on_shutdown, None);
         }
     }
 }

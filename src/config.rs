@@ -13,6 +13,11 @@ use crate::error::{Error, Result};
 /// its clock arithmetic, well before `i64::MAX` ms).
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The shortest lease accepted: 5 ms. A lease must outlast the clock-drift
+/// allowance (1 % + 2 ms) subtracted from every grant, or no grant would
+/// ever be valid on arrival.
+pub const MIN_LEASE: Duration = Duration::from_millis(5);
+
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
@@ -239,15 +244,20 @@ impl fmt::Debug for Config {
     }
 }
 
-/// A lease in whole milliseconds, as sent to Redis: sub-millisecond leases
-/// round up to 1 ms.
+/// A lease in whole milliseconds, as sent to Redis (fractions round up).
 ///
 /// # Errors
 ///
-/// [`Error::InvalidArgument`] for a zero lease or one above [`MAX_LEASE`].
+/// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`] (zero
+/// included) or above [`MAX_LEASE`].
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     if lease.is_zero() {
         return Err(Error::invalid("lease must not be zero"));
+    }
+    if lease < MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+        )));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(format!(
@@ -277,8 +287,10 @@ mod tests {
     #[test]
     fn lease_rounding_and_bounds() {
         assert!(lease_ms(Duration::ZERO).is_err());
-        assert_eq!(lease_ms(Duration::from_nanos(1)).unwrap(), 1);
-        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert!(lease_ms(Duration::from_nanos(1)).is_err());
+        assert!(lease_ms(Duration::from_micros(4999)).is_err());
+        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 5);
+        assert_eq!(lease_ms(Duration::from_micros(5500)).unwrap(), 6);
         assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
         assert!(lease_ms(MAX_LEASE).is_ok());
         assert!(lease_ms(MAX_LEASE + Duration::from_millis(1)).is_err());

@@ -211,11 +211,21 @@ mod tests {
 
     #[test]
     fn server_errors_are_classified() {
-        let wrongtype = redis::RedisError::from((
-            redis::ErrorKind::Extension,
-            "WRONGTYPE",
-            "Operation against a key holding the wrong kind of value".to_string(),
+        let server_error = |resp: &[u8]| match redis::parse_redis_value(resp).unwrap() {
+            redis::Value::ServerError(e) => redis::RedisError::from(e),
+            other => panic!("not an error: {other:?}"),
+        };
+        let wrongtype =
+            server_error(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(matches!(
+            Error::from(server_error(b"-NOPERM no\r\n")),
+            Error::Permission(_)
         ));
+        assert!(matches!(
+            Error::from(server_error(b"-WRONGPASS bad\r\n")),
+            Error::Auth(_)
+        ));
+        assert!(Error::from(server_error(b"-READONLY replica\r\n")).is_transient());
         assert!(matches!(
             Error::from_redis(wrongtype, b"k"),
             Error::WrongType { key } if key == "k"

@@ -40,11 +40,12 @@ pub(crate) fn enter(
     HOLDS.with(|holds| {
         let mut holds = holds.borrow_mut();
         let per_client = holds.entry(client).or_default();
-        if let Some(hold) = per_client.get_mut(key) {
-            if !hold.state.is_marked_lost() && !hold.state.is_released() {
-                hold.count += 1;
-                return (hold.state.clone(), false);
-            }
+        if let Some(hold) = per_client.get_mut(key)
+            && !hold.state.is_marked_lost()
+            && !hold.state.is_released()
+        {
+            hold.count += 1;
+            return (hold.state.clone(), false);
         }
         let state = fresh();
         per_client.insert(
@@ -101,7 +102,7 @@ pub(crate) fn forget(client: u128, key: &[u8], state: &Arc<LeaseState>) {
                 holds.remove(&client);
             }
         }
-    })
+    });
 }
 
 #[cfg(test)]

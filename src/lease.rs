@@ -29,6 +29,11 @@ pub(crate) struct Counters {
     pub(crate) held: AtomicUsize,
     /// Entries of this client in the watchdog's schedule.
     pub(crate) watchdog_entries: AtomicUsize,
+    /// Set when the client is gone (shut down or dropped): the watchdog
+    /// drops its entries, releasing them first when `release_when_gone`.
+    pub(crate) gone: AtomicBool,
+    /// Whether the client's locks are released when it goes.
+    pub(crate) release_when_gone: AtomicBool,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).

@@ -68,7 +68,7 @@ mod watchdog;
 pub use client::{Client, Stats};
 pub use config::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
-    DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+    DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_LEASE,
 };
 pub use error::{Error, Result};
 pub use guard::LockGuard;
@@ -76,3 +76,22 @@ pub use holder::{ClientId, HolderId, current_thread_id};
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn handles_are_send_sync_clone() {
+        assert_send_sync_clone::<crate::Client>();
+        assert_send_sync_clone::<crate::Lock>();
+        assert_send_sync_clone::<crate::Builder>();
+        fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+        assert_error::<crate::Error>();
+    }
+}

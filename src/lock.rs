@@ -91,10 +91,11 @@ impl Lock {
 
     /// The same lock, acquired with a fixed `lease`: the key expires `lease`
     /// after each acquisition and the watchdog does not renew it (Redisson's
-    /// `lock(leaseTime, unit)`). Sub-millisecond leases round up to 1 ms.
+    /// `lock(leaseTime, unit)`). Fractions of a millisecond round up.
     ///
-    /// The lease is checked when the lock is acquired: a zero lease or one
-    /// above [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
+    /// The lease is checked when the lock is acquired: one under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (5 ms) or above
+    /// [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
     /// [`Error::InvalidArgument`].
     pub fn with_lease(&self, lease: Duration) -> Lock {
         Lock {
@@ -278,7 +279,9 @@ impl Lock {
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
         let holder_str: Arc<str> = holder.as_str().into();
-        wait_loop(&self.client, &self.channel, deadline, || {
+        // A re-entry never queues: it would wait for itself.
+        let queue_first = holds::current(self.client.id().as_u128(), &self.name).is_none();
+        wait_loop(&self.client, &self.channel, deadline, queue_first, || {
             self.attempt(&holder_str, lease, ms, renew)
         })
         .map(|granted| {
@@ -329,7 +332,6 @@ impl Lock {
         });
         if fresh {
             let entry = watchdog::Entry {
-                client: client_id,
                 key: self.name.clone(),
                 channel: self.channel.clone(),
                 holder: holder.clone(),
@@ -362,18 +364,35 @@ impl Lock {
         }
     }
 
-    fn release_unknown(&self, holder: &str) {
-        let released = self.client.with_conn(&self.name, |conn| {
-            scripts::release_holder(conn, &self.name, &self.channel, holder)
-        });
-        match released {
-            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
-            Ok(false) => {}
-            Err(e) => log::warn!(
-                "redguard: acquire of {:?} has an unknown outcome and could not be undone ({e}); \
-                 a grant, if any, expires with its lease",
-                String::from_utf8_lossy(&self.name)
-            ),
+    /// Undoes a grant whose reply was lost, off the caller's thread so the
+    /// caller's deadline is not stretched by a second round trip to a
+    /// server that just failed to answer.
+    fn release_unknown(&self, holder: &Arc<str>) {
+        let (client, name, channel, holder) = (
+            self.client.clone(),
+            self.name.clone(),
+            self.channel.clone(),
+            holder.clone(),
+        );
+        let undo = move || {
+            let released = client.with_conn(&name, |conn| {
+                scripts::release_holder(conn, &name, &channel, &holder)
+            });
+            match released {
+                Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+                Ok(false) => {}
+                Err(e) => log::warn!(
+                    "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                     ({e}); a grant, if any, expires with its lease",
+                    String::from_utf8_lossy(&name)
+                ),
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("redguard-undo".into())
+            .spawn(undo)
+        {
+            log::warn!("redguard: cannot start a thread to undo a lost grant: {e}");
         }
     }
 
@@ -404,15 +423,43 @@ impl Lock {
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
 /// min(busy hint, poll interval, time left).
+///
+/// With `queue_first`, a caller that finds other threads of its client
+/// already waiting on `channel` joins the back of their queue and waits for
+/// its wake-up before its first attempt, instead of barging in ahead of the
+/// waiter an unlock message just woke. Within one client, waiters are thus
+/// served in arrival order, and a thread that releases and at once locks
+/// again lets the waiters have their turn. Its first wait is bounded by the
+/// poll interval like every other.
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
     deadline: Option<Instant>,
+    queue_first: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
+    if queue_first
+        && let Some(sub) = client.running_subscriber()
+        && sub.has_waiters(channel)
+    {
+        let now = Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        if left.is_none_or(|l| !l.is_zero()) {
+            let w = sub.waiter(
+                channel,
+                left.map_or(response_timeout, |l| l.min(response_timeout)),
+            );
+            let turn = left.map_or(poll, |l| l.min(poll));
+            if w.wait(turn) == Some(Event::Shutdown) {
+                return Err(Error::Shutdown);
+            }
+            client.check_open()?;
+            waiter = Some(w);
+        }
+    }
     loop {
         let hint = match attempt()? {
             Attempt::Acquired(granted) => return Ok(Some(granted)),
@@ -424,14 +471,14 @@ pub(crate) fn wait_loop<T>(
             Some(deadline) => Some(deadline - now),
             None => None,
         };
-        if waiter.is_none() {
-            if let Some(sub) = client.subscriber() {
-                let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
-                waiter = Some(sub.waiter(channel, confirm_wait));
-                client.check_open()?;
-                // Attempt again now that an unlock cannot go unnoticed.
-                continue;
-            }
+        if waiter.is_none()
+            && let Some(sub) = client.subscriber()
+        {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            waiter = Some(sub.waiter(channel, confirm_wait));
+            client.check_open()?;
+            // Attempt again now that an unlock cannot go unnoticed.
+            continue;
         }
         let mut sleep = poll;
         if let Some(hint) = hint {

@@ -109,6 +109,11 @@ impl Subscriber {
         waiter
     }
 
+    /// `true` when some thread of this client waits on `channel`.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.shared.registry().has_waiters(channel)
+    }
+
     /// Wakes every waiter with [`Event::Shutdown`] and stops the thread.
     pub(crate) fn shutdown(&self) {
         self.shared.registry().wake_everyone(Event::Shutdown);

@@ -89,6 +89,11 @@ impl Registry {
     }
 
     /// `true` when `channel` has waiters.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    /// `true` when `channel` has waiters (and so must stay subscribed).
     pub(crate) fn is_wanted(&self, channel: &[u8]) -> bool {
         self.channels.contains_key(channel)
     }

@@ -1,15 +1,18 @@
-//! The watchdog: ONE thread per process ("redguard-watchdog"), shared by
-//! every `Client`, renewing the lease of every lock held with the watchdog
-//! while its holder lives.
+//! The watchdog: ONE scheduling thread per process ("redguard-watchdog"),
+//! shared by every `Client`, renewing the lease of every lock held with the
+//! watchdog while its holder lives.
 //!
-//! Holders hand entries over through a pending list and wake the thread only
-//! when the new entry falls due before the thread's next planned wake-up, so
-//! a steady stream of short holds costs no thread wake-ups. Releases never
-//! talk to the thread: the releaser marks the shared [`LeaseState`] released
-//! (synchronously, before `unlock` returns) and the thread drops such entries
-//! when it meets them. Renewals that fall due together go to each server as
-//! pipelines of at most `renew_batch` scripts: one round trip per batch,
-//! never one per lock.
+//! * Holders hand entries over through a pending list and wake the thread
+//!   only when the new entry falls due before the thread's next planned
+//!   wake-up, so a steady stream of short holds costs no thread wake-ups.
+//! * Releases never talk to the thread: the releaser marks the shared
+//!   [`LeaseState`] released (synchronously, before `unlock` returns) and the
+//!   thread drops such entries when it meets them.
+//! * Renewals that fall due together go to each server as pipelines of at
+//!   most `renew_batch` scripts: one round trip per batch, never one per lock.
+//! * The scheduling thread never waits on the network: each server's due
+//!   batches run on a short-lived I/O thread ("redguard-renew") and come back
+//!   as results, so a hung or frozen server delays only its own renewals.
 
 mod schedule;
 
@@ -18,9 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::clock_drift;
+use crate::error::Error;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::scripts::{self, Renewal};
 use crate::source::{NodeId, Source};
@@ -28,7 +32,6 @@ use schedule::Schedule;
 
 /// One held lock as the watchdog sees it.
 pub(crate) struct Entry {
-    pub(crate) client: u128,
     pub(crate) key: Arc<[u8]>,
     pub(crate) channel: Arc<[u8]>,
     pub(crate) holder: Arc<str>,
@@ -64,19 +67,39 @@ impl Entry {
         (self.interval() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 
+    fn lease_ms(&self) -> u64 {
+        self.lease.as_millis().clamp(1, u64::MAX as u128) as u64
+    }
+
     fn name(&self) -> String {
         String::from_utf8_lossy(&self.key).into_owned()
     }
+
+    fn finished(&self) -> bool {
+        self.state.is_released() || self.state.is_marked_lost()
+    }
+}
+
+/// What one renewal round trip said about one entry.
+enum Outcome {
+    Renewed,
+    Gone,
+    Failed(Error),
+}
+
+/// A batch of renewals back from its I/O thread.
+struct Done {
+    sent: Instant,
+    results: Vec<(Entry, Outcome)>,
 }
 
 enum Command {
     /// New entries are waiting in the pending list.
     Wake,
-    /// A client went away: drop its entries, releasing its locks first
-    /// when `release` is set; then answer on `done`.
+    /// A client went away: drop its entries (releasing its locks first when
+    /// its counters say so); then answer on `done`.
     ClientGone {
-        client: u128,
-        release: bool,
+        counters: Arc<Counters>,
         done: Option<Sender<()>>,
     },
 }
@@ -126,9 +149,12 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     }
 }
 
-/// Drops every entry of `client`, first releasing its locks on Redis when
-/// `release` is set. Waits at most `wait` for the watchdog to finish.
-pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
+/// Drops every entry of the client owning `counters`, first releasing its
+/// locks on Redis when `release` is set. Waits at most `wait` for the
+/// watchdog to finish.
+pub(crate) fn client_gone(counters: &Arc<Counters>, release: bool, wait: Option<Duration>) {
+    counters.release_when_gone.store(release, Ordering::Release);
+    counters.gone.store(true, Ordering::Release);
     let (done, finished) = match wait {
         Some(_) => {
             let (tx, rx) = crossbeam_channel::bounded(1);
@@ -137,8 +163,7 @@ pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
         None => (None, None),
     };
     let _ = WATCHDOG.commands.send(Command::ClientGone {
-        client,
-        release,
+        counters: counters.clone(),
         done,
     });
     if let (Some(rx), Some(wait)) = (finished, wait) {
@@ -146,12 +171,25 @@ pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
     }
 }
 
+struct Watchdog<'a> {
+    shared: &'a Shared,
+    commands: &'a Receiver<Command>,
+    schedule: Schedule<Entry>,
+    done_tx: Sender<Done>,
+    done_rx: Receiver<Done>,
+}
+
 fn run(shared: &Shared, commands: &Receiver<Command>) {
-    let mut schedule: Schedule<Entry> = Schedule::default();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let mut dog = Watchdog {
+        shared,
+        commands,
+        schedule: Schedule::default(),
+        done_tx,
+        done_rx,
+    };
     loop {
-        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            step(shared, commands, &mut schedule)
-        }));
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
         match step {
             Ok(true) => {}
             Ok(false) => return,
@@ -160,67 +198,184 @@ fn run(shared: &Shared, commands: &Receiver<Command>) {
     }
 }
 
-/// One turn of the loop: take pending entries, renew what is due, sleep
-/// until the next due entry or a command. `false` when the thread should end.
-fn step(shared: &Shared, commands: &Receiver<Command>, schedule: &mut Schedule<Entry>) -> bool {
-    shared.next_wake.store(0, Ordering::SeqCst);
-    take_pending(shared, schedule);
-    renew_due(schedule, Instant::now());
+impl Watchdog<'_> {
+    /// One turn: take pending entries, send what is due, then sleep until
+    /// the next due entry, a command or a finished batch. `false` when the
+    /// thread should end.
+    fn step(&mut self) -> bool {
+        self.shared.next_wake.store(0, Ordering::SeqCst);
+        self.take_pending();
+        self.dispatch_due(Instant::now());
 
-    let next = schedule.next_due();
-    shared
-        .next_wake
-        .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
-    // An entry pushed after `take_pending` but before the store above saw
-    // `next_wake == 0` and did not wake us: look once more.
-    if !shared
-        .pending
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_empty()
-    {
-        return true;
-    }
-    let received = match next {
-        Some(at) => commands.recv_deadline(at),
-        None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
-    };
-    match received {
-        Ok(Command::Wake) => shared.wake_sent.store(false, Ordering::SeqCst),
-        Ok(Command::ClientGone {
-            client,
-            release,
-            done,
-        }) => {
-            take_pending(shared, schedule);
-            drop_client(schedule, client, release);
-            if let Some(done) = done {
-                let _ = done.send(());
-            }
-        }
-        Err(RecvTimeoutError::Timeout) => {}
-        Err(RecvTimeoutError::Disconnected) => return false,
-    }
-    true
-}
-
-fn take_pending(shared: &Shared, schedule: &mut Schedule<Entry>) {
-    let pending = std::mem::take(
-        &mut *shared
+        let next = self.schedule.next_due();
+        self.shared
+            .next_wake
+            .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
+        // An entry pushed after `take_pending` but before the store above
+        // saw `next_wake == 0` and did not wake us: look once more.
+        if !self
+            .shared
             .pending
             .lock()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    for (due, entry) in pending {
-        if entry.state.is_released() || entry.state.is_marked_lost() {
-            continue;
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return true;
         }
-        entry
-            .counters
-            .watchdog_entries
-            .fetch_add(1, Ordering::Relaxed);
-        schedule.insert(due, entry);
+        let timeout = match next {
+            Some(at) => crossbeam_channel::at(at),
+            None => crossbeam_channel::never(),
+        };
+        crossbeam_channel::select! {
+            recv(self.commands) -> cmd => match cmd {
+                Ok(Command::Wake) => self.shared.wake_sent.store(false, Ordering::SeqCst),
+                Ok(Command::ClientGone { counters, done }) => {
+                    self.take_pending();
+                    self.drop_client(&counters);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
+                Err(_) => return false,
+            },
+            recv(self.done_rx) -> done => {
+                if let Ok(done) = done {
+                    self.apply(done);
+                }
+            },
+            recv(timeout) -> _ => {},
+        }
+        true
     }
+
+    fn take_pending(&mut self) {
+        let pending = std::mem::take(
+            &mut *self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (due, entry) in pending {
+            if entry.finished() {
+                continue;
+            }
+            entry
+                .counters
+                .watchdog_entries
+                .fetch_add(1, Ordering::Relaxed);
+            self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Hands every due renewal to an I/O thread, one per server.
+    fn dispatch_due(&mut self, now: Instant) {
+        let due = self.schedule.pop_due(now, Entry::window);
+        if due.is_empty() {
+            return;
+        }
+        let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
+        for entry in due {
+            let Some(entry) = still_wanted(entry) else {
+                continue;
+            };
+            if !entry.renew {
+                let valid_until = entry.state.valid_until();
+                if valid_until > now {
+                    // Extended meanwhile (`LockGuard::extend`): look again then.
+                    self.schedule.insert(valid_until, entry);
+                    continue;
+                }
+                // A fixed lease ran out: the lock is gone on the server.
+                entry.state.mark_lost();
+                forget(entry);
+                continue;
+            }
+            let node = entry.source.node_of(&entry.key);
+            let source = Arc::as_ptr(&entry.source) as usize;
+            groups.entry((source, node)).or_default().push(entry);
+        }
+        for ((_, node), entries) in groups {
+            let done_tx = self.done_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("redguard-renew".into())
+                .spawn(move || renew_group(node, entries, &done_tx));
+            if let Err(e) = spawned {
+                // Entries moved into the failed closure are gone with it;
+                // their guards see the lease run out on their own clock.
+                log::error!("redguard watchdog: cannot start a renewal thread: {e}");
+            }
+        }
+    }
+
+    /// Applies the outcome of one batch.
+    fn apply(&mut self, done: Done) {
+        let now = Instant::now();
+        for (entry, outcome) in done.results {
+            let Some(entry) = still_wanted(entry) else {
+                continue;
+            };
+            match outcome {
+                Outcome::Renewed => {
+                    entry
+                        .state
+                        .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
+                    self.schedule.insert(done.sent + entry.interval(), entry);
+                }
+                Outcome::Gone => {
+                    log::warn!(
+                        "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
+                        entry.name(),
+                        entry.holder
+                    );
+                    entry.state.mark_lost();
+                    forget(entry);
+                }
+                Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
+            }
+        }
+    }
+
+    fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {
+        let valid_until = entry.state.valid_until();
+        if now >= valid_until {
+            log::warn!(
+                "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
+                entry.name()
+            );
+            entry.state.mark_lost();
+            forget(entry);
+            return;
+        }
+        log::debug!(
+            "redguard: renewal of lock {:?} failed ({err}); retrying",
+            entry.name()
+        );
+        let retry = (now + entry.retry_delay()).min(valid_until);
+        self.schedule.insert(retry, entry);
+    }
+
+    fn drop_client(&mut self, counters: &Arc<Counters>) {
+        let entries = self
+            .schedule
+            .extract(|e| Arc::ptr_eq(&e.counters, counters));
+        release_gone(entries);
+    }
+}
+
+/// `Some(entry)` when it still needs the watchdog; otherwise disposes of it:
+/// released or lost entries are dropped, and entries of a client that went
+/// (perhaps while their renewal was in flight) are released as it asked.
+fn still_wanted(entry: Entry) -> Option<Entry> {
+    if entry.finished() {
+        forget(entry);
+        return None;
+    }
+    if entry.counters.gone.load(Ordering::Acquire) {
+        release_gone(vec![entry]);
+        return None;
+    }
+    Some(entry)
 }
 
 fn forget(entry: Entry) {
@@ -230,134 +385,12 @@ fn forget(entry: Entry) {
         .fetch_sub(1, Ordering::Relaxed);
 }
 
-fn renew_due(schedule: &mut Schedule<Entry>, now: Instant) {
-    let due = schedule.pop_due(now, Entry::window);
-    if due.is_empty() {
-        return;
-    }
-    // Group by (deployment, node): one pipeline per server per batch.
-    let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
-    for entry in due {
-        if entry.state.is_released() || entry.state.is_marked_lost() {
-            forget(entry);
-            continue;
-        }
-        if !entry.renew {
-            let valid_until = entry.state.valid_until();
-            if valid_until > now {
-                // Extended meanwhile (`LockGuard::extend`): look again then.
-                schedule.insert(valid_until, entry);
-                continue;
-            }
-            // A fixed lease ran out: the lock is gone on the server.
-            entry.state.mark_lost();
-            forget(entry);
-            continue;
-        }
-        let node = entry.source.node_of(&entry.key);
-        let source = Arc::as_ptr(&entry.source) as usize;
-        groups.entry((source, node)).or_default().push(entry);
-    }
-    for ((_, node), entries) in groups {
-        let batch = entries.first().map_or(1, |e| e.renew_batch.max(1));
-        let mut entries = entries.into_iter().peekable();
-        while entries.peek().is_some() {
-            let chunk: Vec<Entry> = entries.by_ref().take(batch).collect();
-            renew_chunk(schedule, node, chunk);
-        }
-    }
-}
-
-fn renew_chunk(schedule: &mut Schedule<Entry>, node: NodeId, chunk: Vec<Entry>) {
-    let Some(first) = chunk.first() else {
-        return;
-    };
-    let source = first.source.clone();
-    let lease_ms: Vec<u64> = chunk
-        .iter()
-        .map(|e| e.lease.as_millis().clamp(1, u64::MAX as u128) as u64)
-        .collect();
-    let renewals: Vec<Renewal<'_>> = chunk
-        .iter()
-        .zip(&lease_ms)
-        .map(|(e, ms)| Renewal {
-            key: &e.key,
-            holder: &e.holder,
-            lease_ms: *ms,
-        })
-        .collect();
-    let sent = Instant::now();
-    let replies = source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals));
-    drop(renewals);
-    let now = Instant::now();
-    match replies {
-        Ok(replies) => {
-            for (entry, reply) in chunk.into_iter().zip(replies) {
-                match reply {
-                    Ok(true) => {
-                        entry
-                            .state
-                            .extend_to(sent + entry.lease - clock_drift(entry.lease));
-                        schedule.insert(sent + entry.interval(), entry);
-                    }
-                    Ok(false) => {
-                        if !entry.state.is_released() {
-                            log::warn!(
-                                "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
-                                entry.name(),
-                                entry.holder
-                            );
-                            entry.state.mark_lost();
-                        }
-                        forget(entry);
-                    }
-                    Err(e) if matches!(e, crate::Error::WrongType { .. }) => {
-                        log::warn!(
-                            "redguard: lease of lock {:?} lost: the key now holds another type",
-                            entry.name()
-                        );
-                        entry.state.mark_lost();
-                        forget(entry);
-                    }
-                    Err(e) => retry_or_lose(schedule, entry, now, &e),
-                }
-            }
-        }
-        Err(e) => {
-            for entry in chunk {
-                retry_or_lose(schedule, entry, now, &e);
-            }
-        }
-    }
-}
-
-fn retry_or_lose(schedule: &mut Schedule<Entry>, entry: Entry, now: Instant, err: &crate::Error) {
-    if entry.state.is_released() {
-        forget(entry);
-        return;
-    }
-    let valid_until = entry.state.valid_until();
-    if now >= valid_until {
-        log::warn!(
-            "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
-            entry.name()
-        );
-        entry.state.mark_lost();
-        forget(entry);
-        return;
-    }
-    log::debug!(
-        "redguard: renewal of lock {:?} failed ({err}); retrying",
-        entry.name()
-    );
-    let retry = (now + entry.retry_delay()).min(valid_until);
-    schedule.insert(retry, entry);
-}
-
-fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {
-    let entries = schedule.extract(|e| e.client == client);
+/// Drops entries of a gone client, releasing their locks first when the
+/// client asked for it.
+fn release_gone(entries: Vec<Entry>) {
     for entry in entries {
-        if release && !entry.state.is_released() && !entry.state.is_marked_lost() {
+        let release = entry.counters.release_when_gone.load(Ordering::Acquire);
+        if release && !entry.finished() {
             let released = entry.source.with_conn(&entry.key, |conn| {
                 scripts::release_holder(conn, &entry.key, &entry.channel, &entry.holder)
             });
@@ -370,5 +403,56 @@ fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {
         }
         entry.state.mark_lost();
         forget(entry);
+    }
+}
+
+/// Runs on an I/O thread: renews `entries` (all on one server) in batches
+/// and sends each batch's outcome back.
+fn renew_group(node: NodeId, entries: Vec<Entry>, done: &Sender<Done>) {
+    let Some(first) = entries.first() else {
+        return;
+    };
+    let batch = first.renew_batch.max(1);
+    let source = first.source.clone();
+    let mut entries = entries.into_iter().peekable();
+    while entries.peek().is_some() {
+        let chunk: Vec<Entry> = entries.by_ref().take(batch).collect();
+        let renewals: Vec<Renewal<'_>> = chunk
+            .iter()
+            .map(|e| Renewal {
+                key: &e.key,
+                holder: &e.holder,
+                lease_ms: e.lease_ms(),
+            })
+            .collect();
+        let sent = Instant::now();
+        let replies = source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals));
+        drop(renewals);
+        let results = match replies {
+            Ok(replies) => chunk
+                .into_iter()
+                .zip(replies)
+                .map(|(entry, reply)| {
+                    let outcome = match reply {
+                        Ok(true) => Outcome::Renewed,
+                        Ok(false) => Outcome::Gone,
+                        // Another type now lives at the key: the lock is gone.
+                        Err(Error::WrongType { .. }) => Outcome::Gone,
+                        Err(e) => Outcome::Failed(e),
+                    };
+                    (entry, outcome)
+                })
+                .collect(),
+            Err(e) => {
+                let text = e.to_string();
+                chunk
+                    .into_iter()
+                    .map(|entry| (entry, Outcome::Failed(Error::Timeout(text.clone()))))
+                    .collect::<Vec<_>>()
+            }
+        };
+        if done.send(Done { sent, results }).is_err() {
+            return;
+        }
     }
 }

@@ -25,7 +25,7 @@ fn lock_is_a_hash_of_holder_id_to_count_with_the_lease_as_pttl() {
     );
     // Nothing but the lock key is created.
     let keys: Vec<String> = ctx.server.cmd("KEYS", &[b"*"]);
-    assert_eq!(keys, vec![name.clone()]);
+    assert_eq!(keys, vec![name]);
     drop(guard);
 }
 

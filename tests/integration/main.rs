@@ -3,10 +3,15 @@
 
 mod support;
 
+mod bad_input;
+mod faults;
 mod layout;
 mod lock;
+mod mutual_exclusion;
 mod ownership;
 mod reentrant;
+mod waiters;
+mod watchdog;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;

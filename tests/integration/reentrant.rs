@@ -132,13 +132,13 @@ fn a3_reentrancy_100_holds_while_another_thread_keeps_failing() {
         .load(Ordering::SeqCst)
         > 5));
     let mut remaining = 100u64;
-    while let Some(g) = guards.pop() {
-        g.unlock().unwrap();
+    while remaining > 1 {
+        guards.pop().unwrap().unlock().unwrap();
         remaining -= 1;
-        if remaining > 0 {
-            assert!(lock.is_locked().unwrap(), "released early at {remaining}");
-        }
+        assert!(lock.is_locked().unwrap(), "released early at {remaining}");
     }
+    // Stop the other thread before the last release: after it, getting the
+    // lock is no longer early.
     done.store(true, Ordering::SeqCst);
     other.join().unwrap();
     assert_eq!(
@@ -146,6 +146,7 @@ fn a3_reentrancy_100_holds_while_another_thread_keeps_failing() {
         0,
         "the other thread never got in early"
     );
+    guards.pop().unwrap().unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }
 

@@ -30,6 +30,7 @@
 
 mod child;
 mod context;
+mod logs;
 mod proxy;
 mod server;
 
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 
 pub use child::ChildProcess;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use logs::{capture_logs, logged_lines};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"
