@@ -110,7 +110,8 @@ impl Lock {
     /// of another type is reported as [`LockKind::Other`], not as an error.
     ///
     /// Meant for monitoring and administration (the `redguard status`
-    /// command); two or three round trips, each a `MULTI`/`EXEC` read.
+    /// command): one round trip, two when a hash is found, each a
+    /// `MULTI`/`EXEC` of reads.
     ///
     /// # Errors
     ///

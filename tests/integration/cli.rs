@@ -367,8 +367,50 @@ fn a_waiting_exec_runs_once_the_holder_releases() {
     drop(guard);
     let out = p.wait(RUN_TIMEOUT);
     assert_eq!((out.code, out.stdout.trim()), (Some(0), "ran"), "{out:?}");
+    // stderr is not a terminal: no spinner, nothing at all.
+    assert_eq!(out.stderr, "");
     // Woken by the unlock message, not by polling out the 600 ms lease.
     assert!(released.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn a_fixed_lease_is_not_renewed_and_running_past_it_counts_as_lost() {
+    let server = RedisServer::start();
+    let name = unique_name("lease");
+    let dir = scratch();
+    let ready = dir.path().join("ready");
+    // Within the lease: CMD's status, and the ttl only ever goes down.
+    let body = format!("echo $$ > {}; sleep 0.6; exit 5", path_str(&ready));
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", "--lease", "5s", &name, "--", "sh", "-c", &body]);
+    let mut p = Proc::spawn(cmd);
+    let _cmd = KillOnDrop(read_pid(&ready));
+    let first = pttl(&server, &name);
+    assert!(first > 0 && first <= 5_000, "pttl {first}");
+    crate::support::sleep(ms(400));
+    let later = pttl(&server, &name);
+    assert!(
+        later > 0 && later <= first - 300,
+        "renewed? {first} -> {later}"
+    );
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(5), "{out:?}");
+    assert!(!exists(&server, &name));
+
+    // Past the lease: stopped like any lost lease.
+    let ready2 = dir.path().join("ready2");
+    let body = format!("echo $$ > {}; exec sleep 30", path_str(&ready2));
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", "--lease", "500ms", "--kill-grace", "1s", &name])
+        .args(["--", "sh", "-c", &body]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&ready2);
+    let _cmd = KillOnDrop(cmd_pid);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert!(out.stderr.contains("--lease 500ms"), "{}", out.stderr);
+    assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
+    assert!(!alive(cmd_pid));
 }
 
 #[test]

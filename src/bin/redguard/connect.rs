@@ -27,10 +27,10 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         .trim();
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
-    if let Some(parsed) = redis::parse_redis_url(url) {
-        if let Some(pw) = parsed.password() {
-            out::add_secret(pw);
-        }
+    if let Some(parsed) = redis::parse_redis_url(url)
+        && let Some(pw) = parsed.password()
+    {
+        out::add_secret(pw);
     }
     let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
     if let Some(pw) = info.redis_settings().password() {
@@ -73,10 +73,10 @@ pub(crate) fn register_url_secrets(args: impl Iterator<Item = std::ffi::OsString
                 None => out::add_secret(url.username()),
             }
             // The decoded form, when the URL is complete enough to parse.
-            if let Ok(info) = word.into_connection_info() {
-                if let Some(pw) = info.redis_settings().password() {
-                    out::add_secret(pw);
-                }
+            if let Ok(info) = word.into_connection_info()
+                && let Some(pw) = info.redis_settings().password()
+            {
+                out::add_secret(pw);
             }
         }
     }

@@ -151,11 +151,11 @@ fn supervise(
                 )),
             }
         }
-        if let (Some(at), OnLost::Kill, false) = (lost_at, args.on_lost, killed) {
-            if at.elapsed() >= args.kill_grace {
-                relay.signal_child(libc::SIGKILL);
-                killed = true;
-            }
+        if let (Some(at), OnLost::Kill, false) = (lost_at, args.on_lost, killed)
+            && at.elapsed() >= args.kill_grace
+        {
+            relay.signal_child(libc::SIGKILL);
+            killed = true;
         }
         thread::park_timeout(SUPERVISE_EVERY);
     };
