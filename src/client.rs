@@ -198,6 +198,14 @@ impl Client {
         Ok(())
     }
 
+    /// The server this client talks to, `"<host:port or socket path>/<db>"`:
+    /// the first part of the canonical order of multi-locks, and the label
+    /// of a lock in errors. Holds no credentials.
+    pub(crate) fn server_addr(&self) -> String {
+        let info = &self.shared.config.info;
+        format!("{}/{}", info.addr(), info.redis_settings().db())
+    }
+
     pub(crate) fn config(&self) -> &Config {
         &self.shared.config
     }

@@ -69,6 +69,29 @@ pub enum Error {
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
     Redis(#[source] redis::RedisError),
+    /// Releasing a guard over several locks ([`MultiLockGuard`] or
+    /// [`RedLockGuard`]) failed on some of them. Every lock was still
+    /// attempted: those not listed were released. Each failure names its
+    /// lock and server (`"<name> on <host:port>/<db>"`); the locks that
+    /// failed are released by their lease running out.
+    ///
+    /// [`MultiLockGuard`]: crate::MultiLockGuard
+    /// [`RedLockGuard`]: crate::RedLockGuard
+    #[error("unlock failed on {} of {total} locks: {}", .failures.len(), list_failures(.failures))]
+    Unlock {
+        /// How many locks the guard held.
+        total: usize,
+        /// The locks whose release failed, each with its error.
+        failures: Vec<(String, Error)>,
+    },
+}
+
+fn list_failures(failures: &[(String, Error)]) -> String {
+    failures
+        .iter()
+        .map(|(lock, e)| format!("{lock}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Error {

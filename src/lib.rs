@@ -59,7 +59,9 @@ mod inspect;
 mod keys;
 mod lease;
 mod lock;
+mod multi_lock;
 mod pool;
+mod red_lock;
 mod scripts;
 mod source;
 mod subscriber;
@@ -76,6 +78,8 @@ pub use holder::{ClientId, HolderId, current_thread_id};
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard};
+pub use red_lock::{RedLock, RedLockGuard};
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]

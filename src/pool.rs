@@ -52,7 +52,10 @@ impl Pool {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Pool> {
-        let client = redis::Client::open(info).map_err(Error::from)?;
+        // No CLIENT SETINFO round trips at connect: against a frozen server
+        // each would wait a whole timeout before the connect fails.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = redis::Client::open(info.set_redis_settings(settings)).map_err(Error::from)?;
         Ok(Pool {
             client,
             state: Mutex::new(State {

@@ -122,15 +122,30 @@ pub(crate) struct Renewal<'a> {
     pub(crate) lease_ms: u64,
 }
 
+/// Sends `pipe` and reads its `n` replies, giving up at the first I/O error
+/// or timeout: redis-rs's own pipeline reading would wait one more timeout
+/// for every remaining reply from a frozen server.
+fn query_pipeline(
+    conn: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+    n: usize,
+) -> Result<Vec<Value>> {
+    conn.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut replies = Vec::with_capacity(n);
+    for _ in 0..n {
+        replies.push(conn.recv_response()?);
+    }
+    Ok(replies)
+}
+
 /// Renews many leases in one pipeline (one round trip). The outer `Err` is
 /// a failure of the whole round trip; each inner result is one renewal's.
 pub(crate) fn renew_batch(
-    conn: &mut dyn redis::ConnectionLike,
+    conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
 ) -> Result<Vec<Result<bool>>> {
     let build = || {
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         for r in batch {
             pipe.cmd("EVALSHA")
                 .arg(RENEW.get_hash())
@@ -141,13 +156,13 @@ pub(crate) fn renew_batch(
         }
         pipe
     };
-    let mut replies: Vec<Value> = build().query(conn)?;
+    let mut replies = query_pipeline(conn, &build(), batch.len())?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
     if replies.iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW.load(conn)?;
-        replies = build().query(conn)?;
+        replies = query_pipeline(conn, &build(), batch.len())?;
     }
     if replies.len() != batch.len() {
         return Err(Error::Protocol(format!(
