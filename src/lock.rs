@@ -302,14 +302,21 @@ impl Lock {
     ) -> Result<Attempt<(Arc<LeaseState>, Instant)>> {
         let client_id = self.client.id().as_u128();
         let sent = Instant::now();
+        let mut sent_script = false;
         let reply = self.client.with_conn(&self.name, |conn| {
+            sent_script = true;
             scripts::acquire(conn, &self.name, holder, ms)
         });
         match reply {
             Ok(Acquire::Acquired) => {}
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Err(e) => {
-                if e.breaks_connection() && holds::current(client_id, &self.name).is_none() {
+                // Only a script that was sent can have run: a refused connect
+                // or a wrong password never got that far.
+                if sent_script
+                    && e.breaks_connection()
+                    && holds::current(client_id, &self.name).is_none()
+                {
                     // The script may have run: do not leave a hold nobody
                     // knows of (it would block everyone for a whole lease).
                     self.release_unknown(holder);
