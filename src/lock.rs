@@ -516,27 +516,37 @@ impl Lock {
         }))
     }
 
-    /// Runs this kind's acquire script once.
-    fn run_acquire(&self, holder: &str, ms: u64, enqueue: bool) -> Result<Acquire> {
+    /// Runs this kind's acquire script once; sets `sent_script` once a
+    /// connection was had (the script may have run from then on).
+    fn run_acquire(
+        &self,
+        holder: &str,
+        ms: u64,
+        enqueue: bool,
+        sent_script: &mut bool,
+    ) -> Result<Acquire> {
         self.client
-            .with_conn(&self.name, |conn| match &self.kind {
-                Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
-                Kind::Fenced { token } => {
-                    scripts::fenced_acquire(conn, &self.name, token, holder, ms)
-                }
-                Kind::Fair {
-                    queue,
-                    timeouts,
-                    wait_timeout,
-                } => {
-                    let keys = FairKeys {
-                        key: &self.name,
+            .with_conn(&self.name, |conn| {
+                *sent_script = true;
+                match &self.kind {
+                    Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
+                    Kind::Fenced { token } => {
+                        scripts::fenced_acquire(conn, &self.name, token, holder, ms)
+                    }
+                    Kind::Fair {
                         queue,
                         timeouts,
-                        channel: &self.channel,
-                    };
-                    let wait_ms = lease_ms(*wait_timeout)?;
-                    scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+                        wait_timeout,
+                    } => {
+                        let keys = FairKeys {
+                            key: &self.name,
+                            queue,
+                            timeouts,
+                            channel: &self.channel,
+                        };
+                        let wait_ms = lease_ms(*wait_timeout)?;
+                        scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+                    }
                 }
             })
             .map(|reply| match (&self.kind, reply) {
@@ -564,12 +574,18 @@ impl Lock {
     ) -> Result<Attempt<Granted>> {
         let client_id = self.client.id().as_u128();
         let sent = Instant::now();
-        let reply = self.run_acquire(holder, ms, enqueue);
+        let mut sent_script = false;
+        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script);
         let token = match reply {
             Ok(Acquire::Acquired { token }) => token,
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Err(e) => {
-                if e.breaks_connection() && holds::current(client_id, &self.name).is_none() {
+                // Only a script that was sent can have run: a refused connect
+                // or a wrong password never got that far.
+                if sent_script
+                    && e.breaks_connection()
+                    && holds::current(client_id, &self.name).is_none()
+                {
                     // The script may have run: do not leave a hold nobody
                     // knows of (it would block everyone for a whole lease).
                     self.release_unknown(holder);

@@ -16,3 +16,6 @@ mod red_lock;
 mod reentrant;
 mod waiters;
 mod watchdog;
+// The binary exists only with the `cli` feature (on by default).
+#[cfg(feature = "cli")]
+mod cli;
