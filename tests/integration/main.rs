@@ -17,3 +17,4 @@ mod watchdog;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+mod tls;
