@@ -104,6 +104,7 @@ impl Client {
     pub(crate) fn from_config(config: Config) -> Result<Client> {
         let pool = Pool::new(
             config.info.clone(),
+            &config.tls,
             config.pool_size,
             config.connect_timeout,
             config.response_timeout,

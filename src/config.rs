@@ -53,6 +53,22 @@ pub struct Builder {
     renew_batch: usize,
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
+    tls: Tls,
+}
+
+/// Certificates for TLS connections (`rediss://`), beyond the system roots.
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// PEM of the CA that signed the server's certificate (pinned).
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// PEM of the client certificate and its key, for mutual TLS.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    pub(crate) fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client.is_some()
+    }
 }
 
 impl fmt::Debug for Builder {
@@ -69,6 +85,8 @@ impl fmt::Debug for Builder {
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("tls_root_ca", &self.tls.root_ca.is_some())
+            .field("tls_client_cert", &self.tls.client.is_some())
             .finish()
     }
 }
@@ -86,6 +104,7 @@ impl Default for Builder {
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            tls: Tls::default(),
         }
     }
 }
@@ -184,15 +203,36 @@ impl Builder {
         self
     }
 
+    /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
+    /// of the system's roots: pins the server's CA. Needs the `tls` feature
+    /// (on by default).
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Builder {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents `cert_pem` with its private key `key_pem` (both PEM) to
+    /// `rediss://` servers that require client certificates (Redis's
+    /// `tls-auth-clients yes`, its default). Needs the `tls` feature.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Builder {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Validates the configuration and makes the client. No connection is
     /// opened yet: the first lock operation connects.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an unparsable URL, a zero duration or
-    /// pool size, a watchdog timeout under 3 × the response timeout, or a
-    /// fair wait timeout under 3 × the response timeout, or a watchdog
-    /// timeout or fair wait timeout above [`MAX_LEASE`].
+    /// [`Error::InvalidArgument`] for an unparsable URL (a `rediss://` URL
+    /// without the `tls` feature included), TLS certificates without the
+    /// `tls` feature or with a URL that is not `rediss://`, a zero duration or
+    /// pool size, a watchdog timeout or fair wait timeout under 3 × the
+    /// response timeout or above [`MAX_LEASE`].
     pub fn build(self) -> Result<Client> {
         Client::from_config(self.into_config()?)
     }
@@ -217,6 +257,16 @@ impl Builder {
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must not be zero")));
+            }
+        }
+        if self.tls.is_set() {
+            if !cfg!(feature = "tls") {
+                return Err(Error::invalid(
+                    "TLS certificates need redguard's `tls` feature",
+                ));
+            }
+            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
         if self.pool_size == 0 {
@@ -249,6 +299,7 @@ impl Builder {
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
+            tls: self.tls,
         })
     }
 }
@@ -265,6 +316,7 @@ pub(crate) struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
+    pub(crate) tls: Tls,
 }
 
 impl fmt::Debug for Config {

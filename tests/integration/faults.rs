@@ -27,8 +27,8 @@ fn b6_redis_down_at_acquire_fails_fast_with_a_connection_error() {
         };
         assert!(err.is_connection() || err.is_timeout(), "{err:?}");
         assert!(err.is_transient());
-        // Bounded by the connect timeout (500 ms here), whatever the wait.
-        assert!(t0.elapsed() < ms(1200), "{:?}", t0.elapsed());
+        // Refused at once; bounded by the connect timeout (1 s here) at worst.
+        assert!(t0.elapsed() < ms(1500), "{:?}", t0.elapsed());
     }
     server.start_again();
     assert!(lock.try_lock_for(Duration::from_secs(2)).unwrap().is_some());

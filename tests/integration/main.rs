@@ -19,3 +19,4 @@ mod watchdog;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+mod tls;

@@ -52,6 +52,32 @@ pub(crate) struct ConnArgs {
         hide = true
     )]
     pub(crate) watchdog_timeout: Option<Duration>,
+
+    /// PEM file of the CA that signed the server's certificate, for
+    /// rediss:// URLs (instead of the system's roots).
+    #[arg(long, global = true, value_name = "FILE", env = "REDGUARD_TLS_CA")]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+
+    /// PEM file of a client certificate, for servers that require one
+    /// (Redis's default with TLS). Needs --tls-key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDGUARD_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM file of the client certificate's private key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDGUARD_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

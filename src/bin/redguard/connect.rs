@@ -52,6 +52,16 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     if let Some(r) = response {
         builder = builder.response_timeout(r);
     }
+    let read = |path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| Failure::new(code::USAGE, format!("cannot read {}: {e}", path.display())))
+    };
+    if let Some(ca) = &args.tls_ca {
+        builder = builder.tls_root_ca(read(ca)?);
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        builder = builder.tls_client_cert(read(cert)?, read(key)?);
+    }
     let client = builder
         .build()
         .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
