@@ -727,23 +727,19 @@ pub(crate) fn wait_loop<T>(
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
-    if queue_first
-        && let Some(sub) = client.running_subscriber()
-        && sub.has_waiters(channel)
-    {
+    if queue_first && let Some(sub) = client.running_subscriber() {
         let now = Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
         if left.is_none_or(|l| !l.is_zero()) {
-            let w = sub.waiter(
-                channel,
-                left.map_or(response_timeout, |l| l.min(response_timeout)),
-            );
-            let turn = left.map_or(poll, |l| l.min(poll));
-            if w.wait(turn) == Some(Event::Shutdown) {
-                return Err(Error::Shutdown);
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            if let Some(w) = sub.waiter_behind(channel, confirm_wait) {
+                let turn = left.map_or(poll, |l| l.min(poll));
+                if w.wait(turn) == Some(Event::Shutdown) {
+                    return Err(Error::Shutdown);
+                }
+                client.check_open()?;
+                waiter = Some(w);
             }
-            client.check_open()?;
-            waiter = Some(w);
         }
     }
     loop {
