@@ -71,6 +71,13 @@ impl FencedLock {
         FencedLock { lock }
     }
 
+    /// The underlying lock handle (for inspection and waiting). Guards
+    /// taken through it hold the same lock and draw tokens too, but do not
+    /// report them: use [`FencedLock::lock`] and friends to get the token.
+    pub fn as_lock(&self) -> &Lock {
+        &self.lock
+    }
+
     /// The lock name: the Redis key of the lock hash.
     pub fn name(&self) -> &[u8] {
         self.lock.name()
@@ -277,6 +284,12 @@ impl<'a> FencedGuard<'a> {
     /// As [`LockGuard::unlock`].
     pub fn unlock(self) -> Result<()> {
         self.guard.unlock()
+    }
+
+    /// Splits the guard into the plain [`LockGuard`] that holds the lock
+    /// (dropping it still releases the hold) and the fencing token.
+    pub fn into_parts(self) -> (LockGuard<'a>, u64) {
+        (self.guard, self.token)
     }
 }
 

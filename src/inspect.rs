@@ -82,16 +82,6 @@ pub struct QueuedWaiter {
     pub deadline: Option<SystemTime>,
 }
 
-/// Redisson's fair-lock queue key: `redisson_lock_queue:{name}`.
-fn fair_queue_key(name: &[u8]) -> Vec<u8> {
-    keys::prefixed("redisson_lock_queue", name)
-}
-
-/// Redisson's fair-lock timeout key: `redisson_lock_timeout:{name}`.
-fn fair_timeout_key(name: &[u8]) -> Vec<u8> {
-    keys::prefixed("redisson_lock_timeout", name)
-}
-
 /// One field of a hash and its value, as raw bytes.
 type Field = (Vec<u8>, Vec<u8>);
 
@@ -122,8 +112,8 @@ impl Lock {
         let name = self.name();
         keys::validate_name(name).map_err(Error::InvalidArgument)?;
         self.client().check_open()?;
-        let queue_key = fair_queue_key(name);
-        let timeout_key = fair_timeout_key(name);
+        let queue_key = keys::fair_queue(name);
+        let timeout_key = keys::fair_timeouts(name);
         let (redis_type, pttl, queue, deadlines): (String, i64, Vec<String>, Vec<(String, f64)>) =
             self.client().with_conn(name, |conn| {
                 redis::pipe()
@@ -223,8 +213,8 @@ mod tests {
 
     #[test]
     fn fair_keys_share_the_hash_tag() {
-        assert_eq!(fair_queue_key(b"job"), b"redisson_lock_queue:{job}");
-        assert_eq!(fair_timeout_key(b"job"), b"redisson_lock_timeout:{job}");
+        assert_eq!(keys::fair_queue(b"job"), b"redisson_lock_queue:{job}");
+        assert_eq!(keys::fair_timeouts(b"job"), b"redisson_lock_timeout:{job}");
     }
 
     #[test]

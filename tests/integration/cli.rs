@@ -1031,3 +1031,58 @@ fn j7_no_password_in_any_output() {
     assert_eq!(code("help with env"), Some(0));
     assert_eq!(code("url as a bad duration"), Some(64));
 }
+
+#[test]
+fn fenced_exec_exports_increasing_fencing_tokens() {
+    let server = RedisServer::start();
+    let name = unique_name("exec-fenced");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let mut cmd = redguard(&server.url());
+        cmd.args(["exec", "--fenced", &name, "--"]).args([
+            "sh",
+            "-c",
+            "echo \"$REDGUARD_FENCING_TOKEN\"",
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        tokens.push(out.stdout.trim().parse::<u64>().unwrap());
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert!(tokens[0] > 0);
+    // Without --fenced there is no token.
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", &name, "--"]).args([
+        "sh",
+        "-c",
+        "echo \"[${REDGUARD_FENCING_TOKEN-unset}]\"",
+    ]);
+    assert_eq!(run(cmd).stdout.trim(), "[unset]");
+}
+
+#[test]
+fn fair_exec_takes_the_fair_lock_and_status_names_it() {
+    let server = RedisServer::start();
+    let name = unique_name("exec-fair");
+    let dir = scratch();
+    let marker = dir.path().join("running");
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", "--fair", &name, "--"]).args([
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 1", path_str(&marker)),
+    ]);
+    let mut holder = Proc::spawn(cmd);
+    assert!(wait_until(Duration::from_secs(5), || marker.exists()));
+    // A fair waiter queues; --no-wait gives up at once.
+    let mut busy = redguard(&server.url());
+    busy.args(["exec", "--fair", "--no-wait", &name, "--", "true"]);
+    assert_eq!(run(busy).code, Some(75));
+    let out = holder.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!exists(&server, &name));
+    // --fair and --fenced do not go together.
+    let mut both = redguard(&server.url());
+    both.args(["exec", "--fair", "--fenced", &name, "--", "true"]);
+    assert_eq!(run(both).code, Some(64));
+}

@@ -124,6 +124,17 @@ pub(crate) struct ExecArgs {
     #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
     pub(crate) lease: Option<Duration>,
 
+    /// Take the fair lock of NAME (Redisson's RFairLock): waiters are served
+    /// in arrival order, across hosts.
+    #[arg(long, conflicts_with = "fenced")]
+    pub(crate) fair: bool,
+
+    /// Take the fenced lock of NAME (Redisson's RFencedLock): CMD gets a
+    /// fencing token, larger than every earlier one, in
+    /// REDGUARD_FENCING_TOKEN, to stamp its writes with.
+    #[arg(long)]
+    pub(crate) fenced: bool,
+
     /// Exit status when the lock cannot be had in time.
     #[arg(short = 'E', long, value_name = "N", default_value_t = code::TEMPFAIL)]
     pub(crate) conflict_exit_code: u8,

@@ -36,22 +36,42 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     // A typo in CMD is reported at once, not after waiting for the lock.
     preflight(program)?;
 
-    let lock = conn.client.lock(&name);
-    let lock = match args.lease {
-        Some(lease) => lock.with_lease(lease),
-        None => lock,
+    let fenced = conn.client.fenced_lock(&name);
+    let lock = if args.fair {
+        conn.client.fair_lock(&name)
+    } else if args.fenced {
+        fenced.as_lock().clone()
+    } else {
+        conn.client.lock(&name)
+    };
+    let (lock, fenced) = match args.lease {
+        Some(lease) => (lock.with_lease(lease), fenced.with_lease(lease)),
+        None => (lock, fenced),
     };
     let relay = Relay::start(conn.client.clone())
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
 
     let spinner = Spinner::start(&lock, args.quiet);
-    let acquired = if args.no_wait {
-        lock.try_lock()
+    let acquired = if args.fenced {
+        let fenced_guard = if args.no_wait {
+            fenced.try_lock()
+        } else {
+            match args.wait {
+                Some(wait) => fenced.try_lock_for(wait),
+                None => fenced.lock().map(Some),
+            }
+        };
+        fenced_guard.map(|g| g.map(|g| g.into_parts()))
     } else {
-        match args.wait {
-            Some(wait) => lock.try_lock_for(wait),
-            None => lock.lock().map(Some),
-        }
+        let guard = if args.no_wait {
+            lock.try_lock()
+        } else {
+            match args.wait {
+                Some(wait) => lock.try_lock_for(wait),
+                None => lock.lock().map(Some),
+            }
+        };
+        guard.map(|g| g.map(|g| (g, 0)))
     };
     spinner.stop();
 
@@ -66,8 +86,8 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         ));
         return Ok(signal_exit(signal));
     }
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
+    let (guard, token) = match acquired {
+        Ok(Some(granted)) => granted,
         Ok(None) => {
             if !args.quiet {
                 out::error(&busy_message(&lock, &name));
@@ -81,6 +101,9 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
         .env("REDGUARD_HOLDER", guard.holder_id().as_str());
+    if args.fenced {
+        cmd.env("REDGUARD_FENCING_TOKEN", token.to_string());
+    }
     // Interactive use (redguard in the terminal's foreground group): CMD
     // stays in that group, so job control and terminal input work and the
     // terminal's own signals reach it directly. Batch use: CMD leads a
