@@ -2,7 +2,11 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  unlock channel
+-- KEYS[3]  (fair locks only) wait queue "redisson_lock_queue:{name}"
 -- ARGV[1]  unlock message ("0")
+--
+-- Without KEYS[3] the message goes to KEYS[2]; with it, only to the queue head, on
+-- KEYS[2] .. ':' .. <its holder id> (nothing when the queue is empty).
 --
 -- Returns  1  a lock was deleted and ARGV[1] published
 --          0  there was nothing to delete
@@ -14,5 +18,12 @@ if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+if KEYS[3] then
+    local head = redis.call('lindex', KEYS[3], 0)
+    if head then
+        redis.call('publish', KEYS[2] .. ':' .. head, ARGV[1])
+    end
+else
+    redis.call('publish', KEYS[2], ARGV[1])
+end
 return 1

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config::{Builder, Config};
 use crate::error::{Error, Result};
+use crate::fencing::FencedLock;
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Counters;
 use crate::lock::Lock;
@@ -113,6 +114,7 @@ impl Client {
     pub(crate) fn from_config(config: Config) -> Result<Client> {
         let pool = Pool::new(
             config.info.clone(),
+            &config.tls,
             config.pool_size,
             config.connect_timeout,
             config.response_timeout,
@@ -138,6 +140,39 @@ impl Client {
     /// [`Error::InvalidArgument`] by the lock's operations.
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
         Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// A fair lock named `name` (Redisson's `RFairLock`): a [`Lock`] whose
+    /// waiters get it first come, first served. Cheap: no I/O.
+    ///
+    /// * **Order**: a waiter joins the queue `redisson_lock_queue:{name}` on
+    ///   its first attempt, once; only the queue head may take the free
+    ///   lock. Re-entry by the holding thread works as for [`Lock`].
+    /// * **No herd**: a release wakes only the next waiter, on its own
+    ///   channel `redisson_lock__channel:{name}:<holder id>`.
+    /// * **Dead waiters**: each waiter has a deadline in
+    ///   `redisson_lock_timeout:{name}` (ms since the epoch, taken from the
+    ///   Redis server's clock, never the client's), pushed forward by each
+    ///   of its attempts; a waiter that stops attempting is pruned by any
+    ///   acquire or release [`Builder::fair_wait_timeout`] (300 s by
+    ///   default) after its last attempt.
+    /// * **Every way out of a wait** (acquired, timed out, error, client
+    ///   shut down) removes the waiter from the queue and the deadline set.
+    ///
+    /// A Redisson `RFairLock` of the same name excludes and is excluded by
+    /// this lock and shares its queue; Redisson computes deadlines
+    /// differently (from its client clock, cumulated along the queue), so
+    /// in a mixed queue the order may be less strict.
+    pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new_fair(self.clone(), name.as_ref())
+    }
+
+    /// A fenced lock named `name` (Redisson's `RFencedLock`): a reentrant
+    /// lock whose every acquisition, re-entry included, draws a fencing
+    /// token from the counter `redisson_lock_token:{name}`. Cheap: no I/O.
+    /// See [`FencedLock`] and [`Client::fenced_set`].
+    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> FencedLock {
+        FencedLock::new(Lock::new_fenced(self.clone(), name.as_ref()))
     }
 
     /// This client's id: the first half of every holder id it writes.
@@ -197,7 +232,7 @@ impl Client {
             sub.shutdown();
         }
         watchdog::client_gone(
-            self.shared.id.as_u128(),
+            &self.shared.counters,
             self.shared.config.release_on_shutdown,
             Some(self.shared.config.response_timeout * 2),
         );
@@ -213,6 +248,14 @@ impl Client {
             return Err(Error::Shutdown);
         }
         Ok(())
+    }
+
+    /// The server this client talks to, `"<host:port or socket path>/<db>"`:
+    /// the first part of the canonical order of multi-locks, and the label
+    /// of a lock in errors. Holds no credentials.
+    pub(crate) fn server_addr(&self) -> String {
+        let info = &self.shared.config.info;
+        format!("{}/{}", info.addr(), info.redis_settings().db())
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -256,7 +299,7 @@ impl Client {
             .as_ref()
     }
 
-    /// The subscriber if it runs already; never starts it.
+    /// The subscriber if it was started already.
     pub(crate) fn running_subscriber(&self) -> Option<&Subscriber> {
         self.shared.subscriber.get().and_then(Option::as_ref)
     }
@@ -273,7 +316,7 @@ impl Drop for Shared {
             if let Some(Some(sub)) = self.subscriber.get() {
                 sub.shutdown();
             }
-            watchdog::client_gone(self.id.as_u128(), self.config.release_on_shutdown, None);
+            watchdog::client_gone(&self.counters, self.config.release_on_shutdown, None);
         }
     }
 }

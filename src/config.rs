@@ -13,6 +13,11 @@ use crate::error::{Error, Result};
 /// its clock arithmetic, well before `i64::MAX` ms).
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The shortest lease accepted: 5 ms. A lease must outlast the clock-drift
+/// allowance (1 % + 2 ms) subtracted from every grant, or no grant would
+/// ever be valid on arrival.
+pub const MIN_LEASE: Duration = Duration::from_millis(5);
+
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
@@ -27,6 +32,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default number of lease renewals the watchdog sends in one script call: 100
 /// (Redisson's renewal batch).
 pub const DEFAULT_RENEW_BATCH: usize = 100;
+/// Default time a queued fair-lock waiter keeps its place without an
+/// attempt: 300 s (Redisson's `fairLockWaitTimeout`).
+pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Configuration of a [`Client`], made by [`Client::builder`].
 ///
@@ -44,6 +52,23 @@ pub struct Builder {
     poll_interval: Duration,
     renew_batch: usize,
     release_on_shutdown: bool,
+    fair_wait_timeout: Duration,
+    tls: Tls,
+}
+
+/// Certificates for TLS connections (`rediss://`), beyond the system roots.
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// PEM of the CA that signed the server's certificate (pinned).
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// PEM of the client certificate and its key, for mutual TLS.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    pub(crate) fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client.is_some()
+    }
 }
 
 impl fmt::Debug for Builder {
@@ -59,6 +84,9 @@ impl fmt::Debug for Builder {
             .field("poll_interval", &self.poll_interval)
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
+            .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("tls_root_ca", &self.tls.root_ca.is_some())
+            .field("tls_client_cert", &self.tls.client.is_some())
             .finish()
     }
 }
@@ -75,6 +103,8 @@ impl Default for Builder {
             poll_interval: DEFAULT_POLL_INTERVAL,
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
+            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            tls: Tls::default(),
         }
     }
 }
@@ -158,14 +188,53 @@ impl Builder {
         self
     }
 
+    /// How long a waiter queued on a fair lock ([`Client::fair_lock`]) keeps
+    /// its place without an attempt (Redisson's `fairLockWaitTimeout`).
+    /// Default 300 s.
+    ///
+    /// A live waiter attempts at least every third of this (and every poll
+    /// interval), each attempt moving its deadline to now + this on the
+    /// Redis server's clock, so it never loses its place by waiting long. A
+    /// waiter whose process died (or stalled for longer than this) is
+    /// pruned this long after its last attempt: it blocks the queue behind
+    /// it for at most this long. A stalled waiter that comes back joins the
+    /// queue again at its tail. Must be at least 3 × the response timeout,
+    /// so that a slow attempt does not cost a live waiter its place.
+    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Builder {
+        self.fair_wait_timeout = timeout;
+        self
+    }
+
+    /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
+    /// of the system's roots: pins the server's CA. Needs the `tls` feature
+    /// (on by default).
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Builder {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents `cert_pem` with its private key `key_pem` (both PEM) to
+    /// `rediss://` servers that require client certificates (Redis's
+    /// `tls-auth-clients yes`, its default). Needs the `tls` feature.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Builder {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Validates the configuration and makes the client. No connection is
     /// opened yet: the first lock operation connects.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an unparsable URL, a zero duration or
-    /// pool size, a watchdog timeout under 3 × the response timeout, or a
-    /// watchdog timeout above [`MAX_LEASE`].
+    /// [`Error::InvalidArgument`] for an unparsable URL (a `rediss://` URL
+    /// without the `tls` feature included), TLS certificates without the
+    /// `tls` feature or with a URL that is not `rediss://`, a zero duration or
+    /// pool size, a watchdog timeout or fair wait timeout under 3 × the
+    /// response timeout or above [`MAX_LEASE`].
     pub fn build(self) -> Result<Client> {
         Client::from_config(self.into_config()?)
     }
@@ -186,9 +255,20 @@ impl Builder {
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
             ("poll interval", self.poll_interval),
+            ("fair wait timeout", self.fair_wait_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must not be zero")));
+            }
+        }
+        if self.tls.is_set() {
+            if !cfg!(feature = "tls") {
+                return Err(Error::invalid(
+                    "TLS certificates need redguard's `tls` feature",
+                ));
+            }
+            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
         if self.pool_size == 0 {
@@ -198,10 +278,17 @@ impl Builder {
             return Err(Error::invalid("renew batch must be at least 1"));
         }
         lease_ms(self.watchdog_timeout)?;
+        lease_ms(self.fair_wait_timeout)?;
         if self.watchdog_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
                 "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
                 self.watchdog_timeout, self.response_timeout
+            )));
+        }
+        if self.fair_wait_timeout < self.response_timeout.saturating_mul(3) {
+            return Err(Error::invalid(format!(
+                "fair wait timeout {:?} must be at least 3 x the response timeout {:?}",
+                self.fair_wait_timeout, self.response_timeout
             )));
         }
         Ok(Config {
@@ -213,6 +300,8 @@ impl Builder {
             poll_interval: self.poll_interval,
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
+            fair_wait_timeout: self.fair_wait_timeout,
+            tls: self.tls,
         })
     }
 }
@@ -228,6 +317,8 @@ pub(crate) struct Config {
     pub(crate) poll_interval: Duration,
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
+    pub(crate) fair_wait_timeout: Duration,
+    pub(crate) tls: Tls,
 }
 
 impl fmt::Debug for Config {
@@ -241,15 +332,20 @@ impl fmt::Debug for Config {
     }
 }
 
-/// A lease in whole milliseconds, as sent to Redis: sub-millisecond leases
-/// round up to 1 ms.
+/// A lease in whole milliseconds, as sent to Redis (fractions round up).
 ///
 /// # Errors
 ///
-/// [`Error::InvalidArgument`] for a zero lease or one above [`MAX_LEASE`].
+/// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`] (zero
+/// included) or above [`MAX_LEASE`].
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     if lease.is_zero() {
         return Err(Error::invalid("lease must not be zero"));
+    }
+    if lease < MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+        )));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(format!(
@@ -279,8 +375,10 @@ mod tests {
     #[test]
     fn lease_rounding_and_bounds() {
         assert!(lease_ms(Duration::ZERO).is_err());
-        assert_eq!(lease_ms(Duration::from_nanos(1)).unwrap(), 1);
-        assert_eq!(lease_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert!(lease_ms(Duration::from_nanos(1)).is_err());
+        assert!(lease_ms(Duration::from_micros(4999)).is_err());
+        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 5);
+        assert_eq!(lease_ms(Duration::from_micros(5500)).unwrap(), 6);
         assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
         assert!(lease_ms(MAX_LEASE).is_ok());
         assert!(lease_ms(MAX_LEASE + Duration::from_millis(1)).is_err());
@@ -294,6 +392,18 @@ mod tests {
         assert!(b().url("not a url").into_config().is_err());
         assert!(b().pool_size(0).into_config().is_err());
         assert!(b().watchdog_timeout(Duration::ZERO).into_config().is_err());
+        assert!(b().fair_wait_timeout(Duration::ZERO).into_config().is_err());
+        assert!(b().fair_wait_timeout(Duration::MAX).into_config().is_err());
+        assert!(
+            b().fair_wait_timeout(Duration::from_secs(8))
+                .into_config()
+                .is_err(),
+            "under 3 x the 3 s default response timeout"
+        );
+        assert_eq!(
+            b().into_config().unwrap().fair_wait_timeout,
+            DEFAULT_FAIR_WAIT_TIMEOUT
+        );
         assert!(
             b().watchdog_timeout(Duration::from_secs(2))
                 .response_timeout(Duration::from_secs(1))

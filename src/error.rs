@@ -69,6 +69,29 @@ pub enum Error {
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
     Redis(#[source] redis::RedisError),
+    /// Releasing a guard over several locks ([`MultiLockGuard`] or
+    /// [`RedLockGuard`]) failed on some of them. Every lock was still
+    /// attempted: those not listed were released. Each failure names its
+    /// lock and server (`"<name> on <host:port>/<db>"`); the locks that
+    /// failed are released by their lease running out.
+    ///
+    /// [`MultiLockGuard`]: crate::MultiLockGuard
+    /// [`RedLockGuard`]: crate::RedLockGuard
+    #[error("unlock failed on {} of {total} locks: {}", .failures.len(), list_failures(.failures))]
+    Unlock {
+        /// How many locks the guard held.
+        total: usize,
+        /// The locks whose release failed, each with its error.
+        failures: Vec<(String, Error)>,
+    },
+}
+
+fn list_failures(failures: &[(String, Error)]) -> String {
+    failures
+        .iter()
+        .map(|(lock, e)| format!("{lock}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Error {
@@ -211,11 +234,21 @@ mod tests {
 
     #[test]
     fn server_errors_are_classified() {
-        let wrongtype = redis::RedisError::from((
-            redis::ErrorKind::Extension,
-            "WRONGTYPE",
-            "Operation against a key holding the wrong kind of value".to_string(),
+        let server_error = |resp: &[u8]| match redis::parse_redis_value(resp).unwrap() {
+            redis::Value::ServerError(e) => redis::RedisError::from(e),
+            other => panic!("not an error: {other:?}"),
+        };
+        let wrongtype =
+            server_error(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(matches!(
+            Error::from(server_error(b"-NOPERM no\r\n")),
+            Error::Permission(_)
         ));
+        assert!(matches!(
+            Error::from(server_error(b"-WRONGPASS bad\r\n")),
+            Error::Auth(_)
+        ));
+        assert!(Error::from(server_error(b"-READONLY replica\r\n")).is_transient());
         assert!(matches!(
             Error::from_redis(wrongtype, b"k"),
             Error::WrongType { key } if key == "k"

@@ -53,6 +53,33 @@ pub(crate) fn channel(name: &[u8]) -> Vec<u8> {
     prefixed("redisson_lock__channel", name)
 }
 
+/// The wait queue of a fair lock: `redisson_lock_queue:{name}`, a list of
+/// waiting holder ids, head first.
+pub(crate) fn fair_queue(name: &[u8]) -> Vec<u8> {
+    prefixed("redisson_lock_queue", name)
+}
+
+/// The wait deadlines of a fair lock: `redisson_lock_timeout:{name}`, a zset
+/// holder id -> deadline in ms since the epoch (server clock).
+pub(crate) fn fair_timeouts(name: &[u8]) -> Vec<u8> {
+    prefixed("redisson_lock_timeout", name)
+}
+
+/// The channel on which one waiter of a fair lock is woken:
+/// `redisson_lock__channel:{name}:<holder id>` (Redisson's layout; the fair
+/// scripts build the same name from the lock channel and the queue entry).
+pub(crate) fn fair_channel(name: &[u8], holder: &str) -> Vec<u8> {
+    let mut out = channel(name);
+    out.push(b':');
+    out.extend_from_slice(holder.as_bytes());
+    out
+}
+
+/// The fencing-token counter of a fenced lock: `redisson_lock_token:{name}`.
+pub(crate) fn token(name: &[u8]) -> Vec<u8> {
+    prefixed("redisson_lock_token", name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +101,17 @@ mod tests {
     fn binary_names_round_trip() {
         let name = [0u8, 0xff, b'{', 0x80];
         assert_eq!(&channel(&name)[23..], &name);
+    }
+
+    #[test]
+    fn fair_and_fenced_keys_follow_redisson() {
+        assert_eq!(fair_queue(b"q"), b"redisson_lock_queue:{q}");
+        assert_eq!(fair_timeouts(b"q"), b"redisson_lock_timeout:{q}");
+        assert_eq!(
+            fair_channel(b"q", "c1d2:7"),
+            b"redisson_lock__channel:{q}:c1d2:7"
+        );
+        assert_eq!(token(b"{o}:1"), b"redisson_lock_token:{o}:1");
     }
 
     #[test]

@@ -29,11 +29,16 @@ pub(crate) struct Counters {
     pub(crate) held: AtomicUsize,
     /// Entries of this client in the watchdog's schedule.
     pub(crate) watchdog_entries: AtomicUsize,
+    /// Set when the client is gone (shut down or dropped): the watchdog
+    /// drops its entries, releasing them first when `release_when_gone`.
+    pub(crate) gone: AtomicBool,
+    /// Whether the client's locks are released when it goes.
+    pub(crate) release_when_gone: AtomicBool,
     /// Lease renewals the watchdog sent for this client.
     pub(crate) renewals: AtomicU64,
     /// Round trips that carried them.
     pub(crate) renewal_round_trips: AtomicU64,
-    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    /// Watchdog rounds that renewed at least one of this client's leases.
     pub(crate) renewal_ticks: AtomicU64,
 }
 

@@ -27,6 +27,23 @@
 //! Waiters sleep until an unlock message arrives on the lock's channel (one
 //! pub/sub connection per client), bounded by the holder's remaining ttl.
 //!
+//! # Kinds of lock
+//!
+//! All of them are reentrant per (client, thread), renewed by the watchdog
+//! unless given a lease, and share the method names and guard semantics of
+//! [`Lock`]:
+//!
+//! * [`Client::lock`]: a reentrant [`Lock`] (Redisson's `RLock`). Waiters
+//!   race for a released lock.
+//! * [`Client::fair_lock`]: a fair [`Lock`] (Redisson's `RFairLock`).
+//!   Waiters are served first come, first served; a release wakes only the
+//!   next one; dead waiters are pruned after
+//!   [`Builder::fair_wait_timeout`].
+//! * [`Client::fenced_lock`]: a [`FencedLock`] (Redisson's `RFencedLock`).
+//!   Every grant carries a larger fencing token
+//!   ([`FencedGuard::fencing_token`]) for storage that refuses stale
+//!   writers, such as [`Client::fenced_set`].
+//!
 //! # Differences from `std::sync::Mutex`
 //!
 //! * **No poisoning**, and no data inside: the lock protects something
@@ -57,13 +74,17 @@
 mod client;
 mod config;
 mod error;
+mod fencing;
 mod guard;
 mod holder;
 mod holds;
+mod inspect;
 mod keys;
 mod lease;
 mod lock;
+mod multi_lock;
 mod pool;
+mod red_lock;
 mod scripts;
 mod source;
 mod subscriber;
@@ -71,11 +92,35 @@ mod watchdog;
 
 pub use client::{Client, Stats};
 pub use config::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
-    DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_POLL_INTERVAL,
+    DEFAULT_POOL_SIZE, DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    MAX_LEASE, MIN_LEASE,
 };
 pub use error::{Error, Result};
+pub use fencing::{FencedGuard, FencedLock, FencedWrite};
 pub use guard::LockGuard;
 pub use holder::{ClientId, HolderId, current_thread_id};
+pub use inspect::{LockInfo, LockKind, QueuedWaiter};
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard};
+pub use red_lock::{RedLock, RedLockGuard};
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn handles_are_send_sync_clone() {
+        assert_send_sync_clone::<crate::Client>();
+        assert_send_sync_clone::<crate::Lock>();
+        assert_send_sync_clone::<crate::Builder>();
+        fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+        assert_error::<crate::Error>();
+    }
+}

@@ -12,7 +12,7 @@ use crate::holder::HolderId;
 use crate::holds;
 use crate::keys;
 use crate::lease::LeaseState;
-use crate::scripts::{self, Acquire, Release};
+use crate::scripts::{self, Acquire, FairKeys, Release};
 use crate::subscriber::Event;
 use crate::watchdog;
 
@@ -38,20 +38,101 @@ use crate::watchdog;
 /// Wire layout (Redisson's): a hash at key `name` mapping holder id to hold
 /// count, `PEXPIRE` = lease; unlock message `0` on
 /// `redisson_lock__channel:{name}`.
+///
+/// [`Client::fair_lock`] makes the fair kind of this lock (Redisson's
+/// `RFairLock`, also an `RLock`): the same handle and guards, with waiters
+/// served first come, first served.
 #[derive(Clone)]
 pub struct Lock {
     client: Client,
     name: Arc<[u8]>,
     channel: Arc<[u8]>,
     lease: Option<Duration>,
+    kind: Kind,
+}
+
+/// Which acquire and release scripts a [`Lock`] runs. Everything else (the
+/// wait loop, holds, guards, renewal) is shared by every kind.
+#[derive(Clone)]
+pub(crate) enum Kind {
+    /// Redisson's `RLock`.
+    Reentrant,
+    /// Redisson's `RFairLock`: a wait queue and a deadline per waiter.
+    Fair {
+        /// `redisson_lock_queue:{name}`.
+        queue: Arc<[u8]>,
+        /// `redisson_lock_timeout:{name}`.
+        timeouts: Arc<[u8]>,
+        /// How long a queued waiter may go without an attempt before it is
+        /// presumed dead and pruned.
+        wait_timeout: Duration,
+    },
+    /// Redisson's `RFencedLock`: every acquisition draws a token.
+    Fenced {
+        /// `redisson_lock_token:{name}`.
+        token: Arc<[u8]>,
+    },
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Reentrant => f.write_str("Reentrant"),
+            Kind::Fair { wait_timeout, .. } => f
+                .debug_struct("Fair")
+                .field("wait_timeout", wait_timeout)
+                .finish_non_exhaustive(),
+            Kind::Fenced { .. } => f.write_str("Fenced"),
+        }
+    }
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
             .field("name", &String::from_utf8_lossy(&self.name))
+            .field("kind", &self.kind)
             .field("lease", &self.lease)
             .finish_non_exhaustive()
+    }
+}
+
+/// A successful attempt: the hold's shared state, when the granting script
+/// was sent, and the fencing token it drew (fenced locks only).
+pub(crate) struct Granted {
+    state: Arc<LeaseState>,
+    sent: Instant,
+    token: Option<u64>,
+}
+
+/// A queued fair-lock waiter's place. Dropped on every way out of the wait
+/// (timeout, error, shutdown, panic) while still armed, it takes the waiter
+/// out of the queue and the deadline set; a grant disarms it, because the
+/// acquire script already removed the waiter.
+struct QueueSeat<'a> {
+    lock: &'a Lock,
+    holder: &'a str,
+    armed: bool,
+}
+
+impl Drop for QueueSeat<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Some(keys) = self.lock.fair_keys() else {
+            return;
+        };
+        let left = self.lock.client.with_conn(&self.lock.name, |conn| {
+            scripts::fair_leave(conn, keys, self.holder)
+        });
+        if let Err(e) = left {
+            log::warn!(
+                "redguard: could not leave the queue of fair lock {:?}: {e}; \
+                 the entry is pruned after the fair wait timeout",
+                String::from_utf8_lossy(&self.lock.name)
+            );
+        }
     }
 }
 
@@ -71,6 +152,47 @@ impl Lock {
             name: name.into(),
             client,
             lease: None,
+            kind: Kind::Reentrant,
+        }
+    }
+
+    /// A fair lock: see [`Client::fair_lock`].
+    pub(crate) fn new_fair(client: Client, name: &[u8]) -> Lock {
+        let wait_timeout = client.config().fair_wait_timeout;
+        Lock {
+            kind: Kind::Fair {
+                queue: keys::fair_queue(name).into(),
+                timeouts: keys::fair_timeouts(name).into(),
+                wait_timeout,
+            },
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// A fenced lock's inner lock: see [`Client::fenced_lock`].
+    pub(crate) fn new_fenced(client: Client, name: &[u8]) -> Lock {
+        Lock {
+            kind: Kind::Fenced {
+                token: keys::token(name).into(),
+            },
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// `true` for a fair lock ([`Client::fair_lock`]).
+    pub fn is_fair(&self) -> bool {
+        matches!(self.kind, Kind::Fair { .. })
+    }
+
+    /// For a fair lock, how long a queued waiter may go without an attempt
+    /// before the others prune it as dead ([`Builder::fair_wait_timeout`]
+    /// when the lock was made); `None` for other kinds.
+    ///
+    /// [`Builder::fair_wait_timeout`]: crate::Builder::fair_wait_timeout
+    pub fn fair_wait_timeout(&self) -> Option<Duration> {
+        match self.kind {
+            Kind::Fair { wait_timeout, .. } => Some(wait_timeout),
+            _ => None,
         }
     }
 
@@ -91,10 +213,11 @@ impl Lock {
 
     /// The same lock, acquired with a fixed `lease`: the key expires `lease`
     /// after each acquisition and the watchdog does not renew it (Redisson's
-    /// `lock(leaseTime, unit)`). Sub-millisecond leases round up to 1 ms.
+    /// `lock(leaseTime, unit)`). Fractions of a millisecond round up.
     ///
-    /// The lease is checked when the lock is acquired: a zero lease or one
-    /// above [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
+    /// The lease is checked when the lock is acquired: one under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (5 ms) or above
+    /// [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
     /// [`Error::InvalidArgument`].
     pub fn with_lease(&self, lease: Duration) -> Lock {
         Lock {
@@ -105,13 +228,6 @@ impl Lock {
 
     /// Acquires the lock, waiting as long as it takes (Redisson's `lock()`).
     /// Re-entering a lock the calling thread holds succeeds at once.
-    ///
-    /// Threads of this client that already wait for the lock go first: the
-    /// call queues behind them and each unlock wakes the longest waiting
-    /// thread, so a thread that releases and locks again in a loop cannot
-    /// starve the others (Redisson lets it barge). Threads of other clients
-    /// and processes still compete freely. The same holds for
-    /// [`Lock::try_lock_for`] and [`Lock::try_lock_until`].
     ///
     /// # Errors
     ///
@@ -251,16 +367,85 @@ impl Lock {
         self.check_name()?;
         self.client.check_open()?;
         self.client.with_conn(&self.name, |conn| {
-            scripts::force_unlock(conn, &self.name, &self.channel)
+            scripts::force_unlock(conn, &self.name, &self.channel, self.queue_key())
         })
     }
 
-    #[allow(
-        dead_code,
-        reason = "used by lock kinds that wait on this lock's channel"
-    )]
-    pub(crate) fn channel(&self) -> &[u8] {
-        &self.channel
+    /// The waiters queued on a fair lock, head first: each one's holder id
+    /// and how long it keeps its place without a further attempt (zero once
+    /// its deadline has passed; the next acquire or release prunes it), on
+    /// the Redis server's clock. Always empty for other kinds of lock, which
+    /// keep no queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the queue or deadline keys hold another
+    /// type, connection, timeout and server errors.
+    pub fn queue(&self) -> Result<Vec<(String, Duration)>> {
+        self.check_name()?;
+        let Some(keys) = self.fair_keys() else {
+            return Ok(Vec::new());
+        };
+        // Queue, deadlines and the server's TIME, read atomically.
+        type Snapshot = (Vec<String>, Vec<(String, f64)>, (u64, u64));
+        let (ids, deadlines, (secs, micros)): Snapshot =
+            self.client.with_conn(&self.name, |conn| {
+                redis::pipe()
+                    .atomic()
+                    .cmd("LRANGE")
+                    .arg(keys.queue)
+                    .arg(0)
+                    .arg(-1)
+                    .cmd("ZRANGE")
+                    .arg(keys.timeouts)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .cmd("TIME")
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, keys.queue))
+            })?;
+        let now_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+        let deadlines: std::collections::HashMap<String, f64> = deadlines.into_iter().collect();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let left = deadlines.get(&id).map_or(0, |&deadline| {
+                    let deadline = if deadline.is_finite() && deadline > 0.0 {
+                        deadline as u64
+                    } else {
+                        0
+                    };
+                    deadline.saturating_sub(now_ms)
+                });
+                (id, Duration::from_millis(left))
+            })
+            .collect())
+    }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    fn fair_keys(&self) -> Option<FairKeys<'_>> {
+        match &self.kind {
+            Kind::Fair {
+                queue, timeouts, ..
+            } => Some(FairKeys {
+                key: &self.name,
+                queue,
+                timeouts,
+                channel: &self.channel,
+            }),
+            _ => None,
+        }
+    }
+
+    fn queue_key(&self) -> Option<&[u8]> {
+        match &self.kind {
+            Kind::Fair { queue, .. } => Some(queue),
+            _ => None,
+        }
     }
 
     fn check_name(&self) -> Result<()> {
@@ -279,25 +464,102 @@ impl Lock {
     }
 
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard<'_>>> {
+        Ok(self.acquire_with_token(deadline)?.map(|(guard, _)| guard))
+    }
+
+    /// Acquires, waiting until `deadline` (`None`: forever); also returns
+    /// the fencing token the grant drew (fenced locks only).
+    pub(crate) fn acquire_with_token(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(LockGuard<'_>, Option<u64>)>> {
         self.check_name()?;
         self.client.check_open()?;
         let (lease, renew) = self.lease_mode()?;
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
-        let holder_str = holder.as_arc();
-        // A caller willing to wait queues behind this client's threads that
-        // already wait for the lock, unless it holds the lock (re-entry
-        // never waits). `try_lock` still takes a free lock at once.
-        let queue = deadline.is_none_or(|d| d > Instant::now())
-            && holds::current(self.client.id().as_u128(), &self.name).is_none();
-        wait_loop(&self.client, &self.channel, deadline, queue, || {
-            self.attempt(holder_str, lease, ms, renew)
-        })
-        .map(|granted| {
-            granted.map(|(state, sent)| {
-                LockGuard::new(self, holder.clone(), state, ms, lease, renew, sent)
+        let holder_str: Arc<str> = holder.as_arc().clone();
+        let granted = match &self.kind {
+            Kind::Fair { .. } => {
+                // A fair waiter is woken on its own channel, by the release
+                // that makes it the one to go next.
+                let channel = keys::fair_channel(&self.name, &holder_str);
+                let mut seat = QueueSeat {
+                    lock: self,
+                    holder: &holder_str,
+                    armed: false,
+                };
+                // The server's queue orders the waiters; no local queue.
+                wait_loop(&self.client, &channel, deadline, false, || {
+                    // Once the deadline has passed this is the last attempt:
+                    // do not join the queue only to leave it again.
+                    let enqueue = deadline.is_none_or(|d| Instant::now() < d);
+                    seat.armed |= enqueue;
+                    let attempt = self.attempt(&holder_str, lease, ms, renew, enqueue);
+                    if let Ok(Attempt::Acquired(_)) = &attempt {
+                        seat.armed = false;
+                    }
+                    attempt
+                })
+            }
+            _ => {
+                // A re-entry never queues: it would wait for itself.
+                let queue_first = holds::current(self.client.id().as_u128(), &self.name).is_none();
+                wait_loop(&self.client, &self.channel, deadline, queue_first, || {
+                    self.attempt(&holder_str, lease, ms, renew, false)
+                })
+            }
+        }?;
+        Ok(granted.map(|g| {
+            let guard = LockGuard::new(self, holder.clone(), g.state, ms, lease, renew, g.sent);
+            (guard, g.token)
+        }))
+    }
+
+    /// Runs this kind's acquire script once; sets `sent_script` once a
+    /// connection was had (the script may have run from then on).
+    fn run_acquire(
+        &self,
+        holder: &str,
+        ms: u64,
+        enqueue: bool,
+        sent_script: &mut bool,
+    ) -> Result<Acquire> {
+        self.client
+            .with_conn(&self.name, |conn| {
+                *sent_script = true;
+                match &self.kind {
+                    Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
+                    Kind::Fenced { token } => {
+                        scripts::fenced_acquire(conn, &self.name, token, holder, ms)
+                    }
+                    Kind::Fair {
+                        queue,
+                        timeouts,
+                        wait_timeout,
+                    } => {
+                        let keys = FairKeys {
+                            key: &self.name,
+                            queue,
+                            timeouts,
+                            channel: &self.channel,
+                        };
+                        let wait_ms = lease_ms(*wait_timeout)?;
+                        scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+                    }
+                }
             })
-        })
+            .map(|reply| match (&self.kind, reply) {
+                // A queued waiter must attempt again well before its
+                // deadline, or the others prune it as dead.
+                (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
+                    let heartbeat = *wait_timeout / 3;
+                    Acquire::Busy {
+                        pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
+                    }
+                }
+                (_, reply) => reply,
+            })
     }
 
     /// One acquisition attempt. On success the hold is recorded and, when
@@ -308,24 +570,29 @@ impl Lock {
         lease: Duration,
         ms: u64,
         renew: bool,
-    ) -> Result<Attempt<(Arc<LeaseState>, Instant)>> {
+        enqueue: bool,
+    ) -> Result<Attempt<Granted>> {
         let client_id = self.client.id().as_u128();
         let sent = Instant::now();
-        let reply = self.client.with_conn(&self.name, |conn| {
-            scripts::acquire(conn, &self.name, holder, ms)
-        });
-        match reply {
-            Ok(Acquire::Acquired) => {}
+        let mut sent_script = false;
+        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script);
+        let token = match reply {
+            Ok(Acquire::Acquired { token }) => token,
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Err(e) => {
-                if e.breaks_connection() && holds::current(client_id, &self.name).is_none() {
+                // Only a script that was sent can have run: a refused connect
+                // or a wrong password never got that far.
+                if sent_script
+                    && e.breaks_connection()
+                    && holds::current(client_id, &self.name).is_none()
+                {
                     // The script may have run: do not leave a hold nobody
                     // knows of (it would block everyone for a whole lease).
                     self.release_unknown(holder);
                 }
                 return Err(e);
             }
-        }
+        };
         let valid_until = sent + lease.saturating_sub(clock_drift(lease));
         let now = Instant::now();
         if self.client.is_shut_down() || now >= valid_until {
@@ -341,13 +608,13 @@ impl Lock {
         });
         if fresh {
             let entry = watchdog::Entry {
-                client: client_id,
                 key: self.name.clone(),
                 channel: self.channel.clone(),
                 holder: holder.clone(),
                 lease,
                 renew,
                 renew_batch: self.client.config().renew_batch,
+                queue: self.queue_key().map(Arc::from),
                 state: state.clone(),
                 source: self.client.source().clone(),
                 counters: self.client.counters().clone(),
@@ -359,13 +626,11 @@ impl Lock {
         } else {
             state.set_valid_until(valid_until);
         }
-        Ok(Attempt::Acquired((state, sent)))
+        Ok(Attempt::Acquired(Granted { state, sent, token }))
     }
 
     fn release_one(&self, holder: &str, ms: u64) {
-        let released = self.client.with_conn(&self.name, |conn| {
-            scripts::release(conn, &self.name, &self.channel, holder, ms)
-        });
+        let released = self.release_str(holder, ms);
         if let Err(e) = released {
             log::warn!(
                 "redguard: could not give back lock {:?}: {e}; it expires with its lease",
@@ -374,32 +639,60 @@ impl Lock {
         }
     }
 
-    fn release_unknown(&self, holder: &str) {
-        let released = self.client.with_conn(&self.name, |conn| {
-            scripts::release_holder(conn, &self.name, &self.channel, holder)
-        });
-        match released {
-            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
-            Ok(false) => {}
-            Err(e) => log::warn!(
-                "redguard: acquire of {:?} has an unknown outcome and could not be undone ({e}); \
-                 a grant, if any, expires with its lease",
-                String::from_utf8_lossy(&self.name)
-            ),
+    /// Undoes a grant whose reply was lost, off the caller's thread so the
+    /// caller's deadline is not stretched by a second round trip to a
+    /// server that just failed to answer.
+    fn release_unknown(&self, holder: &Arc<str>) {
+        let (client, name, channel, queue, holder) = (
+            self.client.clone(),
+            self.name.clone(),
+            self.channel.clone(),
+            self.queue_key().map(Arc::<[u8]>::from),
+            holder.clone(),
+        );
+        let undo = move || {
+            let released = client.with_conn(&name, |conn| {
+                scripts::release_holder(conn, &name, &channel, queue.as_deref(), &holder)
+            });
+            match released {
+                Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+                Ok(false) => {}
+                Err(e) => log::warn!(
+                    "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                     ({e}); a grant, if any, expires with its lease",
+                    String::from_utf8_lossy(&name)
+                ),
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("redguard-undo".into())
+            .spawn(undo)
+        {
+            log::warn!("redguard: cannot start a thread to undo a lost grant: {e}");
         }
     }
 
     /// Releases one hold of `holder`: the guard's unlock.
     pub(crate) fn release(&self, holder: &HolderId, ms: u64) -> Result<Release> {
-        self.client.with_conn(&self.name, |conn| {
-            scripts::release(conn, &self.name, &self.channel, holder.as_str(), ms)
-        })
+        self.release_str(holder.as_str(), ms)
+    }
+
+    fn release_str(&self, holder: &str, ms: u64) -> Result<Release> {
+        self.client
+            .with_conn(&self.name, |conn| match self.fair_keys() {
+                Some(keys) => scripts::fair_release(conn, keys, holder, ms),
+                None => scripts::release(conn, &self.name, &self.channel, holder, ms),
+            })
     }
 
     /// Drops every hold of `holder`.
     pub(crate) fn release_all(&self, holder: &HolderId) -> Result<bool> {
+        self.release_all_str(holder.as_str())
+    }
+
+    fn release_all_str(&self, holder: &str) -> Result<bool> {
         self.client.with_conn(&self.name, |conn| {
-            scripts::release_holder(conn, &self.name, &self.channel, holder.as_str())
+            scripts::release_holder(conn, &self.name, &self.channel, self.queue_key(), holder)
         })
     }
 
@@ -417,47 +710,45 @@ impl Lock {
 /// after it is missed), then alternate attempts and waits of at most
 /// min(busy hint, poll interval, time left).
 ///
-/// With `queue`, a caller that finds other threads of this client already
-/// waiting on `channel` registers behind them and waits for its turn (an
-/// unlock message wakes the longest waiting thread first) before its first
-/// attempt. Without this, a thread that releases and at once locks again
-/// wins every race against the waiter the release woke (its attempt goes
-/// out before the woken thread even runs), starving the waiters. The
-/// queue is local: threads of other clients still race as in Redisson.
+/// With `queue_first`, a caller that finds other threads of its client
+/// already waiting on `channel` joins the back of their queue and waits for
+/// its wake-up before its first attempt, instead of barging in ahead of the
+/// waiter an unlock message just woke. Within one client, waiters are thus
+/// served in arrival order, and a thread that releases and at once locks
+/// again lets the waiters have their turn. Its first wait is bounded by the
+/// poll interval like every other.
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
     deadline: Option<Instant>,
-    queue: bool,
+    queue_first: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
-    let mut wait_first = false;
-    if queue && let Some(sub) = client.running_subscriber() {
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
-        waiter = sub.waiter_behind(channel, confirm_wait);
-        client.check_open()?;
-        // The first attempt is skipped only while time is left, so every
-        // call makes at least one attempt.
-        wait_first = waiter.is_some() && deadline.is_none_or(|d| d > Instant::now());
+    if queue_first && let Some(sub) = client.running_subscriber() {
+        let now = Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        if left.is_none_or(|l| !l.is_zero()) {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            if let Some(w) = sub.waiter_behind(channel, confirm_wait) {
+                let turn = left.map_or(poll, |l| l.min(poll));
+                if w.wait(turn) == Some(Event::Shutdown) {
+                    return Err(Error::Shutdown);
+                }
+                client.check_open()?;
+                waiter = Some(w);
+            }
+        }
     }
     loop {
-        let skipped = std::mem::take(&mut wait_first);
-        let hint = if skipped {
-            None
-        } else {
-            match attempt()? {
-                Attempt::Acquired(granted) => return Ok(Some(granted)),
-                Attempt::Busy(hint) => hint,
-            }
+        let hint = match attempt()? {
+            Attempt::Acquired(granted) => return Ok(Some(granted)),
+            Attempt::Busy(hint) => hint,
         };
         let now = Instant::now();
         let left = match deadline {
-            // Out of time before the first attempt: make it now.
-            Some(deadline) if deadline <= now && skipped => continue,
             Some(deadline) if deadline <= now => return Ok(None),
             Some(deadline) => Some(deadline - now),
             None => None,

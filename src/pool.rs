@@ -12,7 +12,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::config::Tls;
 use crate::error::{Error, Result};
+
+#[cfg(feature = "tls")]
+fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Client> {
+    let certs = redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_ca.clone(),
+    };
+    redis::Client::build_with_tls(info, certs)
+        .map_err(|e| Error::invalid(format!("bad TLS certificates: {}", e.category())))
+}
+
+#[cfg(not(feature = "tls"))]
+fn build_with_tls(_info: redis::ConnectionInfo, _tls: &Tls) -> Result<redis::Client> {
+    Err(Error::invalid(
+        "TLS certificates need redguard's `tls` feature",
+    ))
+}
 
 /// Connection pool for one Redis server.
 pub(crate) struct Pool {
@@ -53,11 +77,20 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     pub(crate) fn new(
         info: redis::ConnectionInfo,
+        tls: &Tls,
         max: usize,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Pool> {
-        let client = redis::Client::open(info).map_err(Error::from)?;
+        // No CLIENT SETINFO round trips at connect: against a frozen server
+        // each would wait a whole timeout before the connect fails.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let client = if tls.is_set() {
+            build_with_tls(info, tls)?
+        } else {
+            redis::Client::open(info).map_err(Error::from)?
+        };
         Ok(Pool {
             client,
             state: Mutex::new(State {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
+use crate::fencing::FencedWrite;
 use crate::keys::UNLOCK_MESSAGE;
 
 static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lock.lua")));
@@ -21,15 +22,41 @@ static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
 static RELEASE_HOLDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release_holder.lua")));
+static FAIR_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_lock.lua")));
+static FAIR_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_unlock.lua")));
+static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fair_leave.lua")));
+static FENCED_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fenced_lock.lua")));
+static FENCED_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fenced_set.lua")));
 
 /// Outcome of the acquire script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
-    /// Acquired, or re-entered by the same holder.
-    Acquired,
-    /// Held by someone else; `pttl` is its remaining ttl, `None` when the
+    /// Acquired, or re-entered by the same holder; `token` is the fencing
+    /// token drawn by a fenced lock (`None` for the other kinds).
+    Acquired { token: Option<u64> },
+    /// Not acquired. `pttl` is how long until it is worth trying again: the
+    /// holder's remaining ttl (for a fair lock that is free but promised to
+    /// the queue head, the time until the head's deadline); `None` when the
     /// key has no expiry.
     Busy { pttl: Option<Duration> },
+}
+
+/// The keys of a fair lock besides its hash.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FairKeys<'a> {
+    /// The lock hash.
+    pub(crate) key: &'a [u8],
+    /// `redisson_lock_queue:{name}`.
+    pub(crate) queue: &'a [u8],
+    /// `redisson_lock_timeout:{name}`.
+    pub(crate) timeouts: &'a [u8],
+    /// `redisson_lock__channel:{name}`, the base of every waiter's channel.
+    pub(crate) channel: &'a [u8],
 }
 
 /// Outcome of the release script.
@@ -84,9 +111,162 @@ pub(crate) fn acquire(
     })
     .map_err(|e| Error::from_redis(e, key))?;
     match reply {
-        Value::Nil => Ok(Acquire::Acquired),
+        Value::Nil => Ok(Acquire::Acquired { token: None }),
         Value::Int(ms) => Ok(Acquire::Busy { pttl: ttl_from(ms) }),
         other => Err(unexpected("acquire", &other)),
+    }
+}
+
+/// Runs the fenced acquire script: like [`acquire`], and every success
+/// (re-entry included) draws the next token from `token_key`.
+pub(crate) fn fenced_acquire(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    token_key: &[u8],
+    holder: &str,
+    lease_ms: u64,
+) -> Result<Acquire> {
+    let reply: Value = FENCED_LOCK
+        .key(key)
+        .key(token_key)
+        .arg(lease_ms)
+        .arg(holder)
+        .invoke(conn)
+        .map_err(|e| Error::from_redis(e, key))?;
+    fenced_acquire_reply(&reply)
+}
+
+fn fenced_acquire_reply(reply: &Value) -> Result<Acquire> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(1), Value::Int(token)] => match u64::try_from(*token) {
+                Ok(token) if token > 0 => Ok(Acquire::Acquired { token: Some(token) }),
+                _ => Err(unexpected("fenced acquire", reply)),
+            },
+            [Value::Int(0), Value::Int(ms)] => Ok(Acquire::Busy {
+                pttl: ttl_from(*ms),
+            }),
+            _ => Err(unexpected("fenced acquire", reply)),
+        },
+        other => Err(unexpected("fenced acquire", other)),
+    }
+}
+
+/// Runs the fair acquire script for `holder`. With `enqueue`, a holder that
+/// cannot have the lock joins the queue (or, already queued, moves its
+/// deadline to now + `wait_ms` on the server's clock); without, it leaves
+/// no trace.
+pub(crate) fn fair_acquire(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: FairKeys<'_>,
+    holder: &str,
+    lease_ms: u64,
+    wait_ms: u64,
+    enqueue: bool,
+) -> Result<Acquire> {
+    let reply: Value = FAIR_LOCK
+        .key(keys.key)
+        .key(keys.queue)
+        .key(keys.timeouts)
+        .arg(lease_ms)
+        .arg(holder)
+        .arg(wait_ms)
+        .arg(if enqueue { "1" } else { "0" })
+        .invoke(conn)
+        .map_err(|e| Error::from_redis(e, keys.key))?;
+    fair_acquire_reply(&reply)
+}
+
+fn fair_acquire_reply(reply: &Value) -> Result<Acquire> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(1)] => Ok(Acquire::Acquired { token: None }),
+            [Value::Int(0), Value::Int(ms)] => Ok(Acquire::Busy {
+                pttl: ttl_from(*ms),
+            }),
+            _ => Err(unexpected("fair acquire", reply)),
+        },
+        other => Err(unexpected("fair acquire", other)),
+    }
+}
+
+/// Runs the fair release script: releases one hold of `holder`; the last
+/// one wakes only the queue head, on its own channel.
+pub(crate) fn fair_release(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: FairKeys<'_>,
+    holder: &str,
+    lease_ms: u64,
+) -> Result<Release> {
+    let reply: Value = FAIR_UNLOCK
+        .key(keys.key)
+        .key(keys.queue)
+        .key(keys.timeouts)
+        .key(keys.channel)
+        .arg(UNLOCK_MESSAGE)
+        .arg(lease_ms)
+        .arg(holder)
+        .invoke(conn)
+        .map_err(|e| Error::from_redis(e, keys.key))?;
+    release_reply(reply)
+}
+
+/// Takes `holder` out of a fair lock's queue and deadline set, passing a
+/// wake-up on when it was the head of a free lock: `true` when it was
+/// queued.
+pub(crate) fn fair_leave(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: FairKeys<'_>,
+    holder: &str,
+) -> Result<bool> {
+    let reply: Value = FAIR_LEAVE
+        .key(keys.key)
+        .key(keys.queue)
+        .key(keys.timeouts)
+        .key(keys.channel)
+        .arg(UNLOCK_MESSAGE)
+        .arg(holder)
+        .invoke(conn)
+        .map_err(|e| Error::from_redis(e, keys.queue))?;
+    match reply {
+        Value::Int(n) => Ok(n == 1),
+        other => Err(unexpected("fair leave", &other)),
+    }
+}
+
+/// Runs the fenced write script: stores `value` at `key` unless the key has
+/// seen a newer token than `token`.
+pub(crate) fn fenced_set(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    token: u64,
+    value: &[u8],
+) -> Result<FencedWrite> {
+    let reply: Value = FENCED_SET
+        .key(key)
+        .arg(token.to_string())
+        .arg(value)
+        .invoke(conn)
+        .map_err(|e| Error::from_redis(e, key))?;
+    fenced_set_reply(&reply)
+}
+
+fn fenced_set_reply(reply: &Value) -> Result<FencedWrite> {
+    let token = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(1), _] => Ok(FencedWrite::Written),
+            [Value::Int(0), last] => match token(last) {
+                Some(last_token) => Ok(FencedWrite::Rejected { last_token }),
+                None => Err(unexpected("fenced set", reply)),
+            },
+            _ => Err(unexpected("fenced set", reply)),
+        },
+        other => Err(unexpected("fenced set", other)),
     }
 }
 
@@ -103,6 +283,10 @@ pub(crate) fn release(
         cmd.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(holder);
     })
     .map_err(|e| Error::from_redis(e, key))?;
+    release_reply(reply)
+}
+
+fn release_reply(reply: Value) -> Result<Release> {
     match reply {
         Value::Nil => Ok(Release::NotHeld),
         Value::Int(0) => Ok(Release::StillHeld),
@@ -141,6 +325,22 @@ pub(crate) struct Renewal<'a> {
     pub(crate) lease_ms: u64,
 }
 
+/// Sends `pipe` and reads its `n` replies, giving up at the first I/O error
+/// or timeout: redis-rs's own pipeline reading would wait one more timeout
+/// for every remaining reply from a frozen server.
+fn query_pipeline(
+    conn: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+    n: usize,
+) -> Result<Vec<Value>> {
+    conn.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut replies = Vec::with_capacity(n);
+    for _ in 0..n {
+        replies.push(conn.recv_response()?);
+    }
+    Ok(replies)
+}
+
 /// Renews many leases in one round trip: one pipeline of script calls, each
 /// renewing at most `per_call` leases. The outer `Err` is a failure of the
 /// whole round trip; each inner result is one renewal's, in `batch` order.
@@ -148,19 +348,19 @@ pub(crate) struct Renewal<'a> {
 /// Multi-key script calls instead of one call per lock: the server pays the
 /// script call overhead (several microseconds, most of a renewal's cost)
 /// once per call, not once per lock; and several calls per round trip, so
-/// that the watchdog thread and the server do not hand the CPU back and
+/// that the renewing thread and the server do not hand the CPU back and
 /// forth once per call. Both are what lets one server keep 100 000 leases of
 /// a few seconds renewed. Every key must live on the connection's server
 /// (for a cluster: the keys of one call in one slot).
 pub(crate) fn renew_batch(
-    conn: &mut dyn redis::ConnectionLike,
+    conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
 ) -> Result<Vec<Result<bool>>> {
     let per_call = per_call.max(1);
+    let calls = batch.len().div_ceil(per_call);
     let build = || {
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         for call in batch.chunks(per_call) {
             let cmd = pipe
                 .cmd("EVALSHA")
@@ -178,15 +378,14 @@ pub(crate) fn renew_batch(
     if batch.is_empty() {
         return Ok(Vec::new());
     }
-    let mut replies: Vec<Value> = build().query(conn)?;
+    let mut replies = query_pipeline(conn, &build(), calls)?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
     if replies.iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW_MANY.load(conn)?;
-        replies = build().query(conn)?;
+        replies = query_pipeline(conn, &build(), calls)?;
     }
-    let calls = batch.len().div_ceil(per_call);
     if replies.len() != calls {
         return Err(Error::Protocol(format!(
             "renew pipeline answered {} replies for {calls} calls",
@@ -220,15 +419,20 @@ pub(crate) fn renew_batch(
     Ok(out)
 }
 
-/// Runs the force-unlock script: `true` when a lock was deleted.
+/// Runs the force-unlock script: `true` when a lock was deleted. With the
+/// `queue` of a fair lock, only its head is woken, on its own channel.
 pub(crate) fn force_unlock(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
     channel: &[u8],
+    queue: Option<&[u8]>,
 ) -> Result<bool> {
-    let reply: Value = FORCE_UNLOCK
-        .key(key)
-        .key(channel)
+    let mut invocation = FORCE_UNLOCK.key(key);
+    invocation.key(channel);
+    if let Some(queue) = queue {
+        invocation.key(queue);
+    }
+    let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, key))?;
@@ -239,15 +443,21 @@ pub(crate) fn force_unlock(
 }
 
 /// Drops every hold of `holder` at once: `true` when it held the lock.
+/// With the `queue` of a fair lock, only its head is woken, on its own
+/// channel.
 pub(crate) fn release_holder(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
     channel: &[u8],
+    queue: Option<&[u8]>,
     holder: &str,
 ) -> Result<bool> {
-    let reply: Value = RELEASE_HOLDER
-        .key(key)
-        .key(channel)
+    let mut invocation = RELEASE_HOLDER.key(key);
+    invocation.key(channel);
+    if let Some(queue) = queue {
+        invocation.key(queue);
+    }
+    let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
         .invoke(conn)
@@ -276,11 +486,59 @@ mod tests {
             include_str!("../lua/renew_many.lua"),
             include_str!("../lua/force_unlock.lua"),
             include_str!("../lua/release_holder.lua"),
+            include_str!("../lua/fair_lock.lua"),
+            include_str!("../lua/fair_unlock.lua"),
+            include_str!("../lua/fair_leave.lua"),
+            include_str!("../lua/fenced_lock.lua"),
+            include_str!("../lua/fenced_set.lua"),
         ] {
             assert!(text.starts_with("-- "));
             assert!(text.contains("KEYS[1]"));
             assert!(text.contains("Returns"));
         }
+    }
+
+    #[test]
+    fn fenced_replies_parse() {
+        let arr = |v: Vec<Value>| Value::Array(v);
+        assert_eq!(
+            fenced_acquire_reply(&arr(vec![Value::Int(1), Value::Int(7)])).unwrap(),
+            Acquire::Acquired { token: Some(7) }
+        );
+        assert_eq!(
+            fenced_acquire_reply(&arr(vec![Value::Int(0), Value::Int(-1)])).unwrap(),
+            Acquire::Busy { pttl: None }
+        );
+        assert!(fenced_acquire_reply(&arr(vec![Value::Int(1), Value::Int(0)])).is_err());
+        assert!(fenced_acquire_reply(&Value::Nil).is_err());
+        let written = arr(vec![Value::Int(1), Value::BulkString(b"9".to_vec())]);
+        assert_eq!(fenced_set_reply(&written).unwrap(), FencedWrite::Written);
+        let max = u64::MAX.to_string().into_bytes();
+        let rejected = arr(vec![Value::Int(0), Value::BulkString(max)]);
+        assert_eq!(
+            fenced_set_reply(&rejected).unwrap(),
+            FencedWrite::Rejected {
+                last_token: u64::MAX
+            }
+        );
+        let garbage = arr(vec![Value::Int(0), Value::BulkString(b"x".to_vec())]);
+        assert!(fenced_set_reply(&garbage).is_err());
+    }
+
+    #[test]
+    fn fair_replies_parse() {
+        let arr = |v: Vec<Value>| Value::Array(v);
+        assert_eq!(
+            fair_acquire_reply(&arr(vec![Value::Int(1)])).unwrap(),
+            Acquire::Acquired { token: None }
+        );
+        assert_eq!(
+            fair_acquire_reply(&arr(vec![Value::Int(0), Value::Int(250)])).unwrap(),
+            Acquire::Busy {
+                pttl: Some(Duration::from_millis(250))
+            }
+        );
+        assert!(fair_acquire_reply(&Value::Nil).is_err());
     }
 
     #[test]

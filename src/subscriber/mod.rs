@@ -15,14 +15,14 @@
 
 mod registry;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 pub(crate) use registry::Event;
-use registry::{Registered, Registry, WaiterId};
+use registry::{Mailbox, Registered, Registry, WaiterId};
 
 use crate::error::Result;
 use crate::source::Source;
@@ -90,19 +90,17 @@ impl Subscriber {
     /// subscribed on the server, or after `max_wait`, whichever is first
     /// (then the waiter relies on its bounded waits).
     pub(crate) fn waiter(&self, channel: &[u8], max_wait: Duration) -> Waiter<'_> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let (id, next) = self.shared.registry().register(channel, tx);
-        self.finish_registration(channel, id, next, rx, max_wait)
+        let (mailbox, rx, woken) = Mailbox::new();
+        let (id, next) = self.shared.registry().register(channel, mailbox);
+        self.finish_registration(channel, id, next, rx, woken, max_wait)
     }
 
-    /// Registers a waiter on `channel` only when other threads of this
-    /// client already wait there, behind them (an unlock message wakes the
-    /// longest waiting first); `None` when nobody waits. Returns as
-    /// [`Subscriber::waiter`] does.
+    /// Registers a waiter on `channel` behind the threads already waiting
+    /// there; `None` (and nothing registered) when no thread waits.
     pub(crate) fn waiter_behind(&self, channel: &[u8], max_wait: Duration) -> Option<Waiter<'_>> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let (id, next) = self.shared.registry().register_behind(channel, tx)?;
-        Some(self.finish_registration(channel, id, next, rx, max_wait))
+        let (mailbox, rx, woken) = Mailbox::new();
+        let (id, next) = self.shared.registry().register_behind(channel, mailbox)?;
+        Some(self.finish_registration(channel, id, next, rx, woken, max_wait))
     }
 
     fn finish_registration(
@@ -111,6 +109,7 @@ impl Subscriber {
         id: WaiterId,
         next: Registered,
         rx: Receiver<Event>,
+        woken: Arc<AtomicBool>,
         max_wait: Duration,
     ) -> Waiter<'_> {
         if next == Registered::Subscribe {
@@ -121,11 +120,18 @@ impl Subscriber {
             channel: channel.to_vec(),
             id,
             rx,
+            woken,
+            early: std::cell::Cell::new(None),
         };
         if next != Registered::Ready {
-            // Any event means "go on"; a Shutdown is seen by the caller's
-            // own check of the client state.
-            let _ = waiter.rx.recv_timeout(max_wait);
+            // Any event means "go on". One that is more than the
+            // confirmation (an unlock message that reached this waiter while
+            // the channel was still being confirmed) is kept for the next
+            // `wait`, so that it is never swallowed.
+            match waiter.rx.recv_timeout(max_wait) {
+                Ok(Event::Subscribed) | Err(_) => {}
+                Ok(event) => waiter.early.set(Some(event)),
+            }
         }
         waiter
     }
@@ -158,12 +164,24 @@ pub(crate) struct Waiter<'a> {
     channel: Vec<u8>,
     id: WaiterId,
     rx: Receiver<Event>,
+    /// Set by the registry when it delivers an unlock wake-up; cleared when
+    /// the waiter takes it, so that it is woken again next time.
+    woken: Arc<AtomicBool>,
+    /// An event received while waiting for the subscription's confirmation.
+    early: std::cell::Cell<Option<Event>>,
 }
 
 impl Waiter<'_> {
     /// Waits for an event for at most `timeout`. `None` on timeout.
     pub(crate) fn wait(&self, timeout: Duration) -> Option<Event> {
-        self.rx.recv_timeout(timeout).ok()
+        let event = match self.early.take() {
+            Some(event) => Some(event),
+            None => self.rx.recv_timeout(timeout).ok(),
+        };
+        if event == Some(Event::Unlocked) {
+            self.woken.store(false, Ordering::Release);
+        }
+        event
     }
 }
 
@@ -173,7 +191,9 @@ impl Drop for Waiter<'_> {
         let empty = registry.unregister(&self.channel, self.id);
         // A wake-up this waiter received but will not act on goes to the
         // next waiter, so that leaving never swallows an unlock.
-        if let Ok(Event::Unlocked) = self.rx.try_recv() {
+        let unused = self.early.take() == Some(Event::Unlocked)
+            || self.rx.try_iter().any(|e| e == Event::Unlocked);
+        if unused {
             registry.wake_one(&self.channel);
         }
         drop(registry);

@@ -3,7 +3,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crossbeam_channel::{Sender, TrySendError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::{Receiver, Sender};
 
 /// Why a waiter was woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +25,56 @@ pub(crate) enum Event {
 /// Identifies one registered waiter.
 pub(crate) type WaiterId = u64;
 
+/// Where a waiter's events go. An unlock wake-up counts once: a waiter
+/// already woken (and not yet back to waiting) is skipped by
+/// [`Registry::wake_one`], while other events (a confirmation, a
+/// reconnection) never make a waiter look woken.
+#[derive(Debug, Clone)]
+pub(crate) struct Mailbox {
+    tx: Sender<Event>,
+    woken: Arc<AtomicBool>,
+}
+
+impl Mailbox {
+    /// A mailbox, its receiving end and the flag the receiver clears when
+    /// it takes an [`Event::Unlocked`].
+    pub(crate) fn new() -> (Mailbox, Receiver<Event>, Arc<AtomicBool>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let woken = Arc::new(AtomicBool::new(false));
+        (
+            Mailbox {
+                tx,
+                woken: woken.clone(),
+            },
+            rx,
+            woken,
+        )
+    }
+
+    /// Delivers an unlock wake-up unless one is pending already. `true`
+    /// when delivered.
+    fn wake(&self) -> bool {
+        if self.woken.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        if self.tx.send(Event::Unlocked).is_err() {
+            // The waiter is leaving (it unregisters itself).
+            return false;
+        }
+        true
+    }
+
+    fn notify(&self, event: Event) {
+        let _ = self.tx.send(event);
+    }
+}
+
 #[derive(Debug, Default)]
 struct Channel {
     /// Set once the server confirmed the subscription.
     confirmed: bool,
     /// Waiters in arrival order; the front one is woken first.
-    waiters: VecDeque<(WaiterId, Sender<Event>)>,
+    waiters: VecDeque<(WaiterId, Mailbox)>,
 }
 
 /// What the registering waiter must do next.
@@ -52,7 +99,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Adds a waiter on `channel`.
-    pub(crate) fn register(&mut self, channel: &[u8], tx: Sender<Event>) -> (WaiterId, Registered) {
+    pub(crate) fn register(&mut self, channel: &[u8], tx: Mailbox) -> (WaiterId, Registered) {
         self.next_id += 1;
         let id = self.next_id;
         self.waiters += 1;
@@ -71,14 +118,16 @@ impl Registry {
         (id, next)
     }
 
-    /// Adds a waiter on `channel` only when the channel already has waiters
-    /// (it then queues behind them); `None` otherwise, registering nothing.
+    /// Adds a waiter on `channel` only if the channel has waiters already:
+    /// one atomic step, so that the waiters it queues behind cannot all
+    /// leave (and their last unlock go unheard) between a check and the
+    /// registration.
     pub(crate) fn register_behind(
         &mut self,
         channel: &[u8],
-        tx: Sender<Event>,
+        tx: Mailbox,
     ) -> Option<(WaiterId, Registered)> {
-        if !self.channels.contains_key(channel) {
+        if !self.has_waiters(channel) {
             return None;
         }
         Some(self.register(channel, tx))
@@ -102,6 +151,11 @@ impl Registry {
     }
 
     /// `true` when `channel` has waiters.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    /// `true` when `channel` has waiters (and so must stay subscribed).
     pub(crate) fn is_wanted(&self, channel: &[u8]) -> bool {
         self.channels.contains_key(channel)
     }
@@ -128,15 +182,7 @@ impl Registry {
         let Some(entry) = self.channels.get_mut(channel) else {
             return false;
         };
-        let mut i = 0;
-        while i < entry.waiters.len() {
-            match entry.waiters[i].1.try_send(Event::Unlocked) {
-                Ok(()) => return true,
-                // Already woken, or leaving (it unregisters itself): next.
-                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => i += 1,
-            }
-        }
-        false
+        entry.waiters.iter().any(|(_, mailbox)| mailbox.wake())
     }
 
     /// Wakes every waiter of `channel` with `event`.
@@ -154,9 +200,12 @@ impl Registry {
     }
 
     fn send_all(entry: &mut Channel, event: Event) {
-        for (_, tx) in &entry.waiters {
-            // A full queue already holds a wake-up; that is enough.
-            let _ = tx.try_send(event);
+        for (_, mailbox) in &entry.waiters {
+            if event == Event::Unlocked {
+                mailbox.wake();
+            } else {
+                mailbox.notify(event);
+            }
         }
     }
 
@@ -179,10 +228,9 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossbeam_channel::{Receiver, bounded};
-
-    fn waiter() -> (Sender<Event>, Receiver<Event>) {
-        bounded(1)
+    fn waiter() -> (Mailbox, Receiver<Event>) {
+        let (mailbox, rx, _) = Mailbox::new();
+        (mailbox, rx)
     }
 
     #[test]
@@ -206,9 +254,9 @@ mod tests {
     #[test]
     fn wake_one_wakes_exactly_one_in_order_skipping_gone_and_woken() {
         let mut r = Registry::default();
-        let (a, ra) = waiter();
-        let (b, rb) = waiter();
-        let (c, rc) = waiter();
+        let (a, ra, _) = Mailbox::new();
+        let (b, rb, b_woken) = Mailbox::new();
+        let (c, rc, _) = Mailbox::new();
         r.register(b"ch", a);
         r.register(b"ch", b);
         r.register(b"ch", c);
@@ -217,34 +265,32 @@ mod tests {
         assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
         assert!(rc.try_recv().is_err(), "only one waiter woken");
         assert_eq!(r.waiters(), 3, "a gone waiter stays until it unregisters");
-        // b is woken again (its queue is empty); then c, since b is full.
+        // b has not gone back to waiting: the next wake-up goes to c.
         assert!(r.wake_one(b"ch"));
+        assert_eq!(rc.try_recv(), Ok(Event::Unlocked));
+        assert!(rb.try_recv().is_err());
+        // Both are busy: nobody to wake.
+        assert!(!r.wake_one(b"ch"));
+        // b waits again: it is first in line once more.
+        b_woken.store(false, Ordering::Release);
         assert!(r.wake_one(b"ch"));
         assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
-        assert_eq!(rc.try_recv(), Ok(Event::Unlocked));
     }
 
     #[test]
-    fn register_behind_only_joins_a_queue_that_exists() {
+    fn a_confirmation_never_makes_a_waiter_look_woken() {
         let mut r = Registry::default();
-        let (a, _ra) = waiter();
-        assert!(r.register_behind(b"ch", a).is_none());
-        assert_eq!(r.waiters(), 0);
-        assert_eq!(r.channel_count(), 0);
-        let (b, rb) = waiter();
-        let (c, rc) = waiter();
-        r.register(b"ch", b);
+        let (a, ra, _) = Mailbox::new();
+        r.register(b"ch", a);
         r.confirm(b"ch");
-        assert_eq!(rb.try_recv(), Ok(Event::Subscribed));
-        let (_, next) = r.register_behind(b"ch", c).expect("queued");
-        assert_eq!(next, Registered::Ready);
-        // The earlier waiter is woken first; while it has not run, the next
-        // message goes to the one queued behind it.
+        r.wake_everyone(Event::Reconnected);
+        // The unlock still reaches the waiter behind the other events.
         assert!(r.wake_one(b"ch"));
-        assert!(rc.try_recv().is_err());
-        assert!(r.wake_one(b"ch"));
-        assert_eq!(rb.try_recv(), Ok(Event::Unlocked));
-        assert_eq!(rc.try_recv(), Ok(Event::Unlocked));
+        let events: Vec<Event> = ra.try_iter().collect();
+        assert_eq!(
+            events,
+            vec![Event::Subscribed, Event::Reconnected, Event::Unlocked]
+        );
     }
 
     #[test]

@@ -1,16 +1,20 @@
-//! The watchdog: ONE thread per process ("redguard-watchdog"), shared by
-//! every `Client`, renewing the lease of every lock held with the watchdog
-//! while its holder lives.
+//! The watchdog: ONE scheduling thread per process ("redguard-watchdog"),
+//! shared by every `Client`, renewing the lease of every lock held with the
+//! watchdog while its holder lives.
 //!
-//! Holders hand entries over through a pending list and wake the thread only
-//! when the new entry falls due before the thread's next planned wake-up or
-//! the list grows long, so a steady stream of short holds costs one thread
-//! wake-up per thousand locks. Releases never talk to the thread: the
-//! releaser marks the shared [`LeaseState`] released (synchronously, before
-//! `unlock` returns) and the thread drops such entries when it meets them.
-//! Renewals that fall due together go to each server as multi-key script
-//! calls of at most `renew_batch` renewals, several calls per round trip:
-//! never one round trip per lock.
+//! * Holders hand entries over through a pending list and wake the thread
+//!   only when the new entry falls due before the thread's next planned
+//!   wake-up or the list grows long, so a steady stream of short holds
+//!   costs one thread wake-up per thousand locks.
+//! * Releases never talk to the thread: the releaser marks the shared
+//!   [`LeaseState`] released (synchronously, before `unlock` returns) and the
+//!   thread drops such entries when it meets them.
+//! * Renewals that fall due together go to each server as multi-key script
+//!   calls of at most `renew_batch` renewals, several calls per round trip:
+//!   never one round trip per lock.
+//! * The scheduling thread never waits on the network: each server's due
+//!   batches run on a short-lived I/O thread ("redguard-renew") and come back
+//!   as results, so a hung or frozen server delays only its own renewals.
 
 mod schedule;
 
@@ -19,9 +23,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::clock_drift;
+use crate::error::Error;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::scripts::{self, Renewal};
 use crate::source::{NodeId, Source};
@@ -29,7 +34,6 @@ use schedule::Schedule;
 
 /// One held lock as the watchdog sees it.
 pub(crate) struct Entry {
-    pub(crate) client: u128,
     pub(crate) key: Arc<[u8]>,
     pub(crate) channel: Arc<[u8]>,
     pub(crate) holder: Arc<str>,
@@ -39,6 +43,9 @@ pub(crate) struct Entry {
     /// at shutdown) but never renewed.
     pub(crate) renew: bool,
     pub(crate) renew_batch: usize,
+    /// The wait queue of a fair lock, whose head alone is woken when the
+    /// lock is released at client shutdown; `None` for other kinds.
+    pub(crate) queue: Option<Arc<[u8]>>,
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
@@ -50,7 +57,7 @@ impl Entry {
     }
 
     /// Renewals may go out this much before they are due, so that entries
-    /// due close together share a round trip.
+    /// due close together share a pipeline.
     fn window(&self) -> Duration {
         if self.renew {
             self.interval() / 8
@@ -65,19 +72,39 @@ impl Entry {
         (self.interval() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 
+    fn lease_ms(&self) -> u64 {
+        self.lease.as_millis().clamp(1, u64::MAX as u128) as u64
+    }
+
     fn name(&self) -> String {
         String::from_utf8_lossy(&self.key).into_owned()
     }
+
+    fn finished(&self) -> bool {
+        self.state.is_released() || self.state.is_marked_lost()
+    }
+}
+
+/// What one renewal round trip said about one entry.
+enum Outcome {
+    Renewed,
+    Gone,
+    Failed(Error),
+}
+
+/// A batch of renewals back from its I/O thread.
+struct Done {
+    sent: Instant,
+    results: Vec<(Entry, Outcome)>,
 }
 
 enum Command {
     /// New entries are waiting in the pending list.
     Wake,
-    /// A client went away: drop its entries, releasing its locks first
-    /// when `release` is set; then answer on `done`.
+    /// A client went away: drop its entries (releasing its locks first when
+    /// its counters say so); then answer on `done`.
     ClientGone {
-        client: u128,
-        release: bool,
+        counters: Arc<Counters>,
         done: Option<Sender<()>>,
     },
 }
@@ -111,19 +138,19 @@ static WATCHDOG: LazyLock<Arc<Shared>> = LazyLock::new(|| {
     shared
 });
 
-/// Script calls (of at most `renew_batch` renewals each) the watchdog sends
-/// to one server in one round trip. A 3 s lease over 100 000 locks means
-/// 1 000 calls a second; one round trip each leaves the watchdog thread and
-/// the server waking each other 2 000 times a second, which on a busy
-/// machine costs more than the renewals themselves.
-const CALLS_PER_ROUND_TRIP: usize = 16;
-
 /// Pending entries that make the thread wake up to take them, although none
 /// falls due soon. Short holds leave their entries in the pending list until
 /// the thread next wakes (up to a renewal period later); this bounds that
 /// list, and with it the memory of released entries nobody looks at, to a
 /// few hundred kilobytes, at the cost of one wake-up per this many locks.
 const PENDING_WAKE: usize = 1024;
+
+/// Script calls (of at most `renew_batch` renewals each) sent to one server
+/// in one round trip. A 3 s lease over 100 000 locks means 1 000 calls a
+/// second; one round trip each leaves the renewing thread and the server
+/// waking each other 2 000 times a second, which on a busy machine costs
+/// more than the renewals themselves.
+const CALLS_PER_ROUND_TRIP: usize = 16;
 
 /// Hands a newly held lock to the watchdog. Its first renewal (or, for a
 /// fixed lease, its expiry) is due at `due`.
@@ -144,9 +171,12 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     }
 }
 
-/// Drops every entry of `client`, first releasing its locks on Redis when
-/// `release` is set. Waits at most `wait` for the watchdog to finish.
-pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
+/// Drops every entry of the client owning `counters`, first releasing its
+/// locks on Redis when `release` is set. Waits at most `wait` for the
+/// watchdog to finish.
+pub(crate) fn client_gone(counters: &Arc<Counters>, release: bool, wait: Option<Duration>) {
+    counters.release_when_gone.store(release, Ordering::Release);
+    counters.gone.store(true, Ordering::Release);
     let (done, finished) = match wait {
         Some(_) => {
             let (tx, rx) = crossbeam_channel::bounded(1);
@@ -155,8 +185,7 @@ pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
         None => (None, None),
     };
     let _ = WATCHDOG.commands.send(Command::ClientGone {
-        client,
-        release,
+        counters: counters.clone(),
         done,
     });
     if let (Some(rx), Some(wait)) = (finished, wait) {
@@ -164,12 +193,25 @@ pub(crate) fn client_gone(client: u128, release: bool, wait: Option<Duration>) {
     }
 }
 
+struct Watchdog<'a> {
+    shared: &'a Shared,
+    commands: &'a Receiver<Command>,
+    schedule: Schedule<Entry>,
+    done_tx: Sender<Done>,
+    done_rx: Receiver<Done>,
+}
+
 fn run(shared: &Shared, commands: &Receiver<Command>) {
-    let mut schedule: Schedule<Entry> = Schedule::default();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let mut dog = Watchdog {
+        shared,
+        commands,
+        schedule: Schedule::default(),
+        done_tx,
+        done_rx,
+    };
     loop {
-        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            step(shared, commands, &mut schedule)
-        }));
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
         match step {
             Ok(true) => {}
             Ok(false) => return,
@@ -178,67 +220,185 @@ fn run(shared: &Shared, commands: &Receiver<Command>) {
     }
 }
 
-/// One turn of the loop: take pending entries, renew what is due, sleep
-/// until the next due entry or a command. `false` when the thread should end.
-fn step(shared: &Shared, commands: &Receiver<Command>, schedule: &mut Schedule<Entry>) -> bool {
-    shared.next_wake.store(0, Ordering::SeqCst);
-    take_pending(shared, schedule);
-    renew_due(schedule, Instant::now());
+impl Watchdog<'_> {
+    /// One turn: take pending entries, send what is due, then sleep until
+    /// the next due entry, a command or a finished batch. `false` when the
+    /// thread should end.
+    fn step(&mut self) -> bool {
+        self.shared.next_wake.store(0, Ordering::SeqCst);
+        self.take_pending();
+        self.dispatch_due(Instant::now());
 
-    let next = schedule.next_due();
-    shared
-        .next_wake
-        .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
-    // An entry pushed after `take_pending` but before the store above saw
-    // `next_wake == 0` and did not wake us: look once more.
-    if !shared
-        .pending
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_empty()
-    {
-        return true;
-    }
-    let received = match next {
-        Some(at) => commands.recv_deadline(at),
-        None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
-    };
-    match received {
-        Ok(Command::Wake) => shared.wake_sent.store(false, Ordering::SeqCst),
-        Ok(Command::ClientGone {
-            client,
-            release,
-            done,
-        }) => {
-            take_pending(shared, schedule);
-            drop_client(schedule, client, release);
-            if let Some(done) = done {
-                let _ = done.send(());
-            }
-        }
-        Err(RecvTimeoutError::Timeout) => {}
-        Err(RecvTimeoutError::Disconnected) => return false,
-    }
-    true
-}
-
-fn take_pending(shared: &Shared, schedule: &mut Schedule<Entry>) {
-    let pending = std::mem::take(
-        &mut *shared
+        let next = self.schedule.next_due();
+        self.shared
+            .next_wake
+            .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
+        // An entry pushed after `take_pending` but before the store above
+        // saw `next_wake == 0` and did not wake us: look once more.
+        if !self
+            .shared
             .pending
             .lock()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    for (due, entry) in pending {
-        if entry.state.is_released() || entry.state.is_marked_lost() {
-            continue;
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return true;
         }
-        entry
-            .counters
-            .watchdog_entries
-            .fetch_add(1, Ordering::Relaxed);
-        schedule.insert(due, entry);
+        let timeout = match next {
+            Some(at) => crossbeam_channel::at(at),
+            None => crossbeam_channel::never(),
+        };
+        crossbeam_channel::select! {
+            recv(self.commands) -> cmd => match cmd {
+                Ok(Command::Wake) => self.shared.wake_sent.store(false, Ordering::SeqCst),
+                Ok(Command::ClientGone { counters, done }) => {
+                    self.take_pending();
+                    self.drop_client(&counters);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
+                Err(_) => return false,
+            },
+            recv(self.done_rx) -> done => {
+                if let Ok(done) = done {
+                    self.apply(done);
+                }
+            },
+            recv(timeout) -> _ => {},
+        }
+        true
     }
+
+    fn take_pending(&mut self) {
+        let pending = std::mem::take(
+            &mut *self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (due, entry) in pending {
+            if entry.finished() {
+                continue;
+            }
+            entry
+                .counters
+                .watchdog_entries
+                .fetch_add(1, Ordering::Relaxed);
+            self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Hands every due renewal to an I/O thread, one per server.
+    fn dispatch_due(&mut self, now: Instant) {
+        let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
+        // Straight from the schedule into the groups: with 100 000 held
+        // locks a tick's due entries are many megabytes, copied once.
+        while let Some(entry) = self.schedule.pop_one_due(now, Entry::window) {
+            let Some(entry) = still_wanted(entry) else {
+                continue;
+            };
+            if !entry.renew {
+                let valid_until = entry.state.valid_until();
+                if valid_until > now {
+                    // Extended meanwhile (`LockGuard::extend`): look again then.
+                    self.schedule.insert(valid_until, entry);
+                    continue;
+                }
+                // A fixed lease ran out: the lock is gone on the server.
+                entry.state.mark_lost();
+                forget(entry);
+                continue;
+            }
+            let node = entry.source.node_of(&entry.key);
+            let source = Arc::as_ptr(&entry.source) as usize;
+            groups.entry((source, node)).or_default().push(entry);
+        }
+        for ((_, node), entries) in groups {
+            if let Some(first) = entries.first() {
+                first.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
+            }
+            let done_tx = self.done_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("redguard-renew".into())
+                .spawn(move || renew_group(node, entries, &done_tx));
+            if let Err(e) = spawned {
+                // Entries moved into the failed closure are gone with it;
+                // their guards see the lease run out on their own clock.
+                log::error!("redguard watchdog: cannot start a renewal thread: {e}");
+            }
+        }
+    }
+
+    /// Applies the outcome of one batch.
+    fn apply(&mut self, done: Done) {
+        let now = Instant::now();
+        for (entry, outcome) in done.results {
+            let Some(entry) = still_wanted(entry) else {
+                continue;
+            };
+            match outcome {
+                Outcome::Renewed => {
+                    entry
+                        .state
+                        .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
+                    self.schedule.insert(done.sent + entry.interval(), entry);
+                }
+                Outcome::Gone => {
+                    log::warn!(
+                        "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
+                        entry.name(),
+                        entry.holder
+                    );
+                    entry.state.mark_lost();
+                    forget(entry);
+                }
+                Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
+            }
+        }
+    }
+
+    fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {
+        let valid_until = entry.state.valid_until();
+        if now >= valid_until {
+            log::warn!(
+                "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
+                entry.name()
+            );
+            entry.state.mark_lost();
+            forget(entry);
+            return;
+        }
+        log::debug!(
+            "redguard: renewal of lock {:?} failed ({err}); retrying",
+            entry.name()
+        );
+        let retry = (now + entry.retry_delay()).min(valid_until);
+        self.schedule.insert(retry, entry);
+    }
+
+    fn drop_client(&mut self, counters: &Arc<Counters>) {
+        let entries = self
+            .schedule
+            .extract(|e| Arc::ptr_eq(&e.counters, counters));
+        release_gone(entries);
+    }
+}
+
+/// `Some(entry)` when it still needs the watchdog; otherwise disposes of it:
+/// released or lost entries are dropped, and entries of a client that went
+/// (perhaps while their renewal was in flight) are released as it asked.
+fn still_wanted(entry: Entry) -> Option<Entry> {
+    if entry.finished() {
+        forget(entry);
+        return None;
+    }
+    if entry.counters.gone.load(Ordering::Acquire) {
+        release_gone(vec![entry]);
+        return None;
+    }
+    Some(entry)
 }
 
 fn forget(entry: Entry) {
@@ -248,163 +408,20 @@ fn forget(entry: Entry) {
         .fetch_sub(1, Ordering::Relaxed);
 }
 
-fn renew_due(schedule: &mut Schedule<Entry>, now: Instant) {
-    // Group by (deployment, node): one script call per server per batch.
-    // Entries are taken off the schedule one at a time and a batch goes out
-    // as soon as it is full, so a tick with 100 000 due leases never holds
-    // more than one batch per server outside the schedule.
-    let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
-    // Retries are due again within this tick's window: schedule them only
-    // after the tick, or a failing server would be retried in a loop.
-    let mut later = Vec::new();
-    while let Some(entry) = schedule.pop_one_due(now, Entry::window) {
-        if entry.state.is_released() || entry.state.is_marked_lost() {
-            forget(entry);
-            continue;
-        }
-        if !entry.renew {
-            // A fixed lease ran out: the lock is gone on the server.
-            entry.state.mark_lost();
-            forget(entry);
-            continue;
-        }
-        let node = entry.source.node_of(&entry.key);
-        let source = Arc::as_ptr(&entry.source) as usize;
-        let per_trip = entry.renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
-        let buffer = groups.entry((source, node)).or_insert_with(|| {
-            entry.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-            Vec::new()
-        });
-        buffer.push(entry);
-        if buffer.len() >= per_trip {
-            let chunk = std::mem::take(buffer);
-            renew_chunk(schedule, &mut later, node, chunk);
-        }
-    }
-    for ((_, node), chunk) in groups {
-        if !chunk.is_empty() {
-            renew_chunk(schedule, &mut later, node, chunk);
-        }
-    }
-    for (due, entry) in later {
-        schedule.insert(due, entry);
-    }
-}
-
-/// Renews one batch. Renewed entries go back into `schedule` (due after this
-/// tick's window); entries to retry go to `later`.
-fn renew_chunk(
-    schedule: &mut Schedule<Entry>,
-    later: &mut Vec<(Instant, Entry)>,
-    node: NodeId,
-    chunk: Vec<Entry>,
-) {
-    let Some(first) = chunk.first() else {
-        return;
-    };
-    let source = first.source.clone();
-    let lease_ms: Vec<u64> = chunk
-        .iter()
-        .map(|e| e.lease.as_millis().clamp(1, u64::MAX as u128) as u64)
-        .collect();
-    let renewals: Vec<Renewal<'_>> = chunk
-        .iter()
-        .zip(&lease_ms)
-        .map(|(e, ms)| Renewal {
-            key: &e.key,
-            holder: &e.holder,
-            lease_ms: *ms,
-        })
-        .collect();
-    let sent = Instant::now();
-    first
-        .counters
-        .renewals
-        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-    first
-        .counters
-        .renewal_round_trips
-        .fetch_add(1, Ordering::Relaxed);
-    let per_call = first.renew_batch;
-    let replies =
-        source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
-    drop(renewals);
-    let now = Instant::now();
-    match replies {
-        Ok(replies) => {
-            for (entry, reply) in chunk.into_iter().zip(replies) {
-                match reply {
-                    Ok(true) => {
-                        entry
-                            .state
-                            .extend_to(sent + entry.lease - clock_drift(entry.lease));
-                        schedule.insert(sent + entry.interval(), entry);
-                    }
-                    Ok(false) => {
-                        if !entry.state.is_released() {
-                            log::warn!(
-                                "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
-                                entry.name(),
-                                entry.holder
-                            );
-                            entry.state.mark_lost();
-                        }
-                        forget(entry);
-                    }
-                    Err(crate::Error::WrongType { .. }) => {
-                        log::warn!(
-                            "redguard: lease of lock {:?} lost: the key now holds another type",
-                            entry.name()
-                        );
-                        entry.state.mark_lost();
-                        forget(entry);
-                    }
-                    Err(e) => retry_or_lose(later, entry, now, &e),
-                }
-            }
-        }
-        Err(e) => {
-            for entry in chunk {
-                retry_or_lose(later, entry, now, &e);
-            }
-        }
-    }
-}
-
-fn retry_or_lose(
-    later: &mut Vec<(Instant, Entry)>,
-    entry: Entry,
-    now: Instant,
-    err: &crate::Error,
-) {
-    if entry.state.is_released() {
-        forget(entry);
-        return;
-    }
-    let valid_until = entry.state.valid_until();
-    if now >= valid_until {
-        log::warn!(
-            "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
-            entry.name()
-        );
-        entry.state.mark_lost();
-        forget(entry);
-        return;
-    }
-    log::debug!(
-        "redguard: renewal of lock {:?} failed ({err}); retrying",
-        entry.name()
-    );
-    let retry = (now + entry.retry_delay()).min(valid_until);
-    later.push((retry, entry));
-}
-
-fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {
-    let entries = schedule.extract(|e| e.client == client);
+/// Drops entries of a gone client, releasing their locks first when the
+/// client asked for it.
+fn release_gone(entries: Vec<Entry>) {
     for entry in entries {
-        if release && !entry.state.is_released() && !entry.state.is_marked_lost() {
+        let release = entry.counters.release_when_gone.load(Ordering::Acquire);
+        if release && !entry.finished() {
             let released = entry.source.with_conn(&entry.key, |conn| {
-                scripts::release_holder(conn, &entry.key, &entry.channel, &entry.holder)
+                scripts::release_holder(
+                    conn,
+                    &entry.key,
+                    &entry.channel,
+                    entry.queue.as_deref(),
+                    &entry.holder,
+                )
             });
             if let Err(e) = released {
                 log::warn!(
@@ -415,5 +432,63 @@ fn drop_client(schedule: &mut Schedule<Entry>, client: u128, release: bool) {
         }
         entry.state.mark_lost();
         forget(entry);
+    }
+}
+
+/// Runs on an I/O thread: renews `entries` (all on one server) in batches
+/// and sends each batch's outcome back.
+fn renew_group(node: NodeId, entries: Vec<Entry>, done: &Sender<Done>) {
+    let Some(first) = entries.first() else {
+        return;
+    };
+    let per_call = first.renew_batch.max(1);
+    let per_trip = per_call * CALLS_PER_ROUND_TRIP;
+    let source = first.source.clone();
+    let counters = first.counters.clone();
+    let mut entries = entries.into_iter().peekable();
+    while entries.peek().is_some() {
+        let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+        let renewals: Vec<Renewal<'_>> = chunk
+            .iter()
+            .map(|e| Renewal {
+                key: &e.key,
+                holder: &e.holder,
+                lease_ms: e.lease_ms(),
+            })
+            .collect();
+        let sent = Instant::now();
+        counters
+            .renewals
+            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+        let replies =
+            source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
+        drop(renewals);
+        let results = match replies {
+            Ok(replies) => chunk
+                .into_iter()
+                .zip(replies)
+                .map(|(entry, reply)| {
+                    let outcome = match reply {
+                        Ok(true) => Outcome::Renewed,
+                        Ok(false) => Outcome::Gone,
+                        // Another type now lives at the key: the lock is gone.
+                        Err(Error::WrongType { .. }) => Outcome::Gone,
+                        Err(e) => Outcome::Failed(e),
+                    };
+                    (entry, outcome)
+                })
+                .collect(),
+            Err(e) => {
+                let text = e.to_string();
+                chunk
+                    .into_iter()
+                    .map(|entry| (entry, Outcome::Failed(Error::Timeout(text.clone()))))
+                    .collect::<Vec<_>>()
+            }
+        };
+        if done.send(Done { sent, results }).is_err() {
+            return;
+        }
     }
 }

@@ -3,8 +3,24 @@
 
 mod support;
 
+mod bad_input;
+mod fair_lock;
+mod faults;
+mod fenced_lock;
+mod layout;
 mod local_fairness;
 mod lock;
+mod multi_lock;
+mod mutual_exclusion;
+mod ownership;
 mod pool_contention;
+mod red_lock;
+mod reentrant;
 mod renew_batch;
 mod script_cache;
+mod waiters;
+mod watchdog;
+// The binary exists only with the `cli` feature (on by default).
+#[cfg(feature = "cli")]
+mod cli;
+mod tls;

@@ -1,1 +1,48 @@
-fn main() {}
+//! `redguard`: run a command under a distributed lock on Redis, and look
+//! at or remove locks. Built on the public `redguard` library API only.
+//!
+//! Exit statuses are decided in `fail::code`; CMD's own status passes
+//! through `exec`.
+
+mod cli;
+mod connect;
+mod exec;
+mod fail;
+mod logging;
+mod out;
+mod relay;
+mod spinner;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::fail::Failure;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(failure) => {
+            out::error(&failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn run() -> Result<ExitCode, Failure> {
+    // Before parsing: a usage error may quote an argument holding a URL.
+    connect::register_url_secrets(std::env::args_os().chain(std::env::var_os("REDIS_URL")));
+    logging::init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return cli::parse_error(err),
+    };
+    let conn = connect::connect(&cli.conn)?;
+    match &cli.command {
+        Command::Exec(args) => exec::exec(args, &conn),
+        Command::Status(args) => status::status(args, &conn),
+        Command::Unlock(args) => status::unlock(args, &conn),
+    }
+}

@@ -4,19 +4,20 @@ use std::time::Duration;
 
 use super::server::RedisServer;
 
-/// Lease of watchdog-renewed locks in tests (renewed every 200 ms).
-pub const TEST_WATCHDOG: Duration = Duration::from_millis(600);
-/// Response timeout in tests.
-pub const TEST_RESPONSE: Duration = Duration::from_millis(200);
+/// Lease of watchdog-renewed locks in tests (renewed every 300 ms).
+pub const TEST_WATCHDOG: Duration = Duration::from_millis(900);
+/// Response timeout in tests: short, yet long enough for a loaded 2-core
+/// machine running the suite in parallel.
+pub const TEST_RESPONSE: Duration = Duration::from_millis(300);
 
-/// A builder for `url` with the test timings: 600 ms watchdog, 200 ms
-/// response timeout, 500 ms connect timeout, 200 ms poll interval.
+/// A builder for `url` with the test timings: 900 ms watchdog, 300 ms
+/// response timeout, 1 s connect timeout, 200 ms poll interval.
 pub fn test_builder(url: &str) -> redguard::Builder {
     redguard::Client::builder()
         .url(url)
         .watchdog_timeout(TEST_WATCHDOG)
         .response_timeout(TEST_RESPONSE)
-        .connect_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(1))
         .poll_interval(Duration::from_millis(200))
 }
 

@@ -28,7 +28,9 @@
     reason = "items are `pub` for `#[path]` reuse from the benches"
 )]
 
+mod child;
 mod context;
+mod logs;
 mod proxy;
 mod server;
 
@@ -42,7 +44,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use child::{ChildProcess, ChildTest, child_role, hear, say};
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use logs::{capture_logs, logged_lines};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"

@@ -92,7 +92,7 @@ impl RedisServer {
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
             let mut child = server.spawn(port);
-            match wait_ready(&mut child, port, READY_TIMEOUT) {
+            match wait_ready(&mut child, port, server_password(extra_args), READY_TIMEOUT) {
                 Ok(()) => {
                     server.port = port;
                     server.child = Some(child);
@@ -156,7 +156,8 @@ impl RedisServer {
     ///
     /// If the connection cannot be made; the message includes the log.
     pub fn conn(&self) -> redis::Connection {
-        let result = redis::Client::open(self.url()).and_then(|client| {
+        let url = admin_url(self.port, self.password());
+        let result = redis::Client::open(url).and_then(|client| {
             let conn = client.get_connection_with_timeout(ADMIN_TIMEOUT)?;
             conn.set_read_timeout(Some(ADMIN_TIMEOUT))?;
             conn.set_write_timeout(Some(ADMIN_TIMEOUT))?;
@@ -299,6 +300,10 @@ impl RedisServer {
             .expect("redis-server is not running (killed or stopped)")
     }
 
+    fn password(&self) -> Option<&str> {
+        server_password(&self.extra_args)
+    }
+
     fn log_path(&self) -> std::path::PathBuf {
         self.dir.path().join("redis.log")
     }
@@ -343,7 +348,8 @@ impl RedisServer {
         for attempt in 1..=100 {
             let mut child = self.spawn(self.port);
             let remaining = deadline.saturating_duration_since(Instant::now());
-            match wait_ready(&mut child, self.port, remaining.max(ms(500))) {
+            let password = self.password();
+            match wait_ready(&mut child, self.port, password, remaining.max(ms(500))) {
                 Ok(()) => {
                     self.child = Some(child);
                     return;
@@ -405,19 +411,50 @@ fn free_port() -> u16 {
     bind_reserved().local_addr().expect("local_addr").port()
 }
 
+/// The `--requirepass` value among `args`, if any.
+fn server_password<S: AsRef<str>>(args: &[S]) -> Option<&str> {
+    let pos = args.iter().position(|a| a.as_ref() == "--requirepass")?;
+    args.get(pos + 1).map(AsRef::as_ref)
+}
+
+/// A URL for admin connections, with the server's password when it has one.
+fn admin_url(port: u16, password: Option<&str>) -> String {
+    match password {
+        Some(pw) => {
+            let pw: String = pw
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                        (b as char).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect();
+            format!("redis://:{pw}@127.0.0.1:{port}/")
+        }
+        None => format!("redis://127.0.0.1:{port}/"),
+    }
+}
+
 /// Polls `port` until the child answers, the child exits or `timeout`
 /// passes.
 ///
 /// "The child answers" means `PING` gets `PONG` and `INFO server` reports
 /// the child's pid: a `PONG` alone could come from another server that won
 /// the race for the port while the child was still starting.
-fn wait_ready(child: &mut Child, port: u16, timeout: Duration) -> Result<(), NotReady> {
+fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    password: Option<&str>,
+    timeout: Duration,
+) -> Result<(), NotReady> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(NotReady::Exited(status.to_string()));
         }
-        match answering_pid(port, ms(250)) {
+        match answering_pid(&admin_url(port, password), ms(250)) {
             Some(pid) if pid == child.id() => return Ok(()),
             Some(pid) => return Err(NotReady::Foreign(pid)),
             None => {}
@@ -431,8 +468,8 @@ fn wait_ready(child: &mut Child, port: u16, timeout: Duration) -> Result<(), Not
 
 /// The `process_id` of the redis-server answering `PING` on `port`, or
 /// `None` if nothing answers.
-fn answering_pid(port: u16, timeout: Duration) -> Option<u32> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+fn answering_pid(url: &str, timeout: Duration) -> Option<u32> {
+    let client = redis::Client::open(url).ok()?;
     let mut conn = client.get_connection_with_timeout(timeout).ok()?;
     conn.set_read_timeout(Some(timeout)).ok()?;
     conn.set_write_timeout(Some(timeout)).ok()?;

@@ -1,0 +1,299 @@
+//! Command-line arguments (clap derive) and their parsing helpers.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::fail::{Failure, code};
+
+/// Run commands under a distributed lock on Redis (Redisson-compatible).
+///
+/// The connection comes from --url, else $REDIS_URL, else
+/// redis://127.0.0.1:6379/. Durations are written 500ms, 30s, 2m, 1h 30m.
+#[derive(Debug, Parser)]
+#[command(name = "redguard", version, max_term_width = 100)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) conn: ConnArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// How to reach Redis and the timings of the client.
+#[derive(Debug, Args)]
+pub(crate) struct ConnArgs {
+    /// Redis URL: redis://[user:password@]host[:port][/db] or
+    /// redis+unix:///path. Prefer $REDIS_URL for passwords: arguments are
+    /// visible to other users in the process list.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "REDIS_URL",
+        hide_env_values = true
+    )]
+    pub(crate) url: Option<String>,
+
+    /// Longest wait for one Redis reply [default: 3s, or a third of
+    /// --watchdog-timeout when that is shorter].
+    #[arg(long, global = true, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) response_timeout: Option<Duration>,
+
+    /// Lease of watchdog-renewed locks, renewed every third of it [default:
+    /// 30s]. Meant for tests and advanced use: a short lease frees the lock
+    /// of a crashed redguard sooner but needs a responsive Redis.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        value_parser = parse_duration,
+        env = "REDGUARD_WATCHDOG_TIMEOUT",
+        hide = true
+    )]
+    pub(crate) watchdog_timeout: Option<Duration>,
+
+    /// PEM file of the CA that signed the server's certificate, for
+    /// rediss:// URLs (instead of the system's roots).
+    #[arg(long, global = true, value_name = "FILE", env = "REDGUARD_TLS_CA")]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+
+    /// PEM file of a client certificate, for servers that require one
+    /// (Redis's default with TLS). Needs --tls-key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDGUARD_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM file of the client certificate's private key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDGUARD_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Take the lock, run CMD while holding it, release it when CMD ends.
+    ///
+    /// Exits with CMD's exit status (128 + N when CMD was killed by signal
+    /// N); with --conflict-exit-code (75) when the lock could not be had in
+    /// time; with 70 when the lease was lost while CMD ran (--on-lost kill);
+    /// with 127 when CMD is not found and 126 when it cannot be run. CMD's
+    /// environment carries REDGUARD_LOCK and REDGUARD_HOLDER.
+    Exec(ExecArgs),
+    /// Show whether a lock is held, by whom, for how long and of which kind.
+    Status(StatusArgs),
+    /// Delete a lock whoever holds it and wake its waiters.
+    Unlock(UnlockArgs),
+}
+
+/// What to do when the lease is lost while CMD runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnLost {
+    /// Send SIGTERM to CMD, SIGKILL after --kill-grace, exit 70.
+    Kill,
+    /// Print a warning and let CMD run to its end.
+    Warn,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The lock name (the Redis key of the lock).
+    #[arg(value_name = "NAME")]
+    pub(crate) name: OsString,
+
+    /// Wait at most this long for the lock [default: forever].
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+
+    /// Do not wait: fail at once when the lock is held (same as --wait 0s).
+    #[arg(short, long, conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
+
+    /// Hold the lock with this fixed lease instead of a watchdog-renewed
+    /// one; CMD must end within it (past it the lease counts as lost).
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) lease: Option<Duration>,
+
+    /// Take the fair lock of NAME (Redisson's RFairLock): waiters are served
+    /// in arrival order, across hosts.
+    #[arg(long, conflicts_with = "fenced")]
+    pub(crate) fair: bool,
+
+    /// Take the fenced lock of NAME (Redisson's RFencedLock): CMD gets a
+    /// fencing token, larger than every earlier one, in
+    /// REDGUARD_FENCING_TOKEN, to stamp its writes with.
+    #[arg(long)]
+    pub(crate) fenced: bool,
+
+    /// Exit status when the lock cannot be had in time.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = code::TEMPFAIL)]
+    pub(crate) conflict_exit_code: u8,
+
+    /// What to do when the lease is lost while CMD runs.
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Kill)]
+    pub(crate) on_lost: OnLost,
+
+    /// With --on-lost kill: time between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
+
+    /// No spinner while waiting and no message when the lock is busy (the
+    /// exit status says it); errors are still printed.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// The command to run, with its arguments (after `--`, or after NAME
+    /// and the options).
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub(crate) name: OsString,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UnlockArgs {
+    /// The lock name.
+    #[arg(value_name = "NAME")]
+    pub(crate) name: OsString,
+
+    /// Required: delete the lock whoever holds it. Its holder finds out at
+    /// its next renewal.
+    #[arg(long, required = true)]
+    pub(crate) force: bool,
+}
+
+/// Parses a humantime duration (`500ms`, `30s`, `2m`, `1h 30m`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e} (durations look like 500ms, 30s, 2m)"))
+}
+
+/// Turns a clap error into the exit status: help and version are printed
+/// and succeed; anything else becomes one line on stderr and exit 64
+/// (EX_USAGE).
+pub(crate) fn parse_error(err: clap::Error) -> Result<std::process::ExitCode, Failure> {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Help text never contains environment values (hide_env_values).
+            let _ = err.print();
+            let code = if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                code::USAGE
+            } else {
+                0
+            };
+            Ok(std::process::ExitCode::from(code))
+        }
+        _ => {
+            // clap's first paragraph is the error (the required-argument
+            // error lists the arguments on further lines); tips and usage
+            // follow after a blank line.
+            let rendered = err.render().to_string();
+            let first: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .skip_while(|l| l.is_empty())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let first = first.join(" ");
+            let first = first.strip_prefix("error: ").unwrap_or(&first);
+            let first = if first.is_empty() {
+                "bad arguments"
+            } else {
+                first
+            };
+            Err(Failure::new(
+                code::USAGE,
+                format!("{first} (see 'redguard --help')"),
+            ))
+        }
+    }
+}
+
+/// The lock name as bytes: any bytes the OS passes are allowed.
+pub(crate) fn name_bytes(name: &OsString) -> Result<Vec<u8>, Failure> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = name.as_bytes().to_vec();
+    if bytes.is_empty() {
+        return Err(Failure::new(code::USAGE, "the lock name is empty"));
+    }
+    Ok(bytes)
+}
+
+/// A lock name for messages: quoted, lossy UTF-8.
+pub(crate) fn show_name(name: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cmd_may_follow_the_options_with_or_without_dashes() {
+        for argv in [
+            &["redguard", "exec", "job", "--no-wait", "--", "ls", "-l"][..],
+            &["redguard", "exec", "--no-wait", "job", "ls", "-l"][..],
+            &["redguard", "exec", "job", "-n", "ls", "-l"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let Command::Exec(exec) = cli.command else {
+                panic!("not exec");
+            };
+            assert!(exec.no_wait);
+            assert_eq!(exec.command, ["ls", "-l"]);
+        }
+    }
+
+    #[test]
+    fn unknown_flags_before_cmd_are_errors() {
+        assert!(Cli::try_parse_from(["redguard", "exec", "j", "--bogus", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn wait_and_no_wait_conflict() {
+        assert!(
+            Cli::try_parse_from(["redguard", "exec", "j", "-w", "1s", "-n", "--", "x"]).is_err()
+        );
+    }
+}

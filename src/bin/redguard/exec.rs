@@ -1,0 +1,391 @@
+//! `redguard exec`: take the lock, run CMD under it, release it, pass on
+//! CMD's exit status.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitCode, ExitStatus};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redguard::{Lock, LockGuard};
+
+use crate::cli::{ExecArgs, OnLost, name_bytes, show_name};
+use crate::connect::Connection;
+use crate::fail::{Failure, code};
+use crate::out;
+use crate::relay::Relay;
+use crate::spinner::Spinner;
+use crate::status::describe_holder;
+
+/// How often CMD's state and the lease are checked while CMD runs. The
+/// lease check is local (no round trip), so this only bounds how late a
+/// lost lease or CMD's end is noticed.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(50);
+
+/// Runs `redguard exec`.
+pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failure> {
+    let name = name_bytes(&args.name)?;
+    let (program, cmd_args) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
+    // A typo in CMD is reported at once, not after waiting for the lock.
+    preflight(program)?;
+
+    let fenced = conn.client.fenced_lock(&name);
+    let lock = if args.fair {
+        conn.client.fair_lock(&name)
+    } else if args.fenced {
+        fenced.as_lock().clone()
+    } else {
+        conn.client.lock(&name)
+    };
+    let (lock, fenced) = match args.lease {
+        Some(lease) => (lock.with_lease(lease), fenced.with_lease(lease)),
+        None => (lock, fenced),
+    };
+    let relay = Relay::start(conn.client.clone())
+        .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
+
+    let spinner = Spinner::start(&lock, args.quiet);
+    let acquired = if args.fenced {
+        let fenced_guard = if args.no_wait {
+            fenced.try_lock()
+        } else {
+            match args.wait {
+                Some(wait) => fenced.try_lock_for(wait),
+                None => fenced.lock().map(Some),
+            }
+        };
+        fenced_guard.map(|g| g.map(|g| g.into_parts()))
+    } else {
+        let guard = if args.no_wait {
+            lock.try_lock()
+        } else {
+            match args.wait {
+                Some(wait) => lock.try_lock_for(wait),
+                None => lock.lock().map(Some),
+            }
+        };
+        guard.map(|g| g.map(|g| (g, 0)))
+    };
+    spinner.stop();
+
+    if let Some(signal) = relay.interrupted() {
+        // The shutdown that woke the wait also gave back a lock granted in
+        // the meantime.
+        drop(acquired);
+        out::error(&format!(
+            "{} while waiting for lock {}; CMD not run",
+            signal_name(signal),
+            show_name(&name)
+        ));
+        return Ok(signal_exit(signal));
+    }
+    let (guard, token) = match acquired {
+        Ok(Some(granted)) => granted,
+        Ok(None) => {
+            if !args.quiet {
+                out::error(&busy_message(&lock, &name));
+            }
+            return Ok(ExitCode::from(args.conflict_exit_code));
+        }
+        Err(e) => return Err(Failure::from_lib(&e, &conn.server)),
+    };
+
+    let mut cmd = Command::new(program);
+    cmd.args(cmd_args)
+        .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
+        .env("REDGUARD_HOLDER", guard.holder_id().as_str());
+    if args.fenced {
+        cmd.env("REDGUARD_FENCING_TOKEN", token.to_string());
+    }
+    // Interactive use (redguard in the terminal's foreground group): CMD
+    // stays in that group, so job control and terminal input work and the
+    // terminal's own signals reach it directly. Batch use: CMD leads a
+    // group of its own, so that forwarded signals and a kill on a lost
+    // lease reach everything CMD started.
+    let own_group = !in_terminal_foreground();
+    if own_group {
+        cmd.process_group(0);
+    }
+    stop_with_parent(&mut cmd);
+
+    match relay.start_child(own_group, || cmd.spawn()) {
+        Ok(Some(_pid)) => {}
+        Ok(None) => {
+            let signal = relay.interrupted().unwrap_or(libc::SIGTERM);
+            drop(guard);
+            out::error(&format!(
+                "{} before CMD started; CMD not run",
+                signal_name(signal)
+            ));
+            return Ok(signal_exit(signal));
+        }
+        Err(e) => {
+            drop(guard);
+            return Err(spawn_failure(program, &e));
+        }
+    }
+    supervise(args, &name, guard, &relay)
+}
+
+/// Waits for CMD while watching the lease, then releases the lock.
+fn supervise(
+    args: &ExecArgs,
+    name: &[u8],
+    guard: LockGuard<'_>,
+    relay: &Relay,
+) -> Result<ExitCode, Failure> {
+    let mut lost_at: Option<Instant> = None;
+    let mut killed = false;
+    let status: ExitStatus = loop {
+        match relay.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => {
+                // Cannot happen for a child we own; leaving stops CMD
+                // through its parent-death signal.
+                return Err(Failure::new(
+                    code::OSERR,
+                    format!("cannot wait for CMD: {e}"),
+                ));
+            }
+        }
+        if lost_at.is_none() && guard.is_lost() {
+            lost_at = Some(Instant::now());
+            let why = lost_reason(args);
+            match args.on_lost {
+                OnLost::Kill => {
+                    out::error(&format!(
+                        "{why} of lock {} while CMD ran; stopping CMD (SIGTERM now, SIGKILL in {})",
+                        show_name(name),
+                        humantime::format_duration(args.kill_grace)
+                    ));
+                    relay.signal_child(libc::SIGTERM);
+                }
+                OnLost::Warn => out::warn(&format!(
+                    "{why} of lock {} while CMD runs; CMD goes on (--on-lost warn)",
+                    show_name(name)
+                )),
+            }
+        }
+        if let (Some(at), OnLost::Kill, false) = (lost_at, args.on_lost, killed)
+            && at.elapsed() >= args.kill_grace
+        {
+            relay.signal_child(libc::SIGKILL);
+            killed = true;
+        }
+        thread::park_timeout(SUPERVISE_EVERY);
+    };
+    let cmd_code = exit_status_code(status);
+
+    if lost_at.is_some() {
+        // The lease is gone: there is nothing of ours to release, and the
+        // key may be someone else's by now. A release attempt would only be
+        // a refused round trip, and against an unresponsive Redis (the
+        // usual cause of a loss) it would hold up the exit by a connect and
+        // a response timeout; the process ends right after, taking its
+        // watchdog entry with it.
+        std::mem::forget(guard);
+        return Ok(match args.on_lost {
+            OnLost::Kill => ExitCode::from(code::SOFTWARE),
+            OnLost::Warn => ExitCode::from(cmd_code),
+        });
+    }
+    match guard.unlock() {
+        Ok(()) => Ok(ExitCode::from(cmd_code)),
+        Err(e) if e.is_lock_lost() || e.is_not_held() => {
+            let why = lost_reason(args);
+            match args.on_lost {
+                OnLost::Kill => {
+                    out::error(&format!(
+                        "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
+                        show_name(name)
+                    ));
+                    Ok(ExitCode::from(code::SOFTWARE))
+                }
+                OnLost::Warn => {
+                    out::warn(&format!(
+                        "{why} of lock {} before CMD ended",
+                        show_name(name)
+                    ));
+                    Ok(ExitCode::from(cmd_code))
+                }
+            }
+        }
+        Err(e) => {
+            out::warn(&format!(
+                "could not release lock {} ({e}); it frees itself when its lease runs out",
+                show_name(name)
+            ));
+            Ok(ExitCode::from(cmd_code))
+        }
+    }
+}
+
+fn lost_reason(args: &ExecArgs) -> String {
+    match args.lease {
+        Some(lease) => format!(
+            "the fixed lease (--lease {}) ran out or was lost",
+            humantime::format_duration(lease)
+        ),
+        None => "lost the lease".to_owned(),
+    }
+}
+
+/// The one-line message when the lock could not be had in time: the lock,
+/// its holder and the holder's remaining ttl.
+fn busy_message(lock: &Lock, name: &[u8]) -> String {
+    let holder = match lock.inspect() {
+        Ok(info) if info.is_held() => describe_holder(&info),
+        Ok(_) => "was busy, now free".to_owned(),
+        Err(_) => "is busy (holder unknown: Redis did not answer)".to_owned(),
+    };
+    let holder = if holder.starts_with("held") || holder.starts_with("the key") {
+        format!("is {holder}")
+    } else {
+        holder
+    };
+    format!(
+        "lock {} {holder}; not acquired in time, CMD not run",
+        show_name(name)
+    )
+}
+
+/// CMD's status as a shell reports it: its exit code, or 128 + the signal
+/// that killed it.
+fn exit_status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(signal)) => code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8),
+        (None, None) => code::SOFTWARE,
+    }
+}
+
+fn signal_exit(signal: i32) -> ExitCode {
+    ExitCode::from(code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8))
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// `true` when a terminal on stdin, stdout or stderr has redguard's process
+/// group in the foreground: redguard was started interactively.
+fn in_terminal_foreground() -> bool {
+    // SAFETY: getpgrp and tcgetpgrp only read process state; tcgetpgrp on a
+    // descriptor that is not a terminal fails with -1.
+    let own = unsafe { libc::getpgrp() };
+    [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO]
+        .into_iter()
+        .any(|fd| unsafe { libc::tcgetpgrp(fd) } == own)
+}
+
+/// Makes the kernel send CMD SIGTERM when redguard dies (even by SIGKILL),
+/// so that CMD does not go on after the lock stopped being renewed.
+#[cfg(target_os = "linux")]
+fn stop_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only async-signal-safe functions (prctl, getppid); it allocates
+    // nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // redguard died between fork and prctl: do not start CMD.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stop_with_parent(_cmd: &mut Command) {}
+
+/// Checks that CMD can be found and run, as a shell would before running
+/// it: 127 when it is not found, 126 when it is not executable.
+fn preflight(program: &OsStr) -> Result<(), Failure> {
+    let shown = program.to_string_lossy();
+    let check = |path: &Path| -> Option<Result<(), Failure>> {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.is_dir() || meta.permissions().mode() & 0o111 == 0 {
+            return Some(Err(Failure::new(
+                code::CANNOT_EXECUTE,
+                format!("{shown}: permission denied (not an executable file)"),
+            )));
+        }
+        Some(Ok(()))
+    };
+    let not_found = || Failure::new(code::NOT_FOUND, format!("{shown}: command not found"));
+    if program.as_bytes().contains(&b'/') {
+        return check(Path::new(program)).unwrap_or_else(|| Err(not_found()));
+    }
+    let Some(path) = std::env::var_os("PATH") else {
+        // No PATH: leave the search to spawn (and its error).
+        return Ok(());
+    };
+    let mut denied = None;
+    for dir in std::env::split_paths(&path) {
+        match check(&dir.join(program)) {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(e)) => denied = denied.or(Some(e)),
+            None => {}
+        }
+    }
+    Err(denied.unwrap_or_else(not_found))
+}
+
+fn spawn_failure(program: &OsStr, err: &io::Error) -> Failure {
+    let shown = program.to_string_lossy();
+    match err.kind() {
+        io::ErrorKind::NotFound => {
+            Failure::new(code::NOT_FOUND, format!("{shown}: command not found"))
+        }
+        _ => Failure::new(code::CANNOT_EXECUTE, format!("{shown}: cannot run: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preflight_finds_commands_like_a_shell() {
+        assert!(preflight(OsStr::new("sh")).is_ok());
+        assert_eq!(
+            preflight(OsStr::new("no-such-command-redguard"))
+                .unwrap_err()
+                .code,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            preflight(OsStr::new("/no/such/file")).unwrap_err().code,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            preflight(OsStr::new("/")).unwrap_err().code,
+            code::CANNOT_EXECUTE
+        );
+    }
+
+    #[test]
+    fn statuses_map_like_a_shell() {
+        assert_eq!(exit_status_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(exit_status_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

@@ -1,0 +1,77 @@
+//! [`Failure`]: an error of the tool with its exit status, and the table of
+//! exit statuses (sysexits.h values where one fits).
+
+use std::fmt;
+
+/// Exit statuses of redguard itself. CMD's own status passes through
+/// unchanged, so these are chosen where shells and sysexits.h put tool
+/// errors.
+pub(crate) mod code {
+    /// Bad arguments: unknown flag, bad duration, bad URL, empty name.
+    pub(crate) const USAGE: u8 = 64;
+    /// The name holds a value that is not a lock.
+    pub(crate) const DATAERR: u8 = 65;
+    /// Redis unreachable, too slow, or answering with an error.
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// The lease was lost while CMD ran (or another internal failure).
+    pub(crate) const SOFTWARE: u8 = 70;
+    /// The operating system refused something (signal handlers).
+    pub(crate) const OSERR: u8 = 71;
+    /// Default status when the lock cannot be had in time (`flock -E`).
+    pub(crate) const TEMPFAIL: u8 = 75;
+    /// Redis refused the credentials or the ACL denies a command.
+    pub(crate) const NOPERM: u8 = 77;
+    /// CMD exists but cannot be run.
+    pub(crate) const CANNOT_EXECUTE: u8 = 126;
+    /// CMD not found.
+    pub(crate) const NOT_FOUND: u8 = 127;
+    /// Added to a signal number: CMD (or redguard while waiting) was ended
+    /// by that signal.
+    pub(crate) const SIGNAL_BASE: u8 = 128;
+}
+
+/// A failure of the tool: one line for stderr and the exit status.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A library error met while talking to the server shown as `server`
+    /// (`host:port`, never a URL).
+    pub(crate) fn from_lib(err: &redguard::Error, server: &str) -> Failure {
+        use redguard::Error as E;
+        match err {
+            E::InvalidArgument(msg) => Failure::new(code::USAGE, msg.clone()),
+            E::Connection(_) | E::Timeout(_) => Failure::new(
+                code::UNAVAILABLE,
+                format!("cannot reach Redis at {server}: {err}"),
+            ),
+            E::Auth(_) | E::Permission(_) => {
+                Failure::new(code::NOPERM, format!("Redis at {server}: {err}"))
+            }
+            E::WrongType { key } => Failure::new(
+                code::DATAERR,
+                format!("key {key:?} holds a value that is not a lock; left untouched"),
+            ),
+            E::LockLost { .. } | E::NotHeld { .. } | E::Shutdown => {
+                Failure::new(code::SOFTWARE, err.to_string())
+            }
+            _ => Failure::new(code::UNAVAILABLE, format!("Redis at {server}: {err}")),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

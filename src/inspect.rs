@@ -1,0 +1,244 @@
+//! [`LockInfo`]: a read-only look at whatever is stored at a lock name, for
+//! monitoring and administration (`redguard status`). Reads only; never
+//! changes a key.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::lock::Lock;
+
+/// What [`Lock::inspect`] found at a lock name.
+///
+/// A snapshot: by the time it is read the lock may have changed hands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The kind of lock stored at the name (or [`LockKind::Free`]).
+    pub kind: LockKind,
+    /// Every holder id with its hold count, as stored in the lock hash
+    /// (empty when the lock is free or the value is not a lock). Write
+    /// holds of a read-write lock appear as Redisson stores them, with a
+    /// `:write` suffix.
+    pub holders: Vec<(String, u64)>,
+    /// The remaining lease of the lock key: `None` when nothing is stored
+    /// there, `Some(Duration::MAX)` when the key has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+impl LockInfo {
+    /// `true` when some holder holds the lock (or a value that is not a
+    /// lock occupies the name, which blocks every acquirer all the same).
+    pub fn is_held(&self) -> bool {
+        match &self.kind {
+            LockKind::Free => false,
+            LockKind::Other { .. } => true,
+            _ => !self.holders.is_empty(),
+        }
+    }
+}
+
+/// The kind of value found at a lock name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// Nothing is stored at the name and no fair-lock queue exists.
+    Free,
+    /// A reentrant lock (Redisson's `RLock` layout: a hash of holder id to
+    /// hold count).
+    Reentrant,
+    /// A fair lock (Redisson's `RFairLock`): the reentrant hash plus a queue
+    /// of waiting holder ids, `redisson_lock_queue:{name}`, and their wait
+    /// deadlines, `redisson_lock_timeout:{name}`. The hash may be absent
+    /// while the queue still lists waiters.
+    Fair {
+        /// The waiting holder ids, first in line first, with their
+        /// deadlines.
+        queue: Vec<QueuedWaiter>,
+    },
+    /// A read-write lock (Redisson's `RReadWriteLock`): the hash carries a
+    /// `mode` field.
+    ReadWrite {
+        /// `"read"` or `"write"`, as stored.
+        mode: String,
+    },
+    /// A value that is not a lock of any known layout: another Redis type,
+    /// or a hash whose values are not hold counts.
+    Other {
+        /// The Redis type (`TYPE` reply): `string`, `list`, `hash`, ...
+        redis_type: String,
+    },
+}
+
+/// One waiter in a fair lock's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's holder id.
+    pub holder: String,
+    /// When the waiter's place in the queue lapses unless it retries (the
+    /// score in `redisson_lock_timeout:{name}`, Unix epoch ms); `None` when
+    /// the waiter has no deadline recorded.
+    pub deadline: Option<SystemTime>,
+}
+
+/// One field of a hash and its value, as raw bytes.
+type Field = (Vec<u8>, Vec<u8>);
+
+fn ttl_of(pttl: i64) -> Option<Duration> {
+    match pttl {
+        -2 => None,
+        ms if ms < 0 => Some(Duration::MAX),
+        ms => Some(Duration::from_millis(ms as u64)),
+    }
+}
+
+impl Lock {
+    /// Looks at what is stored at this lock's name without changing it:
+    /// the kind of lock (reentrant, fair with its queue, read-write with its
+    /// mode), its holders and hold counts, and its remaining lease. A value
+    /// of another type is reported as [`LockKind::Other`], not as an error.
+    ///
+    /// Meant for monitoring and administration (the `redguard status`
+    /// command): one round trip, two when a hash is found, each a
+    /// `MULTI`/`EXEC` of reads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// a fair-lock queue key holds a value of another type,
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    pub fn inspect(&self) -> Result<LockInfo> {
+        let name = self.name();
+        keys::validate_name(name).map_err(Error::InvalidArgument)?;
+        self.client().check_open()?;
+        let queue_key = keys::fair_queue(name);
+        let timeout_key = keys::fair_timeouts(name);
+        let (redis_type, pttl, queue, deadlines): (String, i64, Vec<String>, Vec<(String, f64)>) =
+            self.client().with_conn(name, |conn| {
+                redis::pipe()
+                    .atomic()
+                    .cmd("TYPE")
+                    .arg(name)
+                    .cmd("PTTL")
+                    .arg(name)
+                    .cmd("LRANGE")
+                    .arg(&queue_key)
+                    .arg(0)
+                    .arg(-1)
+                    .cmd("ZRANGE")
+                    .arg(&timeout_key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, &queue_key))
+            })?;
+        let fair = !queue.is_empty() || !deadlines.is_empty();
+        let mut info = LockInfo {
+            kind: LockKind::Free,
+            holders: Vec::new(),
+            ttl: ttl_of(pttl),
+        };
+        match redis_type.as_str() {
+            "none" => {}
+            "hash" => {
+                let (fields, pttl): (Vec<Field>, i64) = self.client().with_conn(name, |conn| {
+                    redis::pipe()
+                        .atomic()
+                        .cmd("HGETALL")
+                        .arg(name)
+                        .cmd("PTTL")
+                        .arg(name)
+                        .query(conn)
+                        .map_err(|e| Error::from_redis(e, name))
+                })?;
+                info.ttl = ttl_of(pttl);
+                let mut mode = None;
+                let mut foreign = false;
+                for (field, value) in fields {
+                    let field = String::from_utf8_lossy(&field).into_owned();
+                    let value = String::from_utf8_lossy(&value);
+                    if field == "mode" {
+                        mode = Some(value.into_owned());
+                    } else if let Ok(count) = value.parse::<u64>() {
+                        info.holders.push((field, count));
+                    } else {
+                        foreign = true;
+                    }
+                }
+                info.kind = match mode {
+                    _ if foreign => LockKind::Other {
+                        redis_type: redis_type.clone(),
+                    },
+                    Some(mode) => LockKind::ReadWrite { mode },
+                    None => LockKind::Reentrant,
+                };
+                if matches!(info.kind, LockKind::Other { .. }) {
+                    info.holders.clear();
+                }
+            }
+            _ => {
+                info.kind = LockKind::Other {
+                    redis_type: redis_type.clone(),
+                };
+            }
+        }
+        if fair && matches!(info.kind, LockKind::Free | LockKind::Reentrant) {
+            let deadline_of = |holder: &str| {
+                deadlines
+                    .iter()
+                    .find(|(h, _)| h == holder)
+                    .and_then(|(_, ms)| {
+                        (ms.is_finite() && *ms >= 0.0)
+                            .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
+                    })
+            };
+            let queue = queue
+                .iter()
+                .map(|holder| QueuedWaiter {
+                    holder: holder.clone(),
+                    deadline: deadline_of(holder),
+                })
+                .collect();
+            info.kind = LockKind::Fair { queue };
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_keys_share_the_hash_tag() {
+        assert_eq!(keys::fair_queue(b"job"), b"redisson_lock_queue:{job}");
+        assert_eq!(keys::fair_timeouts(b"job"), b"redisson_lock_timeout:{job}");
+    }
+
+    #[test]
+    fn ttl_codes() {
+        assert_eq!(ttl_of(-2), None);
+        assert_eq!(ttl_of(-1), Some(Duration::MAX));
+        assert_eq!(ttl_of(250), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn held_means_holders_or_foreign_value() {
+        let mut info = LockInfo {
+            kind: LockKind::Free,
+            holders: Vec::new(),
+            ttl: None,
+        };
+        assert!(!info.is_held());
+        info.kind = LockKind::Other {
+            redis_type: "string".into(),
+        };
+        assert!(info.is_held());
+        info.kind = LockKind::Reentrant;
+        assert!(!info.is_held());
+        info.holders.push(("a:1".into(), 1));
+        assert!(info.is_held());
+    }
+}

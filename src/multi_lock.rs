@@ -1,0 +1,502 @@
+//! [`MultiLock`]: all-or-nothing over several [`Lock`]s, which may live on
+//! different servers; and the helpers it shares with the RedLock (canonical
+//! order, labels, releasing many guards).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+
+/// Several locks taken together: all of them or none (Redisson's
+/// `RedissonMultiLock`).
+///
+/// The locks may come from different [`Client`](crate::Client)s, so from
+/// different Redis servers. A cheap handle (`Clone + Send + Sync`); the
+/// guard it returns holds every lock.
+///
+/// * **Canonical order.** The locks are kept sorted by (server, name), and
+///   every acquisition takes them in that order, so two multi-locks over
+///   the same set, built in any order, do not lock each other out.
+/// * **All or nothing.** A round tries each lock without waiting. When one
+///   is busy, the locks taken so far are released, the round waits (woken
+///   by the busy lock's unlock message) until it gets the busy lock, and
+///   starts over, keeping only that lock. No thread ever waits for a lock
+///   while holding others, so no set of multi-locks can deadlock. The wait
+///   budget (`try_lock_for`, `try_lock_until`) is shared by every wait of
+///   the call.
+/// * **Errors.** With a finite budget (`try_lock_for`, `try_lock_until`), a
+///   transient error on one lock ([`Error::is_transient`]: connection
+///   failures, timeouts) fails the round like a busy lock: what was taken
+///   is released and the round is retried after a short random pause
+///   (10–100 ms) while the budget lasts; the last error is returned when it
+///   runs out. [`MultiLock::lock`] and [`MultiLock::try_lock`] return errors
+///   at once, as [`Lock::lock`] does.
+/// * **Leases.** Each lock keeps its own lease: locks without an explicit
+///   lease are renewed by the watchdog. Losing any one of them makes the
+///   whole guard lost ([`MultiLockGuard::check`]).
+/// * **Release.** Dropping the guard releases every lock (best effort,
+///   failures logged); [`MultiLockGuard::unlock`] releases every lock and
+///   reports each failure.
+///
+/// Two entries with the same server and name must be the same lock of the
+/// same client (a reentrant hold); two clients naming the same lock on the
+/// same server would wait for each other forever, and are refused with
+/// [`Error::InvalidArgument`].
+///
+/// # Examples
+///
+/// ```no_run
+/// let east = redguard::Client::open("redis://10.0.0.1/")?;
+/// let west = redguard::Client::open("redis://10.0.0.2/")?;
+/// let both = redguard::MultiLock::new([east.lock("account:1"), west.lock("account:2")]);
+/// let guard = both.lock()?;
+/// // ... move money from account 1 to account 2 ...
+/// guard.unlock()?;
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    members: Vec<Member>,
+}
+
+/// One lock of a multi-lock or RedLock, with the server it lives on.
+#[derive(Clone)]
+pub(crate) struct Member {
+    pub(crate) lock: Lock,
+    pub(crate) server: String,
+}
+
+impl Member {
+    /// `"<name> on <server>"`: how errors name this lock.
+    pub(crate) fn label(&self) -> String {
+        format!(
+            "{} on {}",
+            String::from_utf8_lossy(self.lock.name()),
+            self.server
+        )
+    }
+}
+
+/// The locks sorted by (server, name): the canonical order.
+pub(crate) fn canonical(locks: impl IntoIterator<Item = Lock>) -> Vec<Member> {
+    let mut members: Vec<Member> = locks
+        .into_iter()
+        .map(|lock| Member {
+            server: lock.client().server_addr(),
+            lock,
+        })
+        .collect();
+    members.sort_by(|a, b| {
+        (a.server.as_str(), a.lock.name()).cmp(&(b.server.as_str(), b.lock.name()))
+    });
+    members
+}
+
+/// Refuses an empty set and two different clients naming the same lock on
+/// the same server (`what` names the kind of lock in the message).
+pub(crate) fn check_members(members: &[Member], what: &str) -> Result<()> {
+    if members.is_empty() {
+        return Err(Error::invalid(format!("{what} over no locks")));
+    }
+    for pair in members.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.server == b.server
+            && a.lock.name() == b.lock.name()
+            && !a.lock.client().same_client(b.lock.client())
+        {
+            return Err(Error::invalid(format!(
+                "{what} names lock {} twice through different clients",
+                a.label()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Releases every guard (last taken first) and collects the failures.
+pub(crate) fn release_all(members: &[Member], guards: Vec<LockGuard<'_>>) -> Result<()> {
+    let total = guards.len();
+    let mut failures = Vec::new();
+    for guard in guards.into_iter().rev() {
+        let label = label_of(members, &guard);
+        if let Err(e) = guard.unlock() {
+            failures.push((label, e));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        failures.reverse();
+        Err(Error::Unlock { total, failures })
+    }
+}
+
+/// Releases guards of a failed round; failures are logged (the lease is the
+/// backstop).
+pub(crate) fn release_quietly(guards: &mut Vec<LockGuard<'_>>) {
+    while let Some(guard) = guards.pop() {
+        drop(guard);
+    }
+}
+
+fn label_of(members: &[Member], guard: &LockGuard<'_>) -> String {
+    let lock = guard.lock();
+    members
+        .iter()
+        .find(|m| std::ptr::eq(&m.lock, lock))
+        .map_or_else(
+            || String::from_utf8_lossy(lock.name()).into_owned(),
+            Member::label,
+        )
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field(
+                "locks",
+                &self.members.iter().map(Member::label).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl MultiLock {
+    /// A multi-lock over `locks`, kept in canonical order (sorted by server,
+    /// then name). Cheap: no I/O. The set is checked when it is acquired.
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> MultiLock {
+        MultiLock {
+            members: canonical(locks),
+        }
+    }
+
+    /// The locks, in canonical order (the order in which they are taken).
+    pub fn locks(&self) -> impl ExactSizeIterator<Item = &Lock> {
+        self.members.iter().map(|m| &m.lock)
+    }
+
+    /// The same multi-lock with a fixed `lease` on every lock (see
+    /// [`Lock::with_lease`]): not renewed by the watchdog.
+    pub fn with_lease(&self, lease: Duration) -> MultiLock {
+        MultiLock {
+            members: self
+                .members
+                .iter()
+                .map(|m| Member {
+                    lock: m.lock.with_lease(lease),
+                    server: m.server.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Acquires every lock, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty set, two clients naming the
+    /// same lock on one server, or a bad name or lease; otherwise the first
+    /// error met on any lock ([`Error::WrongType`], [`Error::Shutdown`],
+    /// connection, timeout and server errors), after releasing the locks
+    /// taken so far. Errors are not retried (see the type's docs).
+    pub fn lock(&self) -> Result<MultiLockGuard<'_>> {
+        self.acquire(None)?
+            .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
+    }
+
+    /// Acquires every lock if each is free now (or held by the calling
+    /// thread), without waiting. `Ok(None)` when any is held by someone
+    /// else; then none is held.
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiLock::lock`].
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<'_>>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Acquires every lock, waiting at most `timeout` in all. `Ok(None)`
+    /// when they could not all be had in time; then none is held. A timeout
+    /// too large to represent waits forever.
+    ///
+    /// The call returns within `timeout` plus one round of attempts (each
+    /// bounded by its client's response timeout).
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiLock::lock`], except that transient errors (connection
+    /// failures, timeouts) are retried while the budget lasts; the last one
+    /// is returned when it runs out.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<'_>>> {
+        self.acquire(Instant::now().checked_add(timeout))
+    }
+
+    /// Acquires every lock, waiting until `deadline` at most. `Ok(None)`
+    /// when they could not all be had in time; then none is held.
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiLock::try_lock_for`].
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<'_>>> {
+        self.acquire(Some(deadline))
+    }
+
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard<'_>>> {
+        check_members(&self.members, "MultiLock")?;
+        // The busy lock of the previous round, won by waiting: kept across
+        // the next round so that the wait is not wasted. Only non-blocking
+        // attempts happen while it is held.
+        let mut won: Option<LockGuard<'_>> = None;
+        // Bounded by the deadline: every round either succeeds, fails with
+        // an error, or is followed by a wait that consumes the budget.
+        loop {
+            let mut guards = Vec::with_capacity(self.members.len());
+            let mut busy = None;
+            let mut failed = None;
+            for (i, member) in self.members.iter().enumerate() {
+                match member.lock.try_lock() {
+                    Ok(Some(guard)) => guards.push(guard),
+                    Ok(None) => {
+                        busy = Some(i);
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            // The round's own hold of the won lock (a re-entry) stays.
+            drop(won.take());
+            if let Some(e) = failed {
+                release_quietly(&mut guards);
+                retry_after_error(e, deadline)?;
+                continue;
+            }
+            let Some(busy) = busy else {
+                return Ok(Some(MultiLockGuard {
+                    multi: self,
+                    guards,
+                    _not_send: PhantomData,
+                }));
+            };
+            release_quietly(&mut guards);
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            let lock = &self.members[busy].lock;
+            let waited = match deadline {
+                Some(deadline) => lock.try_lock_until(deadline),
+                None => lock.lock().map(Some),
+            };
+            match waited {
+                Ok(Some(guard)) => won = Some(guard),
+                Ok(None) => return Ok(None),
+                Err(e) => retry_after_error(e, deadline)?,
+            }
+        }
+    }
+}
+
+/// Longest pause before retrying a round that failed with a transient
+/// error (a random part of it, so that contenders spread out).
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Decides what a failed round does next: `Err(e)` when `e` is not
+/// transient or there is no finite budget left; otherwise pauses (at most
+/// [`ERROR_PAUSE`], never past the deadline) and returns `Ok(())` to retry.
+fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
+    let Some(deadline) = deadline else {
+        return Err(e);
+    };
+    let now = Instant::now();
+    if !e.is_transient() || now >= deadline {
+        return Err(e);
+    }
+    log::debug!("redguard: MultiLock round failed ({e}); retrying");
+    let pause = rand::Rng::random_range(&mut rand::rng(), ERROR_PAUSE / 10..=ERROR_PAUSE);
+    pause_until((now + pause).min(deadline));
+    Ok(())
+}
+
+/// Blocks the calling thread until `until`. The library does not use
+/// `thread::sleep`; parking may wake early, hence the loop.
+pub(crate) fn pause_until(until: Instant) {
+    // Bounded: each turn parks until `until` or returns.
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::park_timeout(until - now);
+    }
+}
+
+/// Every lock of a [`MultiLock`], held; dropping it releases them all.
+///
+/// Dropping is best effort: each release is bounded by its client's
+/// response timeout and its failure logged. Call
+/// [`MultiLockGuard::unlock`] to see the failures. `!Send`, like
+/// [`LockGuard`].
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// let multilock = redguard::MultiLock::new([client.lock("x")]);
+/// let guard = multilock.lock().unwrap();
+/// assert_send(guard);
+/// ```
+#[must_use = "the locks are released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MultiLockGuard<'a> {
+    multi: &'a MultiLock,
+    /// One guard per lock, in canonical order.
+    guards: Vec<LockGuard<'a>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for MultiLockGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("multi", self.multi)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl<'a> MultiLockGuard<'a> {
+    /// The multi-lock this guard holds.
+    pub fn multi_lock(&self) -> &'a MultiLock {
+        self.multi
+    }
+
+    /// The guard of each lock, in canonical order.
+    pub fn guards(&self) -> &[LockGuard<'a>] {
+        &self.guards
+    }
+
+    /// `true` when the lease of any of the locks is known to be lost (see
+    /// [`LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// How much longer every lease is known to be valid on this process's
+    /// clock: the shortest [`LockGuard::valid_for`] of the locks. Zero once
+    /// any is lost.
+    pub fn valid_for(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(LockGuard::valid_for)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// `Ok(())` while every lease is held. Purely local: no round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] naming the first lock (in canonical order) whose
+    /// lease is lost (see [`LockGuard::check`]).
+    pub fn check(&self) -> Result<()> {
+        self.guards.iter().try_for_each(LockGuard::check)
+    }
+
+    /// Sets the lease of every lock to `lease` from now (see
+    /// [`LockGuard::extend`]). Every lock is attempted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a zero or too long lease; otherwise the
+    /// first failure (in canonical order) among the locks, as
+    /// [`LockGuard::extend`].
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        let mut first = None;
+        for guard in &self.guards {
+            if let Err(e) = guard.extend(lease) {
+                if matches!(e, Error::InvalidArgument(_)) {
+                    return Err(e);
+                }
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Releases every lock now (last taken first) and reports the outcome.
+    /// A failure on one lock does not stop the others from being released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unlock`] listing each lock whose release failed, with its
+    /// error as [`LockGuard::unlock`] reports it ([`Error::LockLost`],
+    /// [`Error::NotHeld`], connection, timeout and server errors).
+    pub fn unlock(mut self) -> Result<()> {
+        let guards = std::mem::take(&mut self.guards);
+        release_all(&self.multi.members, guards)
+    }
+}
+
+impl Drop for MultiLockGuard<'_> {
+    fn drop(&mut self) {
+        // Each guard logs its own failure.
+        release_quietly(&mut self.guards);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(url: &str) -> crate::Client {
+        crate::Client::open(url).unwrap()
+    }
+
+    #[test]
+    fn canonical_order_is_by_server_then_name() {
+        let a = client("redis://127.0.0.1:7001/");
+        let b = client("redis://127.0.0.1:7000/");
+        let one = MultiLock::new([a.lock("x"), b.lock("y"), a.lock("a"), b.lock("b")]);
+        let two = MultiLock::new([b.lock("b"), a.lock("a"), b.lock("y"), a.lock("x")]);
+        let order = |m: &MultiLock| m.members.iter().map(Member::label).collect::<Vec<String>>();
+        assert_eq!(
+            order(&one),
+            [
+                "b on 127.0.0.1:7000/0",
+                "y on 127.0.0.1:7000/0",
+                "a on 127.0.0.1:7001/0",
+                "x on 127.0.0.1:7001/0"
+            ]
+        );
+        assert_eq!(order(&one), order(&two));
+    }
+
+    #[test]
+    fn bad_sets_are_refused() {
+        let a = client("redis://127.0.0.1:7000/");
+        let b = client("redis://127.0.0.1:7000/");
+        let empty = MultiLock::new(Vec::new());
+        assert!(matches!(
+            check_members(&empty.members, "MultiLock"),
+            Err(Error::InvalidArgument(_))
+        ));
+        let twice = MultiLock::new([a.lock("x"), b.lock("x")]);
+        assert!(matches!(
+            check_members(&twice.members, "MultiLock"),
+            Err(Error::InvalidArgument(_))
+        ));
+        let reentrant = MultiLock::new([a.lock("x"), a.lock("x")]);
+        assert!(check_members(&reentrant.members, "MultiLock").is_ok());
+        let other_db = MultiLock::new([a.lock("x"), client("redis://127.0.0.1:7000/1").lock("x")]);
+        assert!(check_members(&other_db.members, "MultiLock").is_ok());
+    }
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<MultiLock>();
+    }
+}

@@ -1,0 +1,630 @@
+//! The fair lock (`Client::fair_lock`): Redisson's queue layout, first come
+//! first served, one wake-up per release, every way out of a wait leaving
+//! no trace, dead waiters pruned on the server's clock (A7, A8, H3).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    ChildTest, RedisServer, TEST_WATCHDOG, TestContext, child_role, ms, say, test_builder,
+    unique_name, wait_until,
+};
+
+fn queue_key(name: &str) -> Vec<u8> {
+    format!("redisson_lock_queue:{{{name}}}").into_bytes()
+}
+
+fn timeout_key(name: &str) -> Vec<u8> {
+    format!("redisson_lock_timeout:{{{name}}}").into_bytes()
+}
+
+/// The server's clock in ms since the epoch.
+fn server_now_ms(server: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = server.cmd("TIME", &[]);
+    secs * 1000 + micros / 1000
+}
+
+/// Queue and deadline set are both gone.
+fn no_trace(server: &RedisServer, name: &str) -> bool {
+    let n: u64 = server.cmd("EXISTS", &[&queue_key(name), &timeout_key(name)]);
+    n == 0
+}
+
+/// Waits until the fair queue of `lock` has `n` entries; returns them.
+fn wait_queue_len(lock: &redguard::Lock, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            ids = lock
+                .queue()
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            ids.len() == n
+        }),
+        "the queue never reached {n} entries: {ids:?}"
+    );
+    ids
+}
+
+/// Calls of EVAL and EVALSHA the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = server.cmd("INFO", &[b"commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            let calls = l.split("calls=").nth(1)?;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[test]
+fn fair_lock_uses_the_redisson_layout_and_reenters() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-layout");
+    let lock = ctx.client.fair_lock(&name);
+    assert!(lock.is_fair());
+    assert_eq!(
+        lock.fair_wait_timeout(),
+        Some(redguard::DEFAULT_FAIR_WAIT_TIMEOUT)
+    );
+    let outer = lock.lock().unwrap();
+    let inner = lock.try_lock().unwrap().expect("re-entry of a fair lock");
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    let holders: Vec<(String, u64)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    assert_eq!(
+        holders,
+        vec![(ctx.client.holder_id().as_str().to_owned(), 2)]
+    );
+    assert!(no_trace(&ctx.server, &name), "a holder is never queued");
+    drop(inner);
+    assert!(lock.is_locked().unwrap());
+    outer.unlock().unwrap();
+    assert!(!lock.is_locked().unwrap());
+
+    // A waiter queues under its holder id, with a deadline about one fair
+    // wait timeout ahead on the server's clock.
+    let guard = lock.lock().unwrap();
+    let waiter_lock = lock.clone();
+    let (id_tx, id_rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        id_tx
+            .send(waiter_lock.client().holder_id().as_str().to_owned())
+            .unwrap();
+        waiter_lock
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .is_some()
+    });
+    let waiter_id = id_rx.recv().unwrap();
+    assert_eq!(wait_queue_len(&lock, 1), vec![waiter_id.clone()]);
+    let score: f64 = ctx
+        .server
+        .cmd("ZSCORE", &[&timeout_key(&name), waiter_id.as_bytes()]);
+    let ahead = score as i64 - server_now_ms(&ctx.server) as i64;
+    let wait = redguard::DEFAULT_FAIR_WAIT_TIMEOUT.as_millis() as i64;
+    assert!(
+        (wait - 2_000..=wait).contains(&ahead),
+        "deadline {ahead} ms ahead"
+    );
+    drop(guard);
+    assert!(waiter.join().unwrap());
+    assert!(no_trace(&ctx.server, &name));
+}
+
+/// A7: waiters that enqueue one after the other on a held lock get it in
+/// exactly that order, run after run.
+#[test]
+fn a7_fair_lock_fifo() {
+    const RUNS: usize = 50;
+    const WAITERS: usize = 10;
+    let ctx = TestContext::new();
+    for run in 0..RUNS {
+        let name = unique_name("a7");
+        let lock = ctx.client.fair_lock(&name);
+        let holder = lock.lock().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut expected_ids = Vec::new();
+        let mut threads = Vec::new();
+        for i in 0..WAITERS {
+            let waiter = lock.clone();
+            let order = order.clone();
+            let (id_tx, id_rx) = mpsc::channel();
+            threads.push(thread::spawn(move || {
+                id_tx
+                    .send(waiter.client().holder_id().as_str().to_owned())
+                    .unwrap();
+                let guard = waiter
+                    .try_lock_for(Duration::from_secs(10))
+                    .unwrap()
+                    .expect("a queued waiter gets the lock");
+                order.lock().unwrap().push(i);
+                guard.unlock().unwrap();
+            }));
+            expected_ids.push(id_rx.recv().unwrap());
+            // Staggered: the next waiter starts once this one is queued.
+            let queued = wait_queue_len(&lock, i + 1);
+            assert_eq!(queued, expected_ids, "run {run}: queue order");
+        }
+        drop(holder);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "run {run}");
+        assert!(no_trace(&ctx.server, &name), "run {run}: queue left behind");
+        assert!(!lock.is_locked().unwrap());
+    }
+}
+
+/// A `try_lock_for` that times out, and a `try_lock` that finds the lock
+/// busy, leave nothing in the queue or the deadline set.
+#[test]
+fn fair_timed_out_waiter_leaves_no_trace() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-timeout");
+    let lock = ctx.client.fair_lock(&name);
+    let guard = lock.lock().unwrap();
+    let other = lock.clone();
+    let started = Instant::now();
+    let got = thread::spawn(move || other.try_lock_for(ms(400)).unwrap().is_some())
+        .join()
+        .unwrap();
+    assert!(!got);
+    assert!(started.elapsed() >= ms(400));
+    assert!(
+        no_trace(&ctx.server, &name),
+        "timed-out waiter left a trace"
+    );
+
+    let other = lock.clone();
+    let got = thread::spawn(move || other.try_lock().unwrap().is_some())
+        .join()
+        .unwrap();
+    assert!(!got);
+    assert!(no_trace(&ctx.server, &name), "try_lock left a trace");
+    drop(guard);
+}
+
+/// A waiter whose client shuts down returns `Shutdown` and leaves the queue.
+#[test]
+fn fair_waiter_leaves_queue_on_shutdown() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-shutdown");
+    let lock = ctx.client.fair_lock(&name);
+    let guard = lock.lock().unwrap();
+    let other_client = ctx.other_client();
+    let waiter_lock = other_client.fair_lock(&name);
+    let waiter = thread::spawn(move || waiter_lock.lock().map(|_| ()));
+    wait_queue_len(&lock, 1);
+    other_client.shutdown();
+    let result = waiter.join().unwrap();
+    assert!(
+        matches!(result, Err(redguard::Error::Shutdown)),
+        "{result:?}"
+    );
+    assert!(no_trace(&ctx.server, &name));
+    drop(guard);
+}
+
+/// A waiter whose attempt fails (the key now holds a string) returns the
+/// error and leaves the queue.
+#[test]
+fn fair_waiter_leaves_queue_on_error() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-error");
+    let lock = ctx.client.fair_lock(&name);
+    let guard = lock.lock().unwrap();
+    let waiter_lock = lock.clone();
+    let waiter = thread::spawn(move || waiter_lock.lock().map(|_| ()));
+    wait_queue_len(&lock, 1);
+    let () = ctx.server.cmd("SET", &[name.as_bytes(), b"not a lock"]);
+    let result = waiter.join().unwrap();
+    assert!(
+        matches!(result, Err(redguard::Error::WrongType { .. })),
+        "{result:?}"
+    );
+    assert!(no_trace(&ctx.server, &name));
+    drop(guard); // its unlock fails on the string: logged, no panic
+}
+
+/// Only the queue head may take a free lock; a head whose deadline passed
+/// is pruned by the next acquire; an entry without a deadline never blocks.
+#[test]
+fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-ghost");
+    let lock = ctx.client.fair_lock(&name);
+    let ghost_deadline = server_now_ms(&ctx.server) + 1_000;
+    let deadline = ghost_deadline.to_string();
+    let () = ctx.server.cmd(
+        "ZADD",
+        &[&timeout_key(&name), deadline.as_bytes(), b"ghost:1"],
+    );
+    let _: u64 = ctx.server.cmd("RPUSH", &[&queue_key(&name), b"ghost:1"]);
+
+    assert!(
+        lock.try_lock().unwrap().is_none(),
+        "the lock is free, but promised to the queue head"
+    );
+    let started = Instant::now();
+    let guard = lock
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("acquired once the dead head is pruned");
+    let waited = started.elapsed();
+    assert!(
+        server_now_ms(&ctx.server) >= ghost_deadline,
+        "acquired before the head's deadline"
+    );
+    assert!(waited <= ms(1_000 + 600), "waited {waited:?}");
+    assert!(no_trace(&ctx.server, &name), "the ghost was pruned");
+    drop(guard);
+
+    // A queue entry without a deadline is dropped when it reaches the head.
+    let _: u64 = ctx.server.cmd("RPUSH", &[&queue_key(&name), b"ghost:2"]);
+    let guard = lock.try_lock().unwrap().expect("entry without deadline");
+    assert!(no_trace(&ctx.server, &name));
+    drop(guard);
+}
+
+/// On each release exactly one waiter is woken: one message, on the next
+/// waiter's own channel, and no script call by anyone else.
+#[test]
+fn fair_release_wakes_exactly_one_waiter() {
+    const WAITERS: usize = 5;
+    let server = RedisServer::start();
+    // Long poll interval and lease: a waiter that runs a script between a
+    // release and the next grant can only have been woken by a message.
+    let client = test_builder(&server.url())
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let lease = Duration::from_secs(20);
+    // Load every script once, so that no NOSCRIPT retry is counted.
+    {
+        let warm = client.fair_lock(unique_name("warm")).with_lease(lease);
+        let g = warm.lock().unwrap();
+        let w = warm.clone();
+        thread::spawn(move || assert!(w.try_lock_for(ms(50)).unwrap().is_none()))
+            .join()
+            .unwrap();
+        g.unlock().unwrap();
+    }
+    let name = unique_name("fair-herd");
+    let lock = client.fair_lock(&name).with_lease(lease);
+
+    let mut monitor = server.conn();
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut pubsub = monitor.as_pubsub();
+    pubsub
+        .psubscribe(format!("redisson_lock__channel:{{{name}}}*"))
+        .unwrap();
+    let mut messages = |within: Duration| -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut got = Vec::new();
+        while Instant::now() < deadline {
+            if let Ok(msg) = pubsub.get_message() {
+                got.push(msg.get_channel_name().to_owned());
+            }
+        }
+        got
+    };
+
+    let holder = lock.lock().unwrap();
+    let (acquired_tx, acquired_rx) = mpsc::channel::<usize>();
+    let mut release_txs = Vec::new();
+    let mut ids = Vec::new();
+    let mut threads = Vec::new();
+    for i in 0..WAITERS {
+        let waiter = lock.clone();
+        let acquired_tx = acquired_tx.clone();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (id_tx, id_rx) = mpsc::channel();
+        release_txs.push(release_tx);
+        threads.push(thread::spawn(move || {
+            id_tx
+                .send(waiter.client().holder_id().as_str().to_owned())
+                .unwrap();
+            let guard = waiter
+                .try_lock_for(Duration::from_secs(15))
+                .unwrap()
+                .expect("queued waiter acquires");
+            acquired_tx.send(i).unwrap();
+            release_rx.recv().unwrap();
+            guard.unlock().unwrap();
+        }));
+        ids.push(id_rx.recv().unwrap());
+        wait_queue_len(&lock, i + 1);
+    }
+    // Every waiter has made its attempts (enqueue, then again once its
+    // channel is subscribed) and sleeps: the script count stands still.
+    let mut last = script_calls(&server);
+    let mut still = 0;
+    assert!(wait_until(Duration::from_secs(5), || {
+        let now = script_calls(&server);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+        still >= 20
+    }));
+    assert_eq!(client.stats().waiters, WAITERS);
+
+    let mut holder = Some(holder);
+    for next in 0..WAITERS {
+        let before = script_calls(&server);
+        let _ = messages(Duration::ZERO);
+        if next == 0 {
+            holder.take().unwrap().unlock().unwrap();
+        } else {
+            release_txs[next - 1].send(()).unwrap();
+        }
+        let woken = acquired_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(woken, next, "grant order");
+        let calls = script_calls(&server) - before;
+        assert_eq!(calls, 2, "release {next}: one release and one acquire only");
+        let published = messages(ms(100));
+        let expected = format!("redisson_lock__channel:{{{name}}}:{}", ids[next]);
+        assert_eq!(published, vec![expected], "release {next}");
+    }
+    release_txs[WAITERS - 1].send(()).unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(messages(ms(100)).is_empty(), "last release: nobody to wake");
+    assert!(no_trace(&server, &name));
+}
+
+/// A client that shuts down while holding a fair lock releases it and wakes
+/// the queue head on its own channel (not after a poll or lease).
+#[test]
+fn fair_release_at_shutdown_and_force_unlock_wake_the_head() {
+    let server = RedisServer::start();
+    let slow_poll = || {
+        test_builder(&server.url())
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let name = unique_name("fair-shutdown-release");
+    let lease = Duration::from_secs(20);
+    let holder_client = slow_poll();
+    let waiter_client = slow_poll();
+    let holder_lock = holder_client.fair_lock(&name).with_lease(lease);
+    let w = waiter_client.fair_lock(&name).with_lease(lease);
+    let admin_lock = slow_poll().fair_lock(&name);
+
+    let guard = holder_lock.lock().unwrap();
+    let waiter = thread::spawn(move || {
+        let g = w.try_lock_for(Duration::from_secs(10)).unwrap();
+        let at = Instant::now();
+        if let Some(g) = g {
+            // Keep holding after this thread ends: force_unlock ends it.
+            std::mem::forget(g);
+            return Some(at);
+        }
+        None
+    });
+    wait_queue_len(&admin_lock, 1);
+    let shutdown_at = Instant::now();
+    holder_client.shutdown();
+    let at = waiter.join().unwrap().expect("the head acquires");
+    assert!(
+        at - shutdown_at < ms(1_000),
+        "woken after {:?}",
+        at - shutdown_at
+    );
+    drop(guard); // lost at shutdown: nothing is sent
+
+    // The waiter now holds it; a second waiter queues, and force_unlock
+    // wakes that one.
+    let w2 = waiter_client.fair_lock(&name).with_lease(lease);
+    let second = thread::spawn(move || {
+        let g = w2.try_lock_for(Duration::from_secs(10)).unwrap();
+        (g.is_some(), Instant::now())
+    });
+    wait_queue_len(&admin_lock, 1);
+    let forced_at = Instant::now();
+    assert!(admin_lock.force_unlock().unwrap());
+    let (got, at) = second.join().unwrap();
+    assert!(got);
+    assert!(
+        at - forced_at < ms(1_000),
+        "woken after {:?}",
+        at - forced_at
+    );
+    waiter_client.shutdown();
+}
+
+/// A queue head that leaves (here: its client shuts down) while the lock is
+/// free passes the wake-up on to the next waiter at once.
+#[test]
+fn fair_leaving_head_passes_the_wake_up_on() {
+    let server = RedisServer::start();
+    // Slow poll and a long lease: only a message wakes a waiter quickly.
+    let slow_poll = || {
+        test_builder(&server.url())
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let name = unique_name("fair-pass-on");
+    let lease = Duration::from_secs(20);
+    let holder_client = slow_poll();
+    let first_client = slow_poll();
+    let second_client = slow_poll();
+    let holder = holder_client.fair_lock(&name).with_lease(lease);
+    let guard = holder.lock().unwrap();
+
+    let first = first_client.fair_lock(&name).with_lease(lease);
+    let first_thread = thread::spawn(move || first.lock().map(|_| ()));
+    wait_queue_len(&holder, 1);
+    let second = second_client.fair_lock(&name).with_lease(lease);
+    let second_thread = thread::spawn(move || {
+        let got = second.try_lock_for(Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    wait_queue_len(&holder, 2);
+
+    // The lock frees silently (no unlock message): both waiters sleep on.
+    let _: u64 = server.cmd("DEL", &[name.as_bytes()]);
+    std::mem::forget(guard);
+    let left_at = Instant::now();
+    first_client.shutdown();
+    let first_result = first_thread.join().unwrap();
+    assert!(
+        matches!(first_result, Err(redguard::Error::Shutdown)),
+        "{first_result:?}"
+    );
+    let (got, at) = second_thread.join().unwrap();
+    assert!(got);
+    assert!(at - left_at < ms(1_000), "woken after {:?}", at - left_at);
+    assert!(no_trace(&server, &name));
+}
+
+/// The child half of A8: joins the queue of a fair lock and waits there
+/// until the parent kills it.
+#[test]
+#[ignore = "child process of a8_fair_lock_dead_waiter"]
+fn a8_child_waiter() {
+    let Some(role) = child_role() else { return };
+    assert_eq!(role, "a8");
+    let url = std::env::var("A8_URL").unwrap();
+    let name = std::env::var("A8_LOCK").unwrap();
+    let client = test_builder(&url)
+        .fair_wait_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    say(&format!("HOLDER {}", client.holder_id()));
+    // Bounded, in case the parent dies without killing us.
+    let lock = client.fair_lock(&name);
+    let got = lock.try_lock_for(Duration::from_secs(30)).unwrap();
+    say(&format!("ACQUIRED {}", got.is_some()));
+}
+
+/// A8: five queued waiters; the second is a process killed with SIGKILL.
+/// The queue skips it once its deadline (fair wait timeout 1 s, server
+/// clock) has passed; no deadline lies further ahead than now + lease +
+/// wait timeout; the third waiter acquires within 1 s + L of the first one's
+/// release.
+#[test]
+fn a8_fair_lock_dead_waiter() {
+    let wait_timeout = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .fair_wait_timeout(wait_timeout)
+        .build()
+        .unwrap();
+    let name = unique_name("a8");
+    let lock = client.fair_lock(&name);
+    let holder = lock.lock().unwrap();
+
+    let (event_tx, event_rx) = mpsc::channel::<(usize, &'static str, Instant)>();
+    let spawn_waiter = |i: usize| {
+        let lock = lock.clone();
+        let tx = event_tx.clone();
+        thread::spawn(move || {
+            let guard = lock
+                .try_lock_for(Duration::from_secs(10))
+                .unwrap()
+                .expect("live waiter acquires");
+            tx.send((i, "acquired", Instant::now())).unwrap();
+            guard.unlock().unwrap();
+            tx.send((i, "released", Instant::now())).unwrap();
+        })
+    };
+    let mut threads = vec![spawn_waiter(1)];
+    wait_queue_len(&lock, 1);
+    let mut child = ChildTest::spawn(
+        "fair_lock::a8_child_waiter",
+        "a8",
+        &[("A8_URL", &server.url()), ("A8_LOCK", &name)],
+    );
+    let child_id = child.expect_line("HOLDER ", Duration::from_secs(10));
+    let queued = wait_queue_len(&lock, 2);
+    assert_eq!(queued[1], child_id);
+    for i in 3..=5 {
+        threads.push(spawn_waiter(i));
+        wait_queue_len(&lock, i);
+    }
+
+    // Redisson drift check: every deadline lies within now + L + wait.
+    let scores: Vec<(String, f64)> =
+        server.cmd("ZRANGE", &[&timeout_key(&name), b"0", b"-1", b"WITHSCORES"]);
+    assert_eq!(scores.len(), 5);
+    let now = server_now_ms(&server);
+    let bound = now + (TEST_WATCHDOG + wait_timeout).as_millis() as u64;
+    for (id, score) in &scores {
+        assert!(
+            (*score as u64) <= bound,
+            "{id}: deadline {score} beyond {bound}"
+        );
+    }
+
+    child.kill();
+    holder.unlock().unwrap();
+    let mut events = Vec::new();
+    while events.len() < 8 {
+        let e = event_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("every live waiter acquires and releases");
+        events.push(e);
+    }
+    let order: Vec<usize> = events
+        .iter()
+        .filter(|(_, what, _)| *what == "acquired")
+        .map(|(i, _, _)| *i)
+        .collect();
+    assert_eq!(order, vec![1, 3, 4, 5], "the dead waiter is skipped");
+    let released_1 = events
+        .iter()
+        .find(|(i, what, _)| *i == 1 && *what == "released")
+        .unwrap()
+        .2;
+    let acquired_3 = events
+        .iter()
+        .find(|(i, what, _)| *i == 3 && *what == "acquired")
+        .unwrap()
+        .2;
+    let gap = acquired_3 - released_1;
+    eprintln!("a8: waiter #3 acquired {gap:?} after #1 released");
+    assert!(
+        gap <= wait_timeout + TEST_WATCHDOG,
+        "waiter #3 waited {gap:?} after #1 released"
+    );
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(no_trace(&server, &name), "dead waiter pruned");
+}
+
+/// H3 (fair lock): an admin deletes or expires the key of a held fair
+/// lock; the holder learns of it at the next renewal, within L/3 + RTT.
+#[test]
+fn h3_fair_lock_server_side_expiry_is_noticed() {
+    let ctx = TestContext::new();
+    for how in ["DEL", "PEXPIRE"] {
+        let name = unique_name("h3-fair");
+        let lock = ctx.client.fair_lock(&name);
+        let guard = lock.lock().unwrap();
+        assert!(!guard.is_lost());
+        let removed_at = Instant::now();
+        if how == "DEL" {
+            let _: u64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+        } else {
+            let _: u64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"1"]);
+        }
+        assert!(wait_until(Duration::from_secs(3), || guard.is_lost()));
+        let noticed = removed_at.elapsed();
+        eprintln!("h3 fair ({how}): loss noticed after {noticed:?}");
+        // L/3 + RTT, with room for a loaded machine.
+        assert!(noticed <= TEST_WATCHDOG / 3 * 3, "{how}: {noticed:?}");
+        assert!(guard.check().unwrap_err().is_lock_lost());
+        assert!(guard.unlock().unwrap_err().is_lock_lost());
+    }
+}

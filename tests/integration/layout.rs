@@ -1,0 +1,89 @@
+//! Redisson wire compatibility: keys, hash fields, ttl, channel, message.
+
+use std::time::Duration;
+
+use crate::reentrant::Listener;
+use crate::support::{TEST_WATCHDOG, TestContext, ms, unique_name};
+
+#[test]
+fn lock_is_a_hash_of_holder_id_to_count_with_the_lease_as_pttl() {
+    let ctx = TestContext::new();
+    let name = unique_name("layout");
+    let lock = ctx.client.lock(&name);
+    let guard = lock.lock().unwrap();
+    let all: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    let want = format!("{}:{}", ctx.client.id(), redguard::current_thread_id());
+    assert_eq!(all, vec![(want.clone(), "1".to_string())]);
+    assert_eq!(guard.holder_id().as_str(), want);
+    let kind: String = ctx.server.cmd("TYPE", &[name.as_bytes()]);
+    assert_eq!(kind, "hash");
+    let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    let lease = TEST_WATCHDOG.as_millis() as i64;
+    assert!(
+        pttl > lease - 250 && pttl <= lease,
+        "pttl {pttl} vs lease {lease}"
+    );
+    // Nothing but the lock key is created.
+    let keys: Vec<String> = ctx.server.cmd("KEYS", &[b"*"]);
+    assert_eq!(keys, vec![name]);
+    drop(guard);
+}
+
+#[test]
+fn default_lease_is_the_30s_watchdog_timeout() {
+    let ctx = TestContext::new();
+    let client = redguard::Client::open(&ctx.server.url()).unwrap();
+    assert_eq!(client.watchdog_timeout(), Duration::from_secs(30));
+    let name = unique_name("default-lease");
+    let lock = client.lock(&name);
+    let _g = lock.lock().unwrap();
+    let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    assert!((29_000..=30_000).contains(&pttl), "pttl {pttl}");
+}
+
+#[test]
+fn a_raw_subscriber_gets_0_on_the_redisson_channel_at_release() {
+    let ctx = TestContext::new();
+    let name = unique_name("channel");
+    let listener = Listener::start(
+        &ctx.server,
+        format!("redisson_lock__channel:{{{name}}}").into_bytes(),
+    );
+    let lock = ctx.client.lock(&name);
+    lock.lock().unwrap().unlock().unwrap();
+    assert_eq!(listener.collect(1, ms(100)), vec![b"0".to_vec()]);
+}
+
+#[test]
+fn a_lock_written_redisson_style_by_another_holder_excludes_us() {
+    // What a Java Redisson client leaves behind while holding the lock.
+    let ctx = TestContext::new();
+    let name = unique_name("redisson-held");
+    let foreign = "6f0a2c54-1a57-4d1c-9d07-0d5d8d6f3b2a:57";
+    ctx.server
+        .cmd::<i64>("HSET", &[name.as_bytes(), foreign.as_bytes(), b"1"]);
+    ctx.server.cmd::<i64>("PEXPIRE", &[name.as_bytes(), b"400"]);
+    let lock = ctx.client.lock(&name);
+    assert!(lock.try_lock().unwrap().is_none());
+    let holders = lock.holders().unwrap();
+    assert_eq!(holders, vec![(foreign.to_string(), 1)]);
+    // Released by the lease: we get it afterwards.
+    let g = lock.try_lock_for(Duration::from_secs(3)).unwrap();
+    assert!(g.is_some());
+}
+
+#[test]
+fn force_unlock_deletes_whoever_holds_and_wakes() {
+    let ctx = TestContext::new();
+    let name = unique_name("force");
+    let lock = ctx.client.lock(&name);
+    let g = lock.lock().unwrap();
+    let other = ctx.other_client().lock(&name);
+    assert!(other.force_unlock().unwrap());
+    assert!(!lock.is_locked().unwrap());
+    assert!(!other.force_unlock().unwrap(), "nothing left to delete");
+    // The old holder finds out at its next renewal (every 200 ms here).
+    assert!(crate::support::wait_until(Duration::from_secs(2), || g.is_lost()));
+    assert!(g.check().unwrap_err().is_lock_lost());
+    assert!(g.unlock().unwrap_err().is_lock_lost());
+}

@@ -1,0 +1,133 @@
+//! Ownership and leases: a guard whose lease is gone never touches the next
+//! holder's lock; fixed leases expire; `extend` is owner-checked.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{TestContext, ms, unique_name, wait_until};
+
+#[test]
+fn fixed_lease_expires_and_check_reports_lock_lost() {
+    let ctx = TestContext::new();
+    let name = unique_name("fixed");
+    let lock = ctx.client.lock(&name).with_lease(ms(300));
+    let guard = lock.lock().unwrap();
+    assert!(!guard.is_renewed());
+    guard.check().unwrap();
+    let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    assert!(pttl > 0 && pttl <= 300, "pttl {pttl}");
+    // Nobody renews it: the key goes, and the guard knows without asking.
+    assert!(wait_until(Duration::from_secs(3), || !lock
+        .is_locked()
+        .unwrap()));
+    assert!(guard.check().unwrap_err().is_lock_lost());
+    assert!(guard.is_lost());
+    assert_eq!(guard.valid_for(), Duration::ZERO);
+}
+
+#[test]
+fn a5_late_unlock_and_extend_do_not_touch_the_new_holders_lock() {
+    let ctx = TestContext::new();
+    let name = unique_name("a5");
+    let a = ctx.client.lock(&name).with_lease(ms(200));
+    let b_client = ctx.other_client();
+    let b = b_client.lock(&name);
+    for _ in 0..20 {
+        let ga = a.lock().unwrap();
+        // B takes the lock as soon as A's lease runs out.
+        let gb = b
+            .try_lock_for(Duration::from_secs(3))
+            .unwrap()
+            .expect("B acquires");
+        let before: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+        let pttl_before: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+        let extend = ga.extend(Duration::from_secs(60)).unwrap_err();
+        assert!(extend.is_not_held() || extend.is_lock_lost(), "{extend:?}");
+        let unlock = ga.unlock().unwrap_err();
+        assert!(unlock.is_not_held() || unlock.is_lock_lost(), "{unlock:?}");
+        let after: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+        let pttl_after: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+        assert_eq!(before, after, "B's hash untouched");
+        assert!(pttl_after <= pttl_before && pttl_before - pttl_after < 100);
+        gb.unlock().unwrap();
+    }
+}
+
+#[test]
+fn a4_non_holders_are_refused_and_change_nothing() {
+    let ctx = TestContext::new();
+    let name = unique_name("a4");
+    let holder = ctx.client.lock(&name);
+    let g = holder.lock().unwrap();
+    let before: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    // Other clients (other client ids) and other threads cannot take or
+    // release it: a non-holder has no guard, and a try gets nothing.
+    let other = ctx.other_client().lock(&name);
+    for _ in 0..200 {
+        assert!(other.try_lock().unwrap().is_none());
+    }
+    let t = {
+        let lock = holder.clone();
+        std::thread::spawn(move || {
+            (0..200).all(|_| lock.try_lock().unwrap().is_none()) && lock.hold_count().unwrap() == 0
+        })
+    };
+    assert!(t.join().unwrap());
+    let after: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    assert_eq!(before, after);
+    // A guard whose hold was deleted by someone else gets NotHeld on unlock.
+    other.force_unlock().unwrap();
+    let third = ctx.other_client().lock(&name);
+    let g3 = third.lock().unwrap();
+    let err = g.unlock().unwrap_err();
+    assert!(err.is_not_held() || err.is_lock_lost(), "{err:?}");
+    assert!(third.is_locked().unwrap());
+    g3.unlock().unwrap();
+}
+
+#[test]
+fn extend_moves_a_fixed_lease() {
+    let ctx = TestContext::new();
+    let name = unique_name("extend");
+    let lock = ctx.client.lock(&name).with_lease(ms(300));
+    let g = lock.lock().unwrap();
+    g.extend(Duration::from_secs(5)).unwrap();
+    let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    assert!(pttl > 4_000, "pttl {pttl}");
+    std::thread::sleep(ms(400));
+    g.check().unwrap();
+    assert!(g.valid_for() > Duration::from_secs(4));
+    assert!(
+        g.extend(Duration::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("lease")
+    );
+    g.unlock().unwrap();
+}
+
+#[test]
+fn b7_a_grant_slower_than_its_lease_is_given_back() {
+    // The proxy delays every reply by more than the lease: the acquire
+    // "succeeds" on the server, but too late to be of use.
+    let server = crate::support::RedisServer::start();
+    let proxy = crate::support::FaultProxy::start(server.port());
+    let client = crate::support::test_builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let name = unique_name("b7");
+    let lock = client.lock(&name).with_lease(ms(150));
+    // Warm the connection and script cache before the delay.
+    lock.lock().unwrap().unlock().unwrap();
+    proxy.set_mode(crate::support::Mode::Delay(ms(100)));
+    let t0 = Instant::now();
+    let got = lock.try_lock_for(ms(600)).unwrap();
+    assert!(got.is_none(), "no guard with less than its validity left");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    proxy.set_mode(crate::support::Mode::Pass);
+    // Nothing of ours stays behind once the lease has passed.
+    assert!(wait_until(Duration::from_secs(2), || {
+        server.cmd::<i64>("EXISTS", &[name.as_bytes()]) == 0
+    }));
+}

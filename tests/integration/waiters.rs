@@ -1,0 +1,324 @@
+//! Waiters: woken by pub/sub on one shared connection, bounded by the
+//! holder's ttl and the poll interval, surviving a killed subscriber.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::{TestContext, ms, test_builder, unique_name, wait_until};
+
+fn pubsub_clients(server: &crate::support::RedisServer) -> usize {
+    let list: String = server.cmd("CLIENT", &[b"LIST"]);
+    list.lines()
+        .filter(|l| {
+            l.contains("flags=P") || l.split(' ').any(|f| f.starts_with("sub=") && f != "sub=0")
+        })
+        .count()
+}
+
+#[test]
+fn handoffs_between_two_clients_are_woken_by_pubsub_within_50ms() {
+    let ctx = TestContext::new();
+    // A 30 s lease: only the unlock message can explain a fast handoff.
+    let a = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let b = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("handoff");
+    let (go_tx, go_rx) = crossbeam_channel::unbounded::<()>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Instant>();
+    let lock_b = b.lock(&name);
+    let lock_a = a.lock(&name);
+    let waiter = std::thread::spawn(move || {
+        for _ in 0..50 {
+            go_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let g = lock_b.lock().unwrap();
+            let at = Instant::now();
+            drop(g);
+            done_tx.send(at).unwrap();
+        }
+    });
+    let mut released = Vec::new();
+    let mut acquired = Vec::new();
+    for i in 0..50 {
+        let guard = lock_a.lock().unwrap();
+        go_tx.send(()).unwrap();
+        // Release only once B is blocked as a waiter.
+        assert!(
+            wait_until(Duration::from_secs(5), || b.stats().waiters == 1),
+            "round {i}"
+        );
+        released.push(Instant::now());
+        drop(guard);
+        acquired.push(done_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+    }
+    waiter.join().unwrap();
+    let mut worst = Duration::ZERO;
+    for (rel, acq) in released.iter().zip(&acquired) {
+        let d = acq.saturating_duration_since(*rel);
+        worst = worst.max(d);
+    }
+    assert!(worst < ms(50), "slowest handoff {worst:?}");
+}
+
+#[test]
+fn a_thousand_waiters_on_50_locks_share_one_pubsub_connection() {
+    let ctx = TestContext::new();
+    let holder = ctx.other_client();
+    let names: Vec<String> = (0..50).map(|i| unique_name(&format!("fan-{i}"))).collect();
+    let locks: Vec<redguard::Lock> = names.iter().map(|n| holder.lock(n)).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    let client = test_builder(&ctx.server.url())
+        .pool_size(32)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for i in 0..1000 {
+        let lock = client.lock(&names[i % 50]);
+        let acquired = acquired.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let g = lock.try_lock_for(Duration::from_secs(60)).unwrap();
+                    assert!(g.is_some());
+                    acquired.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap(),
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || client.stats().waiters >= 990),
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    assert_eq!(stats.pubsub_connections, 1);
+    assert_eq!(
+        pubsub_clients(&ctx.server),
+        1,
+        "one pub/sub connection on the server"
+    );
+    assert!(stats.subscribed_channels <= 50);
+    drop(guards);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(acquired.load(Ordering::SeqCst), 1000);
+    assert!(wait_until(Duration::from_secs(5), || client
+        .stats()
+        .waiters
+        == 0));
+    assert_eq!(client.stats().subscribed_channels, 0);
+}
+
+#[test]
+fn d1_killed_subscriber_connection_waiters_all_acquire() {
+    let ctx = TestContext::new();
+    let name = unique_name("d1");
+    let holder = ctx.other_client();
+    let hold = holder.lock(&name);
+    let g = hold.lock().unwrap();
+    // A long lease and a long poll: only a resubscription (or the retry
+    // after reconnecting) explains a prompt wake-up.
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = client.lock(&name);
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let g = lock.try_lock_for(Duration::from_secs(20)).unwrap();
+                assert!(g.is_some());
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || client
+        .stats()
+        .waiters
+        == 8));
+    let killed: i64 = ctx.server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
+    assert!(killed >= 1);
+    // The subscriber reconnects and resubscribes.
+    assert!(wait_until(Duration::from_secs(3), || pubsub_clients(
+        &ctx.server
+    ) == 1));
+    let released = Instant::now();
+    g.unlock().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 8);
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn d2_subscribe_then_retry_never_misses_an_unlock() {
+    // Many tiny holds among 4 contenders with a long lease and poll: a
+    // missed unlock would show as a wait of seconds.
+    let ctx = TestContext::new();
+    let name = unique_name("d2");
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let worst = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = client.lock(&name);
+            let worst = worst.clone();
+            std::thread::spawn(move || {
+                for _ in 0..500 {
+                    let t0 = Instant::now();
+                    let g = lock.lock().unwrap();
+                    let waited = t0.elapsed();
+                    drop(g);
+                    let mut w = worst.lock().unwrap();
+                    *w = (*w).max(waited);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let worst = *worst.lock().unwrap();
+    assert!(worst < Duration::from_secs(2), "a waiter waited {worst:?}");
+}
+
+#[test]
+fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
+    let ctx = TestContext::new();
+    let name = unique_name("d4");
+    ctx.server
+        .cmd::<i64>("HSET", &[name.as_bytes(), b"someone:1", b"1"]);
+    let lock = ctx.client.lock(&name);
+    assert_eq!(lock.remaining_ttl().unwrap(), Some(Duration::MAX));
+    let t0 = Instant::now();
+    assert!(lock.try_lock_for(ms(700)).unwrap().is_none());
+    let took = t0.elapsed();
+    assert!(took >= ms(700) && took < ms(700) + ms(400), "{took:?}");
+    // When the foreign key goes away, a waiter notices within one poll
+    // interval (200 ms here) although no unlock message is published.
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let g = lock.try_lock_for(Duration::from_secs(5)).unwrap();
+        (g.is_some(), t0.elapsed())
+    });
+    crate::support::sleep(ms(300));
+    ctx.server.cmd::<i64>("DEL", &[name.as_bytes()]);
+    let deleted = Instant::now();
+    let (got, _) = t.join().unwrap();
+    assert!(got);
+    assert!(deleted.elapsed() < ms(600));
+}
+
+#[test]
+fn c5_try_lock_for_honours_its_deadline_while_busy() {
+    let ctx = TestContext::new();
+    let name = unique_name("c5");
+    let holder = ctx.other_client();
+    let held = holder.lock(&name);
+    let _g = held.lock().unwrap();
+    let lock = ctx.client.lock(&name);
+    for wait in [ms(0), ms(50), ms(250), ms(600)] {
+        let t0 = Instant::now();
+        assert!(lock.try_lock_for(wait).unwrap().is_none());
+        let took = t0.elapsed();
+        assert!(took >= wait, "{took:?} < {wait:?}");
+        assert!(
+            took <= wait + crate::support::TEST_RESPONSE + ms(100),
+            "{took:?} for {wait:?}"
+        );
+    }
+}
+
+#[test]
+fn i3_a_wait_of_duration_max_means_forever_without_overflow() {
+    let ctx = TestContext::new();
+    let name = unique_name("i3");
+    let holder = ctx.other_client();
+    let hold = holder.lock(&name).with_lease(ms(300));
+    let g = hold.lock().unwrap();
+    let lock = ctx.client.lock(&name);
+    let got = lock.try_lock_for(Duration::MAX).unwrap();
+    assert!(got.is_some());
+    drop(g);
+}
+
+#[test]
+fn registries_are_empty_after_10000_mixed_operations() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .pool_size(8)
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..5).map(|i| unique_name(&format!("mixed-{i}"))).collect();
+    let ops = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let client = client.clone();
+            let names = names.clone();
+            let ops = ops.clone();
+            std::thread::spawn(move || {
+                let mut i = t;
+                while ops.fetch_add(1, Ordering::SeqCst) < 10_000 {
+                    i = i
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let lock = client.lock(&names[(i >> 33) as usize % names.len()]);
+                    match (i >> 40) % 5 {
+                        0 => drop(lock.try_lock().unwrap()),
+                        1 => drop(lock.try_lock_for(ms(2)).unwrap()),
+                        2 => {
+                            let g = lock.lock().unwrap();
+                            let g2 = lock.lock().unwrap();
+                            drop(g2);
+                            drop(g);
+                        }
+                        3 => drop(lock.with_lease(ms(50)).try_lock().unwrap()),
+                        _ => {
+                            if let Some(g) = lock.try_lock_for(ms(5)).unwrap() {
+                                g.unlock().unwrap();
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = client.stats();
+    assert_eq!(stats.held_locks, 0, "{stats:?}");
+    assert_eq!(stats.waiters, 0, "{stats:?}");
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            let s = client.stats();
+            s.watchdog_entries == 0 && s.subscribed_channels == 0
+        }),
+        "{:?}",
+        client.stats()
+    );
+    let keys: Vec<String> = ctx.server.cmd("KEYS", &[b"mixed-*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+}
