@@ -22,7 +22,7 @@
 //! `{"w2": {...}}`); `scripts/bench` runs everything and renders the report.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -544,6 +544,19 @@ fn run_ab_s1(client: &Client, url: &str, rounds: usize, block: usize) -> Value {
            "floor_thread_cpu_us_per_cycle": quartiles(&mut f_cpu)})
 }
 
+/// CPU time (user + system) of the whole process, exited threads included,
+/// in ns.
+fn process_cpu_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let st: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (ut + st) * 10_000_000 // USER_HZ = 100
+}
+
 /// CPU time of the calling thread, in ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -752,6 +765,7 @@ fn pttl_sampler(
     acquired: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     lowest: Arc<AtomicI64>,
+    cpu_ns: Arc<AtomicU64>,
 ) -> (u64, u64, u64) {
     let mut con = admin(&url);
     let chunk = 500;
@@ -786,6 +800,7 @@ fn pttl_sampler(
             }
         }
         i = end;
+        cpu_ns.store(thread_cpu_ns(), Ordering::Release);
         // At most ~50 000 PTTL/s: the sampler must not be what slows Redis.
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -816,14 +831,16 @@ fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let acquired = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let lowest = Arc::new(AtomicI64::new(i64::MAX));
+    let sampler_cpu = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (url, acquired, stop, lowest) = (
+        let (url, acquired, stop, lowest, cpu) = (
             url.to_owned(),
             acquired.clone(),
             stop.clone(),
             lowest.clone(),
+            sampler_cpu.clone(),
         );
-        std::thread::spawn(move || pttl_sampler(url, names, acquired, stop, lowest))
+        std::thread::spawn(move || pttl_sampler(url, names, acquired, stop, lowest, cpu))
     };
 
     let t0 = Instant::now();
@@ -847,11 +864,25 @@ fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let hold = interval * cfg.periods;
     let stats0 = client.stats();
     let evalsha0 = cmd_calls(&mut con, "evalsha");
-    let cpu0 = thread_cpu("redguard-watch");
+    // The watchdog is a scheduling thread ("redguard-watchdog", shown as
+    // "redguard-watchd") plus short-lived renewal I/O threads
+    // ("redguard-renew") whose time only the process total keeps: count
+    // the process minus this thread and the sampler.
+    let sched0 = thread_cpu("redguard-watch");
+    let (proc0, main0, samp0) = (
+        process_cpu_ns(),
+        thread_cpu_ns(),
+        sampler_cpu.load(Ordering::Acquire),
+    );
     let th0 = Instant::now();
     std::thread::sleep(hold);
     let hold_s = th0.elapsed().as_secs_f64();
-    let cpu1 = thread_cpu("redguard-watch");
+    let (proc1, main1, samp1) = (
+        process_cpu_ns(),
+        thread_cpu_ns(),
+        sampler_cpu.load(Ordering::Acquire),
+    );
+    let sched1 = thread_cpu("redguard-watch");
     let evalsha1 = cmd_calls(&mut con, "evalsha");
     let stats1 = client.stats();
     let rss_end = rss_kib();
@@ -876,7 +907,12 @@ fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let rn = stats1.renewals - stats0.renewals;
     let ticks = stats1.renewal_ticks - stats0.renewal_ticks;
     let periods_f = hold_s / interval.as_secs_f64();
-    let cpu = (cpu1.saturating_sub(cpu0)).as_secs_f64();
+    let cpu = proc1
+        .saturating_sub(proc0)
+        .saturating_sub(main1 - main0)
+        .saturating_sub(samp1 - samp0) as f64
+        / 1e9;
+    let sched_cpu = sched1.saturating_sub(sched0).as_secs_f64();
     let lease_ms = cfg.watchdog.as_millis() as f64;
     let per_lock = |kib: u64, from: u64| (kib.saturating_sub(from) as f64 * 1024.0) / cfg.n as f64;
     json!({
@@ -895,6 +931,7 @@ fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
         "min_pttl_frac": if low == i64::MAX { Value::Null } else { json!(low as f64 / lease_ms) },
         "pttl_samples": samples, "pttl_missing": missing, "pttl_sweeps": sweeps,
         "watchdog_cpu_s": cpu, "watchdog_cpu_frac": cpu / hold_s,
+        "watchdog_sched_thread_cpu_frac": sched_cpu / hold_s,
         "rss_before_kib": rss_before, "rss_locks_kib": rss_locks, "rss_held_kib": rss_held,
         "rss_end_kib": rss_end,
         "rss_per_lock_b": per_lock(rss_held, rss_before),

@@ -92,10 +92,34 @@ enum Outcome {
     Failed(Error),
 }
 
+/// A server: (the deployment's source, as an address, and the node).
+type Server = (usize, NodeId);
+
 /// A batch of renewals back from its I/O thread.
 struct Done {
+    server: Server,
+    /// The I/O thread's last batch: the server takes new work again.
+    last: bool,
     sent: Instant,
     results: Vec<(Entry, Outcome)>,
+}
+
+/// Sends the closing `Done` of an I/O thread however it ends, so a panic in
+/// it cannot leave its server marked busy for good.
+struct Closing<'a> {
+    done: &'a Sender<Done>,
+    server: Server,
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        let _ = self.done.send(Done {
+            server: self.server,
+            last: true,
+            sent: Instant::now(),
+            results: Vec::new(),
+        });
+    }
 }
 
 enum Command {
@@ -197,6 +221,11 @@ struct Watchdog<'a> {
     shared: &'a Shared,
     commands: &'a Receiver<Command>,
     schedule: Schedule<Entry>,
+    /// Servers with an I/O thread at work, and the entries that fell due
+    /// for them meanwhile: they go out together when it is done. One
+    /// thread per server at a time, so that a tick's stragglers do not
+    /// each cost a thread and a round trip of their own.
+    busy: HashMap<Server, Vec<Entry>>,
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
 }
@@ -207,6 +236,7 @@ fn run(shared: &Shared, commands: &Receiver<Command>) {
         shared,
         commands,
         schedule: Schedule::default(),
+        busy: HashMap::new(),
         done_tx,
         done_rx,
     };
@@ -290,9 +320,10 @@ impl Watchdog<'_> {
         }
     }
 
-    /// Hands every due renewal to an I/O thread, one per server.
+    /// Hands every due renewal to an I/O thread, one per server; a server
+    /// whose thread is still at work gets them when it is done.
     fn dispatch_due(&mut self, now: Instant) {
-        let mut groups: HashMap<(usize, NodeId), Vec<Entry>> = HashMap::new();
+        let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
         // Straight from the schedule into the groups: with 100 000 held
         // locks a tick's due entries are many megabytes, copied once.
         while let Some(entry) = self.schedule.pop_one_due(now, Entry::window) {
@@ -312,28 +343,47 @@ impl Watchdog<'_> {
                 continue;
             }
             let node = entry.source.node_of(&entry.key);
-            let source = Arc::as_ptr(&entry.source) as usize;
-            groups.entry((source, node)).or_default().push(entry);
+            let server = (Arc::as_ptr(&entry.source) as usize, node);
+            match self.busy.get_mut(&server) {
+                Some(waiting) => waiting.push(entry),
+                None => groups.entry(server).or_default().push(entry),
+            }
         }
-        for ((_, node), entries) in groups {
-            if let Some(first) = entries.first() {
-                first.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-            }
-            let done_tx = self.done_tx.clone();
-            let spawned = std::thread::Builder::new()
-                .name("redguard-renew".into())
-                .spawn(move || renew_group(node, entries, &done_tx));
-            if let Err(e) = spawned {
-                // Entries moved into the failed closure are gone with it;
-                // their guards see the lease run out on their own clock.
-                log::error!("redguard watchdog: cannot start a renewal thread: {e}");
-            }
+        for (server, entries) in groups {
+            self.start(server, entries);
         }
     }
 
-    /// Applies the outcome of one batch.
+    /// Starts an I/O thread renewing `entries`, all on `server`.
+    fn start(&mut self, server: Server, entries: Vec<Entry>) {
+        let Some(first) = entries.first() else {
+            return;
+        };
+        first.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
+        let done_tx = self.done_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("redguard-renew".into())
+            .spawn(move || renew_group(server, entries, &done_tx));
+        match spawned {
+            Ok(_) => {
+                self.busy.insert(server, Vec::new());
+            }
+            // Entries moved into the failed closure are gone with it;
+            // their guards see the lease run out on their own clock.
+            Err(e) => log::error!("redguard watchdog: cannot start a renewal thread: {e}"),
+        }
+    }
+
+    /// Applies the outcome of one batch; after a server's last batch, sends
+    /// what fell due for it meanwhile.
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
+        if done.last
+            && let Some(waiting) = self.busy.remove(&done.server)
+        {
+            let waiting: Vec<Entry> = waiting.into_iter().filter_map(still_wanted).collect();
+            self.start(done.server, waiting);
+        }
         for (entry, outcome) in done.results {
             let Some(entry) = still_wanted(entry) else {
                 continue;
@@ -437,7 +487,9 @@ fn release_gone(entries: Vec<Entry>) {
 
 /// Runs on an I/O thread: renews `entries` (all on one server) in batches
 /// and sends each batch's outcome back.
-fn renew_group(node: NodeId, entries: Vec<Entry>, done: &Sender<Done>) {
+fn renew_group(server: Server, entries: Vec<Entry>, done: &Sender<Done>) {
+    let _closing = Closing { done, server };
+    let node = server.1;
     let Some(first) = entries.first() else {
         return;
     };
@@ -487,7 +539,13 @@ fn renew_group(node: NodeId, entries: Vec<Entry>, done: &Sender<Done>) {
                     .collect::<Vec<_>>()
             }
         };
-        if done.send(Done { sent, results }).is_err() {
+        let batch = Done {
+            server,
+            last: false,
+            sent,
+            results,
+        };
+        if done.send(batch).is_err() {
             return;
         }
     }
