@@ -174,11 +174,8 @@ def svg_chart(path, runs, rg_raw, fl_raw, title):
         for who in ("redguard", "floor"):
             vals[(label, who)] = spread([get(r[who], *p) for r in runs])
     vmax = max([v["max"] for v in vals.values() if v] + [1])
-    top = 10 ** math.ceil(math.log10(vmax))
-    for m in (0.2, 0.25, 0.5):
-        if vmax <= top * m:
-            top = top * m
-            break
+    decade = 10 ** math.floor(math.log10(vmax))
+    top = next(decade * m for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if vmax <= decade * m)
     out.append(f'<text x="{px + pw/2}" y="{py - 10}" text-anchor="middle">throughput (median of {len(runs)} runs, whisker = min..max)</text>')
     for k in range(6):
         v = top * k / 5
@@ -279,7 +276,12 @@ def main():
     if not runs:
         sys.exit("no complete run (redguard.json + floor.json)")
     meta = load(os.path.join(run_dirs[0], "meta.json")) or {}
-    w1 = get(load(os.path.join(run_dirs[0], "w1.json")), "w1")
+    # W1 cases: w1.json, or one w1-<case>.json per driver process.
+    w1 = get(load(os.path.join(run_dirs[0], "w1.json")), "w1") or []
+    for fn in sorted(os.listdir(run_dirs[0]), key=lambda f: [(0, int(t), "") if t.isdigit() else (1, 0, t)
+                                                                for t in f.replace(".", "-").split("-")]):
+        if fn.startswith("w1-") and fn.endswith(".json") and os.path.getsize(os.path.join(run_dirs[0], fn)):
+            w1 += get(load(os.path.join(run_dirs[0], fn)), "w1") or []
     w2 = get(load(os.path.join(run_dirs[0], "w2.json")), "w2")
     ab = get(load(os.path.join(run_dirs[0], "ab.json")), "ab")
 
@@ -366,7 +368,11 @@ def main():
                       f"| {x['redguard_cps']['median']:,.0f} | {x['floor_cps']['median']:,.0f} | {cpu} |")
     if w1:
         md.append("")
-        md.append("W1 watchdog at scale (one client, one thread holding N locks, hold = 3 renewal periods):")
+        md.append("W1 watchdog at scale (one client, one thread holding N locks, hold = 3 renewal periods; "
+                  "each case in its own process). RSS / held lock counts everything the process grew by "
+                  "(the application's Lock handles and guards included); RSS / hold leaves out the Lock "
+                  "handles (made before the clock started). Watchdog CPU = the scheduling thread plus its "
+                  "renewal I/O threads:")
         md.append("")
         md.append("| N | lease | batch | acquire s | renewals / period | round trips / period | ⌈N/batch⌉ | "
                   "round trips / tick | lowest pttl (of lease) | lost | watchdog CPU (of a core) | "
@@ -406,7 +412,8 @@ def main():
     rg0, fl0 = raws[0]
     svg_chart(os.path.join(out_dir, "bench.svg"), runs, rg0, fl0,
               f"redguard vs raw-Redis floor — {meta.get('generated_at', '')[:10]}, "
-              f"{host.get('nproc', '?')} cores, redis {host.get('redis_version', '?')}")
+              f"{host.get('nproc', '?')} cores ({host.get('cpu_model', '?')}), "
+              f"redis {host.get('redis_version', '?')}")
 
 
 if __name__ == "__main__":
