@@ -43,7 +43,12 @@ pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, F
             ),
         ));
     }
-    let removed = lock.force_unlock().map_err(fail)?;
+    // A fair lock's force unlock also wakes the head of its queue.
+    let removed = match &info.kind {
+        LockKind::Fair { .. } => conn.client.fair_lock(&name).force_unlock(),
+        _ => lock.force_unlock(),
+    }
+    .map_err(fail)?;
     if removed {
         println!("removed lock {}: {}", show_name(&name), summary(&info));
     } else if let LockKind::Fair { queue } = &info.kind {
