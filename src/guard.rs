@@ -41,7 +41,6 @@ pub struct LockGuard<'a> {
     holder: HolderId,
     state: Arc<LeaseState>,
     lease_ms: u64,
-    lease: Duration,
     renewed: bool,
     acquired_at: Instant,
     done: bool,
@@ -65,7 +64,6 @@ impl<'a> LockGuard<'a> {
         holder: HolderId,
         state: Arc<LeaseState>,
         lease_ms: u64,
-        lease: Duration,
         renewed: bool,
         acquired_at: Instant,
     ) -> LockGuard<'a> {
@@ -74,7 +72,6 @@ impl<'a> LockGuard<'a> {
             holder,
             state,
             lease_ms,
-            lease,
             renewed,
             acquired_at,
             done: false,
@@ -226,11 +223,6 @@ impl<'a> LockGuard<'a> {
             holds::forget(client, name, &self.state);
         }
         outcome
-    }
-
-    #[allow(dead_code, reason = "kept for lock kinds built on this guard")]
-    pub(crate) fn lease(&self) -> Duration {
-        self.lease
     }
 }
 

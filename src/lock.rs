@@ -511,7 +511,7 @@ impl Lock {
             }
         }?;
         Ok(granted.map(|g| {
-            let guard = LockGuard::new(self, holder.clone(), g.state, ms, lease, renew, g.sent);
+            let guard = LockGuard::new(self, holder.clone(), g.state, ms, renew, g.sent);
             (guard, g.token)
         }))
     }
