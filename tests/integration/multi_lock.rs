@@ -135,16 +135,7 @@ fn multi_lock_opposite_orders_never_deadlock() {
                         .expect("a multi-lock waited 8 s: deadlock or starvation");
                     let occ: u64 = redis::cmd("INCR").arg(&occupancy).query(&mut conn).unwrap();
                     max_occupancy.fetch_max(occ, Ordering::Relaxed);
-                    let n: u64 = redis::cmd("GET")
-                        .arg(&counter)
-                        .query::<Option<u64>>(&mut conn)
-                        .unwrap()
-                        .unwrap_or(0);
-                    let () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(n + 1)
-                        .query(&mut conn)
-                        .unwrap();
+                    crate::support::racy_increment(&mut conn, &counter);
                     let _: i64 = redis::cmd("DECR").arg(&occupancy).query(&mut conn).unwrap();
                     guard.check().unwrap();
                     guard.unlock().unwrap();

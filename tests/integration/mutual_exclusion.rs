@@ -40,12 +40,7 @@ fn hammer(url: &str, name: &str) -> usize {
                     if !entered {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
-                    let n: Option<u64> = redis::cmd("GET").arg(&counter).query(&mut conn).unwrap();
-                    let _: () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(n.unwrap_or(0) + 1)
-                        .query(&mut conn)
-                        .unwrap();
+                    crate::support::racy_increment(&mut conn, &counter);
                     let _: () = redis::cmd("DEL").arg(&marker).query(&mut conn).unwrap();
                     guard.unlock().unwrap();
                 }

@@ -462,16 +462,7 @@ fn count_under_red_lock(urls: &[String], name: &str) {
                         .arg(std::process::id())
                         .query(&mut conn)
                         .unwrap();
-                    let n: u64 = redis::cmd("GET")
-                        .arg(&counter)
-                        .query::<Option<u64>>(&mut conn)
-                        .unwrap()
-                        .unwrap_or(0);
-                    let () = redis::cmd("SET")
-                        .arg(&counter)
-                        .arg(n + 1)
-                        .query(&mut conn)
-                        .unwrap();
+                    crate::support::racy_increment(&mut conn, &counter);
                     let _: i64 = redis::cmd("DECR").arg(&occupancy).query(&mut conn).unwrap();
                     guard.check().unwrap();
                     guard.unlock().unwrap();

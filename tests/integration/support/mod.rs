@@ -153,3 +153,15 @@ fn bind_reserved() -> TcpListener {
     }
     panic!("bind 127.0.0.1:0 kept returning ports owned by other test servers");
 }
+
+/// The read-modify-write a lock must protect: `GET counter`, then `SET` it
+/// to one more. Deliberately not atomic, so that two holders at once lose
+/// an increment.
+pub fn racy_increment(conn: &mut redis::Connection, counter: &str) {
+    let n: Option<u64> = redis::cmd("GET").arg(counter).query(conn).unwrap();
+    let () = redis::cmd("SET")
+        .arg(counter)
+        .arg(n.unwrap_or(0) + 1)
+        .query(conn)
+        .unwrap();
+}
