@@ -52,26 +52,24 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
 
     let spinner = Spinner::start(&lock, args.quiet);
-    let acquired = if args.fenced {
-        let fenced_guard = if args.no_wait {
-            fenced.try_lock()
-        } else {
-            match args.wait {
-                Some(wait) => fenced.try_lock_for(wait),
-                None => fenced.lock().map(Some),
-            }
-        };
-        fenced_guard.map(|g| g.map(|g| g.into_parts()))
+    // `--no-wait` is a wait of zero: one attempt, no waiting.
+    let wait = if args.no_wait {
+        Some(Duration::ZERO)
     } else {
-        let guard = if args.no_wait {
-            lock.try_lock()
-        } else {
-            match args.wait {
-                Some(wait) => lock.try_lock_for(wait),
-                None => lock.lock().map(Some),
-            }
-        };
-        guard.map(|g| g.map(|g| (g, 0)))
+        args.wait
+    };
+    let acquired = if args.fenced {
+        match wait {
+            Some(wait) => fenced.try_lock_for(wait),
+            None => fenced.lock().map(Some),
+        }
+        .map(|g| g.map(|g| g.into_parts()))
+    } else {
+        match wait {
+            Some(wait) => lock.try_lock_for(wait),
+            None => lock.lock().map(Some),
+        }
+        .map(|g| g.map(|g| (g, 0)))
     };
     spinner.stop();
 
