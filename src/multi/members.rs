@@ -66,29 +66,54 @@ pub(crate) fn check_members(members: &[Member], what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Releases every guard (last taken first) and collects the failures.
-pub(crate) fn release_all(guards: Vec<LockGuard>) -> Result<()> {
-    let total = guards.len();
-    let mut failures = Vec::new();
-    for guard in guards.into_iter().rev() {
-        let label = label(guard.lock());
-        if let Err(e) = guard.unlock() {
-            failures.push((label, e));
-        }
+/// Guards of several locks, taken in canonical order and released last
+/// first: on drop (failures logged by each guard; the lease is the
+/// backstop), or by [`Held::unlock`], which reports every failure.
+#[derive(Default)]
+pub(crate) struct Held(Vec<LockGuard>);
+
+impl Held {
+    pub(crate) fn push(&mut self, guard: LockGuard) {
+        self.0.push(guard);
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        failures.reverse();
-        Err(Error::Unlock { total, failures })
+
+    pub(crate) fn guards(&self) -> &[LockGuard] {
+        &self.0
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Releases every guard, last taken first; a failure on one does not
+    /// stop the others.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unlock`] listing each lock whose release failed.
+    pub(crate) fn unlock(mut self) -> Result<()> {
+        let total = self.0.len();
+        let mut failures = Vec::new();
+        while let Some(guard) = self.0.pop() {
+            let label = label(guard.lock());
+            if let Err(e) = guard.unlock() {
+                failures.push((label, e));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            failures.reverse();
+            Err(Error::Unlock { total, failures })
+        }
     }
 }
 
-/// Releases guards of a failed round; failures are logged (the lease is the
-/// backstop).
-pub(crate) fn release_quietly(guards: &mut Vec<LockGuard>) {
-    while let Some(guard) = guards.pop() {
-        drop(guard);
+impl Drop for Held {
+    fn drop(&mut self) {
+        while let Some(guard) = self.0.pop() {
+            drop(guard);
+        }
     }
 }
 

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
-use crate::multi::members::{
-    Member, canonical, check_members, pause_until, release_all, release_quietly,
-};
+use crate::multi::members::{Held, Member, canonical, check_members, pause_until};
 
 /// Several locks taken together: all of them or none (Redisson's
 /// `RedissonMultiLock`).
@@ -130,7 +128,7 @@ impl MultiLock {
         // Bounded by the deadline: every round either succeeds, fails with
         // an error, or is followed by a wait that consumes the budget.
         loop {
-            let mut guards = Vec::with_capacity(self.members.len());
+            let mut guards = Held::default();
             let mut busy = None;
             let mut failed = None;
             for (i, member) in self.members.iter().enumerate() {
@@ -149,7 +147,7 @@ impl MultiLock {
             // The round's own hold of the won lock (a re-entry) stays.
             drop(won.take());
             if let Some(e) = failed {
-                release_quietly(&mut guards);
+                drop(guards);
                 retry_after_error(e, deadline)?;
                 continue;
             }
@@ -160,7 +158,7 @@ impl MultiLock {
                     _not_send: PhantomData,
                 }));
             };
-            release_quietly(&mut guards);
+            drop(guards);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
@@ -218,7 +216,7 @@ fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
 pub struct MultiLockGuard {
     multi: MultiLock,
     /// One guard per lock, in canonical order.
-    guards: Vec<LockGuard>,
+    guards: Held,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -239,13 +237,13 @@ impl MultiLockGuard {
 
     /// The guard of each lock, in canonical order.
     pub fn guards(&self) -> &[LockGuard] {
-        &self.guards
+        self.guards.guards()
     }
 
     /// `true` when the lease of any of the locks is known to be lost (see
     /// [`LockGuard::is_lost`]).
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().any(LockGuard::is_lost)
+        self.guards.guards().iter().any(LockGuard::is_lost)
     }
 
     /// How much longer every lease is known to be valid on this process's
@@ -253,6 +251,7 @@ impl MultiLockGuard {
     /// any is lost.
     pub fn valid_for(&self) -> Duration {
         self.guards
+            .guards()
             .iter()
             .map(LockGuard::valid_for)
             .min()
@@ -266,7 +265,7 @@ impl MultiLockGuard {
     /// [`Error::LockLost`] naming the first lock (in canonical order) whose
     /// lease is lost (see [`LockGuard::check`]).
     pub fn check(&self) -> Result<()> {
-        self.guards.iter().try_for_each(LockGuard::check)
+        self.guards.guards().iter().try_for_each(LockGuard::check)
     }
 
     /// Sets the lease of every lock to `lease` from now (see
@@ -279,7 +278,7 @@ impl MultiLockGuard {
     /// [`LockGuard::extend`].
     pub fn extend(&self, lease: Duration) -> Result<()> {
         let mut first = None;
-        for guard in &self.guards {
+        for guard in self.guards.guards() {
             if let Err(e) = guard.extend(lease) {
                 if matches!(e, Error::InvalidArgument(_)) {
                     return Err(e);
@@ -298,15 +297,8 @@ impl MultiLockGuard {
     /// [`Error::Unlock`] listing each lock whose release failed, with its
     /// error as [`LockGuard::unlock`] reports it ([`Error::LockLost`],
     /// [`Error::NotHeld`], connection, timeout and server errors).
-    pub fn unlock(mut self) -> Result<()> {
-        release_all(std::mem::take(&mut self.guards))
-    }
-}
-
-impl Drop for MultiLockGuard {
-    fn drop(&mut self) {
-        // Each guard logs its own failure.
-        release_quietly(&mut self.guards);
+    pub fn unlock(self) -> Result<()> {
+        self.guards.unlock()
     }
 }
 

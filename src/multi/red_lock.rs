@@ -11,9 +11,7 @@ use crate::error::{Error, Result};
 use crate::lease::{clock_drift, lease_ms};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
-use crate::multi::members::{
-    Member, canonical, check_members, pause_until, release_all, release_quietly,
-};
+use crate::multi::members::{Held, Member, canonical, check_members, pause_until};
 
 /// A lock over N independent Redis masters that holds when a majority of
 /// them grant it: the Redis "Redlock" algorithm (Redisson's
@@ -162,7 +160,7 @@ impl fmt::Debug for RedLock {
 enum Round {
     /// A quorum granted the lock in time: the granted holds, and when the
     /// round started.
-    Won(Vec<LockGuard>, Instant),
+    Won(Held, Instant),
     /// No quorum in time; every grant was given back. `answered` masters
     /// replied (granted or busy); the others failed with `errors`.
     Failed {
@@ -345,7 +343,7 @@ impl RedLock {
     /// One round of the algorithm (see the type's docs).
     fn round(&self, lease: Duration, quorum: usize) -> Result<Round> {
         let started = Instant::now();
-        let mut granted = Vec::with_capacity(self.members.len());
+        let mut granted = Held::default();
         let mut answered = 0;
         let mut errors = Vec::new();
         for member in &self.members {
@@ -356,7 +354,7 @@ impl RedLock {
                 }
                 Ok(None) => answered += 1,
                 Err(e) if matches!(e, Error::InvalidArgument(_) | Error::Shutdown) => {
-                    release_quietly(&mut granted);
+                    drop(granted);
                     return Err(e);
                 }
                 // The attempt already undid a grant whose reply was lost.
@@ -372,7 +370,7 @@ impl RedLock {
                 "redguard: RedLock round took {elapsed:?}, no validity left of the lease {lease:?}"
             );
         }
-        release_quietly(&mut granted);
+        drop(granted);
         Ok(Round::Failed { answered, errors })
     }
 }
@@ -424,7 +422,7 @@ fn retry_pause(rng: &mut impl Rng, min: Duration, max: Duration) -> Duration {
 pub struct RedLockGuard {
     red: RedLock,
     /// The holds on the masters that granted the lock, in canonical order.
-    guards: Vec<LockGuard>,
+    guards: Held,
     quorum: usize,
     acquired_at: Instant,
     _not_send: PhantomData<*const ()>,
@@ -449,7 +447,7 @@ impl RedLockGuard {
     /// The holds on the masters that granted the lock (at least a quorum),
     /// in canonical order.
     pub fn guards(&self) -> &[LockGuard] {
-        &self.guards
+        self.guards.guards()
     }
 
     /// When the round that acquired the lock started (t1 of the algorithm).
@@ -464,7 +462,12 @@ impl RedLockGuard {
     /// drift, so right after acquisition this is at least
     /// `lease − elapsed − drift` of the algorithm. Zero once lost.
     pub fn validity(&self) -> Duration {
-        let mut left: Vec<Duration> = self.guards.iter().map(LockGuard::valid_for).collect();
+        let mut left: Vec<Duration> = self
+            .guards
+            .guards()
+            .iter()
+            .map(LockGuard::valid_for)
+            .collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
         left.get(self.quorum - 1).copied().unwrap_or(Duration::ZERO)
     }
@@ -473,7 +476,7 @@ impl RedLockGuard {
     /// valid: renewals found the lock gone or taken, or could not reach
     /// enough masters before the leases ran out.
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().filter(|g| !g.is_lost()).count() < self.quorum
+        self.guards.guards().iter().filter(|g| !g.is_lost()).count() < self.quorum
     }
 
     /// `Ok(())` while a quorum of the masters' leases is known valid.
@@ -503,7 +506,7 @@ impl RedLockGuard {
         lease_ms(lease)?;
         let started = Instant::now();
         let mut extended = 0;
-        for guard in &self.guards {
+        for guard in self.guards.guards() {
             match guard.extend(lease) {
                 Ok(()) => extended += 1,
                 Err(e) => log::debug!(
@@ -532,15 +535,8 @@ impl RedLockGuard {
     /// error as [`LockGuard::unlock`] reports it ([`Error::LockLost`],
     /// [`Error::NotHeld`], connection, timeout and server errors): expected
     /// for masters that are down; their keys expire with the lease.
-    pub fn unlock(mut self) -> Result<()> {
-        release_all(std::mem::take(&mut self.guards))
-    }
-}
-
-impl Drop for RedLockGuard {
-    fn drop(&mut self) {
-        // Each guard logs its own failure.
-        release_quietly(&mut self.guards);
+    pub fn unlock(self) -> Result<()> {
+        self.guards.unlock()
     }
 }
 
