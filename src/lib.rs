@@ -87,10 +87,12 @@ mod error;
 mod fencing;
 mod holder;
 mod keys;
+mod latch;
 mod lease;
 mod lock;
 mod multi;
 mod scripts;
+mod semaphore;
 mod subscriber;
 mod watchdog;
 
@@ -100,9 +102,13 @@ pub use error::{Error, RedisCause, Result};
 pub use fencing::{FencedWrite, FencingToken};
 pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
+pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE};
-pub use lock::{Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
+pub use lock::{Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
+pub use semaphore::{
+    ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
+};
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]
@@ -118,6 +124,13 @@ mod tests {
         assert_send_sync_clone::<crate::Client>();
         assert_send_sync_clone::<crate::Lock>();
         assert_send_sync_clone::<crate::Builder>();
+        assert_send_sync_clone::<crate::ReadWriteLock>();
+        assert_send_sync_clone::<crate::Semaphore>();
+        assert_send_sync_clone::<crate::ExpiringSemaphore>();
+        assert_send_sync_clone::<crate::CountDownLatch>();
+        fn assert_send<T: Send>() {}
+        assert_send::<crate::SemaphoreGuard>();
+        assert_send::<crate::PermitGuard>();
         fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
         assert_error::<crate::Error>();
     }

@@ -7,6 +7,7 @@ mod fair;
 mod guard;
 pub(crate) mod holds;
 mod inspect;
+mod read_write;
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use acquire::acquire_methods;
 
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use read_write::ReadWriteLock;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
@@ -101,6 +103,16 @@ pub(crate) enum Kind {
         /// `redisson_lock_token:{name}`.
         token: Arc<[u8]>,
     },
+    /// The read side of Redisson's `RReadWriteLock`.
+    Read {
+        /// This side's key in the thread's record of holds (the write side
+        /// of the same name uses the name).
+        hold_key: Arc<[u8]>,
+        /// `{name}`: the base of every reader's timeout keys.
+        key_prefix: Arc<[u8]>,
+    },
+    /// The write side of Redisson's `RReadWriteLock`.
+    Write,
 }
 
 impl fmt::Debug for Kind {
@@ -112,6 +124,8 @@ impl fmt::Debug for Kind {
                 .field("wait_timeout", wait_timeout)
                 .finish_non_exhaustive(),
             Kind::Fenced { .. } => f.write_str("Fenced"),
+            Kind::Read { .. } => f.write_str("Read"),
+            Kind::Write => f.write_str("Write"),
         }
     }
 }
@@ -301,10 +315,11 @@ impl Lock {
     pub fn hold_count(&self) -> Result<u64> {
         self.check_name()?;
         let holder = self.client.holder_id();
+        let field = self.holder_field(holder.as_str());
         self.client.with_conn(&self.name, |conn| {
             redis::cmd("HGET")
                 .arg(&self.name[..])
-                .arg(holder.as_str())
+                .arg(&*field)
                 .query::<Option<u64>>(conn)
                 .map(Option::unwrap_or_default)
                 .map_err(|e| Error::from_redis(e, &self.name))
@@ -329,6 +344,9 @@ impl Lock {
     /// ```
     pub fn holders(&self) -> Result<Vec<(String, u64)>> {
         self.check_name()?;
+        if self.is_read_write() {
+            return self.rw_holders();
+        }
         self.client.with_conn(&self.name, |conn| {
             redis::cmd("HGETALL")
                 .arg(&self.name[..])
@@ -384,6 +402,9 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
         self.client.check_open()?;
+        if self.is_read_write() {
+            return self.rw_force_unlock();
+        }
         self.client.with_conn(&self.name, |conn| {
             scripts::force_unlock(conn, &self.name, &self.channel, self.queue_key())
         })
@@ -449,6 +470,16 @@ impl Lock {
         }
     }
 
+    /// This kind's key in the calling thread's record of holds: the name,
+    /// except for the read side of a read-write lock, whose holds are
+    /// counted apart from the write side's.
+    pub(crate) fn hold_key(&self) -> &Arc<[u8]> {
+        match &self.kind {
+            Kind::Read { hold_key, .. } => hold_key,
+            _ => &self.name,
+        }
+    }
+
     pub(crate) fn check_name(&self) -> Result<()> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)
     }
@@ -459,6 +490,9 @@ impl Lock {
     }
 
     fn release_str(&self, holder: &str, ms: u64) -> Result<Release> {
+        if self.is_read_write() {
+            return self.rw_release(holder, ms, false);
+        }
         self.client
             .with_conn(&self.name, |conn| match self.fair_keys() {
                 Some(keys) => scripts::fair_release(conn, keys, holder, ms),
@@ -471,7 +505,10 @@ impl Lock {
         self.release_all_str(holder.as_str())
     }
 
-    fn release_all_str(&self, holder: &str) -> Result<bool> {
+    pub(crate) fn release_all_str(&self, holder: &str) -> Result<bool> {
+        if self.is_read_write() {
+            return Ok(self.rw_release(holder, 1, true)? != Release::NotHeld);
+        }
         self.client.with_conn(&self.name, |conn| {
             scripts::release_holder(conn, &self.name, &self.channel, self.queue_key(), holder)
         })
@@ -480,6 +517,9 @@ impl Lock {
     /// Sets the lease of `holder`'s hold to `ms` from now: `false` when it
     /// no longer holds the lock.
     pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
+        if self.is_read_write() {
+            return self.rw_renew(holder.as_str(), ms);
+        }
         self.client.with_conn(&self.name, |conn| {
             scripts::renew(conn, &self.name, holder.as_str(), ms)
         })

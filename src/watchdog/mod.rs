@@ -29,7 +29,7 @@ use crate::connection::{NodeId, Source};
 use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
-use crate::scripts::{self, Renewal};
+use crate::scripts::{self, Renewal, SyncHold, SyncRenewal};
 use schedule::Schedule;
 
 /// One held lock as the watchdog sees it.
@@ -49,6 +49,10 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// `None` for a lock-hash field (renewed by multi-key batches); for the
+    /// holds of read-write locks and expiring permits, which of their
+    /// scripts renew and release it.
+    pub(crate) sync: Option<SyncHold>,
 }
 
 impl Entry {
@@ -464,15 +468,24 @@ fn release_gone(entries: Vec<Entry>) {
     for entry in entries {
         let release = entry.counters.release_when_gone.load(Ordering::Acquire);
         if release && !entry.finished() {
-            let released = entry.source.with_conn(&entry.key, |conn| {
-                scripts::release_holder(
-                    conn,
-                    &entry.key,
-                    &entry.channel,
-                    entry.queue.as_deref(),
-                    &entry.holder,
-                )
-            });
+            let released = entry
+                .source
+                .with_conn(&entry.key, |conn| match &entry.sync {
+                    Some(hold) => scripts::release_sync_hold(
+                        conn,
+                        hold,
+                        &entry.key,
+                        &entry.channel,
+                        &entry.holder,
+                    ),
+                    None => scripts::release_holder(
+                        conn,
+                        &entry.key,
+                        &entry.channel,
+                        entry.queue.as_deref(),
+                        &entry.holder,
+                    ),
+                });
             if let Err(e) = released {
                 log::warn!(
                     "redguard: could not release lock {:?} at client shutdown: {e}",
@@ -500,6 +513,10 @@ fn renew_group(server: Server, entries: Vec<Entry>, done: &Sender<Done>) {
     let mut entries = entries.into_iter().peekable();
     while entries.peek().is_some() {
         let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+        // Holds of read-write locks and expiring permits have scripts of
+        // their own: they go first, in a pipeline of their own.
+        let (chunk, synced): (Vec<Entry>, Vec<Entry>) =
+            chunk.into_iter().partition(|e| e.sync.is_none());
         let renewals: Vec<Renewal<'_>> = chunk
             .iter()
             .map(|e| Renewal {
@@ -508,14 +525,36 @@ fn renew_group(server: Server, entries: Vec<Entry>, done: &Sender<Done>) {
                 lease_ms: e.lease_ms(),
             })
             .collect();
+        let sync_renewals: Vec<SyncRenewal<'_>> = synced
+            .iter()
+            .filter_map(|e| {
+                Some(SyncRenewal {
+                    hold: e.sync.as_ref()?,
+                    key: &e.key,
+                    holder: &e.holder,
+                    lease_ms: e.lease_ms(),
+                })
+            })
+            .collect();
         let sent = Instant::now();
         counters
             .renewals
-            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            .fetch_add((chunk.len() + synced.len()) as u64, Ordering::Relaxed);
         counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-        let replies =
-            source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
+        let replies = source.with_node_conn(node, |conn| {
+            let synced = scripts::renew_sync_batch(conn, &sync_renewals)?;
+            let plain = scripts::renew_batch(conn, &renewals, per_call)?;
+            Ok((synced, plain))
+        });
         drop(renewals);
+        drop(sync_renewals);
+        let chunk: Vec<Entry> = synced.into_iter().chain(chunk).collect();
+        let replies = replies.map(|(synced, plain)| {
+            synced
+                .into_iter()
+                .chain(plain)
+                .collect::<Vec<crate::Result<bool>>>()
+        });
         let results = match replies {
             Ok(replies) => chunk
                 .into_iter()
