@@ -21,6 +21,7 @@ mod reentrant;
 mod renew_batch;
 mod rw_lock;
 mod script_cache;
+mod semaphore;
 mod waiters;
 mod watchdog;
 // The binary exists only with the `cli` feature (on by default).
