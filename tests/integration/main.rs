@@ -9,6 +9,7 @@ mod fair_lock;
 mod faults;
 mod fenced_lock;
 mod foreign;
+mod latch;
 mod layout;
 mod local_fairness;
 mod lock;
