@@ -7,9 +7,10 @@
 -- ARGV[1]  holder id of the runner
 -- ARGV[2]  the outcome (any bytes)
 -- ARGV[3]  ttl of the record in milliseconds
--- ARGV[4]  message published on KEYS[2] once recorded ("0", the unlock message): it wakes the
---          callers waiting for the outcome, and Redisson-style lock waiters, which then find
---          the key taken by the record
+-- ARGV[4]  message published on KEYS[2] once recorded: "1" (Redisson's READ_UNLOCK_MESSAGE),
+--          which wakes every waiter, not just one as the unlock message "0" does: each caller
+--          waiting for the outcome reads the record (Redisson-style lock waiters find the key
+--          taken by it and keep waiting)
 --
 -- Returns  at  recorded, at `at` ms since the epoch (server clock, > 0): the key now holds the
 --              hash {outcome = ARGV[2], at = at, by = ARGV[1]} with PEXPIRE = ARGV[3] (every
