@@ -110,7 +110,7 @@ impl Client {
         Builder::default()
     }
 
-    pub(crate) fn from_config(config: Config) -> Result<Client> {
+    fn from_config(config: Config) -> Result<Client> {
         let pool = Pool::new(
             config.info.clone(),
             &config.tls,

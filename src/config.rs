@@ -13,20 +13,20 @@ use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
-pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default bound on establishing one connection: 3 s.
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default number of pooled connections per client: 16.
-pub(crate) const DEFAULT_POOL_SIZE: usize = 16;
+const DEFAULT_POOL_SIZE: usize = 16;
 /// Default longest sleep of a waiter between two attempts when no unlock
 /// message arrives: 1 s.
-pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default number of lease renewals the watchdog sends in one script call: 100
 /// (Redisson's renewal batch).
-pub(crate) const DEFAULT_RENEW_BATCH: usize = 100;
+const DEFAULT_RENEW_BATCH: usize = 100;
 /// Default time a queued fair-lock waiter keeps its place without an
 /// attempt: 300 s (Redisson's `fairLockWaitTimeout`).
-pub(crate) const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Shortest response, connect or poll setting: shorter ones could never
 /// see a reply.

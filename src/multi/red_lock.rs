@@ -377,7 +377,7 @@ impl RedLock {
 
 /// The validity of a round that took `elapsed`: `lease − elapsed − drift`
 /// with `drift = lease × 1 % + 2 ms`; `None` when that is not positive.
-pub(crate) fn round_validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
+fn round_validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
     lease
         .checked_sub(elapsed)?
         .checked_sub(clock_drift(lease))
