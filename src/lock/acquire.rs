@@ -136,7 +136,7 @@ pub(crate) use acquire_methods;
 
 /// A successful attempt: the hold's shared state, when the granting script
 /// was sent, and the fencing token it drew (fenced locks only).
-struct Granted {
+pub(crate) struct Granted {
     state: Arc<LeaseState>,
     sent: Instant,
     token: Option<u64>,
