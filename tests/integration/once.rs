@@ -1125,3 +1125,267 @@ fn once_2_killed_and_stopped_runners(server: &RedisServer) {
          the SIGSTOPped runner's late complete was refused"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The CLI: `redguard once`.
+
+#[cfg(feature = "cli")]
+mod cli {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::time::Duration;
+
+    use crate::cli::{Outcome, Proc, redguard, run};
+    use crate::support::{RedisServer, unique_name, wait_until};
+
+    const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+
+    /// A job that appends its parent's pid (the redguard that ran it) to
+    /// `$RUNS_FILE`, waits for `$GO_FILE` to appear when that is set
+    /// (bounded: 20 s), and exits with `$JOB_EXIT` (0).
+    const JOB: &str = r#"#!/bin/sh
+echo "$PPID" >> "$RUNS_FILE"
+if [ -n "$GO_FILE" ]; then
+    i=0
+    while [ ! -e "$GO_FILE" ] && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+fi
+exit "${JOB_EXIT:-0}"
+"#;
+
+    struct Bed {
+        server: RedisServer,
+        dir: tempfile::TempDir,
+        job: PathBuf,
+    }
+
+    impl Bed {
+        fn new() -> Bed {
+            let server = RedisServer::start();
+            let dir = tempfile::Builder::new()
+                .prefix("redguard-once-")
+                .tempdir()
+                .unwrap();
+            let job = dir.path().join("job.sh");
+            fs::write(&job, JOB).unwrap();
+            fs::set_permissions(&job, fs::Permissions::from_mode(0o755)).unwrap();
+            Bed { server, dir, job }
+        }
+
+        fn file(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+
+        /// `redguard once [flags] KEY -- job.sh`, counting runs in `runs`
+        /// and gated by `go` when given.
+        fn once(
+            &self,
+            key: &str,
+            flags: &[&str],
+            runs: &Path,
+            go: Option<&Path>,
+            exit: u8,
+        ) -> Command {
+            let mut cmd = redguard(&self.server.url());
+            cmd.arg("once")
+                .args(flags)
+                .arg(key)
+                .arg("--")
+                .arg(&self.job);
+            cmd.env("RUNS_FILE", runs).env("JOB_EXIT", exit.to_string());
+            match go {
+                Some(go) => cmd.env("GO_FILE", go),
+                None => cmd.env_remove("GO_FILE"),
+            };
+            cmd
+        }
+
+        /// `redguard once --status|--forget KEY`.
+        fn admin(&self, flag: &str, key: &str) -> Outcome {
+            let mut cmd = redguard(&self.server.url());
+            cmd.args(["once", flag, key]);
+            run(cmd)
+        }
+
+        /// Processes subscribed to KEY's channel (one per waiting redguard).
+        fn waiting(&self, key: &str) -> i64 {
+            let channel = format!("redisson_lock__channel:{{{key}}}");
+            let (_, n): (String, i64) = self.server.cmd("PUBSUB", &[b"NUMSUB", channel.as_bytes()]);
+            n
+        }
+    }
+
+    fn runs(file: &Path) -> Vec<i32> {
+        fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    }
+
+    /// Five concurrent `redguard once --wait` on one key: the job runs once;
+    /// the four others wait and exit like the runner did, naming it. With
+    /// `--record-failure` that is the job's failing status.
+    fn five_concurrent_waiting_callers_run_the_job_once(bed: &Bed, exit: u8, flags: &[&str]) {
+        let key = unique_name("nightly");
+        let (runs_file, go) = (
+            bed.file(&format!("{key}.runs")),
+            bed.file(&format!("{key}.go")),
+        );
+        let mut procs: Vec<Proc> = (0..5)
+            .map(|_| Proc::spawn(bed.once(&key, flags, &runs_file, Some(&go), exit)))
+            .collect();
+        assert!(wait_until(Duration::from_secs(10), || runs(&runs_file)
+            .len()
+            == 1));
+        assert!(
+            wait_until(Duration::from_secs(10), || bed.waiting(&key) == 4),
+            "the four others wait for the outcome"
+        );
+        fs::write(&go, "").unwrap();
+        let outs: Vec<(i32, Outcome)> = procs
+            .iter_mut()
+            .map(|p| (p.pid(), p.wait(RUN_TIMEOUT)))
+            .collect();
+        let ran = runs(&runs_file);
+        assert_eq!(ran.len(), 1, "the job ran once");
+        let runner = ran[0];
+        for (pid, out) in &outs {
+            assert_eq!(out.code, Some(i32::from(exit)), "pid {pid}: {}", out.stderr);
+            if *pid != runner {
+                assert!(out.stderr.contains("already ran"), "{}", out.stderr);
+                assert!(
+                    out.stderr.contains(&format!("(pid {runner})")),
+                    "names the runner: {}",
+                    out.stderr
+                );
+                assert!(
+                    out.stderr.contains(&format!("exit status {exit}")),
+                    "{}",
+                    out.stderr
+                );
+            }
+        }
+        assert!(outs.iter().any(|(pid, _)| *pid == runner));
+    }
+
+    #[test]
+    fn once_cli() {
+        let bed = Bed::new();
+        five_concurrent_waiting_callers_run_the_job_once(&bed, 0, &["--wait", "30s"]);
+        five_concurrent_waiting_callers_run_the_job_once(
+            &bed,
+            3,
+            &["--wait", "30s", "--record-failure"],
+        );
+
+        // Without --wait: callers that find it running exit 75 naming the
+        // holder; once it is done, they exit 0 naming the runner.
+        let key = unique_name("nightly");
+        let (runs_file, go) = (
+            bed.file(&format!("{key}.runs")),
+            bed.file(&format!("{key}.go")),
+        );
+        let mut runner = Proc::spawn(bed.once(&key, &[], &runs_file, Some(&go), 0));
+        assert!(wait_until(Duration::from_secs(10), || runs(&runs_file)
+            .len()
+            == 1));
+        for _ in 0..2 {
+            let out = run(bed.once(&key, &[], &runs_file, None, 0));
+            assert_eq!(out.code, Some(75), "{}", out.stderr);
+            assert!(
+                out.stderr.contains("is running") && out.stderr.contains("holder"),
+                "{}",
+                out.stderr
+            );
+        }
+        let status = bed.admin("--status", &key);
+        assert_eq!(status.code, Some(0));
+        assert!(
+            status.stdout.contains("running: holder"),
+            "{}",
+            status.stdout
+        );
+        let forget = bed.admin("--forget", &key);
+        assert_eq!(
+            forget.code,
+            Some(75),
+            "a run in progress is not forgotten: {}",
+            forget.stderr
+        );
+        fs::write(&go, "").unwrap();
+        let out = runner.wait(RUN_TIMEOUT);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let runner_pid = runs(&runs_file)[0];
+        let later: Vec<Proc> = (0..4)
+            .map(|_| Proc::spawn(bed.once(&key, &[], &runs_file, None, 0)))
+            .collect();
+        for mut p in later {
+            let out = p.wait(RUN_TIMEOUT);
+            assert_eq!(out.code, Some(0), "{}", out.stderr);
+            assert!(
+                out.stderr.contains(&format!("(pid {runner_pid})")),
+                "{}",
+                out.stderr
+            );
+        }
+        let quiet = run(bed.once(&key, &["-q"], &runs_file, None, 0));
+        assert_eq!((quiet.code, quiet.stderr.as_str()), (Some(0), ""));
+        assert_eq!(runs(&runs_file).len(), 1);
+        let status = bed.admin("--status", &key);
+        assert!(
+            status.stdout.contains(&format!("(pid {runner_pid})"))
+                && status.stdout.contains("exit status 0"),
+            "{}",
+            status.stdout
+        );
+        // --forget: the job runs again.
+        let forget = bed.admin("--forget", &key);
+        assert_eq!(forget.code, Some(0));
+        assert!(
+            forget.stdout.contains("record deleted"),
+            "{}",
+            forget.stdout
+        );
+        assert!(bed.admin("--status", &key).stdout.contains("not run"));
+        let again = run(bed.once(&key, &[], &runs_file, None, 0));
+        assert_eq!(again.code, Some(0), "{}", again.stderr);
+        assert_eq!(runs(&runs_file).len(), 2, "ran again after --forget");
+        let nothing = bed.admin("--forget", &unique_name("never"));
+        assert_eq!(nothing.code, Some(0));
+
+        // A failing job is not recorded: the next caller runs it again.
+        let key = unique_name("flaky");
+        let runs_file = bed.file(&format!("{key}.runs"));
+        let failed = run(bed.once(&key, &[], &runs_file, None, 5));
+        assert_eq!(failed.code, Some(5));
+        assert!(failed.stderr.contains("not recorded"), "{}", failed.stderr);
+        assert!(bed.admin("--status", &key).stdout.contains("not run"));
+        let fixed = run(bed.once(&key, &[], &runs_file, None, 0));
+        assert_eq!(fixed.code, Some(0), "{}", fixed.stderr);
+        assert_eq!(runs(&runs_file).len(), 2);
+
+        // Bad input: one line, distinct codes, nothing run.
+        let runs_file = bed.file("bad.runs");
+        let empty = run(bed.once("", &[], &runs_file, None, 0));
+        assert_eq!(empty.code, Some(64), "{}", empty.stderr);
+        let zero = run(bed.once(&unique_name("zero"), &["--ttl", "0s"], &runs_file, None, 0));
+        assert_eq!(zero.code, Some(64), "{}", zero.stderr);
+        assert!(zero.stderr.contains("ttl"), "{}", zero.stderr);
+        let string = unique_name("string");
+        let () = bed.server.cmd("SET", &[string.as_bytes(), b"v"]);
+        let wrong = run(bed.once(&string, &[], &runs_file, None, 0));
+        assert_eq!(wrong.code, Some(65), "{}", wrong.stderr);
+        assert!(
+            wrong.stderr.contains("not a run-once record"),
+            "{}",
+            wrong.stderr
+        );
+        assert_eq!(bed.admin("--status", &string).code, Some(65));
+        let mut no_cmd = redguard(&bed.server.url());
+        no_cmd.args(["once", "k"]);
+        assert_eq!(run(no_cmd).code, Some(64));
+        assert!(runs(&runs_file).is_empty(), "nothing ran");
+    }
+}
