@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
-use crate::lock::{Lock, holds};
+use crate::lock::{FencingToken, Lock, holds};
 use crate::scripts::Release;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
