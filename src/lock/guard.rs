@@ -164,16 +164,6 @@ impl LockGuard {
         Ok(())
     }
 
-    /// How many holds the calling thread has on the lock, as stored in
-    /// Redis.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::hold_count`].
-    pub fn hold_count(&self) -> Result<u64> {
-        self.lock.hold_count()
-    }
-
     /// Sets the lease to `lease` from now, if this holder still holds the
     /// lock (Redisson users have long asked for this). Meant for fixed-lease
     /// locks; on a watchdog-renewed lock the next renewal sets the lease
