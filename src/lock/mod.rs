@@ -7,6 +7,7 @@ mod fair;
 mod guard;
 pub(crate) mod holds;
 mod inspect;
+mod token;
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::Pttl;
@@ -23,6 +23,7 @@ use acquire::acquire_methods;
 
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use token::FencingToken;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
