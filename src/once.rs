@@ -7,10 +7,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::lock::FencingToken;
 use crate::lock::acquire::{Attempt, wait_loop};
 use crate::lock::{Lock, LockGuard};
 use crate::scripts::once::{self as script, Claim, Forget};
