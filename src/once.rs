@@ -97,6 +97,10 @@ pub(crate) fn ttl_ms(what: &str, ttl: Duration) -> Result<u64> {
 /// | `redisson_lock_token:{K}` | the fencing-token counter, `INCR`ed by each claim; never expires |
 /// | `redisson_lock__channel:{K}` | `1` is published when a run completes (it wakes every [`Client::once_wait`] caller), `0` when it is abandoned (it wakes one, the next runner) |
 ///
+/// Redisson has no run-once keys; because the running claim is a lock in
+/// its layout, a Redisson `RLock` on `K` sees a run in progress (or a
+/// record) as a lock held by someone else.
+///
 /// The derived keys carry `{K}` as hash tag, so all of them live in `K`'s
 /// cluster slot, under the same naming rule as every lock's keys. Running
 /// and done are two states of one key, so no two keys can disagree, and a
@@ -164,6 +168,14 @@ pub enum OnceStatus {
 ///
 /// `!Send`, like [`LockGuard`]: the claim belongs to the thread that made
 /// it.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// if let redguard::Once::Run(run) = client.once("k", std::time::Duration::from_secs(60)).unwrap() {
+///     assert_send(run);
+/// }
+/// ```
 #[must_use = "dropping the guard abandons the run: the next caller runs again"]
 #[clippy::has_significant_drop]
 pub struct OnceGuard {

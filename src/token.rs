@@ -15,6 +15,9 @@
 //! safe to retry, or with [`Client::once`](crate::Client::once), when a
 //! crash between consume and work must not lose the request.
 //!
+//! Redisson has no counterpart; the seed's recommendation (issue a token,
+//! delete it first when the request comes) is what these two calls do.
+//!
 //! # Keys
 //!
 //! One string key per live token, `redguard_token:{<scope>}:<token>`
