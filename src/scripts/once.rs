@@ -156,6 +156,20 @@ mod tests {
     }
 
     #[test]
+    fn scripts_have_headers() {
+        for text in [
+            include_str!("../../lua/once_claim.lua"),
+            include_str!("../../lua/once_complete.lua"),
+            include_str!("../../lua/once_forget.lua"),
+        ] {
+            assert!(text.starts_with("-- "));
+            assert!(text.contains("KEYS[1]"));
+            assert!(text.contains("Returns"));
+            assert!(text.contains("Errors"));
+        }
+    }
+
+    #[test]
     fn claim_replies_parse() {
         assert_eq!(
             claim_reply(&arr(vec![Value::Int(1), Value::Int(7)])).unwrap(),
