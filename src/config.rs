@@ -4,9 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
-
-use crate::connection::Tls;
+use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 
@@ -218,12 +216,8 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let info = self
-            .url
-            .as_deref()
-            .unwrap_or("redis://127.0.0.1:6379/")
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?;
+        let deployment =
+            Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -251,7 +245,7 @@ impl Builder {
                     "TLS certificates need redguard's `tls` feature",
                 ));
             }
-            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            if !deployment.is_tls() {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
@@ -282,7 +276,7 @@ impl Builder {
             )));
         }
         Ok(Config {
-            info,
+            deployment,
             pool_size: self.pool_size,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
@@ -299,7 +293,7 @@ impl Builder {
 /// A validated configuration.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -311,10 +305,22 @@ pub(crate) struct Config {
     pub(crate) tls: Tls,
 }
 
+impl Config {
+    /// How the connection source makes its connections.
+    pub(crate) fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            tls: self.tls.clone(),
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        }
+    }
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("server", &self.info.addr().to_string())
+            .field("server", &self.deployment.label())
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -91,24 +91,30 @@ mod latch;
 mod lease;
 mod lock;
 mod multi;
+mod once;
 mod scripts;
 mod semaphore;
 mod subscriber;
+mod token;
 mod watchdog;
 
 pub use client::{Client, Stats};
 pub use config::Builder;
 pub use error::{Error, RedisCause, Result};
-pub use fencing::{FencedWrite, FencingToken};
+pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE};
-pub use lock::{Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
+pub use lock::{
+    FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock,
+};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
+pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };
+pub use token::{ParseTokenError, TOKEN_BYTES, Token};
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]

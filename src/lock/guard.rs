@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
-use crate::lock::{Lock, holds};
+use crate::lock::{FencingToken, Lock, holds};
 use crate::scripts::Release;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
@@ -165,16 +164,6 @@ impl LockGuard {
         Ok(())
     }
 
-    /// How many holds the calling thread has on the lock, as stored in
-    /// Redis.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::hold_count`].
-    pub fn hold_count(&self) -> Result<u64> {
-        self.lock.hold_count()
-    }
-
     /// Sets the lease to `lease` from now, if this holder still holds the
     /// lock (Redisson users have long asked for this). Meant for fixed-lease
     /// locks; on a watchdog-renewed lock the next renewal sets the lease
@@ -216,7 +205,26 @@ impl LockGuard {
         self.release()
     }
 
+    /// Ends this hold with `script` instead of the lock's release script
+    /// (a run-once completion records and releases in one step); `script`
+    /// answers as the release script would. Not sent when the lease is
+    /// already known lost.
+    pub(crate) fn release_with(
+        mut self,
+        script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
+    ) -> Result<()> {
+        self.release_by(script)
+    }
+
     fn release(&mut self) -> Result<()> {
+        let ms = self.lease_ms;
+        self.release_by(|lock, holder| lock.release(holder, ms))
+    }
+
+    fn release_by(
+        &mut self,
+        script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
+    ) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
         }
@@ -226,7 +234,7 @@ impl LockGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
-        let reply = self.lock.release(&self.holder, self.lease_ms);
+        let reply = script(&self.lock, &self.holder);
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();

@@ -8,6 +8,7 @@ mod guard;
 pub(crate) mod holds;
 mod inspect;
 mod read_write;
+mod token;
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::Pttl;
@@ -25,6 +25,7 @@ use acquire::acquire_methods;
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
 pub use read_write::ReadWriteLock;
+pub use token::FencingToken;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
@@ -461,6 +462,11 @@ impl Lock {
             }),
             _ => None,
         }
+    }
+
+    /// The unlock channel, `redisson_lock__channel:{name}`.
+    pub(crate) fn channel(&self) -> &[u8] {
+        &self.channel
     }
 
     pub(crate) fn queue_key(&self) -> Option<&[u8]> {

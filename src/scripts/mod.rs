@@ -21,6 +21,8 @@ pub(crate) use holds::{
     SyncHold, SyncRenewal, release_all as release_sync_hold, renew_batch as renew_sync_batch,
 };
 
+pub(crate) mod once;
+
 static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
 static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
