@@ -106,9 +106,7 @@ pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE};
-pub use lock::{
-    FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock,
-};
+pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
 pub use semaphore::{

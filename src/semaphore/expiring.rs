@@ -238,6 +238,43 @@ impl ExpiringSemaphore {
         Ok(available.saturating_add(held as i64))
     }
 
+    /// The permits held now, each with the time left on its lease (zero
+    /// for a lease that ended but was not counted back yet), by the
+    /// server's clock. Reads only: nothing is counted back. Members of the
+    /// lease set that are not 16-byte ids are left out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the lease set holds another type, [`Error::Shutdown`], connection,
+    /// timeout and server errors.
+    pub fn leases(&self) -> Result<Vec<(PermitId, Duration)>> {
+        self.check()?;
+        type Lease = (Vec<u8>, f64);
+        let (time, members): ((u64, u64), Vec<Lease>) =
+            self.client.with_conn(&self.name, |conn| {
+                redis::pipe()
+                    .atomic()
+                    .cmd("TIME")
+                    .cmd("ZRANGE")
+                    .arg(&self.timeouts[..])
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, &self.timeouts))
+            })?;
+        let now = time.0.saturating_mul(1000) + time.1 / 1000;
+        Ok(members
+            .into_iter()
+            .filter_map(|(id, ends)| {
+                let id = PermitId(id.try_into().ok()?);
+                let left = (ends.max(0.0) as u64).saturating_sub(now);
+                Some((id, Duration::from_millis(left)))
+            })
+            .collect())
+    }
+
     /// Takes one permit, waiting as long as it takes (Redisson's
     /// `acquire()`).
     ///

@@ -29,4 +29,6 @@ mod watchdog;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_sync;
 mod tls;
