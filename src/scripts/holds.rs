@@ -153,3 +153,32 @@ pub(crate) fn release_all(
     };
     Ok(released != super::Release::NotHeld)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn synchronizer_scripts_are_constants_with_headers() {
+        for text in [
+            include_str!("../../lua/rw_read_lock.lua"),
+            include_str!("../../lua/rw_write_lock.lua"),
+            include_str!("../../lua/rw_read_unlock.lua"),
+            include_str!("../../lua/rw_write_unlock.lua"),
+            include_str!("../../lua/rw_read_renew.lua"),
+            include_str!("../../lua/rw_force_unlock.lua"),
+            include_str!("../../lua/semaphore_acquire.lua"),
+            include_str!("../../lua/semaphore_release.lua"),
+            include_str!("../../lua/semaphore_set.lua"),
+            include_str!("../../lua/permit_acquire.lua"),
+            include_str!("../../lua/permit_release.lua"),
+            include_str!("../../lua/permit_renew.lua"),
+            include_str!("../../lua/permit_count.lua"),
+            include_str!("../../lua/latch_set.lua"),
+            include_str!("../../lua/latch_count_down.lua"),
+            include_str!("../../lua/latch_delete.lua"),
+        ] {
+            assert!(text.starts_with("-- "));
+            assert!(text.contains("KEYS["));
+            assert!(text.contains("Returns"));
+        }
+    }
+}
