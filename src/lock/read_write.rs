@@ -50,6 +50,12 @@ use crate::scripts::{Release, SyncHold};
 ///   the next waiter of its client, so waiting readers follow each other in
 ///   without waiting for a message each.
 ///
+/// [`Lock::is_locked`], [`Lock::remaining_ttl`] and [`Lock::inspect`] look
+/// at the shared hash, so on either side they describe the lock in any
+/// mode; [`Lock::hold_count`] counts the calling thread's holds of that
+/// side; [`Lock::force_unlock`] deletes the lock only when it is in that
+/// side's mode (Redisson's), [`ReadWriteLock::force_unlock`] in either.
+///
 /// # Writer starvation
 ///
 /// Redisson grants the read side whenever the lock is in read mode, even

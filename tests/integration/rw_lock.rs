@@ -304,6 +304,27 @@ fn rw2_watchdog_keeps_every_timeout_key_of_a_long_reader(ctx: &TestContext) {
     }
     drop(guards);
     assert!(writer.try_lock().unwrap().is_some());
+    drop(writer);
+
+    // A client that shuts down releases its read and write holds, leaving
+    // other readers alone.
+    let leaving = ctx.other_client();
+    let stays = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let gone = leaving.read_write_lock(&name).read().lock().unwrap();
+    assert_eq!(rw.read().holders().unwrap().len(), 2);
+    leaving.shutdown();
+    assert_eq!(rw.read().holders().unwrap().len(), 1);
+    assert!(gone.is_lost());
+    drop(gone);
+    drop(stays);
+    let leaving = ctx.other_client();
+    let w = leaving.read_write_lock(&name).write().lock().unwrap();
+    leaving.shutdown();
+    assert!(w.is_lost());
+    assert!(
+        rw.write().try_lock().unwrap().is_some(),
+        "write side released"
+    );
 }
 
 /// RW-2 child: takes the read side and holds it until killed.

@@ -171,6 +171,14 @@ fn expiring_layout_lost_permits_and_fixed_leases(ctx: &TestContext) {
     // The permit removed by hand is gone for good; the expired one is back.
     assert_eq!(sem.available_permits().unwrap(), 1);
     drop(fixed);
+    // A client that shuts down gives its permits back.
+    let leaving = ctx.other_client();
+    let p = leaving.expiring_semaphore(&name).acquire().unwrap();
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    leaving.shutdown();
+    assert_eq!(sem.acquired_permits().unwrap(), 0);
+    assert!(p.check().unwrap_err().is_lock_lost());
+    drop(p);
     // forget keeps the permit; release by id gives it back.
     let id = sem.acquire().unwrap().forget();
     assert_eq!(sem.acquired_permits().unwrap(), 1);

@@ -61,6 +61,8 @@ pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, F
     // A fair lock's force unlock also wakes the head of its queue.
     let removed = match &info.kind {
         LockKind::Fair { .. } => conn.client.fair_lock(&name).force_unlock(),
+        // Its waiters listen on the read-write channel.
+        LockKind::ReadWrite { .. } => conn.client.read_write_lock(&name).force_unlock(),
         _ => lock.force_unlock(),
     }
     .map_err(fail)?;
