@@ -211,6 +211,16 @@ fn status_shows_each_kind(ctx: &TestContext) {
         text.contains("write mode") && text.contains(":write"),
         "{text}"
     );
+    let mut cmd = redguard(&url);
+    cmd.args(["unlock", "--force", &rw]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("read-write, write mode"),
+        "{}",
+        out.stdout
+    );
+    assert!(!lock.read().is_locked().unwrap());
     drop(w);
 
     let sem = unique_name("cli-status-sem");
