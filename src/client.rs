@@ -118,6 +118,8 @@ impl Client {
             config.connect_timeout,
             config.response_timeout,
         )?;
+        // Counted until `watchdog::client_gone` (shutdown or drop).
+        watchdog::attach();
         Ok(Client {
             shared: Arc::new(Shared {
                 id: ClientId::new_random(),

@@ -251,6 +251,9 @@ impl Worker {
             match exit {
                 Exit::Stop => return,
                 Exit::Reconnect => {
+                    // The server may have restarted and lost its data: the
+                    // watchdog checks this client's leases there at once.
+                    crate::watchdog::suspect(&self.source);
                     let mut registry = self.shared.registry();
                     registry.unconfirm_all();
                     registry.wake_everyone(Event::Reconnected);
