@@ -20,6 +20,7 @@ mod renew_batch;
 mod script_cache;
 mod waiters;
 mod watchdog;
+mod watchdog_threads;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
