@@ -266,6 +266,9 @@ pub(crate) fn attach() {
 /// fixed lease, its expiry) is due at `due`.
 pub(crate) fn register(entry: Entry, due: Instant) {
     let shared: &'static Shared = &WATCHDOG;
+    // A client's first lock (after none) wakes the thread at once, so that
+    // its server is watched from the start, not from the next wake-up.
+    let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
     let pending = {
         let mut list = shared
             .pending
@@ -275,7 +278,7 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         list.len()
     };
     shared.ensure_running();
-    if (pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
+    if (first || pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);

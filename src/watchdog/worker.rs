@@ -35,7 +35,10 @@ const LOOK: Duration = Duration::from_micros(100);
 /// How often a worker without work checks whether its server's connections
 /// are gone for good.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Longest pause between two attempts to open the watch connection again.
+/// Attempts to open the watch connection again at the look pace (2 s of
+/// them), before slowing down to [`MAX_WATCH_BACKOFF`].
+const FAST_RECONNECTS: u32 = 20;
+/// Pause between attempts to open the watch connection after that.
 const MAX_WATCH_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Work for a server's worker.
@@ -103,7 +106,8 @@ struct Watch {
     /// The server's `run_id` when last connected.
     run_id: Option<String>,
     next_look: Option<Instant>,
-    backoff: Duration,
+    /// Failed attempts to open it since it last worked.
+    failures: u32,
 }
 
 struct Worker {
@@ -277,7 +281,7 @@ impl Worker {
                 "redguard watchdog: the watch connection closed ({e}); checking every lease there"
             );
             self.watch.conn = None;
-            self.watch.backoff = Duration::ZERO;
+            self.watch.failures = 0;
             self.suspect();
         }
         self.reconnect(now);
@@ -298,27 +302,37 @@ impl Worker {
         match opened {
             Ok((conn, id)) => {
                 self.watch.conn = Some(conn);
-                self.watch.backoff = Duration::ZERO;
-                let restarted =
-                    matches!((&self.watch.run_id, &id), (Some(old), Some(new)) if old != new);
+                // A new process; or, with nothing to compare, a server that
+                // could not be reached since leases were taken there.
+                let restarted = match (&self.watch.run_id, &id) {
+                    (Some(old), Some(new)) => old != new,
+                    (None, _) => self.watch.failures > 0,
+                    (Some(_), None) => false,
+                };
+                self.watch.failures = 0;
                 if id.is_some() {
                     self.watch.run_id = id;
                 }
                 if restarted {
                     log::debug!(
-                        "redguard watchdog: the server restarted (new run_id); checking every lease there"
+                        "redguard watchdog: the server restarted or was unreachable; checking every lease there"
                     );
                     self.suspect();
                 }
             }
             Err(e) => {
-                self.watch.backoff = (self.watch.backoff * 2)
-                    .max(WATCH_EVERY)
-                    .min(MAX_WATCH_BACKOFF);
-                self.watch.next_look = Some(now + self.watch.backoff);
+                // Refused connects cost nothing, and the sooner the server
+                // is back the sooner its leases are checked: retry at the
+                // look pace for a while, then back off.
+                self.watch.failures += 1;
+                let pause = if self.watch.failures < FAST_RECONNECTS {
+                    WATCH_EVERY
+                } else {
+                    MAX_WATCH_BACKOFF
+                };
+                self.watch.next_look = Some(now + pause);
                 log::debug!(
-                    "redguard watchdog: cannot open the watch connection ({e}); again in {:?}",
-                    self.watch.backoff
+                    "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"
                 );
             }
         }

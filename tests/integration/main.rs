@@ -10,6 +10,7 @@ mod fenced_lock;
 mod layout;
 mod local_fairness;
 mod lock;
+mod loss;
 mod multi_lock;
 mod mutual_exclusion;
 mod ownership;
