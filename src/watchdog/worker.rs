@@ -92,6 +92,7 @@ pub(super) fn spawn(
         jobs: rx,
         reports,
         watch: Watch::default(),
+        renewing: false,
     };
     std::thread::Builder::new()
         .name("redguard-renew".into())
@@ -116,6 +117,9 @@ struct Worker {
     jobs: Receiver<Job>,
     reports: Sender<Report>,
     watch: Watch,
+    /// A renewal job is under way: the scheduling thread waits for its
+    /// last batch.
+    renewing: bool,
 }
 
 impl Worker {
@@ -132,6 +136,12 @@ impl Worker {
                     }));
                     if ran.is_err() {
                         log::error!("redguard watchdog: a renewal job panicked; continuing");
+                        if std::mem::take(&mut self.renewing) {
+                            // Its entries are gone with it (their guards see
+                            // the lease run out on their own clock), but the
+                            // server must take renewals again.
+                            self.report_done(Instant::now(), Vec::new(), true);
+                        }
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -150,7 +160,11 @@ impl Worker {
 
     fn job(&mut self, job: Job) {
         match job {
-            Job::Renew { entries, per_trip } => self.renew(entries, per_trip),
+            Job::Renew { entries, per_trip } => {
+                self.renewing = true;
+                self.renew(entries, per_trip);
+                self.renewing = false;
+            }
             Job::Release { entries, done } => {
                 release_gone(entries);
                 drop(done);

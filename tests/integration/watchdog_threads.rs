@@ -260,10 +260,7 @@ fn w5_shutdown_against_a_frozen_server_does_not_delay_renewals_elsewhere() {
     let name = unique_name("w5-healthy");
     let guard = staying.lock(&name).lock().unwrap();
     frozen.sigstop();
-    let shutdown = std::thread::spawn({
-        let leaving = leaving.clone();
-        move || leaving.shutdown()
-    });
+    let shutdown = std::thread::spawn(move || leaving.shutdown());
     let renewals_before = staying.stats().renewals;
     let lease = TEST_WATCHDOG.as_millis() as i64;
     let mut min_pttl = i64::MAX;
