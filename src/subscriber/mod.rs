@@ -11,7 +11,9 @@
 //!
 //! When the connection breaks, every waiter is woken to retry (messages may
 //! have been lost) and keeps going on its bounded wait while the thread
-//! reconnects with backoff and resubscribes.
+//! reconnects with backoff and resubscribes. The watchdog is told too: the
+//! server may have restarted and lost its data, so the client's leases
+//! there are checked at once.
 
 mod registry;
 
