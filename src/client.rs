@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::config::{Builder, Config};
 use crate::connection::Source;
-use crate::connection::pool::Pool;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Counters;
@@ -113,21 +112,15 @@ impl Client {
         Builder::default()
     }
 
-    pub(crate) fn from_config(config: Config) -> Result<Client> {
-        let pool = Pool::new(
-            config.info.clone(),
-            &config.tls,
-            config.pool_size,
-            config.connect_timeout,
-            config.response_timeout,
-        )?;
+    fn from_config(config: Config) -> Result<Client> {
+        let source = Source::open(&config.deployment, &config.connect_options())?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
         Ok(Client {
             shared: Arc::new(Shared {
                 id: ClientId::new_random(),
                 config,
-                source: Arc::new(Source::Single(pool)),
+                source: Arc::new(source),
                 subscriber: OnceLock::new(),
                 counters: Arc::new(Counters::default()),
                 shut_down: AtomicBool::new(false),
@@ -272,8 +265,7 @@ impl Client {
     /// safe to print (it holds no credentials). Multi-locks order their
     /// locks by it, and errors about a lock of a multi-lock name it.
     pub fn server(&self) -> String {
-        let info = &self.shared.config.info;
-        format!("{}/{}", info.addr(), info.redis_settings().db())
+        self.shared.config.deployment.label()
     }
 
     pub(crate) fn config(&self) -> &Config {

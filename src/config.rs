@@ -4,29 +4,27 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
-
-use crate::connection::Tls;
+use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
-pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default bound on establishing one connection: 3 s.
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default number of pooled connections per client: 16.
-pub(crate) const DEFAULT_POOL_SIZE: usize = 16;
+const DEFAULT_POOL_SIZE: usize = 16;
 /// Default longest sleep of a waiter between two attempts when no unlock
 /// message arrives: 1 s.
-pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default number of lease renewals the watchdog sends in one script call: 100
 /// (Redisson's renewal batch).
-pub(crate) const DEFAULT_RENEW_BATCH: usize = 100;
+const DEFAULT_RENEW_BATCH: usize = 100;
 /// Default time a queued fair-lock waiter keeps its place without an
 /// attempt: 300 s (Redisson's `fairLockWaitTimeout`).
-pub(crate) const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Shortest response, connect or poll setting: shorter ones could never
 /// see a reply.
@@ -218,12 +216,8 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let info = self
-            .url
-            .as_deref()
-            .unwrap_or("redis://127.0.0.1:6379/")
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?;
+        let deployment =
+            Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -251,7 +245,7 @@ impl Builder {
                     "TLS certificates need redguard's `tls` feature",
                 ));
             }
-            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            if !deployment.is_tls() {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
@@ -282,7 +276,7 @@ impl Builder {
             )));
         }
         Ok(Config {
-            info,
+            deployment,
             pool_size: self.pool_size,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
@@ -299,7 +293,7 @@ impl Builder {
 /// A validated configuration.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -311,10 +305,22 @@ pub(crate) struct Config {
     pub(crate) tls: Tls,
 }
 
+impl Config {
+    /// How the connection source makes its connections.
+    pub(crate) fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            tls: self.tls.clone(),
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        }
+    }
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("server", &self.info.addr().to_string())
+            .field("server", &self.deployment.label())
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -135,7 +135,7 @@ pub(crate) use acquire_methods;
 
 /// A successful attempt: the hold's shared state, when the granting script
 /// was sent, and the fencing token it drew (fenced locks only).
-pub(crate) struct Granted {
+struct Granted {
     state: Arc<LeaseState>,
     sent: Instant,
     token: Option<u64>,

@@ -81,8 +81,11 @@ fn evalsha(
     keys: &[&[u8]],
     args: impl FnOnce(&mut redis::Cmd),
 ) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len());
+    // Sized up front: growing the argument buffers one argument at a time
+    // cost several reallocations per lock call.
+    let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
+    let mut cmd = redis::Cmd::with_capacity(keys.len() + 6, key_bytes + 160);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }

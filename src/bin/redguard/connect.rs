@@ -8,7 +8,7 @@ use crate::fail::{Failure, code};
 use crate::out;
 
 /// The URL used when neither `--url` nor `$REDIS_URL` is set.
-pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
 /// The response timeout of a client built with defaults (`redguard::Builder`).
 const LIBRARY_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
