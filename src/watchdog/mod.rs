@@ -478,8 +478,11 @@ impl Watchdog {
 
     /// The thread's last act: what is left belongs to clients that are gone.
     /// Dropping the job senders ends every worker after its queued jobs.
+    ///
+    /// The pending list is not looked at: every entry that was there when
+    /// the last client went was taken with its `ClientGone`, and anything
+    /// there now is a new client's, for the next thread.
     fn finish(&mut self) {
-        self.take_pending();
         let mut left = self.schedule.extract(|_| true);
         for state in self.servers.values_mut() {
             left.extend(state.busy.take().unwrap_or_default());
