@@ -69,6 +69,10 @@ pub enum Error {
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
     Redis(#[source] RedisCause),
+    /// The operating system's random number generator failed (drawing a
+    /// one-use [`Token`](crate::Token)). Nothing was stored.
+    #[error("the OS random number generator failed: {0}")]
+    Random(String),
     /// Releasing a guard over several locks ([`MultiLockGuard`] or
     /// [`RedLockGuard`]) failed on some of them. Every lock was still
     /// attempted: those not listed were released. Each failure names its

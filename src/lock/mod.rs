@@ -443,6 +443,11 @@ impl Lock {
         }
     }
 
+    /// The unlock channel, `redisson_lock__channel:{name}`.
+    pub(crate) fn channel(&self) -> &[u8] {
+        &self.channel
+    }
+
     pub(crate) fn queue_key(&self) -> Option<&[u8]> {
         match &self.kind {
             Kind::Fair { queue, .. } => Some(queue),

@@ -14,6 +14,7 @@ mod lock;
 mod loss;
 mod multi_lock;
 mod mutual_exclusion;
+mod once;
 mod ownership;
 mod pool_contention;
 mod red_lock;
