@@ -22,8 +22,8 @@
 //! * Loss is looked for at once, not at the next renewal: when a server
 //!   closes the worker's watch connection or the subscriber's pub/sub
 //!   connection, or comes back with a new `run_id`, every lease held there
-//!   is renewed in one pipelined round trip, and a renewal answering 0 marks
-//!   its lease lost.
+//!   is renewed in one pipelined round trip (fixed leases are looked up
+//!   instead), and a renewal answering 0 marks its lease lost.
 //! * Threads are bounded: this one, plus one worker per server in use. The
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
@@ -109,6 +109,8 @@ impl Entry {
 /// What one renewal round trip said about one entry.
 enum Outcome {
     Renewed,
+    /// A fixed lease, looked up by a check: still there, not extended.
+    Held,
     Gone,
     /// The renewal did not get an answer; the error keeps its kind
     /// (connection, authentication, timeout, ...). Shared by every renewal
@@ -654,15 +656,16 @@ impl Watchdog {
         }
     }
 
-    /// Checks every renewed lease on `server` now, in one pipelined round
-    /// trip: the server may have lost its data.
+    /// Checks every lease held on `server` now, in one pipelined round trip
+    /// (two when fixed leases are held there too: they are looked up, not
+    /// extended): the server may have lost its data.
     fn check(&mut self, server: Server) {
         let now = Instant::now();
         self.take_pending();
         if let Some(state) = self.servers.get_mut(&server) {
             state.suspect_at = Some(now);
         }
-        let entries = self.schedule.extract(|e| e.renew && e.server() == server);
+        let entries = self.schedule.extract(|e| e.server() == server);
         let entries: Vec<Entry> = entries
             .into_iter()
             .filter_map(|e| self.still_wanted(e))
@@ -690,6 +693,9 @@ impl Watchdog {
                 self.start(done.server, waiting, per_trip);
             }
         }
+        // Fixed leases found held by a look-up sent before the server was
+        // suspected: they would not come up again before they expire.
+        let mut recheck = Vec::new();
         for (entry, outcome) in done.results {
             let Some(entry) = self.still_wanted(entry) else {
                 continue;
@@ -708,6 +714,13 @@ impl Watchdog {
                     };
                     self.schedule.insert(next, entry);
                 }
+                Outcome::Held if suspect_at.is_some_and(|at| done.sent < at) => {
+                    recheck.push(entry);
+                }
+                Outcome::Held => {
+                    let due = entry.state.valid_until();
+                    self.schedule.insert(due, entry);
+                }
                 Outcome::Gone => {
                     log::warn!(
                         "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
@@ -720,6 +733,7 @@ impl Watchdog {
                 Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
             }
         }
+        self.start(done.server, recheck, usize::MAX);
     }
 
     fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {

@@ -22,7 +22,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{Entry, Outcome, Server};
 use crate::connection::Source;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::scripts::{self, Renewal};
 
 /// How often an idle worker looks at its watch connection: the delay, at
@@ -195,47 +195,41 @@ impl Worker {
         let mut entries = entries.into_iter().peekable();
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
-            let renewals: Vec<Renewal<'_>> = chunk
-                .iter()
-                .map(|e| Renewal {
-                    key: &e.key,
-                    holder: &e.holder,
-                    lease_ms: e.lease_ms(),
-                })
-                .collect();
+            // Fixed leases come only with a check: they are looked up, not
+            // extended.
+            let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
             let sent = Instant::now();
-            counters
-                .renewals
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-            let replies =
-                source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
-            drop(renewals);
-            let results = match replies {
-                Ok(replies) => chunk
-                    .into_iter()
-                    .zip(replies)
-                    .map(|(entry, reply)| {
-                        let outcome = match reply {
-                            Ok(true) => Outcome::Renewed,
-                            Ok(false) => Outcome::Gone,
-                            // Another type now lives at the key: the lock is gone.
-                            Err(Error::WrongType { .. }) => Outcome::Gone,
-                            Err(e) => Outcome::Failed(Arc::new(e)),
-                        };
-                        (entry, outcome)
+            let mut results = Vec::with_capacity(chunk.len() + fixed.len());
+            if !chunk.is_empty() {
+                let renewals: Vec<Renewal<'_>> = chunk
+                    .iter()
+                    .map(|e| Renewal {
+                        key: &e.key,
+                        holder: &e.holder,
+                        lease_ms: e.lease_ms(),
                     })
-                    .collect(),
-                Err(e) => {
-                    // The round trip failed as a whole: every renewal in it
-                    // failed the same way, and keeps the error's kind.
-                    let e = Arc::new(e);
-                    chunk
-                        .into_iter()
-                        .map(|entry| (entry, Outcome::Failed(e.clone())))
-                        .collect::<Vec<_>>()
-                }
-            };
+                    .collect();
+                counters
+                    .renewals
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+                let replies = source
+                    .with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
+                drop(renewals);
+                results.extend(outcomes(chunk, replies, |renewed| {
+                    if renewed {
+                        Outcome::Renewed
+                    } else {
+                        Outcome::Gone
+                    }
+                }));
+            }
+            if !fixed.is_empty() {
+                let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
+                results.extend(outcomes(fixed, replies, |held| {
+                    if held { Outcome::Held } else { Outcome::Gone }
+                }));
+            }
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
                 return;
@@ -355,6 +349,61 @@ impl Worker {
     fn suspect(&self) {
         let _ = self.reports.send(Report::Suspect(self.server));
     }
+}
+
+/// Pairs entries with the replies of their round trip. A round trip that
+/// failed as a whole fails every entry in it the same way, and the error
+/// keeps its kind.
+fn outcomes(
+    entries: Vec<Entry>,
+    replies: Result<Vec<Result<bool>>>,
+    answer: impl Fn(bool) -> Outcome,
+) -> Vec<(Entry, Outcome)> {
+    match replies {
+        Ok(replies) => entries
+            .into_iter()
+            .zip(replies)
+            .map(|(entry, reply)| {
+                let outcome = match reply {
+                    Ok(yes) => answer(yes),
+                    // Another type now lives at the key: the lock is gone.
+                    Err(Error::WrongType { .. }) => Outcome::Gone,
+                    Err(e) => Outcome::Failed(Arc::new(e)),
+                };
+                (entry, outcome)
+            })
+            .collect(),
+        Err(e) => {
+            let e = Arc::new(e);
+            entries
+                .into_iter()
+                .map(|entry| (entry, Outcome::Failed(e.clone())))
+                .collect()
+        }
+    }
+}
+
+/// Whether each entry's holder still holds its lock (`HEXISTS`), in one
+/// pipelined round trip; nothing is changed.
+fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Result<bool>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for e in entries {
+        pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+    }
+    let replies: Vec<redis::RedisResult<bool>> = pipe.query(conn).map_err(Error::redis)?;
+    if replies.len() != entries.len() {
+        return Err(Error::Protocol(format!(
+            "{} replies to {} lookups",
+            replies.len(),
+            entries.len()
+        )));
+    }
+    Ok(replies
+        .into_iter()
+        .zip(entries)
+        .map(|(r, e)| r.map_err(|err| Error::from_redis(err, &e.key)))
+        .collect())
 }
 
 /// The `run_id` line of an `INFO server` reply.

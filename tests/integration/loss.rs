@@ -65,6 +65,37 @@ fn b4_restart_without_persistence_is_seen_within_1s() {
 }
 
 #[test]
+fn b4_a_fixed_lease_lost_in_a_restart_is_seen_within_1s() {
+    let mut server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let name = unique_name("b4-fixed");
+    let guard = client.lock(&name).with_lease(LONG_LEASE).lock().unwrap();
+    let kept = unique_name("b4-fixed-kept");
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let t0 = Instant::now();
+    server.restart();
+    // Retaken at once by someone else: the old holder must not see it as
+    // its own.
+    let other = long_lease_client(&server.url());
+    let _taken = other.lock(&name).with_lease(LONG_LEASE).lock().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || guard.check().is_err()),
+        "the loss of a fixed lease was not seen"
+    );
+    let after = t0.elapsed();
+    eprintln!("B4 fixed lease: loss seen {after:?} after the restart began");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert!(guard.check().unwrap_err().is_lock_lost());
+    // A fixed lease that is still there is not extended by the check.
+    let held = client.lock(&kept).with_lease(ms(5_000)).lock().unwrap();
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    crate::support::sleep(ms(500));
+    held.check().unwrap();
+    assert!(pttl(&server, &kept) <= 4_600, "extended by the check");
+    drop(held);
+}
+
+#[test]
 fn b5_locks_still_there_after_an_aof_restart_are_kept() {
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().to_str().unwrap().to_owned();
