@@ -13,6 +13,7 @@ mod latch;
 mod layout;
 mod local_fairness;
 mod lock;
+mod loss;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
@@ -26,6 +27,7 @@ mod script_cache;
 mod semaphore;
 mod waiters;
 mod watchdog;
+mod watchdog_threads;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
