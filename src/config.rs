@@ -70,6 +70,7 @@ pub struct Builder {
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
     tls: Tls,
+    cluster: Option<Vec<String>>,
 }
 
 impl fmt::Debug for Builder {
@@ -87,6 +88,7 @@ impl fmt::Debug for Builder {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
+            .field("cluster_seeds", &self.cluster.as_ref().map(Vec::len))
             .finish()
     }
 }
@@ -104,6 +106,7 @@ impl Default for Builder {
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             tls: Tls::default(),
+            cluster: None,
         }
     }
 }
@@ -117,6 +120,24 @@ impl Builder {
     /// never printed by redguard (`Debug` shows only host and port).
     pub fn url(mut self, url: &str) -> Builder {
         self.url = Some(url.to_owned());
+        self
+    }
+
+    /// A Redis Cluster, reached through these seed nodes
+    /// (`redis://[user:password@]host:port/` or `rediss://...`, database 0):
+    /// the rest of the topology is discovered with `CLUSTER SLOTS`. Replaces
+    /// [`url`](Builder::url); the same as a
+    /// `redis+cluster://[[user]:password@]HOST:PORT[,HOST:PORT...]/` URL.
+    ///
+    /// Every lock name must keep its keys in one hash slot: a name without
+    /// braces, or with a non-empty `{tag}`. Other names are refused with
+    /// [`Error::InvalidArgument`] (see the README's "Deployments").
+    pub fn cluster<I, S>(mut self, seeds: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.cluster = Some(seeds.into_iter().map(|s| s.as_ref().to_owned()).collect());
         self
     }
 
@@ -216,8 +237,10 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let deployment =
-            Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?;
+        let deployment = match &self.cluster {
+            Some(seeds) => Deployment::cluster(seeds)?,
+            None => Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?,
+        };
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),

@@ -2,11 +2,13 @@
 //! sees the deployment: a single server today, through the crate's own
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
+pub(crate) mod cluster;
 pub(crate) mod pool;
 
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
+use cluster::Cluster;
 use pool::Pool;
 
 /// Where a client's Redis lives, from its URL (or builder calls): one case
@@ -17,6 +19,9 @@ pub(crate) enum Deployment {
     /// One server (or a proxy in front of one): `redis://`, `rediss://`,
     /// `redis+unix://`.
     Single(redis::ConnectionInfo),
+    /// A Redis Cluster, reached through seed nodes (`redis+cluster://`,
+    /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster)).
+    Cluster(Vec<redis::ConnectionInfo>),
 }
 
 impl Deployment {
@@ -27,9 +32,29 @@ impl Deployment {
     /// [`Error::InvalidArgument`] when the URL does not parse; the message
     /// never repeats the URL (it may hold a password).
     pub(crate) fn parse(url: &str) -> Result<Deployment> {
+        if let Some(seeds) = cluster::parse_url(url)? {
+            return Ok(Deployment::Cluster(seeds));
+        }
         url.into_connection_info()
             .map(Deployment::Single)
             .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
+    }
+
+    /// A cluster from seed URLs (`redis://host:port/`, `rediss://...`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] without seeds or for a seed that does not
+    /// parse as a TCP URL of database 0.
+    pub(crate) fn cluster(seeds: &[String]) -> Result<Deployment> {
+        if seeds.is_empty() {
+            return Err(Error::invalid("a cluster needs at least one seed node"));
+        }
+        let seeds = seeds
+            .iter()
+            .map(|s| cluster::seed(s))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Deployment::Cluster(seeds))
     }
 
     /// What the client talks to, safe to print: `"<host:port>/<db>"`.
@@ -37,6 +62,10 @@ impl Deployment {
         match self {
             Deployment::Single(info) => {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
+            }
+            Deployment::Cluster(seeds) => {
+                let hosts: Vec<String> = seeds.iter().map(|s| s.addr().to_string()).collect();
+                format!("cluster[{}]", hosts.join(","))
             }
         }
     }
@@ -47,6 +76,9 @@ impl Deployment {
             Deployment::Single(info) => {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
+            Deployment::Cluster(seeds) => seeds
+                .iter()
+                .any(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
 }
@@ -71,6 +103,8 @@ impl Tls {
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
+    /// A Redis Cluster: a pool per node and a slot map.
+    Cluster(Cluster),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -102,24 +136,36 @@ impl Source {
                 options.connect_timeout,
                 options.response_timeout,
             )?)),
+            Deployment::Cluster(seeds) => Ok(Source::Cluster(Cluster::new(seeds, options)?)),
         }
     }
 
     /// Runs `op` on a connection to the server that owns `key`.
     pub(crate) fn with_conn<T>(
         &self,
-        _key: &[u8],
+        key: &[u8],
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_conn(key, op),
         }
     }
 
     /// The node that owns `key`.
-    pub(crate) fn node_of(&self, _key: &[u8]) -> NodeId {
+    pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
         match self {
             Source::Single(_) => 0,
+            Source::Cluster(cluster) => cluster.node_of(key),
+        }
+    }
+
+    /// The cluster, when the deployment is one: multi-key scripts must
+    /// then keep to one hash slot, and redirected calls be re-routed.
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
+        match self {
+            Source::Single(_) => None,
+            Source::Cluster(cluster) => Some(cluster),
         }
     }
 
@@ -127,18 +173,30 @@ impl Source {
     /// [`Source::node_of`]).
     pub(crate) fn with_node_conn<T>(
         &self,
-        _node: NodeId,
+        node: NodeId,
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_node_conn(node, op),
         }
     }
 
-    /// A dedicated new connection for pub/sub.
+    /// A dedicated new connection for pub/sub (on a cluster: to any node,
+    /// which hears every classic `PUBLISH`).
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Cluster(cluster) => cluster.any_connection(),
+        }
+    }
+
+    /// A dedicated new connection to node `node` (as returned by
+    /// [`Source::node_of`]).
+    pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        match self {
+            Source::Single(pool) => pool.connect(),
+            Source::Cluster(cluster) => cluster.node_connection(node),
         }
     }
 
@@ -146,6 +204,7 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
+            Source::Cluster(cluster) => cluster.open_connections(),
         }
     }
 }
