@@ -1115,7 +1115,7 @@ fn main() {
     let mut only: Vec<String> = Vec::new();
     let mut w1_n = vec![10_000usize, 100_000];
     let mut w1_watchdog = vec![Duration::from_secs(30), Duration::from_secs(3)];
-    let mut w1_batch = redguard::DEFAULT_RENEW_BATCH;
+    let mut w1_batch = 100;
     let mut w1_periods = 3u32;
     let mut w2_threads = 1000usize;
     let mut w2_locks = 100usize;
@@ -1222,13 +1222,13 @@ fn main() {
         let (s1, s2, s3) = run_row(&guard_factory(&client), &only);
         json!({
             "lang": "rust", "library": "redguard", "version": env!("CARGO_PKG_VERSION"),
-            "client": format!("redguard::Client (pool {})", redguard::DEFAULT_POOL_SIZE),
+            "client": format!("redguard::Client (pool {})", 16),
             "concurrency": "8 OS threads (std::thread), one shared redguard::Client, one Lock handle each",
             "defaults": {"blocking_api": "Lock::lock(): waits for the unlock message (pub/sub), no polling",
                          "uncontended_api": "Lock::try_lock() + LockGuard::unlock()",
                          "lease": "watchdog: 30 s lease renewed every 10 s (lock TTL argument not applicable)",
-                         "pool_size": redguard::DEFAULT_POOL_SIZE,
-                         "poll_interval_ms": redguard::DEFAULT_POLL_INTERVAL.as_millis() as u64,
+                         "pool_size": 16,
+                         "poll_interval_ms": 1000u64,
                          "commands_per_cycle": "EVALSHA lock + EVALSHA unlock (unlock PUBLISHes on full release)"},
             "s1": s1, "s2": s2, "s2_tuned": Value::Null, "s3": s3,
         })

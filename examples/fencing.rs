@@ -25,7 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .fenced_lock("fencing:report")
         .with_lease(Duration::from_millis(200));
     let guard_a = lock_a.lock()?;
-    let token_a = guard_a.fencing_token();
+    let token_a = guard_a
+        .fencing_token()
+        .ok_or("a fenced grant carries a token")?;
     println!("A holds the lock with token {token_a}, then stalls");
     // A's pause outlives its lease.
     let stalled = Instant::now();
@@ -35,7 +37,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let lock_b = b.fenced_lock("fencing:report");
     let guard_b = lock_b.lock()?;
-    let token_b = guard_b.fencing_token();
+    let token_b = guard_b
+        .fencing_token()
+        .ok_or("a fenced grant carries a token")?;
     let outcome = b.fenced_set(data, b"report by B", token_b)?;
     println!("B holds it with token {token_b}; its write: {outcome:?}");
 

@@ -82,7 +82,7 @@ fn sell(url: &str, threads: usize) -> Result<(), Box<dyn std::error::Error>> {
             std::thread::spawn(move || -> Result<(), String> {
                 let redis = redis::Client::open(url).map_err(|e| e.to_string())?;
                 let mut conn = redis.get_connection().map_err(|e| e.to_string())?;
-                let me = format!("{}:{}", std::process::id(), redguard::current_thread_id());
+                let me = lock.client().holder_id().to_string();
                 let mut events = Vec::new();
                 loop {
                     let guard = lock.lock().map_err(|e| e.to_string())?;

@@ -8,13 +8,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::config::{Builder, Config};
+use crate::connection::Source;
+use crate::connection::pool::Pool;
 use crate::error::{Error, Result};
-use crate::fencing::FencedLock;
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Counters;
 use crate::lock::Lock;
-use crate::pool::Pool;
-use crate::source::Source;
 use crate::subscriber::Subscriber;
 use crate::watchdog;
 
@@ -111,7 +110,7 @@ impl Client {
         Builder::default()
     }
 
-    pub(crate) fn from_config(config: Config) -> Result<Client> {
+    fn from_config(config: Config) -> Result<Client> {
         let pool = Pool::new(
             config.info.clone(),
             &config.tls,
@@ -168,11 +167,25 @@ impl Client {
     }
 
     /// A fenced lock named `name` (Redisson's `RFencedLock`): a reentrant
-    /// lock whose every acquisition, re-entry included, draws a fencing
-    /// token from the counter `redisson_lock_token:{name}`. Cheap: no I/O.
-    /// See [`FencedLock`] and [`Client::fenced_set`].
-    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> FencedLock {
-        FencedLock::new(Lock::new_fenced(self.clone(), name.as_ref()))
+    /// [`Lock`] whose every acquisition, re-entry included, also increments
+    /// the counter `redisson_lock_token:{name}` in the same script, so each
+    /// guard carries a larger [`FencingToken`](crate::FencingToken)
+    /// ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    /// Pass it with every write made under the lock and let the storage
+    /// refuse older ones, for instance with [`Client::fenced_set`]. Cheap:
+    /// no I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.fenced_lock("invoice:7").lock()?;
+    /// let token = guard.fencing_token().expect("fenced grants carry a token");
+    /// client.fenced_set("{invoice:7}:pdf", b"...", token)?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new_fenced(self.clone(), name.as_ref())
     }
 
     /// This client's id: the first half of every holder id it writes.
@@ -251,9 +264,9 @@ impl Client {
     }
 
     /// The server this client talks to, `"<host:port or socket path>/<db>"`:
-    /// the first part of the canonical order of multi-locks, and the label
-    /// of a lock in errors. Holds no credentials.
-    pub(crate) fn server_addr(&self) -> String {
+    /// safe to print (it holds no credentials). Multi-locks order their
+    /// locks by it, and errors about a lock of a multi-lock name it.
+    pub fn server(&self) -> String {
         let info = &self.shared.config.info;
         format!("{}/{}", info.addr(), info.redis_settings().db())
     }
@@ -307,6 +320,22 @@ impl Client {
     /// `true` when both handles are the same client.
     pub fn same_client(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Builder {
+    /// Validates the configuration and makes the client. No connection is
+    /// opened yet: the first lock operation connects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an unparsable URL (a `rediss://` URL
+    /// without the `tls` feature included), TLS certificates without the
+    /// `tls` feature or with a URL that is not `rediss://`, and any setting
+    /// outside the bounds the [`Builder`] table gives (a watchdog timeout or
+    /// fair wait timeout under 3 × the response timeout included).
+    pub fn build(self) -> Result<Client> {
+        Client::from_config(self.into_config()?)
     }
 }
 

@@ -1,50 +1,68 @@
-//! [`Builder`] and the validated, immutable `Config` it produces. No I/O.
+//! [`Builder`] and the validated, immutable `Config` it produces. No I/O;
+//! `Builder::build` itself lives with the [`Client`](crate::Client) it makes.
 
 use std::fmt;
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
-use crate::client::Client;
+use crate::connection::Tls;
 use crate::error::{Error, Result};
-
-/// The longest lease accepted: 365 days. Longer leases are rejected with
-/// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
-/// its clock arithmetic, well before `i64::MAX` ms).
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The shortest lease accepted: 5 ms. A lease must outlast the clock-drift
-/// allowance (1 % + 2 ms) subtracted from every grant, or no grant would
-/// ever be valid on arrival.
-pub const MIN_LEASE: Duration = Duration::from_millis(5);
+use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the wait for one Redis reply: 3 s (Redisson's `timeout`).
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default bound on establishing one connection: 3 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default number of pooled connections per client: 16.
-pub const DEFAULT_POOL_SIZE: usize = 16;
+const DEFAULT_POOL_SIZE: usize = 16;
 /// Default longest sleep of a waiter between two attempts when no unlock
 /// message arrives: 1 s.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default number of lease renewals the watchdog sends in one script call: 100
 /// (Redisson's renewal batch).
-pub const DEFAULT_RENEW_BATCH: usize = 100;
+const DEFAULT_RENEW_BATCH: usize = 100;
 /// Default time a queued fair-lock waiter keeps its place without an
 /// attempt: 300 s (Redisson's `fairLockWaitTimeout`).
-pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Configuration of a [`Client`], made by [`Client::builder`].
+/// Shortest response, connect or poll setting: shorter ones could never
+/// see a reply.
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// Longest response, connect or poll setting: longer ones would only hide
+/// a dead server (and overflow deadline arithmetic near `Duration::MAX`).
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Most pooled connections: far above what one process can use.
+const MAX_POOL_SIZE: usize = 4096;
+/// Most renewals in one script call: Redis serves nobody else while a
+/// call runs, so a huge batch would stall every client of the server.
+const MAX_RENEW_BATCH: usize = 10_000;
+
+/// Configuration of a [`Client`](crate::Client), made by
+/// [`Client::builder`](crate::Client::builder).
 ///
-/// Every setter documents its default. Nothing is checked until
-/// [`Builder::build`], which reports every problem as
-/// [`Error::InvalidArgument`].
+/// Every setter documents its default and its bounds. Nothing is checked
+/// until [`Builder::build`], which reports every problem as
+/// [`Error::InvalidArgument`]; no setting, however large or small, makes
+/// the client panic later.
+///
+/// | setting | default | bounds |
+/// | --- | --- | --- |
+/// | [`url`](Builder::url) | `redis://127.0.0.1:6379/` | a redis-rs URL |
+/// | [`watchdog_timeout`](Builder::watchdog_timeout) | 30 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
+/// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
+/// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
+/// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
+/// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
+/// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
+/// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
+/// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 pub struct Builder {
     url: Option<String>,
-    info: Option<redis::ConnectionInfo>,
     pool_size: usize,
     watchdog_timeout: Duration,
     response_timeout: Duration,
@@ -56,26 +74,10 @@ pub struct Builder {
     tls: Tls,
 }
 
-/// Certificates for TLS connections (`rediss://`), beyond the system roots.
-#[derive(Clone, Default)]
-pub(crate) struct Tls {
-    /// PEM of the CA that signed the server's certificate (pinned).
-    pub(crate) root_ca: Option<Vec<u8>>,
-    /// PEM of the client certificate and its key, for mutual TLS.
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl Tls {
-    pub(crate) fn is_set(&self) -> bool {
-        self.root_ca.is_some() || self.client.is_some()
-    }
-}
-
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL may carry a password: show only where it points.
         f.debug_struct("Builder")
-            .field("server", &self.info.as_ref().map(|i| i.addr().to_string()))
             .field("url_set", &self.url.is_some())
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
@@ -95,7 +97,6 @@ impl Default for Builder {
     fn default() -> Builder {
         Builder {
             url: None,
-            info: None,
             pool_size: DEFAULT_POOL_SIZE,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -118,15 +119,6 @@ impl Builder {
     /// never printed by redguard (`Debug` shows only host and port).
     pub fn url(mut self, url: &str) -> Builder {
         self.url = Some(url.to_owned());
-        self.info = None;
-        self
-    }
-
-    /// The server to use, as ready redis-rs connection parameters (an
-    /// alternative to [`Builder::url`]).
-    pub fn connection_info(mut self, info: redis::ConnectionInfo) -> Builder {
-        self.info = Some(info);
-        self.url = None;
         self
     }
 
@@ -180,7 +172,7 @@ impl Builder {
         self
     }
 
-    /// Whether [`Client::shutdown`] (or dropping the last handle) releases
+    /// Whether [`Client::shutdown`](crate::Client::shutdown) (or dropping the last handle) releases
     /// the locks this client still holds. Default `true`; with `false` they
     /// stay until their lease runs out.
     pub fn release_on_shutdown(mut self, release: bool) -> Builder {
@@ -188,7 +180,7 @@ impl Builder {
         self
     }
 
-    /// How long a waiter queued on a fair lock ([`Client::fair_lock`]) keeps
+    /// How long a waiter queued on a fair lock ([`Client::fair_lock`](crate::Client::fair_lock)) keeps
     /// its place without an attempt (Redisson's `fairLockWaitTimeout`).
     /// Default 300 s.
     ///
@@ -225,40 +217,32 @@ impl Builder {
         self
     }
 
-    /// Validates the configuration and makes the client. No connection is
-    /// opened yet: the first lock operation connects.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an unparsable URL (a `rediss://` URL
-    /// without the `tls` feature included), TLS certificates without the
-    /// `tls` feature or with a URL that is not `rediss://`, a zero duration or
-    /// pool size, a watchdog timeout or fair wait timeout under 3 × the
-    /// response timeout or above [`MAX_LEASE`].
-    pub fn build(self) -> Result<Client> {
-        Client::from_config(self.into_config()?)
-    }
-
     pub(crate) fn into_config(self) -> Result<Config> {
-        let info = match (self.info, self.url) {
-            (Some(info), _) => info,
-            (None, Some(url)) => url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
-            (None, None) => "redis://127.0.0.1:6379/"
-                .into_connection_info()
-                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
-        };
+        let info = self
+            .url
+            .as_deref()
+            .unwrap_or("redis://127.0.0.1:6379/")
+            .into_connection_info()
+            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?;
         for (what, d) in [
-            ("watchdog timeout", self.watchdog_timeout),
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
             ("poll interval", self.poll_interval),
+        ] {
+            if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
+                return Err(Error::invalid(format!(
+                    "{what} {d:?} is outside {MIN_TIMEOUT:?} ..= {MAX_TIMEOUT:?}"
+                )));
+            }
+        }
+        for (what, d) in [
+            ("watchdog timeout", self.watchdog_timeout),
             ("fair wait timeout", self.fair_wait_timeout),
         ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("{what} must not be zero")));
+            if !(MIN_LEASE..=MAX_LEASE).contains(&d) {
+                return Err(Error::invalid(format!(
+                    "{what} {d:?} is outside {MIN_LEASE:?} ..= {MAX_LEASE:?}"
+                )));
             }
         }
         if self.tls.is_set() {
@@ -271,11 +255,17 @@ impl Builder {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
-        if self.pool_size == 0 {
-            return Err(Error::invalid("pool size must be at least 1"));
+        if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
+            return Err(Error::invalid(format!(
+                "pool size {} is outside 1 ..= {MAX_POOL_SIZE}",
+                self.pool_size
+            )));
         }
-        if self.renew_batch == 0 {
-            return Err(Error::invalid("renew batch must be at least 1"));
+        if !(1..=MAX_RENEW_BATCH).contains(&self.renew_batch) {
+            return Err(Error::invalid(format!(
+                "renew batch {} is outside 1 ..= {MAX_RENEW_BATCH}",
+                self.renew_batch
+            )));
         }
         lease_ms(self.watchdog_timeout)?;
         lease_ms(self.fair_wait_timeout)?;
@@ -332,58 +322,9 @@ impl fmt::Debug for Config {
     }
 }
 
-/// A lease in whole milliseconds, as sent to Redis (fractions round up).
-///
-/// # Errors
-///
-/// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`] (zero
-/// included) or above [`MAX_LEASE`].
-pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
-    if lease.is_zero() {
-        return Err(Error::invalid("lease must not be zero"));
-    }
-    if lease < MIN_LEASE {
-        return Err(Error::invalid(format!(
-            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
-        )));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::invalid(format!(
-            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
-        )));
-    }
-    let ms = lease.as_millis();
-    let ms = if Duration::from_millis(ms as u64) < lease {
-        ms + 1
-    } else {
-        ms
-    };
-    Ok(ms as u64)
-}
-
-/// The safety margin subtracted from a lease when computing how long a
-/// grant stays valid on the client's clock: 1 % of the lease + 2 ms (the
-/// Redis distlock drift allowance).
-pub(crate) fn clock_drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lease_rounding_and_bounds() {
-        assert!(lease_ms(Duration::ZERO).is_err());
-        assert!(lease_ms(Duration::from_nanos(1)).is_err());
-        assert!(lease_ms(Duration::from_micros(4999)).is_err());
-        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 5);
-        assert_eq!(lease_ms(Duration::from_micros(5500)).unwrap(), 6);
-        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
-        assert!(lease_ms(MAX_LEASE).is_ok());
-        assert!(lease_ms(MAX_LEASE + Duration::from_millis(1)).is_err());
-        assert!(lease_ms(Duration::MAX).is_err());
-    }
 
     #[test]
     fn builder_rejects_nonsense() {

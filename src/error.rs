@@ -54,21 +54,21 @@ pub enum Error {
     Shutdown,
     /// Redis could not be reached, or the connection broke.
     #[error("connection to Redis failed: {0}")]
-    Connection(#[source] redis::RedisError),
+    Connection(#[source] RedisCause),
     /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`). The connection
     /// is discarded: no command is ever sent unauthenticated.
     #[error("authentication with Redis failed: {0}")]
-    Auth(#[source] redis::RedisError),
+    Auth(#[source] RedisCause),
     /// The Redis ACL user may not run a command or touch a key or channel
     /// (`NOPERM`).
     #[error("permission denied by Redis: {0}")]
-    Permission(#[source] redis::RedisError),
+    Permission(#[source] RedisCause),
     /// Redis answered something that is not a valid reply for the operation.
     #[error("unexpected reply from Redis: {0}")]
     Protocol(String),
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
-    Redis(#[source] redis::RedisError),
+    Redis(#[source] RedisCause),
     /// Releasing a guard over several locks ([`MultiLockGuard`] or
     /// [`RedLockGuard`]) failed on some of them. Every lock was still
     /// attempted: those not listed were released. Each failure names its
@@ -127,7 +127,7 @@ impl Error {
         match self {
             Error::Connection(_) | Error::Timeout(_) => true,
             Error::Redis(e) => matches!(
-                e.kind(),
+                e.0.kind(),
                 redis::ErrorKind::Server(
                     redis::ServerErrorKind::BusyLoading
                         | redis::ServerErrorKind::TryAgain
@@ -163,7 +163,7 @@ impl Error {
                 key: String::from_utf8_lossy(key).into_owned(),
             };
         }
-        Error::from(err)
+        Error::redis(err)
     }
 
     /// `true` when the error means the connection it happened on must not be
@@ -176,39 +176,72 @@ impl Error {
     }
 }
 
-impl From<redis::RedisError> for Error {
-    fn from(err: redis::RedisError) -> Error {
+/// The underlying failure reported by the Redis driver, kept as the
+/// [`source`](std::error::Error::source) of [`Error::Connection`],
+/// [`Error::Auth`], [`Error::Permission`] and [`Error::Redis`]. Opaque: its
+/// text and the server's error code are what there is to read.
+pub struct RedisCause(redis::RedisError);
+
+impl RedisCause {
+    /// The error code the server sent (`NOPERM`, `READONLY`, `WRONGPASS`,
+    /// ...), if the failure came from the server.
+    pub fn code(&self) -> Option<&str> {
+        self.0.code()
+    }
+}
+
+impl fmt::Display for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RedisCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl Error {
+    /// Classifies a failure of the Redis driver.
+    pub(crate) fn redis(err: redis::RedisError) -> Error {
         use redis::ErrorKind as K;
         if err.is_timeout() {
             return Error::Timeout(err.to_string());
         }
         if err.code() == Some("WRONGPASS") || err.code() == Some("NOAUTH") {
-            return Error::Auth(err);
+            return Error::Auth(RedisCause(err));
         }
+        let cause = RedisCause;
         match err.kind() {
-            K::AuthenticationFailed => Error::Auth(err),
-            K::Server(redis::ServerErrorKind::NoPerm) => Error::Permission(err),
-            K::Io => Error::Connection(err),
+            K::AuthenticationFailed => Error::Auth(cause(err)),
+            K::Server(redis::ServerErrorKind::NoPerm) => Error::Permission(cause(err)),
+            K::Io => Error::Connection(cause(err)),
             K::Parse | K::UnexpectedReturnType => Error::Protocol(err.to_string()),
             K::InvalidClientConfig => Error::InvalidArgument(err.to_string()),
             _ if err.is_connection_dropped() || err.is_connection_refusal() => {
-                Error::Connection(err)
+                Error::Connection(cause(err))
             }
             _ if err.code() == Some("NOPERM")
                 || err
                     .detail()
                     .is_some_and(|d| d.contains("can't access at least one of the")) =>
             {
-                Error::Permission(err)
+                Error::Permission(cause(err))
             }
-            _ => Error::Redis(err),
+            _ => Error::Redis(cause(err)),
         }
     }
-}
 
-impl From<io::Error> for Error {
-    fn from(err: io::Error) -> Error {
-        Error::from(redis::RedisError::from(err))
+    /// Classifies a socket failure.
+    pub(crate) fn io(err: io::Error) -> Error {
+        Error::redis(redis::RedisError::from(err))
     }
 }
 
@@ -219,7 +252,7 @@ mod tests {
     #[test]
     fn io_timeouts_map_to_timeout() {
         for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
-            let err = Error::from(io::Error::new(kind, "slow"));
+            let err = Error::io(io::Error::new(kind, "slow"));
             assert!(err.is_timeout(), "{kind:?} -> {err:?}");
             assert!(err.is_transient());
             assert!(err.breaks_connection());
@@ -228,7 +261,7 @@ mod tests {
 
     #[test]
     fn refused_maps_to_connection() {
-        let err = Error::from(io::Error::new(io::ErrorKind::ConnectionRefused, "no"));
+        let err = Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "no"));
         assert!(err.is_connection(), "{err:?}");
     }
 
@@ -241,14 +274,14 @@ mod tests {
         let wrongtype =
             server_error(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
         assert!(matches!(
-            Error::from(server_error(b"-NOPERM no\r\n")),
+            Error::redis(server_error(b"-NOPERM no\r\n")),
             Error::Permission(_)
         ));
         assert!(matches!(
-            Error::from(server_error(b"-WRONGPASS bad\r\n")),
+            Error::redis(server_error(b"-WRONGPASS bad\r\n")),
             Error::Auth(_)
         ));
-        assert!(Error::from(server_error(b"-READONLY replica\r\n")).is_transient());
+        assert!(Error::redis(server_error(b"-READONLY replica\r\n")).is_transient());
         assert!(matches!(
             Error::from_redis(wrongtype, b"k"),
             Error::WrongType { key } if key == "k"

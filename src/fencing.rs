@@ -1,5 +1,5 @@
-//! Fencing: [`FencedLock`] (a reentrant lock whose every acquisition draws a
-//! token), its [`FencedGuard`], and the storage-side check
+//! Fencing: the [`FencingToken`] every grant of a fenced lock
+//! ([`Client::fenced_lock`]) carries, and the storage-side check
 //! [`Client::fenced_set`] that refuses writes carrying an older token.
 //!
 //! A lease can run out while its holder is paused (a GC pause, `SIGSTOP`, a
@@ -10,29 +10,23 @@
 //! 2016).
 
 use std::fmt;
-use std::ops::Deref;
-use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
 use crate::keys;
-use crate::lock::{Kind, Lock};
-use crate::scripts;
+use crate::scripts::{self, FencedSet};
 
-/// A reentrant lock with fencing tokens (Redisson's `RFencedLock`), made by
-/// [`Client::fenced_lock`].
+/// A fencing token: the number a fenced lock's grant drew from the counter
+/// `redisson_lock_token:{name}` (Redisson's `RFencedLock`). Every grant of
+/// the lock, re-entries included, draws a larger one, so storage that keeps
+/// the newest token it accepted can refuse a writer whose lease ran out.
 ///
-/// It behaves like [`Lock`] (same methods, same lease and watchdog rules,
-/// reentrant per thread) and each acquisition, re-entry included, also
-/// increments the counter `redisson_lock_token:{name}` in the same script,
-/// so grants carry strictly increasing tokens: [`FencedGuard::fencing_token`].
-/// Pass the token along with every write made under the lock and let the
-/// storage refuse older ones, for instance with [`Client::fenced_set`].
+/// The counter never expires (as in Redisson) and lives as long as Redis
+/// keeps it: a restart without persistence, or a failover that loses the
+/// latest `INCR`, can hand out a token again.
 ///
-/// The counter never expires (as in Redisson). It survives as long as Redis
-/// keeps the key: a restart without persistence, or a failover that loses
-/// the latest `INCR`, can hand out a token again.
+/// Tokens compare as numbers; [`FencingToken::get`] gives the number to
+/// store next to your data, [`FencingToken::new`] makes one back.
 ///
 /// # Examples
 ///
@@ -40,264 +34,41 @@ use crate::scripts;
 /// use redguard::FencedWrite;
 ///
 /// let client = redguard::Client::open("redis://127.0.0.1/")?;
-/// let lock = client.fenced_lock("reports");
-/// let guard = lock.lock()?;
-/// let token = guard.fencing_token();
+/// let guard = client.fenced_lock("reports").lock()?;
+/// let token = guard.fencing_token().expect("a fenced lock's grant has a token");
 /// match client.fenced_set("reports:latest", b"v2", token)? {
 ///     FencedWrite::Written => {}
 ///     FencedWrite::Rejected { last_token } => {
-///         // Our lease ran out and a holder with token `last_token` wrote
+///         // Our lease ran out and a holder with `last_token` wrote
 ///         // meanwhile: our write was refused, nothing was overwritten.
 ///     }
 /// }
 /// # Ok::<(), redguard::Error>(())
 /// ```
-#[derive(Clone)]
-pub struct FencedLock {
-    lock: Lock,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// The token numbered `n` (for tokens read back from storage).
+    pub const fn new(n: u64) -> FencingToken {
+        FencingToken(n)
+    }
+
+    /// The token's number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
 }
 
-impl fmt::Debug for FencedLock {
+impl From<u64> for FencingToken {
+    fn from(n: u64) -> FencingToken {
+        FencingToken(n)
+    }
+}
+
+impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedLock")
-            .field("name", &String::from_utf8_lossy(self.lock.name()))
-            .field("lease", &self.lock.lease())
-            .finish_non_exhaustive()
-    }
-}
-
-impl FencedLock {
-    pub(crate) fn new(lock: Lock) -> FencedLock {
-        FencedLock { lock }
-    }
-
-    /// The underlying lock handle (for inspection and waiting). Guards
-    /// taken through it hold the same lock and draw tokens too, but do not
-    /// report them: use [`FencedLock::lock`] and friends to get the token.
-    pub fn as_lock(&self) -> &Lock {
-        &self.lock
-    }
-
-    /// The lock name: the Redis key of the lock hash.
-    pub fn name(&self) -> &[u8] {
-        self.lock.name()
-    }
-
-    /// The client this lock belongs to.
-    pub fn client(&self) -> &Client {
-        self.lock.client()
-    }
-
-    /// The explicit lease set by [`FencedLock::with_lease`], if any.
-    pub fn lease(&self) -> Option<Duration> {
-        self.lock.lease()
-    }
-
-    /// The same lock with a fixed `lease`, not renewed by the watchdog: see
-    /// [`Lock::with_lease`].
-    pub fn with_lease(&self, lease: Duration) -> FencedLock {
-        FencedLock {
-            lock: self.lock.with_lease(lease),
-        }
-    }
-
-    /// Acquires the lock, waiting as long as it takes, and draws a token.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`]; also [`Error::Redis`] when the token counter holds
-    /// something that is not an integer (nothing is acquired then).
-    pub fn lock(&self) -> Result<FencedGuard<'_>> {
-        self.acquire(None)?
-            .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
-    }
-
-    /// Acquires the lock if it is free (or held by the calling thread),
-    /// without waiting. `Ok(None)` when someone else holds it.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::lock`].
-    pub fn try_lock(&self) -> Result<Option<FencedGuard<'_>>> {
-        self.acquire(Some(Instant::now()))
-    }
-
-    /// Acquires the lock, waiting at most `timeout`: see
-    /// [`Lock::try_lock_for`].
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::lock`].
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<FencedGuard<'_>>> {
-        self.acquire(Instant::now().checked_add(timeout))
-    }
-
-    /// Acquires the lock, waiting until `deadline` at most.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::lock`].
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FencedGuard<'_>>> {
-        self.acquire(Some(deadline))
-    }
-
-    /// `true` when someone holds the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::is_locked`].
-    pub fn is_locked(&self) -> Result<bool> {
-        self.lock.is_locked()
-    }
-
-    /// `true` when the calling thread holds the lock through this client.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::is_held_by_current_thread`].
-    pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.lock.is_held_by_current_thread()
-    }
-
-    /// How many holds the calling thread has on the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::hold_count`].
-    pub fn hold_count(&self) -> Result<u64> {
-        self.lock.hold_count()
-    }
-
-    /// Every holder id with its hold count.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::holders`].
-    pub fn holders(&self) -> Result<Vec<(String, u64)>> {
-        self.lock.holders()
-    }
-
-    /// The remaining lease of the lock's key.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::remaining_ttl`].
-    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.lock.remaining_ttl()
-    }
-
-    /// Deletes the lock whoever holds it: see [`Lock::force_unlock`]. The
-    /// token counter is kept, so later grants still get larger tokens.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::force_unlock`].
-    pub fn force_unlock(&self) -> Result<bool> {
-        self.lock.force_unlock()
-    }
-
-    /// The last token drawn (Redisson's `getToken`): `None` before the first
-    /// acquisition.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::Protocol`] when
-    /// the counter holds something that is not a token, connection, timeout
-    /// and server errors.
-    pub fn last_token(&self) -> Result<Option<u64>> {
-        keys::validate_name(self.name()).map_err(Error::InvalidArgument)?;
-        let Kind::Fenced { token } = self.lock.kind() else {
-            return Err(Error::Protocol("a fenced lock without a token key".into()));
-        };
-        let raw: Option<String> = self.lock.client().with_conn(self.name(), |conn| {
-            redis::cmd("GET")
-                .arg(&token[..])
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, token))
-        })?;
-        raw.map(|raw| {
-            raw.parse::<u64>()
-                .map_err(|_| Error::Protocol(format!("fencing token counter holds {raw:?}")))
-        })
-        .transpose()
-    }
-
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<FencedGuard<'_>>> {
-        let Some((guard, token)) = self.lock.acquire_with_token(deadline)? else {
-            return Ok(None);
-        };
-        match token {
-            Some(token) => Ok(Some(FencedGuard { guard, token })),
-            // Unreachable with the fenced script; the guard's drop gives
-            // the hold back.
-            None => Err(Error::Protocol(
-                "the fenced acquire returned no token".into(),
-            )),
-        }
-    }
-}
-
-/// One hold of a [`FencedLock`]: a [`LockGuard`] (reachable through
-/// `Deref`: [`check`](LockGuard::check), [`is_lost`](LockGuard::is_lost),
-/// [`extend`](LockGuard::extend), ...) plus the fencing token of the grant.
-///
-/// Dropping it releases the hold, as for [`LockGuard`]. It is `!Send`: the
-/// hold belongs to the thread that took it.
-///
-/// ```compile_fail
-/// fn assert_send<T: Send>(_: T) {}
-/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
-/// let lock = client.fenced_lock("x");
-/// let guard = lock.lock().unwrap();
-/// assert_send(guard);
-/// ```
-#[must_use = "the lock is released as soon as the guard is dropped"]
-#[clippy::has_significant_drop]
-pub struct FencedGuard<'a> {
-    guard: LockGuard<'a>,
-    token: u64,
-}
-
-impl fmt::Debug for FencedGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedGuard")
-            .field("guard", &self.guard)
-            .field("token", &self.token)
-            .finish()
-    }
-}
-
-impl<'a> FencedGuard<'a> {
-    /// The fencing token of this grant: larger than the token of every
-    /// earlier grant of the lock (re-entries included), never 0. Send it
-    /// with every write made under the lock, for the storage to check (see
-    /// [`Client::fenced_set`]).
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// Releases this hold now and reports the outcome: see
-    /// [`LockGuard::unlock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`LockGuard::unlock`].
-    pub fn unlock(self) -> Result<()> {
-        self.guard.unlock()
-    }
-
-    /// Splits the guard into the plain [`LockGuard`] that holds the lock
-    /// (dropping it still releases the hold) and the fencing token.
-    pub fn into_parts(self) -> (LockGuard<'a>, u64) {
-        (self.guard, self.token)
-    }
-}
-
-impl<'a> Deref for FencedGuard<'a> {
-    type Target = LockGuard<'a>;
-
-    fn deref(&self) -> &LockGuard<'a> {
-        &self.guard
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -311,7 +82,7 @@ pub enum FencedWrite {
     /// Refused, nothing changed: the key has accepted a newer token.
     Rejected {
         /// The newest token accepted at the key so far.
-        last_token: u64,
+        last_token: FencingToken,
     },
 }
 
@@ -352,13 +123,20 @@ impl Client {
         &self,
         key: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
-        token: u64,
+        token: impl Into<FencingToken>,
     ) -> Result<FencedWrite> {
+        let token = token.into();
         let key = key.as_ref();
         keys::validate_name(key).map_err(Error::InvalidArgument)?;
         self.check_open()?;
-        self.with_conn(key, |conn| {
-            scripts::fenced_set(conn, key, token, value.as_ref())
+        let outcome = self.with_conn(key, |conn| {
+            scripts::fenced_set(conn, key, token.get(), value.as_ref())
+        })?;
+        Ok(match outcome {
+            FencedSet::Written => FencedWrite::Written,
+            FencedSet::Rejected(last) => FencedWrite::Rejected {
+                last_token: FencingToken(last),
+            },
         })
     }
 
@@ -371,7 +149,7 @@ impl Client {
     /// something other than a hash is stored at `key`, [`Error::Protocol`]
     /// when the hash holds no valid token, connection, timeout and server
     /// errors.
-    pub fn fenced_get(&self, key: impl AsRef<[u8]>) -> Result<Option<(Vec<u8>, u64)>> {
+    pub fn fenced_get(&self, key: impl AsRef<[u8]>) -> Result<Option<(Vec<u8>, FencingToken)>> {
         let key = key.as_ref();
         keys::validate_name(key).map_err(Error::InvalidArgument)?;
         let (value, token): (Option<Vec<u8>>, Option<String>) = self.with_conn(key, |conn| {
@@ -385,7 +163,7 @@ impl Client {
         match (value, token) {
             (None, None) => Ok(None),
             (Some(value), Some(token)) => match token.parse::<u64>() {
-                Ok(token) => Ok(Some((value, token))),
+                Ok(token) => Ok(Some((value, FencingToken(token)))),
                 Err(_) => Err(Error::Protocol(format!(
                     "fenced key holds the token {token:?}"
                 ))),

@@ -16,11 +16,6 @@ impl ClientId {
         ClientId(uuid::Uuid::new_v4())
     }
 
-    /// The UUID.
-    pub fn uuid(&self) -> uuid::Uuid {
-        self.0
-    }
-
     pub(crate) fn as_u128(&self) -> u128 {
         self.0.as_u128()
     }
@@ -43,7 +38,7 @@ impl fmt::Debug for ClientId {
 /// Plays the part of Java's thread id in Redisson's holder ids. Numbers are
 /// never reused within a process, so a thread that exits cannot pass its
 /// holds on to a new one.
-pub fn current_thread_id() -> u64 {
+fn current_thread_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -120,7 +115,7 @@ mod tests {
     fn holder_id_is_uuid_colon_thread() {
         let client = ClientId::new_random();
         let holder = HolderId::new(client, 42);
-        assert_eq!(holder.as_str(), format!("{}:42", client.uuid()));
+        assert_eq!(holder.as_str(), format!("{client}:42"));
         assert_eq!(holder.as_str().len(), 36 + 3);
     }
 

@@ -34,7 +34,7 @@ pub(crate) fn validate_name(name: &[u8]) -> Result<(), String> {
 /// `prefix:{name}`, or `prefix:name` when the name already contains `{`
 /// (Redisson's `prefixName`): the braces make the derived key hash to the
 /// same cluster slot as the lock key.
-pub(crate) fn prefixed(prefix: &str, name: &[u8]) -> Vec<u8> {
+fn prefixed(prefix: &str, name: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + name.len() + 3);
     out.extend_from_slice(prefix.as_bytes());
     out.push(b':');

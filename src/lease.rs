@@ -7,6 +7,18 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+
+/// The longest lease accepted: 365 days. Longer leases are rejected with
+/// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
+/// its clock arithmetic, well before `i64::MAX` ms).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The shortest lease accepted: 5 ms. A lease must outlast the clock-drift
+/// allowance (1 % + 2 ms) subtracted from every grant, or no grant would
+/// ever be valid on arrival.
+pub const MIN_LEASE: Duration = Duration::from_millis(5);
+
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// `at` as nanoseconds since a process-wide origin (0 for instants before it).
@@ -115,6 +127,92 @@ impl LeaseState {
     }
 }
 
+/// A lease in whole milliseconds, as sent to Redis (fractions round up).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`] (zero
+/// included) or above [`MAX_LEASE`].
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::invalid("lease must not be zero"));
+    }
+    if lease < MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
+        )));
+    }
+    let ms = lease.as_millis();
+    let ms = if Duration::from_millis(ms as u64) < lease {
+        ms + 1
+    } else {
+        ms
+    };
+    Ok(ms as u64)
+}
+
+/// The safety margin subtracted from a lease when computing how long a
+/// grant stays valid on the client's clock: 1 % of the lease + 2 ms (the
+/// Redis distlock drift allowance).
+pub(crate) fn clock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// The instant until which a lease granted (or renewed) by a script sent at
+/// `sent` is known to be valid on this client's clock: `sent` + lease −
+/// [`clock_drift`]. The reply may arrive any time after `sent`; the server
+/// started counting the lease no earlier than that.
+pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
+    sent + lease.saturating_sub(clock_drift(lease))
+}
+
+/// What `PTTL` (or a busy acquire script, which answers with the holder's
+/// PTTL) says about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pttl {
+    /// No such key (`-2`).
+    Missing,
+    /// The key exists without an expiry (`-1`).
+    NoExpiry,
+    /// The key expires after this long.
+    Expires(Duration),
+}
+
+impl Pttl {
+    /// Reads a `PTTL` reply in milliseconds.
+    pub(crate) fn from_ms(ms: i64) -> Pttl {
+        match ms {
+            -2 => Pttl::Missing,
+            ms if ms < 0 => Pttl::NoExpiry,
+            ms => Pttl::Expires(Duration::from_millis(ms.unsigned_abs())),
+        }
+    }
+
+    /// The public convention of remaining-ttl readings: `None` when there
+    /// is no key, `Some(Duration::MAX)` when it never expires.
+    pub(crate) fn remaining(self) -> Option<Duration> {
+        match self {
+            Pttl::Missing => None,
+            Pttl::NoExpiry => Some(Duration::MAX),
+            Pttl::Expires(d) => Some(d),
+        }
+    }
+
+    /// How long until the key expires, when it does: a bound on a waiter's
+    /// sleep. `None` when unknown or never.
+    pub(crate) fn expiry(self) -> Option<Duration> {
+        match self {
+            Pttl::Expires(d) => Some(d),
+            Pttl::Missing | Pttl::NoExpiry => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +233,44 @@ mod tests {
         s.mark_released();
         assert!(s.is_lost_at(now));
         assert_eq!(counters.held.load(Ordering::Relaxed), 0, "finished once");
+    }
+    #[test]
+    fn lease_rounding_and_bounds() {
+        assert!(lease_ms(Duration::ZERO).is_err());
+        assert!(lease_ms(Duration::from_nanos(1)).is_err());
+        assert!(lease_ms(Duration::from_micros(4999)).is_err());
+        assert_eq!(lease_ms(MIN_LEASE).unwrap(), 5);
+        assert_eq!(lease_ms(Duration::from_micros(5500)).unwrap(), 6);
+        assert_eq!(lease_ms(Duration::from_secs(30)).unwrap(), 30_000);
+        assert!(lease_ms(MAX_LEASE).is_ok());
+        assert!(lease_ms(MAX_LEASE + Duration::from_millis(1)).is_err());
+        assert!(lease_ms(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn pttl_conventions() {
+        assert_eq!(Pttl::from_ms(-2).remaining(), None);
+        assert_eq!(Pttl::from_ms(-1).remaining(), Some(Duration::MAX));
+        assert_eq!(Pttl::from_ms(-1).expiry(), None);
+        assert_eq!(
+            Pttl::from_ms(250).remaining(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            Pttl::from_ms(250).expiry(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(Pttl::from_ms(0).expiry(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn validity_subtracts_the_drift() {
+        let t = Instant::now();
+        let l = Duration::from_secs(10);
+        assert_eq!(valid_until(t, l), t + l - Duration::from_millis(102));
+        assert_eq!(
+            valid_until(t, MIN_LEASE),
+            t + MIN_LEASE - Duration::from_micros(2050)
+        );
     }
 }

@@ -39,10 +39,19 @@
 //!   Waiters are served first come, first served; a release wakes only the
 //!   next one; dead waiters are pruned after
 //!   [`Builder::fair_wait_timeout`].
-//! * [`Client::fenced_lock`]: a [`FencedLock`] (Redisson's `RFencedLock`).
-//!   Every grant carries a larger fencing token
-//!   ([`FencedGuard::fencing_token`]) for storage that refuses stale
+//! * [`Client::fenced_lock`]: a fenced [`Lock`] (Redisson's `RFencedLock`).
+//!   Every grant carries a larger [`FencingToken`]
+//!   ([`LockGuard::fencing_token`]) for storage that refuses stale
 //!   writers, such as [`Client::fenced_set`].
+//! * [`MultiLock`]: several locks, maybe on different servers, all or
+//!   nothing (Redisson's `RedissonMultiLock`).
+//! * [`RedLock`]: a quorum of independent masters (Redisson's
+//!   `RedissonRedLock`).
+//!
+//! Every handle has the same four ways to acquire (parking_lot's names):
+//! `lock()` waits as long as it takes, `try_lock()` never waits,
+//! `try_lock_for(Duration)` and `try_lock_until(Instant)` wait at most so
+//! long. Guards own their handle, so a function can return one.
 //!
 //! # Differences from `std::sync::Mutex`
 //!
@@ -73,38 +82,27 @@
 
 mod client;
 mod config;
+mod connection;
 mod error;
 mod fencing;
-mod guard;
 mod holder;
-mod holds;
-mod inspect;
 mod keys;
 mod lease;
 mod lock;
-mod multi_lock;
-mod pool;
-mod red_lock;
+mod multi;
 mod scripts;
-mod source;
 mod subscriber;
 mod watchdog;
 
 pub use client::{Client, Stats};
-pub use config::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_POLL_INTERVAL,
-    DEFAULT_POOL_SIZE, DEFAULT_RENEW_BATCH, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
-    MAX_LEASE, MIN_LEASE,
-};
-pub use error::{Error, Result};
-pub use fencing::{FencedGuard, FencedLock, FencedWrite};
-pub use guard::LockGuard;
-pub use holder::{ClientId, HolderId, current_thread_id};
-pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use config::Builder;
+pub use error::{Error, RedisCause, Result};
+pub use fencing::{FencedWrite, FencingToken};
+pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
-pub use lock::Lock;
-pub use multi_lock::{MultiLock, MultiLockGuard};
-pub use red_lock::{RedLock, RedLockGuard};
+pub use lease::{MAX_LEASE, MIN_LEASE};
+pub use lock::{Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
+pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]

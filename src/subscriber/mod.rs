@@ -24,8 +24,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 pub(crate) use registry::Event;
 use registry::{Mailbox, Registered, Registry, WaiterId};
 
+use crate::connection::Source;
 use crate::error::Result;
-use crate::source::Source;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -82,7 +82,7 @@ impl Subscriber {
                 };
                 worker.run();
             })
-            .map_err(|e| crate::Error::Connection(e.into()))?;
+            .map_err(crate::Error::io)?;
         Ok(Subscriber { shared, control })
     }
 

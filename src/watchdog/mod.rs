@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::config::clock_drift;
+use crate::connection::{NodeId, Source};
 use crate::error::Error;
+use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::scripts::{self, Renewal};
-use crate::source::{NodeId, Source};
 use schedule::Schedule;
 
 /// One held lock as the watchdog sees it.

@@ -247,8 +247,9 @@ fn j5_lua_injection_through_names_is_inert() {
 fn j5_every_script_is_a_constant_file() {
     // Static check: scripts come from lua/ via include_str!, never format!.
     let scripts =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts.rs")).unwrap();
-    assert!(scripts.contains("include_str!(\"../lua/"));
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts/mod.rs"))
+            .unwrap();
+    assert!(scripts.contains("include_str!(\"../../lua/"));
     assert!(!scripts.contains("Script::new(&format!"));
     assert!(!scripts.contains("Script::new(format!"));
 }

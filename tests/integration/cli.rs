@@ -1111,11 +1111,10 @@ fn unlock_force_on_a_fair_lock_wakes_the_queue_head() {
             .is_some();
         (got, t0)
     });
-    assert!(wait_until(Duration::from_secs(5), || held
-        .queue()
-        .unwrap()
-        .len()
-        == 1));
+    assert!(wait_until(Duration::from_secs(5), || matches!(
+        held.inspect().unwrap().kind,
+        redguard::LockKind::Fair { queue } if queue.len() == 1
+    )));
     let mut cmd = redguard(&server.url());
     cmd.args([
         "unlock",

@@ -37,12 +37,10 @@ fn wait_queue_len(lock: &redguard::Lock, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     assert!(
         wait_until(Duration::from_secs(5), || {
-            ids = lock
-                .queue()
-                .unwrap()
-                .into_iter()
-                .map(|(id, _)| id)
-                .collect();
+            ids = match lock.inspect().unwrap().kind {
+                redguard::LockKind::Fair { queue } => queue.into_iter().map(|w| w.holder).collect(),
+                _ => Vec::new(),
+            };
             ids.len() == n
         }),
         "the queue never reached {n} entries: {ids:?}"
@@ -68,10 +66,7 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
     let name = unique_name("fair-layout");
     let lock = ctx.client.fair_lock(&name);
     assert!(lock.is_fair());
-    assert_eq!(
-        lock.fair_wait_timeout(),
-        Some(redguard::DEFAULT_FAIR_WAIT_TIMEOUT)
-    );
+    assert_eq!(lock.fair_wait_timeout(), Some(Duration::from_secs(300)));
     let outer = lock.lock().unwrap();
     let inner = lock.try_lock().unwrap().expect("re-entry of a fair lock");
     assert_eq!(lock.hold_count().unwrap(), 2);
@@ -106,7 +101,7 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
         .server
         .cmd("ZSCORE", &[&timeout_key(&name), waiter_id.as_bytes()]);
     let ahead = score as i64 - server_now_ms(&ctx.server) as i64;
-    let wait = redguard::DEFAULT_FAIR_WAIT_TIMEOUT.as_millis() as i64;
+    let wait = Duration::from_secs(300).as_millis() as i64;
     assert!(
         (wait - 2_000..=wait).contains(&ahead),
         "deadline {ahead} ms ahead"
@@ -181,7 +176,7 @@ fn fair_timed_out_waiter_leaves_no_trace() {
         "timed-out waiter left a trace"
     );
 
-    let other = lock.clone();
+    let other = lock;
     let got = thread::spawn(move || other.try_lock().unwrap().is_some())
         .join()
         .unwrap();
@@ -289,7 +284,7 @@ fn fair_release_wakes_exactly_one_waiter() {
     {
         let warm = client.fair_lock(unique_name("warm")).with_lease(lease);
         let g = warm.lock().unwrap();
-        let w = warm.clone();
+        let w = warm;
         thread::spawn(move || assert!(w.try_lock_for(ms(50)).unwrap().is_none()))
             .join()
             .unwrap();

@@ -216,16 +216,18 @@ fn shutdown_wakes_waiters_with_an_error_and_releases_held_locks() {
 }
 
 #[test]
-fn dropping_the_last_client_handle_releases_its_locks() {
+fn a_leaked_guard_keeps_its_client_until_shutdown_releases_it() {
     let ctx = TestContext::new();
     let name = unique_name("drop-client");
     let client = ctx.other_client();
-    let lock = client.lock(&name);
-    let guard = lock.lock().unwrap();
+    let guard = client.lock(&name).lock().unwrap();
+    // A leaked guard owns a handle on its client: the client lives on, and
+    // the watchdog keeps renewing, like a leaked MutexGuard keeps its mutex.
     std::mem::forget(guard);
-    drop(lock);
-    drop(client);
     let check = ctx.client.lock(&name);
+    assert!(check.is_locked().unwrap());
+    client.shutdown();
+    drop(client);
     assert!(wait_until(Duration::from_secs(2), || !check
         .is_locked()
         .unwrap()));

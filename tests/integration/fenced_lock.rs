@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redguard::FencedWrite;
+use redguard::{FencedWrite, FencingToken};
 
 use crate::support::{
     ChildTest, TEST_WATCHDOG, TestContext, child_role, hear, ms, say, sleep, test_builder,
@@ -23,16 +23,22 @@ fn fenced_tokens_grow_on_every_acquisition_including_reentry() {
     let ctx = TestContext::new();
     let name = unique_name("fenced-basic");
     let lock = ctx.client.fenced_lock(&name);
-    assert_eq!(lock.last_token().unwrap(), None);
+    assert_eq!(
+        lock.last_fencing_token().unwrap().map(FencingToken::get),
+        None
+    );
 
     let outer = lock.lock().unwrap();
-    let t1 = outer.fencing_token();
+    let t1 = outer.fencing_token().unwrap().get();
     assert!(t1 >= 1);
     let inner = lock.try_lock().unwrap().expect("re-entry");
-    let t2 = inner.fencing_token();
+    let t2 = inner.fencing_token().unwrap().get();
     assert_eq!(t2, t1 + 1, "re-entry draws a token too (as Redisson)");
     assert_eq!(lock.hold_count().unwrap(), 2);
-    assert_eq!(lock.last_token().unwrap(), Some(t2));
+    assert_eq!(
+        lock.last_fencing_token().unwrap().map(FencingToken::get),
+        Some(t2)
+    );
     let stored: u64 = ctx.server.cmd("GET", &[&token_key(&name)]);
     assert_eq!(stored, t2, "Redisson's counter key");
     let holders: Vec<(String, u64)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
@@ -44,23 +50,26 @@ fn fenced_tokens_grow_on_every_acquisition_including_reentry() {
     // Busy for another client, and no token is drawn for a refusal.
     let other = ctx.other_client().fenced_lock(&name);
     assert!(other.try_lock().unwrap().is_none());
-    assert_eq!(lock.last_token().unwrap(), Some(t2));
+    assert_eq!(
+        lock.last_fencing_token().unwrap().map(FencingToken::get),
+        Some(t2)
+    );
     drop(inner);
     outer.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 
     let g = other.try_lock().unwrap().expect("free now");
-    assert_eq!(g.fencing_token(), t2 + 1);
+    assert_eq!(g.fencing_token().unwrap().get(), t2 + 1);
     assert!(g.is_renewed(), "watchdog lease through Deref");
     drop(g);
 
     // force_unlock keeps the counter: the next grant still gets more.
     let g = lock.lock().unwrap();
-    let t4 = g.fencing_token();
+    let t4 = g.fencing_token().unwrap().get();
     std::mem::forget(g);
     assert!(other.force_unlock().unwrap());
     let g = other.lock().unwrap();
-    assert_eq!(g.fencing_token(), t4 + 1);
+    assert_eq!(g.fencing_token().unwrap().get(), t4 + 1);
 }
 
 #[test]
@@ -77,25 +86,32 @@ fn fenced_set_refuses_older_tokens_only() {
     );
     assert_eq!(
         c.fenced_set(&key, b"old", 4).unwrap(),
-        FencedWrite::Rejected { last_token: 5 }
+        FencedWrite::Rejected {
+            last_token: FencingToken::new(5)
+        }
     );
-    assert_eq!(c.fenced_get(&key).unwrap(), Some((b"b".to_vec(), 5)));
+    assert_eq!(
+        c.fenced_get(&key).unwrap(),
+        Some((b"b".to_vec(), FencingToken::new(5)))
+    );
     // Decimal strings of different lengths compare by value, not bytes.
     assert!(c.fenced_set(&key, b"c", 10).unwrap().is_written());
     assert_eq!(
         c.fenced_set(&key, b"d", 9).unwrap(),
-        FencedWrite::Rejected { last_token: 10 }
+        FencedWrite::Rejected {
+            last_token: FencingToken::new(10)
+        }
     );
     assert!(c.fenced_set(&key, b"max", u64::MAX).unwrap().is_written());
     assert_eq!(
         c.fenced_set(&key, b"e", u64::MAX - 1).unwrap(),
         FencedWrite::Rejected {
-            last_token: u64::MAX
+            last_token: FencingToken::new(u64::MAX)
         }
     );
     assert_eq!(
         c.fenced_get(&key).unwrap(),
-        Some((b"max".to_vec(), u64::MAX))
+        Some((b"max".to_vec(), FencingToken::new(u64::MAX)))
     );
 
     let plain = unique_name("fenced-string");
@@ -126,7 +142,7 @@ fn h1_paused_holder_write_is_rejected() {
     let b = b_client.fenced_lock(&name);
 
     let guard_a = a.lock().unwrap();
-    let token_a = guard_a.fencing_token();
+    let token_a = guard_a.fencing_token().unwrap().get();
     assert!(!guard_a.is_renewed());
     // A stalls (GC pause, swapped out...) until its lease is gone.
     assert!(wait_until(Duration::from_secs(3), || !a
@@ -138,7 +154,7 @@ fn h1_paused_holder_write_is_rejected() {
         let data = data.clone();
         thread::spawn(move || {
             let guard_b = b.lock().unwrap();
-            let token_b = guard_b.fencing_token();
+            let token_b = guard_b.fencing_token().unwrap().get();
             let written = b
                 .client()
                 .fenced_set(&data, b"written by B", token_b)
@@ -160,12 +176,12 @@ fn h1_paused_holder_write_is_rejected() {
     assert_eq!(
         late,
         FencedWrite::Rejected {
-            last_token: token_b
+            last_token: FencingToken::new(token_b)
         }
     );
     assert_eq!(
         ctx.client.fenced_get(&data).unwrap(),
-        Some((b"written by B".to_vec(), token_b))
+        Some((b"written by B".to_vec(), FencingToken::new(token_b)))
     );
     assert!(guard_a.is_lost());
     assert!(guard_a.check().unwrap_err().is_lock_lost());
@@ -191,7 +207,7 @@ fn h1_child_holder() {
     let client = test_client(&url);
     let lock = client.fenced_lock(&name);
     let guard = lock.lock().unwrap();
-    let token = guard.fencing_token();
+    let token = guard.fencing_token().unwrap().get();
     say(&format!("TOKEN {token}"));
     assert_eq!(hear(), "GO");
     let write = match client.fenced_set(&data, b"written by the paused holder", token) {
@@ -238,7 +254,7 @@ fn h1_sigstopped_holder_write_is_rejected() {
         .try_lock_for(Duration::from_secs(5))
         .unwrap()
         .expect("acquired once the frozen holder's lease ran out");
-    let token_b = guard_b.fencing_token();
+    let token_b = guard_b.fencing_token().unwrap().get();
     assert!(token_b > token_a);
     assert!(stopped.elapsed() >= TEST_WATCHDOG / 2, "acquired too early");
     assert!(
@@ -263,7 +279,7 @@ fn h1_sigstopped_holder_write_is_rejected() {
 
     assert_eq!(
         ctx.client.fenced_get(&data).unwrap(),
-        Some((b"written by B".to_vec(), token_b))
+        Some((b"written by B".to_vec(), FencingToken::new(token_b)))
     );
     assert_eq!(b.hold_count().unwrap(), 1, "B's hold survived");
     guard_b.unlock().unwrap();
@@ -295,12 +311,16 @@ fn h1_tokens_strictly_increase_over_10000_grants() {
                 let mut i = 0;
                 while i < GRANTS / THREADS {
                     let outer = lock.lock().unwrap();
-                    seen.lock().unwrap().push(outer.fencing_token());
+                    seen.lock()
+                        .unwrap()
+                        .push(outer.fencing_token().unwrap().get());
                     i += 1;
                     // Every 8th grant re-enters once: another token.
                     if (i + t) % 8 == 0 && i < GRANTS / THREADS {
                         let inner = lock.lock().unwrap();
-                        seen.lock().unwrap().push(inner.fencing_token());
+                        seen.lock()
+                            .unwrap()
+                            .push(inner.fencing_token().unwrap().get());
                         i += 1;
                         inner.unlock().unwrap();
                     }
@@ -319,7 +339,10 @@ fn h1_tokens_strictly_increase_over_10000_grants() {
     for pair in seen.windows(2) {
         assert!(pair[0] < pair[1], "token {} then {}", pair[0], pair[1]);
     }
-    assert_eq!(lock.last_token().unwrap(), seen.last().copied());
+    assert_eq!(
+        lock.last_fencing_token().unwrap().map(FencingToken::get),
+        seen.last().copied()
+    );
 }
 
 /// H3 (fenced lock): an admin deletes or expires the key of a held fenced
@@ -345,7 +368,7 @@ fn h3_fenced_lock_server_side_expiry_is_noticed() {
         assert!(noticed <= TEST_WATCHDOG / 3 * 3, "{how}: {noticed:?}");
         let other = ctx.other_client().fenced_lock(&name);
         let next = other.try_lock().unwrap().expect("free after the expiry");
-        assert!(next.fencing_token() > guard.fencing_token());
+        assert!(next.fencing_token().unwrap().get() > guard.fencing_token().unwrap().get());
         assert!(guard.unlock().unwrap_err().is_lock_lost());
         assert_eq!(
             other.hold_count().unwrap(),
@@ -359,6 +382,6 @@ fn h3_fenced_lock_server_side_expiry_is_noticed() {
 #[test]
 fn fenced_handles_are_send_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<redguard::FencedLock>();
+    assert_send_sync::<redguard::Lock>();
     assert_send_sync::<FencedWrite>();
 }

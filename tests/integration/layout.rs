@@ -12,7 +12,7 @@ fn lock_is_a_hash_of_holder_id_to_count_with_the_lease_as_pttl() {
     let lock = ctx.client.lock(&name);
     let guard = lock.lock().unwrap();
     let all: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
-    let want = format!("{}:{}", ctx.client.id(), redguard::current_thread_id());
+    let want = ctx.client.holder_id().to_string();
     assert_eq!(all, vec![(want.clone(), "1".to_string())]);
     assert_eq!(guard.holder_id().as_str(), want);
     let kind: String = ctx.server.cmd("TYPE", &[name.as_bytes()]);

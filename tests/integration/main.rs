@@ -4,6 +4,7 @@
 mod support;
 
 mod bad_input;
+mod config_bounds;
 mod fair_lock;
 mod faults;
 mod fenced_lock;

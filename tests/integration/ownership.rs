@@ -66,7 +66,7 @@ fn a4_non_holders_are_refused_and_change_nothing() {
         assert!(other.try_lock().unwrap().is_none());
     }
     let t = {
-        let lock = holder.clone();
+        let lock = holder;
         std::thread::spawn(move || {
             (0..200).all(|_| lock.try_lock().unwrap().is_none()) && lock.hold_count().unwrap() == 0
         })

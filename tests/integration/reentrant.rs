@@ -155,7 +155,7 @@ fn holds_are_per_thread_not_per_client() {
     let ctx = TestContext::new();
     let lock = ctx.client.lock(unique_name("per-thread"));
     let _g = lock.lock().unwrap();
-    let other = lock.clone();
+    let other = lock;
     let got = std::thread::spawn(move || other.try_lock().unwrap().is_some())
         .join()
         .unwrap();

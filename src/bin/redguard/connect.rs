@@ -8,7 +8,10 @@ use crate::fail::{Failure, code};
 use crate::out;
 
 /// The URL used when neither `--url` nor `$REDIS_URL` is set.
-pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+
+/// The response timeout of a client built with defaults (`redguard::Builder`).
+const LIBRARY_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A client and the server it talks to, for messages.
 pub(crate) struct Connection {
@@ -38,15 +41,15 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     }
     let server = info.addr().to_string();
 
-    let mut builder = redguard::Client::builder().connection_info(info);
+    let mut builder = redguard::Client::builder().url(url);
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);
     }
     let response = match (args.response_timeout, args.watchdog_timeout) {
         (Some(r), _) => Some(r),
-        // A short watchdog needs a shorter response timeout (the client
-        // wants at least three tries per lease).
-        (None, Some(w)) if w < redguard::DEFAULT_RESPONSE_TIMEOUT * 3 => Some(w / 3),
+        // A short watchdog needs a shorter response timeout than the
+        // library's 3 s (the client wants at least three tries per lease).
+        (None, Some(w)) if w < LIBRARY_RESPONSE_TIMEOUT * 3 => Some(w / 3),
         (None, _) => None,
     };
     if let Some(r) = response {

@@ -36,17 +36,16 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     // A typo in CMD is reported at once, not after waiting for the lock.
     preflight(program)?;
 
-    let fenced = conn.client.fenced_lock(&name);
     let lock = if args.fair {
         conn.client.fair_lock(&name)
     } else if args.fenced {
-        fenced.as_lock().clone()
+        conn.client.fenced_lock(&name)
     } else {
         conn.client.lock(&name)
     };
-    let (lock, fenced) = match args.lease {
-        Some(lease) => (lock.with_lease(lease), fenced.with_lease(lease)),
-        None => (lock, fenced),
+    let lock = match args.lease {
+        Some(lease) => lock.with_lease(lease),
+        None => lock,
     };
     let relay = Relay::start(conn.client.clone())
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
@@ -58,18 +57,9 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     } else {
         args.wait
     };
-    let acquired = if args.fenced {
-        match wait {
-            Some(wait) => fenced.try_lock_for(wait),
-            None => fenced.lock().map(Some),
-        }
-        .map(|g| g.map(|g| g.into_parts()))
-    } else {
-        match wait {
-            Some(wait) => lock.try_lock_for(wait),
-            None => lock.lock().map(Some),
-        }
-        .map(|g| g.map(|g| (g, 0)))
+    let acquired = match wait {
+        Some(wait) => lock.try_lock_for(wait),
+        None => lock.lock().map(Some),
     };
     spinner.stop();
 
@@ -84,7 +74,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         ));
         return Ok(signal_exit(signal));
     }
-    let (guard, token) = match acquired {
+    let guard = match acquired {
         Ok(Some(granted)) => granted,
         Ok(None) => {
             if !args.quiet {
@@ -99,7 +89,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
         .env("REDGUARD_HOLDER", guard.holder_id().as_str());
-    if args.fenced {
+    if let Some(token) = guard.fencing_token() {
         cmd.env("REDGUARD_FENCING_TOKEN", token.to_string());
     }
     // Interactive use (redguard in the terminal's foreground group): CMD
@@ -136,7 +126,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
 fn supervise(
     args: &ExecArgs,
     name: &[u8],
-    guard: LockGuard<'_>,
+    guard: LockGuard,
     relay: &Relay,
 ) -> Result<ExitCode, Failure> {
     let mut lost_at: Option<Instant> = None;

@@ -5,7 +5,7 @@
 use log::{LevelFilter, Log, Metadata, Record};
 
 /// The environment variable that turns diagnostics on.
-pub(crate) const ENV: &str = "REDGUARD_LOG";
+const ENV: &str = "REDGUARD_LOG";
 
 struct Stderr;
 

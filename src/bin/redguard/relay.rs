@@ -32,7 +32,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
 
 /// The signals redguard catches and forwards.
-pub(crate) const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 enum Phase {
     Waiting(redguard::Client),

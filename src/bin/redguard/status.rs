@@ -80,7 +80,7 @@ pub(crate) fn describe_holder(info: &LockInfo) -> String {
 }
 
 /// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
-pub(crate) fn show_ttl(ttl: Option<Duration>) -> String {
+fn show_ttl(ttl: Option<Duration>) -> String {
     match ttl {
         None => "none".to_owned(),
         Some(Duration::MAX) => "no expiry".to_owned(),

@@ -10,28 +10,29 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
-use crate::fencing::FencedWrite;
 use crate::keys::UNLOCK_MESSAGE;
+use crate::lease::Pttl;
 
-static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/lock.lua")));
-static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
+static UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
 static RENEW_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/renew_many.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/renew_many.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/force_unlock.lua")));
 static RELEASE_HOLDER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release_holder.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/release_holder.lua")));
 static FAIR_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_lock.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/fair_lock.lua")));
 static FAIR_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_unlock.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/fair_unlock.lua")));
 static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fair_leave.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/fair_leave.lua")));
 static FENCED_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fenced_lock.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/fenced_lock.lua")));
 static FENCED_SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fenced_set.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/fenced_set.lua")));
 
 /// Outcome of the acquire script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +81,11 @@ fn evalsha(
     keys: &[&[u8]],
     args: impl FnOnce(&mut redis::Cmd),
 ) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len());
+    // Sized up front: growing the argument buffers one argument at a time
+    // cost several reallocations per lock call.
+    let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
+    let mut cmd = redis::Cmd::with_capacity(keys.len() + 6, key_bytes + 160);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }
@@ -95,8 +99,9 @@ fn evalsha(
     }
 }
 
+/// The busy reply's PTTL as a bound on the wait (none without expiry).
 fn ttl_from(ms: i64) -> Option<Duration> {
-    u64::try_from(ms).ok().map(Duration::from_millis)
+    Pttl::from_ms(ms).expiry()
 }
 
 /// Runs the acquire script for `holder` with a lease of `lease_ms`.
@@ -241,7 +246,7 @@ pub(crate) fn fenced_set(
     key: &[u8],
     token: u64,
     value: &[u8],
-) -> Result<FencedWrite> {
+) -> Result<FencedSet> {
     let reply: Value = FENCED_SET
         .key(key)
         .arg(token.to_string())
@@ -251,7 +256,16 @@ pub(crate) fn fenced_set(
     fenced_set_reply(&reply)
 }
 
-fn fenced_set_reply(reply: &Value) -> Result<FencedWrite> {
+/// What the fenced write script did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FencedSet {
+    /// Stored.
+    Written,
+    /// Refused: the key accepted this newer token before.
+    Rejected(u64),
+}
+
+fn fenced_set_reply(reply: &Value) -> Result<FencedSet> {
     let token = |v: &Value| match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
         Value::Int(n) => u64::try_from(*n).ok(),
@@ -259,9 +273,9 @@ fn fenced_set_reply(reply: &Value) -> Result<FencedWrite> {
     };
     match reply {
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(1), _] => Ok(FencedWrite::Written),
+            [Value::Int(1), _] => Ok(FencedSet::Written),
             [Value::Int(0), last] => match token(last) {
-                Some(last_token) => Ok(FencedWrite::Rejected { last_token }),
+                Some(last) => Ok(FencedSet::Rejected(last)),
                 None => Err(unexpected("fenced set", reply)),
             },
             _ => Err(unexpected("fenced set", reply)),
@@ -333,10 +347,11 @@ fn query_pipeline(
     pipe: &redis::Pipeline,
     n: usize,
 ) -> Result<Vec<Value>> {
-    conn.send_packed_command(&pipe.get_packed_pipeline())?;
+    conn.send_packed_command(&pipe.get_packed_pipeline())
+        .map_err(Error::redis)?;
     let mut replies = Vec::with_capacity(n);
     for _ in 0..n {
-        replies.push(conn.recv_response()?);
+        replies.push(conn.recv_response().map_err(Error::redis)?);
     }
     Ok(replies)
 }
@@ -383,7 +398,7 @@ pub(crate) fn renew_batch(
     if replies.iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
-        RENEW_MANY.load(conn)?;
+        RENEW_MANY.load(conn).map_err(Error::redis)?;
         replies = query_pipeline(conn, &build(), calls)?;
     }
     if replies.len() != calls {
@@ -480,17 +495,17 @@ mod tests {
     #[test]
     fn scripts_are_constants_with_headers() {
         for text in [
-            include_str!("../lua/lock.lua"),
-            include_str!("../lua/unlock.lua"),
-            include_str!("../lua/renew.lua"),
-            include_str!("../lua/renew_many.lua"),
-            include_str!("../lua/force_unlock.lua"),
-            include_str!("../lua/release_holder.lua"),
-            include_str!("../lua/fair_lock.lua"),
-            include_str!("../lua/fair_unlock.lua"),
-            include_str!("../lua/fair_leave.lua"),
-            include_str!("../lua/fenced_lock.lua"),
-            include_str!("../lua/fenced_set.lua"),
+            include_str!("../../lua/lock.lua"),
+            include_str!("../../lua/unlock.lua"),
+            include_str!("../../lua/renew.lua"),
+            include_str!("../../lua/renew_many.lua"),
+            include_str!("../../lua/force_unlock.lua"),
+            include_str!("../../lua/release_holder.lua"),
+            include_str!("../../lua/fair_lock.lua"),
+            include_str!("../../lua/fair_unlock.lua"),
+            include_str!("../../lua/fair_leave.lua"),
+            include_str!("../../lua/fenced_lock.lua"),
+            include_str!("../../lua/fenced_set.lua"),
         ] {
             assert!(text.starts_with("-- "));
             assert!(text.contains("KEYS[1]"));
@@ -512,14 +527,12 @@ mod tests {
         assert!(fenced_acquire_reply(&arr(vec![Value::Int(1), Value::Int(0)])).is_err());
         assert!(fenced_acquire_reply(&Value::Nil).is_err());
         let written = arr(vec![Value::Int(1), Value::BulkString(b"9".to_vec())]);
-        assert_eq!(fenced_set_reply(&written).unwrap(), FencedWrite::Written);
+        assert_eq!(fenced_set_reply(&written).unwrap(), FencedSet::Written);
         let max = u64::MAX.to_string().into_bytes();
         let rejected = arr(vec![Value::Int(0), Value::BulkString(max)]);
         assert_eq!(
             fenced_set_reply(&rejected).unwrap(),
-            FencedWrite::Rejected {
-                last_token: u64::MAX
-            }
+            FencedSet::Rejected(u64::MAX)
         );
         let garbage = arr(vec![Value::Int(0), Value::BulkString(b"x".to_vec())]);
         assert!(fenced_set_reply(&garbage).is_err());

@@ -1,14 +1,14 @@
 //! [`MultiLock`]: all-or-nothing over several [`Lock`]s, which may live on
-//! different servers; and the helpers it shares with the RedLock (canonical
-//! order, labels, releasing many guards).
+//! different servers.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::lock::acquire::acquire_methods;
+use crate::lock::{Lock, LockGuard};
+use crate::multi::members::{Held, Member, canonical, check_members, pause_until};
 
 /// Several locks taken together: all of them or none (Redisson's
 /// `RedissonMultiLock`).
@@ -62,97 +62,6 @@ pub struct MultiLock {
     members: Vec<Member>,
 }
 
-/// One lock of a multi-lock or RedLock, with the server it lives on.
-#[derive(Clone)]
-pub(crate) struct Member {
-    pub(crate) lock: Lock,
-    pub(crate) server: String,
-}
-
-impl Member {
-    /// `"<name> on <server>"`: how errors name this lock.
-    pub(crate) fn label(&self) -> String {
-        format!(
-            "{} on {}",
-            String::from_utf8_lossy(self.lock.name()),
-            self.server
-        )
-    }
-}
-
-/// The locks sorted by (server, name): the canonical order.
-pub(crate) fn canonical(locks: impl IntoIterator<Item = Lock>) -> Vec<Member> {
-    let mut members: Vec<Member> = locks
-        .into_iter()
-        .map(|lock| Member {
-            server: lock.client().server_addr(),
-            lock,
-        })
-        .collect();
-    members.sort_by(|a, b| {
-        (a.server.as_str(), a.lock.name()).cmp(&(b.server.as_str(), b.lock.name()))
-    });
-    members
-}
-
-/// Refuses an empty set and two different clients naming the same lock on
-/// the same server (`what` names the kind of lock in the message).
-pub(crate) fn check_members(members: &[Member], what: &str) -> Result<()> {
-    if members.is_empty() {
-        return Err(Error::invalid(format!("{what} over no locks")));
-    }
-    for pair in members.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        if a.server == b.server
-            && a.lock.name() == b.lock.name()
-            && !a.lock.client().same_client(b.lock.client())
-        {
-            return Err(Error::invalid(format!(
-                "{what} names lock {} twice through different clients",
-                a.label()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Releases every guard (last taken first) and collects the failures.
-pub(crate) fn release_all(members: &[Member], guards: Vec<LockGuard<'_>>) -> Result<()> {
-    let total = guards.len();
-    let mut failures = Vec::new();
-    for guard in guards.into_iter().rev() {
-        let label = label_of(members, &guard);
-        if let Err(e) = guard.unlock() {
-            failures.push((label, e));
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        failures.reverse();
-        Err(Error::Unlock { total, failures })
-    }
-}
-
-/// Releases guards of a failed round; failures are logged (the lease is the
-/// backstop).
-pub(crate) fn release_quietly(guards: &mut Vec<LockGuard<'_>>) {
-    while let Some(guard) = guards.pop() {
-        drop(guard);
-    }
-}
-
-fn label_of(members: &[Member], guard: &LockGuard<'_>) -> String {
-    let lock = guard.lock();
-    members
-        .iter()
-        .find(|m| std::ptr::eq(&m.lock, lock))
-        .map_or_else(
-            || String::from_utf8_lossy(lock.name()).into_owned(),
-            Member::label,
-        )
-}
-
 impl fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLock")
@@ -193,67 +102,33 @@ impl MultiLock {
         }
     }
 
-    /// Acquires every lock, waiting as long as it takes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty set, two clients naming the
-    /// same lock on one server, or a bad name or lease; otherwise the first
-    /// error met on any lock ([`Error::WrongType`], [`Error::Shutdown`],
-    /// connection, timeout and server errors), after releasing the locks
-    /// taken so far. Errors are not retried (see the type's docs).
-    pub fn lock(&self) -> Result<MultiLockGuard<'_>> {
-        self.acquire(None)?
-            .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
+    acquire_methods! {
+        guard: MultiLockGuard,
+        setup: "# let (east, west) = (client.clone(), client.clone());",
+        handle: "redguard::MultiLock::new([east.lock(\"account:1\"), west.lock(\"account:2\")])",
+        errors: "[`Error::InvalidArgument`] for an empty set, two clients naming the \
+                 same lock on one server, or a bad name or lease; otherwise the first \
+                 error met on any lock ([`Error::WrongType`], [`Error::Shutdown`], \
+                 connection, timeout and server errors), after releasing the locks \
+                 taken so far. With a deadline (`try_lock_for`, `try_lock_until`), \
+                 transient errors are retried while the budget lasts and the last \
+                 one is returned when it runs out; without one (`lock`, `try_lock`) \
+                 errors are returned at once. When not every lock can be had, none \
+                 is held.",
     }
 
-    /// Acquires every lock if each is free now (or held by the calling
-    /// thread), without waiting. `Ok(None)` when any is held by someone
-    /// else; then none is held.
-    ///
-    /// # Errors
-    ///
-    /// As [`MultiLock::lock`].
-    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<'_>>> {
-        self.acquire(Some(Instant::now()))
-    }
-
-    /// Acquires every lock, waiting at most `timeout` in all. `Ok(None)`
-    /// when they could not all be had in time; then none is held. A timeout
-    /// too large to represent waits forever.
-    ///
-    /// The call returns within `timeout` plus one round of attempts (each
-    /// bounded by its client's response timeout).
-    ///
-    /// # Errors
-    ///
-    /// As [`MultiLock::lock`], except that transient errors (connection
-    /// failures, timeouts) are retried while the budget lasts; the last one
-    /// is returned when it runs out.
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<'_>>> {
-        self.acquire(Instant::now().checked_add(timeout))
-    }
-
-    /// Acquires every lock, waiting until `deadline` at most. `Ok(None)`
-    /// when they could not all be had in time; then none is held.
-    ///
-    /// # Errors
-    ///
-    /// As [`MultiLock::try_lock_for`].
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<'_>>> {
-        self.acquire(Some(deadline))
-    }
-
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard<'_>>> {
+    /// The one acquire path: rounds of non-blocking attempts over every
+    /// lock, waiting only for the busy lock, while holding nothing else.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
         check_members(&self.members, "MultiLock")?;
         // The busy lock of the previous round, won by waiting: kept across
         // the next round so that the wait is not wasted. Only non-blocking
         // attempts happen while it is held.
-        let mut won: Option<LockGuard<'_>> = None;
+        let mut won: Option<LockGuard> = None;
         // Bounded by the deadline: every round either succeeds, fails with
         // an error, or is followed by a wait that consumes the budget.
         loop {
-            let mut guards = Vec::with_capacity(self.members.len());
+            let mut guards = Held::default();
             let mut busy = None;
             let mut failed = None;
             for (i, member) in self.members.iter().enumerate() {
@@ -272,18 +147,18 @@ impl MultiLock {
             // The round's own hold of the won lock (a re-entry) stays.
             drop(won.take());
             if let Some(e) = failed {
-                release_quietly(&mut guards);
+                drop(guards);
                 retry_after_error(e, deadline)?;
                 continue;
             }
             let Some(busy) = busy else {
                 return Ok(Some(MultiLockGuard {
-                    multi: self,
+                    multi: self.clone(),
                     guards,
                     _not_send: PhantomData,
                 }));
             };
-            release_quietly(&mut guards);
+            drop(guards);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
@@ -322,19 +197,6 @@ fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
     Ok(())
 }
 
-/// Blocks the calling thread until `until`. The library does not use
-/// `thread::sleep`; parking may wake early, hence the loop.
-pub(crate) fn pause_until(until: Instant) {
-    // Bounded: each turn parks until `until` or returns.
-    loop {
-        let now = Instant::now();
-        if now >= until {
-            return;
-        }
-        std::thread::park_timeout(until - now);
-    }
-}
-
 /// Every lock of a [`MultiLock`], held; dropping it releases them all.
 ///
 /// Dropping is best effort: each release is bounded by its client's
@@ -351,37 +213,37 @@ pub(crate) fn pause_until(until: Instant) {
 /// ```
 #[must_use = "the locks are released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
-pub struct MultiLockGuard<'a> {
-    multi: &'a MultiLock,
+pub struct MultiLockGuard {
+    multi: MultiLock,
     /// One guard per lock, in canonical order.
-    guards: Vec<LockGuard<'a>>,
+    guards: Held,
     _not_send: PhantomData<*const ()>,
 }
 
-impl fmt::Debug for MultiLockGuard<'_> {
+impl fmt::Debug for MultiLockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLockGuard")
-            .field("multi", self.multi)
+            .field("multi", &self.multi)
             .field("lost", &self.is_lost())
             .finish()
     }
 }
 
-impl<'a> MultiLockGuard<'a> {
+impl MultiLockGuard {
     /// The multi-lock this guard holds.
-    pub fn multi_lock(&self) -> &'a MultiLock {
-        self.multi
+    pub fn multi_lock(&self) -> &MultiLock {
+        &self.multi
     }
 
     /// The guard of each lock, in canonical order.
-    pub fn guards(&self) -> &[LockGuard<'a>] {
-        &self.guards
+    pub fn guards(&self) -> &[LockGuard] {
+        self.guards.guards()
     }
 
     /// `true` when the lease of any of the locks is known to be lost (see
     /// [`LockGuard::is_lost`]).
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().any(LockGuard::is_lost)
+        self.guards.guards().iter().any(LockGuard::is_lost)
     }
 
     /// How much longer every lease is known to be valid on this process's
@@ -389,6 +251,7 @@ impl<'a> MultiLockGuard<'a> {
     /// any is lost.
     pub fn valid_for(&self) -> Duration {
         self.guards
+            .guards()
             .iter()
             .map(LockGuard::valid_for)
             .min()
@@ -402,7 +265,7 @@ impl<'a> MultiLockGuard<'a> {
     /// [`Error::LockLost`] naming the first lock (in canonical order) whose
     /// lease is lost (see [`LockGuard::check`]).
     pub fn check(&self) -> Result<()> {
-        self.guards.iter().try_for_each(LockGuard::check)
+        self.guards.guards().iter().try_for_each(LockGuard::check)
     }
 
     /// Sets the lease of every lock to `lease` from now (see
@@ -415,7 +278,7 @@ impl<'a> MultiLockGuard<'a> {
     /// [`LockGuard::extend`].
     pub fn extend(&self, lease: Duration) -> Result<()> {
         let mut first = None;
-        for guard in &self.guards {
+        for guard in self.guards.guards() {
             if let Err(e) = guard.extend(lease) {
                 if matches!(e, Error::InvalidArgument(_)) {
                     return Err(e);
@@ -434,16 +297,8 @@ impl<'a> MultiLockGuard<'a> {
     /// [`Error::Unlock`] listing each lock whose release failed, with its
     /// error as [`LockGuard::unlock`] reports it ([`Error::LockLost`],
     /// [`Error::NotHeld`], connection, timeout and server errors).
-    pub fn unlock(mut self) -> Result<()> {
-        let guards = std::mem::take(&mut self.guards);
-        release_all(&self.multi.members, guards)
-    }
-}
-
-impl Drop for MultiLockGuard<'_> {
-    fn drop(&mut self) {
-        // Each guard logs its own failure.
-        release_quietly(&mut self.guards);
+    pub fn unlock(self) -> Result<()> {
+        self.guards.unlock()
     }
 }
 

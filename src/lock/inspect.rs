@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::lease::Pttl;
 use crate::lock::Lock;
 
 /// What [`Lock::inspect`] found at a lock name.
@@ -85,14 +86,6 @@ pub struct QueuedWaiter {
 /// One field of a hash and its value, as raw bytes.
 type Field = (Vec<u8>, Vec<u8>);
 
-fn ttl_of(pttl: i64) -> Option<Duration> {
-    match pttl {
-        -2 => None,
-        ms if ms < 0 => Some(Duration::MAX),
-        ms => Some(Duration::from_millis(ms as u64)),
-    }
-}
-
 impl Lock {
     /// Looks at what is stored at this lock's name without changing it:
     /// the kind of lock (reentrant, fair with its queue, read-write with its
@@ -138,7 +131,7 @@ impl Lock {
         let mut info = LockInfo {
             kind: LockKind::Free,
             holders: Vec::new(),
-            ttl: ttl_of(pttl),
+            ttl: Pttl::from_ms(pttl).remaining(),
         };
         match redis_type.as_str() {
             "none" => {}
@@ -153,7 +146,7 @@ impl Lock {
                         .query(conn)
                         .map_err(|e| Error::from_redis(e, name))
                 })?;
-                info.ttl = ttl_of(pttl);
+                info.ttl = Pttl::from_ms(pttl).remaining();
                 let mut mode = None;
                 let mut foreign = false;
                 for (field, value) in fields {
@@ -215,13 +208,6 @@ mod tests {
     fn fair_keys_share_the_hash_tag() {
         assert_eq!(keys::fair_queue(b"job"), b"redisson_lock_queue:{job}");
         assert_eq!(keys::fair_timeouts(b"job"), b"redisson_lock_timeout:{job}");
-    }
-
-    #[test]
-    fn ttl_codes() {
-        assert_eq!(ttl_of(-2), None);
-        assert_eq!(ttl_of(-1), Some(Duration::MAX));
-        assert_eq!(ttl_of(250), Some(Duration::from_millis(250)));
     }
 
     #[test]

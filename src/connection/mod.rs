@@ -1,9 +1,26 @@
 //! Where connections come from: "a connection for this key". Lock code never
-//! sees the deployment (single server today; Sentinel and Cluster plug in
-//! here as further cases).
+//! sees the deployment: a single server today, through the crate's own
+//! pool; Sentinel and Cluster are further cases of [`Source`].
+
+pub(crate) mod pool;
 
 use crate::error::Result;
-use crate::pool::Pool;
+use pool::Pool;
+
+/// Certificates for TLS connections (`rediss://`), beyond the system roots.
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// PEM of the CA that signed the server's certificate (pinned).
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// PEM of the client certificate and its key, for mutual TLS.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    pub(crate) fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client.is_some()
+    }
+}
 
 /// The connections of one Redis deployment.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::config::Tls;
+use crate::connection::Tls;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "tls")]
@@ -89,7 +89,7 @@ impl Pool {
         let client = if tls.is_set() {
             build_with_tls(info, tls)?
         } else {
-            redis::Client::open(info).map_err(Error::from)?
+            redis::Client::open(info).map_err(Error::redis)?
         };
         Ok(Pool {
             client,
@@ -116,9 +116,11 @@ impl Pool {
         let conn = self
             .client
             .get_connection_with_timeout(self.connect_timeout)
-            .map_err(Error::from)?;
-        conn.set_read_timeout(Some(self.response_timeout))?;
-        conn.set_write_timeout(Some(self.response_timeout))?;
+            .map_err(Error::redis)?;
+        conn.set_read_timeout(Some(self.response_timeout))
+            .map_err(Error::redis)?;
+        conn.set_write_timeout(Some(self.response_timeout))
+            .map_err(Error::redis)?;
         Ok(conn)
     }
 
@@ -175,7 +177,13 @@ impl Pool {
                 };
             }
             let now = Instant::now();
-            let deadline = *deadline.get_or_insert(now + self.connect_timeout);
+            // The builder bounds the timeout to a day; `checked_add` keeps
+            // even an unbounded one from panicking (it then waits forever,
+            // as a `Duration::MAX` wait means elsewhere).
+            let deadline = *deadline.get_or_insert(
+                now.checked_add(self.connect_timeout)
+                    .unwrap_or(now + Duration::from_secs(365 * 24 * 3600)),
+            );
             if now >= deadline {
                 return Err(Error::Timeout(format!(
                     "all {} pooled connections stayed busy for {:?}",

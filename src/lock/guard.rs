@@ -5,15 +5,23 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{clock_drift, lease_ms};
 use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
 use crate::holder::HolderId;
-use crate::holds;
-use crate::lease::LeaseState;
-use crate::lock::Lock;
+use crate::lease::{self, LeaseState, lease_ms};
+use crate::lock::{Lock, holds};
 use crate::scripts::Release;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
+///
+/// The guard owns a clone of its (cheap) [`Lock`] handle, so a function can
+/// take a lock and return the guard:
+///
+/// ```no_run
+/// fn take(client: &redguard::Client) -> redguard::Result<redguard::LockGuard> {
+///     client.lock("report:nightly").lock()
+/// }
+/// ```
 ///
 /// Dropping the guard releases the hold: a best-effort unlock bounded by the
 /// client's response timeout, whose failure is logged, never panicking; the
@@ -25,8 +33,7 @@ use crate::scripts::Release;
 /// ```compile_fail
 /// fn assert_send<T: Send>(_: T) {}
 /// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
-/// let lock = client.lock("x");
-/// let guard = lock.lock().unwrap();
+/// let guard = client.lock("x").lock().unwrap();
 /// assert_send(guard);
 /// ```
 ///
@@ -36,37 +43,40 @@ use crate::scripts::Release;
 /// fencing tokens.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
-pub struct LockGuard<'a> {
-    lock: &'a Lock,
+pub struct LockGuard {
+    lock: Lock,
     holder: HolderId,
     state: Arc<LeaseState>,
     lease_ms: u64,
     renewed: bool,
     acquired_at: Instant,
+    token: Option<FencingToken>,
     done: bool,
     _not_send: PhantomData<*const ()>,
 }
 
-impl fmt::Debug for LockGuard<'_> {
+impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &String::from_utf8_lossy(self.lock.name()))
             .field("holder", &self.holder)
             .field("watchdog", &self.renewed)
+            .field("fencing_token", &self.token)
             .field("lost", &self.is_lost())
             .finish()
     }
 }
 
-impl<'a> LockGuard<'a> {
+impl LockGuard {
     pub(crate) fn new(
-        lock: &'a Lock,
+        lock: Lock,
         holder: HolderId,
         state: Arc<LeaseState>,
         lease_ms: u64,
         renewed: bool,
         acquired_at: Instant,
-    ) -> LockGuard<'a> {
+        token: Option<u64>,
+    ) -> LockGuard {
         LockGuard {
             lock,
             holder,
@@ -74,14 +84,38 @@ impl<'a> LockGuard<'a> {
             lease_ms,
             renewed,
             acquired_at,
+            token: token.map(FencingToken::new),
             done: false,
             _not_send: PhantomData,
         }
     }
 
     /// The lock this guard holds.
-    pub fn lock(&self) -> &'a Lock {
-        self.lock
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The fencing token of this grant, for a lock made by
+    /// [`Client::fenced_lock`](crate::Client::fenced_lock): larger than the
+    /// token of every earlier grant of the lock, re-entries included
+    /// (Redisson's `RFencedLock`). Pass it with every write made under the
+    /// lock and let the storage refuse older ones
+    /// ([`Client::fenced_set`](crate::Client::fenced_set)). `None` for the
+    /// other kinds, which draw no token.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.fenced_lock("invoice:7").lock()?;
+    /// if let Some(token) = guard.fencing_token() {
+    ///     let written = client.fenced_set("{invoice:7}:pdf", b"...", token)?;
+    ///     assert!(written.is_written());
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.token
     }
 
     /// The holder id under which the hold is stored.
@@ -160,8 +194,7 @@ impl<'a> LockGuard<'a> {
         }
         let sent = Instant::now();
         if self.lock.renew(&self.holder, ms)? {
-            self.state
-                .set_valid_until(sent + lease.saturating_sub(clock_drift(lease)));
+            self.state.set_valid_until(lease::valid_until(sent, lease));
             Ok(())
         } else {
             self.state.mark_lost();
@@ -226,7 +259,7 @@ impl<'a> LockGuard<'a> {
     }
 }
 
-impl Drop for LockGuard<'_> {
+impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Err(e) = self.release() {
             match e {

@@ -7,13 +7,11 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::config::{clock_drift, lease_ms};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::lock::Lock;
-use crate::multi_lock::{
-    Member, canonical, check_members, pause_until, release_all, release_quietly,
-};
+use crate::lease::{clock_drift, lease_ms};
+use crate::lock::acquire::acquire_methods;
+use crate::lock::{Lock, LockGuard};
+use crate::multi::members::{Held, Member, canonical, check_members, pause_until};
 
 /// A lock over N independent Redis masters that holds when a majority of
 /// them grant it: the Redis "Redlock" algorithm (Redisson's
@@ -159,10 +157,10 @@ impl fmt::Debug for RedLock {
 }
 
 /// The outcome of one round.
-enum Round<'a> {
+enum Round {
     /// A quorum granted the lock in time: the granted holds, and when the
     /// round started.
-    Won(Vec<LockGuard<'a>>, Instant),
+    Won(Held, Instant),
     /// No quorum in time; every grant was given back. `answered` masters
     /// replied (granted or busy); the others failed with `errors`.
     Failed {
@@ -173,9 +171,9 @@ enum Round<'a> {
 
 impl RedLock {
     /// Default shortest pause between two rounds: 50 ms.
-    pub const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(50);
+    const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(50);
     /// Default longest pause between two rounds: 250 ms.
-    pub const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(250);
+    const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(250);
 
     /// A RedLock over `locks`, one per independent master. Cheap: no I/O.
     /// The masters are tried in canonical order (sorted by server, then
@@ -241,52 +239,19 @@ impl RedLock {
         self
     }
 
-    /// Acquires the lock, retrying as long as it takes while a quorum of
-    /// masters answers.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty set, a master named twice, a
-    /// bad name, lease or retry range, or client timeouts too long for the
-    /// lease (see the type's docs); [`Error::Shutdown`] when a client was
-    /// shut down; when fewer than a quorum of masters answer in a round, the
-    /// first master's error (connection, timeout, [`Error::WrongType`],
-    /// server errors).
-    pub fn lock(&self) -> Result<RedLockGuard<'_>> {
-        self.acquire(None)?
-            .ok_or_else(|| Error::Timeout("lock() gave up without a deadline".into()))
-    }
-
-    /// Makes one round, without retrying. `Ok(None)` when no quorum granted
-    /// the lock in time; then it is held on no master.
-    ///
-    /// # Errors
-    ///
-    /// As [`RedLock::lock`].
-    pub fn try_lock(&self) -> Result<Option<RedLockGuard<'_>>> {
-        self.acquire(Some(Instant::now()))
-    }
-
-    /// Makes rounds until one succeeds or `timeout` has passed. `Ok(None)`
-    /// when no round succeeded in time; then the lock is held on no master.
-    /// A timeout too large to represent retries forever. Returns within
-    /// `timeout` plus one round.
-    ///
-    /// # Errors
-    ///
-    /// As [`RedLock::lock`].
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<RedLockGuard<'_>>> {
-        self.acquire(Instant::now().checked_add(timeout))
-    }
-
-    /// Makes rounds until one succeeds or `deadline` has passed. `Ok(None)`
-    /// when no round succeeded in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`RedLock::lock`].
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<RedLockGuard<'_>>> {
-        self.acquire(Some(deadline))
+    acquire_methods! {
+        guard: RedLockGuard,
+        setup: "# let masters: Vec<redguard::Client> = Vec::new();",
+        handle: "redguard::RedLock::new(masters.iter().map(|m| m.lock(\"invoices:run\")))",
+        errors: "[`Error::InvalidArgument`] for an empty set, a master named twice, a \
+                 bad name, lease or retry range, or client timeouts too long for the \
+                 lease (see the type's docs); [`Error::Shutdown`] when a client was \
+                 shut down; when fewer than a quorum of masters answer in a round, the \
+                 first master's error (connection, timeout, [`Error::WrongType`], \
+                 server errors). Each round tries every master without waiting; a \
+                 round without a quorum is retried after a random pause while the \
+                 deadline allows (`try_lock` makes one round). When no round wins, \
+                 the lock is held on no master.",
     }
 
     /// Checks the set, the retry range and the clients' timeouts; returns
@@ -329,7 +294,8 @@ impl RedLock {
         Ok(lease)
     }
 
-    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<RedLockGuard<'_>>> {
+    /// The one acquire path: rounds until one wins or the deadline passes.
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<RedLockGuard>> {
         let lease = self.validate()?;
         let quorum = self.quorum();
         // Bounded by the deadline: every failed round is followed by a
@@ -338,7 +304,7 @@ impl RedLock {
             match self.round(lease, quorum)? {
                 Round::Won(guards, started) => {
                     return Ok(Some(RedLockGuard {
-                        red: self,
+                        red: self.clone(),
                         guards,
                         quorum,
                         acquired_at: started,
@@ -375,9 +341,9 @@ impl RedLock {
     }
 
     /// One round of the algorithm (see the type's docs).
-    fn round(&self, lease: Duration, quorum: usize) -> Result<Round<'_>> {
+    fn round(&self, lease: Duration, quorum: usize) -> Result<Round> {
         let started = Instant::now();
-        let mut granted = Vec::with_capacity(self.members.len());
+        let mut granted = Held::default();
         let mut answered = 0;
         let mut errors = Vec::new();
         for member in &self.members {
@@ -388,7 +354,7 @@ impl RedLock {
                 }
                 Ok(None) => answered += 1,
                 Err(e) if matches!(e, Error::InvalidArgument(_) | Error::Shutdown) => {
-                    release_quietly(&mut granted);
+                    drop(granted);
                     return Err(e);
                 }
                 // The attempt already undid a grant whose reply was lost.
@@ -404,14 +370,14 @@ impl RedLock {
                 "redguard: RedLock round took {elapsed:?}, no validity left of the lease {lease:?}"
             );
         }
-        release_quietly(&mut granted);
+        drop(granted);
         Ok(Round::Failed { answered, errors })
     }
 }
 
 /// The validity of a round that took `elapsed`: `lease − elapsed − drift`
 /// with `drift = lease × 1 % + 2 ms`; `None` when that is not positive.
-pub(crate) fn round_validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
+fn round_validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
     lease
         .checked_sub(elapsed)?
         .checked_sub(clock_drift(lease))
@@ -453,35 +419,35 @@ fn retry_pause(rng: &mut impl Rng, min: Duration, max: Duration) -> Duration {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
-pub struct RedLockGuard<'a> {
-    red: &'a RedLock,
+pub struct RedLockGuard {
+    red: RedLock,
     /// The holds on the masters that granted the lock, in canonical order.
-    guards: Vec<LockGuard<'a>>,
+    guards: Held,
     quorum: usize,
     acquired_at: Instant,
     _not_send: PhantomData<*const ()>,
 }
 
-impl fmt::Debug for RedLockGuard<'_> {
+impl fmt::Debug for RedLockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedLockGuard")
-            .field("red_lock", self.red)
+            .field("red_lock", &self.red)
             .field("granted", &self.guards.len())
             .field("validity", &self.validity())
             .finish()
     }
 }
 
-impl<'a> RedLockGuard<'a> {
+impl RedLockGuard {
     /// The RedLock this guard holds.
-    pub fn red_lock(&self) -> &'a RedLock {
-        self.red
+    pub fn red_lock(&self) -> &RedLock {
+        &self.red
     }
 
     /// The holds on the masters that granted the lock (at least a quorum),
     /// in canonical order.
-    pub fn guards(&self) -> &[LockGuard<'a>] {
-        &self.guards
+    pub fn guards(&self) -> &[LockGuard] {
+        self.guards.guards()
     }
 
     /// When the round that acquired the lock started (t1 of the algorithm).
@@ -496,7 +462,12 @@ impl<'a> RedLockGuard<'a> {
     /// drift, so right after acquisition this is at least
     /// `lease − elapsed − drift` of the algorithm. Zero once lost.
     pub fn validity(&self) -> Duration {
-        let mut left: Vec<Duration> = self.guards.iter().map(LockGuard::valid_for).collect();
+        let mut left: Vec<Duration> = self
+            .guards
+            .guards()
+            .iter()
+            .map(LockGuard::valid_for)
+            .collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
         left.get(self.quorum - 1).copied().unwrap_or(Duration::ZERO)
     }
@@ -505,7 +476,7 @@ impl<'a> RedLockGuard<'a> {
     /// valid: renewals found the lock gone or taken, or could not reach
     /// enough masters before the leases ran out.
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().filter(|g| !g.is_lost()).count() < self.quorum
+        self.guards.guards().iter().filter(|g| !g.is_lost()).count() < self.quorum
     }
 
     /// `Ok(())` while a quorum of the masters' leases is known valid.
@@ -535,7 +506,7 @@ impl<'a> RedLockGuard<'a> {
         lease_ms(lease)?;
         let started = Instant::now();
         let mut extended = 0;
-        for guard in &self.guards {
+        for guard in self.guards.guards() {
             match guard.extend(lease) {
                 Ok(()) => extended += 1,
                 Err(e) => log::debug!(
@@ -551,7 +522,7 @@ impl<'a> RedLockGuard<'a> {
     }
 
     /// The name of the lock on the first master, for errors.
-    fn name(&self) -> &'a [u8] {
+    fn name(&self) -> &[u8] {
         self.red.members.first().map_or(&[][..], |m| m.lock.name())
     }
 
@@ -564,16 +535,8 @@ impl<'a> RedLockGuard<'a> {
     /// error as [`LockGuard::unlock`] reports it ([`Error::LockLost`],
     /// [`Error::NotHeld`], connection, timeout and server errors): expected
     /// for masters that are down; their keys expire with the lease.
-    pub fn unlock(mut self) -> Result<()> {
-        let guards = std::mem::take(&mut self.guards);
-        release_all(&self.red.members, guards)
-    }
-}
-
-impl Drop for RedLockGuard<'_> {
-    fn drop(&mut self) {
-        // Each guard logs its own failure.
-        release_quietly(&mut self.guards);
+    pub fn unlock(self) -> Result<()> {
+        self.guards.unlock()
     }
 }
 
@@ -657,7 +620,7 @@ mod tests {
             quick(7002).lock("x"),
         ]);
         assert_eq!(ok.quorum(), 2);
-        assert_eq!(ok.lease(), Some(crate::DEFAULT_WATCHDOG_TIMEOUT));
+        assert_eq!(ok.lease(), Some(crate::config::DEFAULT_WATCHDOG_TIMEOUT));
         assert!(ok.validate().is_ok());
         assert_eq!(ok.with_lease(ms(900)).lease(), Some(ms(900)));
         // 3 × (2 × 50 + 50) ms = 450 ms > 880 ms / 2.

@@ -1,0 +1,422 @@
+//! The acquire core every lock kind goes through: one attempt of a kind's
+//! acquire script, the wait loop between attempts (pub/sub wake-ups bounded
+//! by the holder's ttl and the poll interval), and the four public entry
+//! points (`lock`, `try_lock`, `try_lock_for`, `try_lock_until`), written
+//! once as [`acquire_methods!`] for every handle type.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease::{self, LeaseState, lease_ms};
+use crate::lock::guard::LockGuard;
+use crate::lock::{Kind, Lock, holds};
+use crate::scripts::{self, Acquire, FairKeys};
+use crate::subscriber::Event;
+use crate::watchdog;
+
+/// Writes the four public acquire methods of a handle type, the
+/// parking_lot set, with their documentation written once. Each is a door
+/// to the type's one core, `fn acquire(&self, deadline: Option<Instant>) ->
+/// Result<Option<Guard>>` (`None`: no deadline), whose errors `errors`
+/// describes; `handle` is an expression making such a handle in the
+/// examples, after the hidden lines of `setup`.
+macro_rules! acquire_methods {
+    (
+        guard: $guard:ident,
+        setup: $setup:literal,
+        handle: $handle:literal,
+        errors: $errors:literal $(,)?
+    ) => {
+        /// Acquires it, waiting as long as it takes. A thread that already
+        /// holds it re-enters at once (the hold count grows).
+        ///
+        /// # Errors
+        ///
+        #[doc = $errors]
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # let client = redguard::Client::open("redis://127.0.0.1/")?;
+        #[doc = $setup]
+        #[doc = concat!("let lock = ", $handle, ";")]
+        /// let guard = lock.lock()?;
+        /// // ... critical section ...
+        /// guard.unlock()?; // or let it drop
+        /// # Ok::<(), redguard::Error>(())
+        /// ```
+        pub fn lock(&self) -> $crate::Result<$guard> {
+            self.acquire(None)?
+                .ok_or_else(|| $crate::Error::Timeout("gave up waiting without a deadline".into()))
+        }
+
+        /// Acquires it if it is free (or held by the calling thread),
+        /// without waiting: `Ok(None)` when someone else holds it.
+        ///
+        /// # Errors
+        ///
+        #[doc = $errors]
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # let client = redguard::Client::open("redis://127.0.0.1/")?;
+        #[doc = $setup]
+        #[doc = concat!("let lock = ", $handle, ";")]
+        /// match lock.try_lock()? {
+        ///     Some(_guard) => { /* ours until the guard drops */ }
+        ///     None => { /* busy: skip this run */ }
+        /// }
+        /// # Ok::<(), redguard::Error>(())
+        /// ```
+        pub fn try_lock(&self) -> $crate::Result<Option<$guard>> {
+            self.acquire(Some(::std::time::Instant::now()))
+        }
+
+        /// Acquires it, waiting at most `timeout`: `Ok(None)` when it could
+        /// not be had in time. A timeout too large to represent (such as
+        /// `Duration::MAX`) waits forever. The attempt in flight when the
+        /// time runs out completes, so the call returns within `timeout`
+        /// plus one response timeout.
+        ///
+        /// # Errors
+        ///
+        #[doc = $errors]
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// use std::time::Duration;
+        /// # let client = redguard::Client::open("redis://127.0.0.1/")?;
+        #[doc = $setup]
+        #[doc = concat!("let lock = ", $handle, ";")]
+        /// if let Some(guard) = lock.try_lock_for(Duration::from_secs(3))? {
+        ///     guard.check()?; // the lease is still ours
+        /// }
+        /// # Ok::<(), redguard::Error>(())
+        /// ```
+        pub fn try_lock_for(
+            &self,
+            timeout: ::std::time::Duration,
+        ) -> $crate::Result<Option<$guard>> {
+            self.acquire(::std::time::Instant::now().checked_add(timeout))
+        }
+
+        /// Acquires it, waiting until `deadline` at most: `Ok(None)` when it
+        /// could not be had in time (a deadline already past makes one
+        /// attempt, as [`try_lock`](Self::try_lock) does).
+        ///
+        /// # Errors
+        ///
+        #[doc = $errors]
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// use std::time::{Duration, Instant};
+        /// # let client = redguard::Client::open("redis://127.0.0.1/")?;
+        #[doc = $setup]
+        #[doc = concat!("let lock = ", $handle, ";")]
+        /// let deadline = Instant::now() + Duration::from_secs(10);
+        /// let first = lock.try_lock_until(deadline)?;
+        /// # Ok::<(), redguard::Error>(())
+        /// ```
+        pub fn try_lock_until(
+            &self,
+            deadline: ::std::time::Instant,
+        ) -> $crate::Result<Option<$guard>> {
+            self.acquire(Some(deadline))
+        }
+    };
+}
+pub(crate) use acquire_methods;
+
+/// A successful attempt: the hold's shared state, when the granting script
+/// was sent, and the fencing token it drew (fenced locks only).
+struct Granted {
+    state: Arc<LeaseState>,
+    sent: Instant,
+    token: Option<u64>,
+}
+
+/// The outcome of one acquisition attempt inside the wait loop.
+pub(crate) enum Attempt<T> {
+    /// Acquired: stop waiting.
+    Acquired(T),
+    /// Busy: wait at most this long (the holder's remaining ttl; `None`
+    /// when unknown or without expiry) before the next attempt.
+    Busy(Option<Duration>),
+}
+
+impl Lock {
+    /// The lease to apply and whether the watchdog renews it.
+    fn lease_mode(&self) -> Result<(Duration, bool)> {
+        match self.lease {
+            Some(lease) => {
+                lease_ms(lease)?;
+                Ok((lease, false))
+            }
+            None => Ok((self.client.watchdog_timeout(), true)),
+        }
+    }
+
+    /// The acquire core of every kind of [`Lock`]: attempts until granted
+    /// or `deadline` (`None`: no deadline) has passed, waiting between
+    /// attempts. The guard owns a clone of this handle.
+    pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+        self.check_name()?;
+        self.client.check_open()?;
+        let (lease, renew) = self.lease_mode()?;
+        let ms = lease_ms(lease)?;
+        let holder = self.client.holder_id();
+        let holder_str: Arc<str> = holder.as_arc().clone();
+        let granted = match self.fair_keys() {
+            Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
+                self.attempt(&holder_str, lease, ms, renew, enqueue)
+            }),
+            None => {
+                // A re-entry never queues: it would wait for itself.
+                let queue_first = holds::current(self.client.id().as_u128(), &self.name).is_none();
+                wait_loop(&self.client, &self.channel, deadline, queue_first, || {
+                    self.attempt(&holder_str, lease, ms, renew, false)
+                })
+            }
+        }?;
+        Ok(granted
+            .map(|g| LockGuard::new(self.clone(), holder, g.state, ms, renew, g.sent, g.token)))
+    }
+
+    /// Runs this kind's acquire script once; sets `sent_script` once a
+    /// connection was had (the script may have run from then on).
+    fn run_acquire(
+        &self,
+        holder: &str,
+        ms: u64,
+        enqueue: bool,
+        sent_script: &mut bool,
+    ) -> Result<Acquire> {
+        self.client
+            .with_conn(&self.name, |conn| {
+                *sent_script = true;
+                match &self.kind {
+                    Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
+                    Kind::Fenced { token } => {
+                        scripts::fenced_acquire(conn, &self.name, token, holder, ms)
+                    }
+                    Kind::Fair {
+                        queue,
+                        timeouts,
+                        wait_timeout,
+                    } => {
+                        let keys = FairKeys {
+                            key: &self.name,
+                            queue,
+                            timeouts,
+                            channel: &self.channel,
+                        };
+                        let wait_ms = lease_ms(*wait_timeout)?;
+                        scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+                    }
+                }
+            })
+            .map(|reply| match (&self.kind, reply) {
+                // A queued waiter must attempt again well before its
+                // deadline, or the others prune it as dead.
+                (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
+                    let heartbeat = *wait_timeout / 3;
+                    Acquire::Busy {
+                        pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
+                    }
+                }
+                (_, reply) => reply,
+            })
+    }
+
+    /// One acquisition attempt. On success the hold is recorded and, when
+    /// new, handed to the watchdog.
+    fn attempt(
+        &self,
+        holder: &Arc<str>,
+        lease: Duration,
+        ms: u64,
+        renew: bool,
+        enqueue: bool,
+    ) -> Result<Attempt<Granted>> {
+        let client_id = self.client.id().as_u128();
+        let sent = Instant::now();
+        let mut sent_script = false;
+        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script);
+        let token = match reply {
+            Ok(Acquire::Acquired { token }) => token,
+            Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
+            Err(e) => {
+                // Only a script that was sent can have run: a refused connect
+                // or a wrong password never got that far.
+                if sent_script
+                    && e.breaks_connection()
+                    && holds::current(client_id, &self.name).is_none()
+                {
+                    // The script may have run: do not leave a hold nobody
+                    // knows of (it would block everyone for a whole lease).
+                    self.release_unknown(holder);
+                }
+                return Err(e);
+            }
+        };
+        let valid_until = lease::valid_until(sent, lease);
+        let now = Instant::now();
+        if self.client.is_shut_down() || now >= valid_until {
+            // Granted too late to be of use (the reply took longer than the
+            // lease), or the client shut down meanwhile: give it back.
+            self.release_one(holder, ms);
+            self.client.check_open()?;
+            return Ok(Attempt::Busy(Some(Duration::ZERO)));
+        }
+        let counters = self.client.counters().clone();
+        let (state, fresh) = holds::enter(client_id, &self.name, || {
+            Arc::new(LeaseState::new(valid_until, counters))
+        });
+        if fresh {
+            let entry = watchdog::Entry {
+                key: self.name.clone(),
+                channel: self.channel.clone(),
+                holder: holder.clone(),
+                lease,
+                renew,
+                renew_batch: self.client.config().renew_batch,
+                queue: self.queue_key().map(Arc::from),
+                state: state.clone(),
+                source: self.client.source().clone(),
+                counters: self.client.counters().clone(),
+            };
+            let due = if renew { sent + lease / 3 } else { valid_until };
+            watchdog::register(entry, due);
+        } else if renew {
+            state.extend_to(valid_until);
+        } else {
+            state.set_valid_until(valid_until);
+        }
+        Ok(Attempt::Acquired(Granted { state, sent, token }))
+    }
+
+    fn release_one(&self, holder: &str, ms: u64) {
+        let released = self.release_str(holder, ms);
+        if let Err(e) = released {
+            log::warn!(
+                "redguard: could not give back lock {:?}: {e}; it expires with its lease",
+                String::from_utf8_lossy(&self.name)
+            );
+        }
+    }
+
+    /// Undoes a grant whose reply was lost, off the caller's thread so the
+    /// caller's deadline is not stretched by a second round trip to a
+    /// server that just failed to answer.
+    fn release_unknown(&self, holder: &Arc<str>) {
+        let (client, name, channel, queue, holder) = (
+            self.client.clone(),
+            self.name.clone(),
+            self.channel.clone(),
+            self.queue_key().map(Arc::<[u8]>::from),
+            holder.clone(),
+        );
+        let undo = move || {
+            let released = client.with_conn(&name, |conn| {
+                scripts::release_holder(conn, &name, &channel, queue.as_deref(), &holder)
+            });
+            match released {
+                Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+                Ok(false) => {}
+                Err(e) => log::warn!(
+                    "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                     ({e}); a grant, if any, expires with its lease",
+                    String::from_utf8_lossy(&name)
+                ),
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("redguard-undo".into())
+            .spawn(undo)
+        {
+            log::warn!("redguard: cannot start a thread to undo a lost grant: {e}");
+        }
+    }
+}
+
+/// The waiter loop shared by every lock kind: attempt; when busy, register
+/// on `channel` (confirmed before the next attempt, so no unlock published
+/// after it is missed), then alternate attempts and waits of at most
+/// min(busy hint, poll interval, time left).
+///
+/// With `queue_first`, a caller that finds other threads of its client
+/// already waiting on `channel` joins the back of their queue and waits for
+/// its wake-up before its first attempt, instead of barging in ahead of the
+/// waiter an unlock message just woke. Within one client, waiters are thus
+/// served in arrival order, and a thread that releases and at once locks
+/// again lets the waiters have their turn. Its first wait is bounded by the
+/// poll interval like every other.
+pub(crate) fn wait_loop<T>(
+    client: &Client,
+    channel: &[u8],
+    deadline: Option<Instant>,
+    queue_first: bool,
+    mut attempt: impl FnMut() -> Result<Attempt<T>>,
+) -> Result<Option<T>> {
+    let poll = client.config().poll_interval;
+    let response_timeout = client.config().response_timeout;
+    let mut waiter = None;
+    if queue_first && let Some(sub) = client.running_subscriber() {
+        let now = Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        if left.is_none_or(|l| !l.is_zero()) {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            if let Some(w) = sub.waiter_behind(channel, confirm_wait) {
+                let turn = left.map_or(poll, |l| l.min(poll));
+                if w.wait(turn) == Some(Event::Shutdown) {
+                    return Err(Error::Shutdown);
+                }
+                client.check_open()?;
+                waiter = Some(w);
+            }
+        }
+    }
+    loop {
+        let hint = match attempt()? {
+            Attempt::Acquired(granted) => return Ok(Some(granted)),
+            Attempt::Busy(hint) => hint,
+        };
+        let now = Instant::now();
+        let left = match deadline {
+            Some(deadline) if deadline <= now => return Ok(None),
+            Some(deadline) => Some(deadline - now),
+            None => None,
+        };
+        if waiter.is_none()
+            && let Some(sub) = client.subscriber()
+        {
+            let confirm_wait = left.map_or(response_timeout, |l| l.min(response_timeout));
+            waiter = Some(sub.waiter(channel, confirm_wait));
+            client.check_open()?;
+            // Attempt again now that an unlock cannot go unnoticed.
+            continue;
+        }
+        let mut sleep = poll;
+        if let Some(hint) = hint {
+            sleep = sleep.min(hint);
+        }
+        if let Some(left) = left {
+            sleep = sleep.min(left);
+        }
+        match &waiter {
+            Some(w) => {
+                if w.wait(sleep) == Some(Event::Shutdown) {
+                    return Err(Error::Shutdown);
+                }
+            }
+            None => std::thread::park_timeout(sleep),
+        }
+        client.check_open()?;
+    }
+}

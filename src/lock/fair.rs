@@ -1,0 +1,73 @@
+//! The fair kind of [`Lock`] (Redisson's `RFairLock`): a waiter's seat in
+//! the server's queue, and the wait that keeps it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::Result;
+use crate::keys;
+use crate::lock::Lock;
+use crate::lock::acquire::{Attempt, wait_loop};
+use crate::scripts;
+
+/// A queued fair-lock waiter's place. Dropped on every way out of the wait
+/// (timeout, error, shutdown, panic) while still armed, it takes the waiter
+/// out of the queue and the deadline set; a grant disarms it, because the
+/// acquire script already removed the waiter.
+struct QueueSeat<'a> {
+    lock: &'a Lock,
+    holder: &'a str,
+    armed: bool,
+}
+
+impl Drop for QueueSeat<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Some(keys) = self.lock.fair_keys() else {
+            return;
+        };
+        let left = self.lock.client.with_conn(&self.lock.name, |conn| {
+            scripts::fair_leave(conn, keys, self.holder)
+        });
+        if let Err(e) = left {
+            log::warn!(
+                "redguard: could not leave the queue of fair lock {:?}: {e}; \
+                 the entry is pruned after the fair wait timeout",
+                String::from_utf8_lossy(&self.lock.name)
+            );
+        }
+    }
+}
+
+impl Lock {
+    /// The wait of a fair waiter: `attempt(enqueue)` until granted or the
+    /// deadline passes. The waiter is woken on its own channel, by the
+    /// release that makes it the one to go next; the server's queue orders
+    /// the waiters, so there is no local queue.
+    pub(super) fn wait_fair<T>(
+        &self,
+        holder: &Arc<str>,
+        deadline: Option<Instant>,
+        mut attempt: impl FnMut(bool) -> Result<Attempt<T>>,
+    ) -> Result<Option<T>> {
+        let channel = keys::fair_channel(&self.name, holder);
+        let mut seat = QueueSeat {
+            lock: self,
+            holder,
+            armed: false,
+        };
+        wait_loop(&self.client, &channel, deadline, false, || {
+            // Once the deadline has passed this is the last attempt: do not
+            // join the queue only to leave it again.
+            let enqueue = deadline.is_none_or(|d| Instant::now() < d);
+            seat.armed |= enqueue;
+            let outcome = attempt(enqueue);
+            if let Ok(Attempt::Acquired(_)) = &outcome {
+                seat.armed = false;
+            }
+            outcome
+        })
+    }
+}

@@ -1,0 +1,414 @@
+//! [`Lock`]: the handle on one named lock, whatever its kind (reentrant,
+//! fair, fenced), and its read-only and admin operations. Acquiring lives in
+//! `acquire`, the guard in `guard`, the fair queue seat in `fair`.
+
+pub(crate) mod acquire;
+mod fair;
+mod guard;
+pub(crate) mod holds;
+mod inspect;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::holder::HolderId;
+use crate::keys;
+use crate::lease::Pttl;
+use crate::scripts::{self, FairKeys, Release};
+use acquire::acquire_methods;
+
+pub use guard::LockGuard;
+pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+
+/// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
+/// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
+/// ([`Client::fenced_lock`], `RFencedLock`). Every kind has the same
+/// methods and the same guard, [`LockGuard`].
+///
+/// A cheap handle (`Clone + Send + Sync`): make it once and share it, or
+/// make one per use. Acquiring returns a [`LockGuard`] that releases one
+/// hold when dropped.
+///
+/// * **Reentrant per thread**: the holder id is `"<client id>:<thread id>"`;
+///   a thread that holds the lock can lock it again (the hold count grows);
+///   each guard releases one hold, the last one deletes the key and
+///   publishes the unlock message.
+/// * **Leases**: without an explicit lease the lock's key expires after the
+///   client's watchdog timeout (30 s by default) and the watchdog renews it
+///   every third of that while the guard lives; a crashed process's lock
+///   thus frees itself within one lease. [`Lock::with_lease`] gives a fixed
+///   lease that is not renewed.
+/// * **Waiting** is woken by Redis pub/sub (one subscriber connection per
+///   client), bounded by the holder's remaining ttl and the client's poll
+///   interval, so a lost message costs at most one of those.
+///
+/// Wire layout (Redisson's): a hash at key `name` mapping holder id to hold
+/// count, `PEXPIRE` = lease; unlock message `0` on
+/// `redisson_lock__channel:{name}`.
+///
+/// The fair kind keeps its waiters in a queue on the server and serves them
+/// first come, first served; the fenced kind draws a fencing token with
+/// every grant ([`LockGuard::fencing_token`]).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("orders:42");
+/// {
+///     let guard = lock.lock()?;         // waits; the watchdog renews the lease
+///     guard.check()?;                   // Err(LockLost) if the lease was lost
+/// }                                     // dropped: released
+/// let batch = lock.with_lease(Duration::from_secs(10)); // fixed lease, no watchdog
+/// if let Some(guard) = batch.try_lock()? {
+///     guard.extend(Duration::from_secs(20))?;
+/// }
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<[u8]>,
+    channel: Arc<[u8]>,
+    lease: Option<Duration>,
+    kind: Kind,
+}
+
+/// Which acquire and release scripts a [`Lock`] runs. Everything else (the
+/// wait loop, holds, guards, renewal) is shared by every kind.
+#[derive(Clone)]
+pub(crate) enum Kind {
+    /// Redisson's `RLock`.
+    Reentrant,
+    /// Redisson's `RFairLock`: a wait queue and a deadline per waiter.
+    Fair {
+        /// `redisson_lock_queue:{name}`.
+        queue: Arc<[u8]>,
+        /// `redisson_lock_timeout:{name}`.
+        timeouts: Arc<[u8]>,
+        /// How long a queued waiter may go without an attempt before it is
+        /// presumed dead and pruned.
+        wait_timeout: Duration,
+    },
+    /// Redisson's `RFencedLock`: every acquisition draws a token.
+    Fenced {
+        /// `redisson_lock_token:{name}`.
+        token: Arc<[u8]>,
+    },
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Reentrant => f.write_str("Reentrant"),
+            Kind::Fair { wait_timeout, .. } => f
+                .debug_struct("Fair")
+                .field("wait_timeout", wait_timeout)
+                .finish_non_exhaustive(),
+            Kind::Fenced { .. } => f.write_str("Fenced"),
+        }
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("kind", &self.kind)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &[u8]) -> Lock {
+        Lock {
+            channel: keys::channel(name).into(),
+            name: name.into(),
+            client,
+            lease: None,
+            kind: Kind::Reentrant,
+        }
+    }
+
+    /// A fair lock: see [`Client::fair_lock`].
+    pub(crate) fn new_fair(client: Client, name: &[u8]) -> Lock {
+        let wait_timeout = client.config().fair_wait_timeout;
+        Lock {
+            kind: Kind::Fair {
+                queue: keys::fair_queue(name).into(),
+                timeouts: keys::fair_timeouts(name).into(),
+                wait_timeout,
+            },
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// A fenced lock: see [`Client::fenced_lock`].
+    pub(crate) fn new_fenced(client: Client, name: &[u8]) -> Lock {
+        Lock {
+            kind: Kind::Fenced {
+                token: keys::token(name).into(),
+            },
+            ..Lock::new(client, name)
+        }
+    }
+
+    /// `true` for a fair lock ([`Client::fair_lock`]).
+    pub fn is_fair(&self) -> bool {
+        matches!(self.kind, Kind::Fair { .. })
+    }
+
+    /// `true` for a fenced lock ([`Client::fenced_lock`]): its guards carry
+    /// a fencing token.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self.kind, Kind::Fenced { .. })
+    }
+
+    /// For a fair lock, how long a queued waiter may go without an attempt
+    /// before the others prune it as dead ([`Builder::fair_wait_timeout`]
+    /// when the lock was made); `None` for other kinds.
+    ///
+    /// [`Builder::fair_wait_timeout`]: crate::Builder::fair_wait_timeout
+    pub fn fair_wait_timeout(&self) -> Option<Duration> {
+        match self.kind {
+            Kind::Fair { wait_timeout, .. } => Some(wait_timeout),
+            _ => None,
+        }
+    }
+
+    /// The lock name: the Redis key of the lock hash.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The explicit lease set by [`Lock::with_lease`], if any.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// The same lock, acquired with a fixed `lease`: the key expires `lease`
+    /// after each acquisition and the watchdog does not renew it (Redisson's
+    /// `lock(leaseTime, unit)`). Fractions of a millisecond round up.
+    ///
+    /// The lease is checked when the lock is acquired: one under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (5 ms) or above
+    /// [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
+    /// [`Error::InvalidArgument`].
+    pub fn with_lease(&self, lease: Duration) -> Lock {
+        Lock {
+            lease: Some(lease),
+            ..self.clone()
+        }
+    }
+
+    acquire_methods! {
+        guard: LockGuard,
+        setup: "",
+        handle: "client.lock(\"orders:42\")",
+        errors: "[`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`] \
+                 (a value of another type is stored at the name, or at the fair queue's \
+                 or fencing counter's key), [`Error::Shutdown`], and connection, \
+                 timeout and server errors. The wait itself never fails: a waiter \
+                 whose pub/sub connection broke keeps retrying.",
+    }
+
+    /// `true` when someone holds the lock (any holder; any value at the key).
+    ///
+    /// # Errors
+    ///
+    /// Connection, timeout and server errors.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("EXISTS")
+                .arg(&self.name[..])
+                .query::<bool>(conn)
+                .map_err(Error::redis)
+        })
+    }
+
+    /// `true` when the calling thread holds the lock through this client.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        Ok(self.hold_count()? > 0)
+    }
+
+    /// How many holds the calling thread has on the lock (0 when it does
+    /// not hold it), as stored in Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn hold_count(&self) -> Result<u64> {
+        self.check_name()?;
+        let holder = self.client.holder_id();
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("HGET")
+                .arg(&self.name[..])
+                .arg(holder.as_str())
+                .query::<Option<u64>>(conn)
+                .map(Option::unwrap_or_default)
+                .map_err(|e| Error::from_redis(e, &self.name))
+        })
+    }
+
+    /// Every holder id with its hold count, as stored in Redis (empty when
+    /// the lock is free).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], connection, timeout and server errors.
+    pub fn holders(&self) -> Result<Vec<(String, u64)>> {
+        self.check_name()?;
+        self.client.with_conn(&self.name, |conn| {
+            redis::cmd("HGETALL")
+                .arg(&self.name[..])
+                .query::<Vec<(String, u64)>>(conn)
+                .map_err(|e| Error::from_redis(e, &self.name))
+        })
+    }
+
+    /// The remaining lease of the lock's key: `None` when the lock is free,
+    /// `Some(Duration::MAX)` when the key exists without an expiry.
+    ///
+    /// # Errors
+    ///
+    /// Connection, timeout and server errors.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.check_name()?;
+        let pttl: i64 = self.client.with_conn(&self.name, |conn| {
+            redis::cmd("PTTL")
+                .arg(&self.name[..])
+                .query(conn)
+                .map_err(Error::redis)
+        })?;
+        Ok(Pttl::from_ms(pttl).remaining())
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters (Redisson's
+    /// `forceUnlock`). `true` when there was a lock to delete. Holders find
+    /// out at their next renewal or [`LockGuard::check`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] (a value of another type at the name is left
+    /// alone), connection, timeout and server errors.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        self.client.check_open()?;
+        self.client.with_conn(&self.name, |conn| {
+            scripts::force_unlock(conn, &self.name, &self.channel, self.queue_key())
+        })
+    }
+
+    /// The last fencing token drawn at this name by a fenced lock
+    /// (Redisson's `RFencedLock.getToken`): `None` before the first grant.
+    /// Every fenced grant, re-entry included, draws a larger one
+    /// ([`LockGuard::fencing_token`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] or
+    /// [`Error::Protocol`] when the counter `redisson_lock_token:{name}`
+    /// holds something that is not a token, connection, timeout and server
+    /// errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.fenced_lock("invoice:7");
+    /// let before = lock.last_fencing_token()?;
+    /// let guard = lock.lock()?;
+    /// assert!(guard.fencing_token() > before);
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn last_fencing_token(&self) -> Result<Option<FencingToken>> {
+        self.check_name()?;
+        let counter = keys::token(&self.name);
+        let raw: Option<String> = self.client.with_conn(&self.name, |conn| {
+            redis::cmd("GET")
+                .arg(&counter[..])
+                .query(conn)
+                .map_err(|e| Error::from_redis(e, &counter))
+        })?;
+        raw.map(|raw| {
+            raw.parse::<u64>()
+                .map(FencingToken::new)
+                .map_err(|_| Error::Protocol(format!("fencing token counter holds {raw:?}")))
+        })
+        .transpose()
+    }
+
+    pub(crate) fn fair_keys(&self) -> Option<FairKeys<'_>> {
+        match &self.kind {
+            Kind::Fair {
+                queue, timeouts, ..
+            } => Some(FairKeys {
+                key: &self.name,
+                queue,
+                timeouts,
+                channel: &self.channel,
+            }),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn queue_key(&self) -> Option<&[u8]> {
+        match &self.kind {
+            Kind::Fair { queue, .. } => Some(queue),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn check_name(&self) -> Result<()> {
+        keys::validate_name(&self.name).map_err(Error::InvalidArgument)
+    }
+
+    /// Releases one hold of `holder`: the guard's unlock.
+    pub(crate) fn release(&self, holder: &HolderId, ms: u64) -> Result<Release> {
+        self.release_str(holder.as_str(), ms)
+    }
+
+    fn release_str(&self, holder: &str, ms: u64) -> Result<Release> {
+        self.client
+            .with_conn(&self.name, |conn| match self.fair_keys() {
+                Some(keys) => scripts::fair_release(conn, keys, holder, ms),
+                None => scripts::release(conn, &self.name, &self.channel, holder, ms),
+            })
+    }
+
+    /// Drops every hold of `holder`.
+    pub(crate) fn release_all(&self, holder: &HolderId) -> Result<bool> {
+        self.release_all_str(holder.as_str())
+    }
+
+    fn release_all_str(&self, holder: &str) -> Result<bool> {
+        self.client.with_conn(&self.name, |conn| {
+            scripts::release_holder(conn, &self.name, &self.channel, self.queue_key(), holder)
+        })
+    }
+
+    /// Sets the lease of `holder`'s hold to `ms` from now: `false` when it
+    /// no longer holds the lock.
+    pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
+        self.client.with_conn(&self.name, |conn| {
+            scripts::renew(conn, &self.name, holder.as_str(), ms)
+        })
+    }
+}
