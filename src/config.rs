@@ -7,8 +7,10 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use crate::connection::Tls;
+use crate::connection::sentinel::{SentinelOptions, SentinelSpec};
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,6 +74,10 @@ pub struct Builder {
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
     tls: Tls,
+    /// Sentinel deployment: see `connection::sentinel` for its setters.
+    pub(crate) sentinel: SentinelOptions,
+    /// Replica acknowledgement: see `replicas` for its setters.
+    pub(crate) acks: ReplicaAcks,
 }
 
 impl fmt::Debug for Builder {
@@ -89,6 +95,8 @@ impl fmt::Debug for Builder {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
+            .field("sentinel", &self.sentinel)
+            .field("acks", &self.acks)
             .finish()
     }
 }
@@ -106,6 +114,8 @@ impl Default for Builder {
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             tls: Tls::default(),
+            sentinel: SentinelOptions::default(),
+            acks: ReplicaAcks::default(),
         }
     }
 }
@@ -218,12 +228,16 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let info = self
-            .url
-            .as_deref()
-            .unwrap_or("redis://127.0.0.1:6379/")
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?;
+        let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/");
+        let sentinel = self.sentinel.resolve(url)?;
+        let info = match &sentinel {
+            Some(spec) => spec.placeholder_info()?,
+            None => self.sentinel.apply_data_credentials(
+                url.into_connection_info()
+                    .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
+            ),
+        };
+        self.acks.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -251,7 +265,11 @@ impl Builder {
                     "TLS certificates need redguard's `tls` feature",
                 ));
             }
-            if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            let tls_url = sentinel.as_ref().map_or_else(
+                || matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }),
+                |spec| spec.tls,
+            );
+            if !tls_url {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
@@ -292,6 +310,8 @@ impl Builder {
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
             tls: self.tls,
+            sentinel,
+            acks: self.acks,
         })
     }
 }
@@ -309,12 +329,18 @@ pub(crate) struct Config {
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) tls: Tls,
+    /// `Some` for a Sentinel deployment (then `info` only names the first
+    /// sentinel and is never connected to).
+    pub(crate) sentinel: Option<SentinelSpec>,
+    pub(crate) acks: ReplicaAcks,
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("server", &self.info.addr().to_string())
+            .field("sentinel", &self.sentinel)
+            .field("acks", &self.acks)
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -69,6 +69,27 @@ pub enum Error {
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
     Redis(#[source] RedisCause),
+    /// Fewer replicas than [`Builder::min_replica_acks`] acknowledged a
+    /// grant (or a fencing token) within the replica ack timeout (Redis's
+    /// `WAIT`), so a failover could lose it. The grant was undone; nothing
+    /// is held. Redisson reports the same case as "None of slaves were
+    /// synced" (`checkLockSyncedSlaves`).
+    ///
+    /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
+    #[error(
+        "lock {name:?} was granted but only {acked} of the {wanted} replica acknowledgements \
+         required arrived in time; the grant was undone"
+    )]
+    NotReplicated {
+        /// The lock name (lossy UTF-8).
+        name: String,
+        /// Replicas that acknowledged the write.
+        acked: u64,
+        /// Replicas required ([`Builder::min_replica_acks`]).
+        ///
+        /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
+        wanted: u64,
+    },
     /// Releasing a guard over several locks ([`MultiLockGuard`] or
     /// [`RedLockGuard`]) failed on some of them. Every lock was still
     /// attempted: those not listed were released. Each failure names its
@@ -113,6 +134,12 @@ impl Error {
     /// `true` for [`Error::NotHeld`].
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })
+    }
+
+    /// `true` for [`Error::NotReplicated`]: a grant too few replicas
+    /// acknowledged, undone.
+    pub fn is_not_replicated(&self) -> bool {
+        matches!(self, Error::NotReplicated { .. })
     }
 
     /// `true` for [`Error::Shutdown`].
@@ -187,6 +214,11 @@ impl RedisCause {
     /// ...), if the failure came from the server.
     pub fn code(&self) -> Option<&str> {
         self.0.code()
+    }
+
+    /// The driver's classification of the failure.
+    pub(crate) fn kind(&self) -> redis::ErrorKind {
+        self.0.kind()
     }
 }
 

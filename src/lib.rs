@@ -90,6 +90,7 @@ mod keys;
 mod lease;
 mod lock;
 mod multi;
+mod replicas;
 mod scripts;
 mod subscriber;
 mod watchdog;

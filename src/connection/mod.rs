@@ -3,6 +3,7 @@
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
 pub(crate) mod pool;
+pub(crate) mod sentinel;
 
 use crate::error::Result;
 use pool::Pool;
@@ -24,9 +25,15 @@ impl Tls {
 
 /// The connections of one Redis deployment.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one Source per client, made once and kept behind an Arc"
+)]
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
+    /// The master of a Sentinel deployment, followed across failovers.
+    Sentinel(sentinel::Sentinel),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -42,13 +49,14 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
     /// The node that owns `key`.
     pub(crate) fn node_of(&self, _key: &[u8]) -> NodeId {
         match self {
-            Source::Single(_) => 0,
+            Source::Single(_) | Source::Sentinel(_) => 0,
         }
     }
 
@@ -61,6 +69,7 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
@@ -68,6 +77,7 @@ impl Source {
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
         }
     }
 
@@ -75,6 +85,17 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
+            Source::Sentinel(sentinel) => sentinel.open_connections(),
+        }
+    }
+
+    /// Changes whenever the node serving the deployment changes (a Sentinel
+    /// failover): a long-lived connection (pub/sub) made under another
+    /// value should reconnect. Always 0 for a single server.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Source::Single(_) => 0,
+            Source::Sentinel(sentinel) => sentinel.generation(),
         }
     }
 }

@@ -189,18 +189,25 @@ impl Lock {
     }
 
     /// Runs this kind's acquire script once; sets `sent_script` once a
-    /// connection was had (the script may have run from then on).
+    /// connection was had (the script may have run from then on). With
+    /// replica acknowledgement asked for, a grant is followed by `WAIT` on
+    /// the same connection and `short_acks` gets the count when it falls
+    /// short.
     fn run_acquire(
         &self,
         holder: &str,
         ms: u64,
         enqueue: bool,
         sent_script: &mut bool,
+        short_acks: &mut Option<u64>,
     ) -> Result<Acquire> {
+        let acks = self.replica_acks();
+        acks.validate()?;
+        let response_timeout = self.client.config().response_timeout;
         self.client
             .with_conn(&self.name, |conn| {
                 *sent_script = true;
-                match &self.kind {
+                let (reply, acked) = acks.run(conn, response_timeout, |conn| match &self.kind {
                     Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
                     Kind::Fenced { token } => {
                         scripts::fenced_acquire(conn, &self.name, token, holder, ms)
@@ -219,7 +226,13 @@ impl Lock {
                         let wait_ms = lease_ms(*wait_timeout)?;
                         scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
                     }
+                })?;
+                if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
+                    && acked < u64::from(acks.min)
+                {
+                    *short_acks = Some(acked);
                 }
+                Ok(reply)
             })
             .map(|reply| match (&self.kind, reply) {
                 // A queued waiter must attempt again well before its
@@ -247,8 +260,20 @@ impl Lock {
         let client_id = self.client.id().as_u128();
         let sent = Instant::now();
         let mut sent_script = false;
-        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script);
+        let mut short_acks = None;
+        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
         let token = match reply {
+            Ok(Acquire::Acquired { .. }) if let Some(acked) = short_acks => {
+                // Too few replicas have the grant: a failover could hand
+                // the lock (or the fencing token) to someone else. Undo it,
+                // as Redisson's syncedEval does, and say why.
+                self.release_one(holder, ms);
+                return Err(Error::NotReplicated {
+                    name: String::from_utf8_lossy(&self.name).into_owned(),
+                    acked,
+                    wanted: u64::from(self.replica_acks().min),
+                });
+            }
             Ok(Acquire::Acquired { token }) => token,
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Err(e) => {

@@ -18,6 +18,7 @@ use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::Pttl;
+use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
 
@@ -78,6 +79,10 @@ pub struct Lock {
     channel: Arc<[u8]>,
     lease: Option<Duration>,
     kind: Kind,
+    /// Replica acknowledgement of this handle's writes; the client's
+    /// ([`Builder::min_replica_acks`](crate::Builder::min_replica_acks))
+    /// when `None`.
+    acks: Option<ReplicaAcks>,
 }
 
 /// Which acquire and release scripts a [`Lock`] runs. Everything else (the
@@ -134,6 +139,7 @@ impl Lock {
             client,
             lease: None,
             kind: Kind::Reentrant,
+            acks: None,
         }
     }
 
@@ -211,6 +217,41 @@ impl Lock {
             lease: Some(lease),
             ..self.clone()
         }
+    }
+
+    /// The same lock, whose grants, extensions and fencing tokens need
+    /// `replicas` acknowledgements (Redis's `WAIT`) instead of the client's
+    /// [`Builder::min_replica_acks`](crate::Builder::min_replica_acks);
+    /// 0 turns the check off for this handle. Checked when used: above 1000
+    /// is [`Error::InvalidArgument`].
+    pub fn min_replica_acks(&self, replicas: u32) -> Lock {
+        Lock {
+            acks: Some(ReplicaAcks {
+                min: replicas,
+                ..self.replica_acks()
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The same lock, waiting at most `timeout` for its replica
+    /// acknowledgements instead of the client's
+    /// [`Builder::replica_ack_timeout`](crate::Builder::replica_ack_timeout).
+    /// Checked when used: outside 1 ms ..= 1 day is
+    /// [`Error::InvalidArgument`].
+    pub fn replica_ack_timeout(&self, timeout: Duration) -> Lock {
+        Lock {
+            acks: Some(ReplicaAcks {
+                timeout,
+                ..self.replica_acks()
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The replica acknowledgement this handle's writes need.
+    pub(crate) fn replica_acks(&self) -> ReplicaAcks {
+        self.acks.unwrap_or(self.client.config().acks)
     }
 
     acquire_methods! {

@@ -231,6 +231,9 @@ impl Worker {
                     Ok(_) => continue,
                 }
             }
+            // Read before connecting: a master change after this makes the
+            // connection reconnect, never listen to a demoted node.
+            let generation = self.source.generation();
             let mut conn = match self.source.pubsub_connection() {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -245,7 +248,7 @@ impl Worker {
                 }
             };
             self.shared.connections.fetch_add(1, Ordering::Relaxed);
-            let exit = self.serve(&mut conn, &mut backoff);
+            let exit = self.serve(&mut conn, &mut backoff, generation);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             drop(conn);
             match exit {
@@ -276,7 +279,7 @@ impl Worker {
         }
     }
 
-    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration) -> Exit {
+    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration, generation: u64) -> Exit {
         let mut pubsub = conn.as_pubsub();
         let mut subscribed: std::collections::HashSet<Vec<u8>> = Default::default();
         let timeout = self.response_timeout;
@@ -298,6 +301,11 @@ impl Worker {
         *backoff = Duration::from_millis(10);
 
         loop {
+            // The deployment moved to another node (a Sentinel failover):
+            // unlocks are published there now.
+            if self.source.generation() != generation {
+                return Exit::Reconnect;
+            }
             // Control first, so that a SUBSCRIBE asked for before a message
             // was read is in place before that message is dispatched.
             loop {

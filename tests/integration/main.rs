@@ -19,6 +19,7 @@ mod red_lock;
 mod reentrant;
 mod renew_batch;
 mod script_cache;
+mod sentinel;
 mod waiters;
 mod watchdog;
 // The binary exists only with the `cli` feature (on by default).

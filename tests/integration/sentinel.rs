@@ -1,0 +1,432 @@
+//! Sentinel deployments (RELIABILITY.md E1–E4, H5): one private bed (a
+//! master, two replicas, three sentinels, every node with a password and
+//! the sentinels with another) serves every case in sequence, healed
+//! between failovers, to keep the suite's wall time down.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    BedOptions, SentinelBed, capture_logs, logged_lines, ms, test_builder, unique_name, wait_until,
+};
+
+const DATA_PW: &str = "data-pw-E4-d47a";
+const SENTINEL_PW: &str = "sentinel-pw-E4-5e1f";
+/// Lease of the E2 clients: longer than a failover (2–4 s here), so that a
+/// replicated lock can be renewed on the new master before it runs out.
+const LONG_LEASE: Duration = Duration::from_secs(6);
+
+fn bed() -> SentinelBed {
+    SentinelBed::start_with(BedOptions {
+        master_name: Some("rg-e".to_owned()),
+        data_password: Some(DATA_PW.to_owned()),
+        sentinel_password: Some(SENTINEL_PW.to_owned()),
+    })
+}
+
+/// A client of the bed through its `redis+sentinel://` URL (with the data
+/// password) and the sentinels' password, with the test timings.
+fn builder(bed: &SentinelBed) -> redguard::Builder {
+    test_builder(&bed.url()).sentinel_password(SENTINEL_PW)
+}
+
+#[test]
+fn sentinel_e1_e2_e3_e4_h5_on_one_bed() {
+    capture_logs();
+    let mut bed = bed();
+    e4_discovery_with_separate_passwords(&bed);
+    e1_failover_under_contention(&mut bed);
+    bed.heal();
+    e2_h5_lost_through_async_replication(&mut bed);
+    bed.heal();
+    e3_demoted_old_master(&mut bed);
+    e4_no_password_in_logs_debug_or_errors(&bed);
+}
+
+/// E4: the client finds the master through the sentinels with the
+/// sentinels' password and talks to the master with the data password; a
+/// wrong password of either kind is `Err(Auth)`, never a hang or a
+/// success.
+fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
+    let client = builder(bed).build().unwrap();
+    let lock = client.lock(unique_name("e4"));
+    let guard = lock.lock().unwrap();
+    assert_eq!(lock.holders().unwrap().len(), 1);
+    guard.unlock().unwrap();
+    assert!(
+        client.server().starts_with("rg-e@127.0.0.1:"),
+        "{}",
+        client.server()
+    );
+
+    let wrong_sentinel = builder(bed)
+        .sentinel_password("not-the-sentinel-pw")
+        .build()
+        .unwrap();
+    let err = wrong_sentinel.lock("e4-x").try_lock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+
+    let wrong_data = builder(bed).password("not-the-data-pw").build().unwrap();
+    let err = wrong_data.lock("e4-x").try_lock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+}
+
+/// E1: two clients × two threads acquire → increment → release in a loop
+/// while the master is `kill -9`ed. Work resumes within 5 s of the kill, no
+/// `READONLY` reaches a caller after that, no two holders overlap, and the
+/// counter equals the completed critical sections.
+fn e1_failover_under_contention(bed: &mut SentinelBed) {
+    let name = unique_name("e1");
+    let clients = [builder(bed).build().unwrap(), builder(bed).build().unwrap()];
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(0));
+    let completed = Arc::new(AtomicU64::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let resumed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let late_errors: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let lock = clients[i % 2].lock(&name);
+        let (stop, inside, counter, completed, overlaps) = (
+            stop.clone(),
+            inside.clone(),
+            counter.clone(),
+            completed.clone(),
+            overlaps.clone(),
+        );
+        let (killed_at, resumed_at, late_errors) =
+            (killed_at.clone(), resumed_at.clone(), late_errors.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut rounds = 0_u64;
+            // Bounded in count and time.
+            while !stop.load(Ordering::Acquire) && rounds < 1_000_000 {
+                rounds += 1;
+                match lock.try_lock_for(ms(2000)) {
+                    Ok(Some(guard)) => {
+                        if inside.swap(true, Ordering::AcqRel) {
+                            overlaps.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let n = counter.load(Ordering::Acquire);
+                        std::thread::yield_now();
+                        counter.store(n + 1, Ordering::Release);
+                        inside.store(false, Ordering::Release);
+                        completed.fetch_add(1, Ordering::Relaxed);
+                        let killed = *killed_at.lock().unwrap();
+                        if let Some(k) = killed {
+                            resumed_at.lock().unwrap().get_or_insert_with(|| {
+                                let now = Instant::now();
+                                debug_assert!(now > k);
+                                now
+                            });
+                        }
+                        // Errors here (a lost key on the new master) are
+                        // logged by the guard; they are not the case's.
+                        drop(guard);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let killed = *killed_at.lock().unwrap();
+                        let late = killed.is_some_and(|k| k.elapsed() > ms(5000));
+                        let text = e.to_string().to_ascii_lowercase();
+                        let readonly = text.contains("readonly")
+                            || text.contains("read only")
+                            || text.contains("not a master");
+                        if late && readonly {
+                            late_errors.lock().unwrap().push(e.to_string());
+                        }
+                        crate::support::sleep(ms(20));
+                    }
+                }
+            }
+        }));
+    }
+    assert!(
+        wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
+        "no progress before the fault"
+    );
+    let old = bed.master_port();
+    bed.drain_switches();
+    let (_, kill) = bed.kill_master();
+    *killed_at.lock().unwrap() = Some(kill);
+    let switch = bed.wait_switch(old, ms(20_000));
+    let resumed = wait_until(ms(15_000), || resumed_at.lock().unwrap().is_some());
+    // Keep going for a while after the switch: no READONLY may show up.
+    crate::support::sleep(ms(1500));
+    stop.store(true, Ordering::Release);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let switch = switch.unwrap_or_else(|| panic!("E1: no +switch-master\n{}", bed.logs()));
+    assert!(resumed, "E1: no critical section completed after the kill");
+    let resumed = resumed_at.lock().unwrap().unwrap();
+    let resume = resumed - kill;
+    eprintln!(
+        "E1: promotion (+switch-master) {:?} after kill -9; first acquire after the kill {:?} \
+         ({:?} after the switch); {} critical sections",
+        switch.at - kill,
+        resume,
+        resumed.saturating_duration_since(switch.at),
+        completed.load(Ordering::Relaxed)
+    );
+    assert!(
+        resume < ms(5000),
+        "E1: work resumed only {resume:?} after the kill"
+    );
+    assert_eq!(
+        overlaps.load(Ordering::Relaxed),
+        0,
+        "E1: two holders at once"
+    );
+    assert_eq!(
+        counter.load(Ordering::Relaxed),
+        completed.load(Ordering::Relaxed),
+        "E1: the counter lost an increment"
+    );
+    let late = late_errors.lock().unwrap();
+    assert!(late.is_empty(), "E1: READONLY after 5 s: {late:?}");
+}
+
+/// E2 and H5, made deterministic: the replicas are frozen and their links
+/// cut before the master dies, so writes made meanwhile exist only on the
+/// master.
+///
+/// * A watchdog lock acquired without acks in that window is lost in the
+///   failover: its holder gets `LockLost` within the failover time + L/3.
+/// * With `min_replica_acks = 1` the first acquire already fails as not
+///   replicated (`Error::NotReplicated`), and nothing is held.
+/// * Control: a lock acknowledged by both replicas before the fault
+///   survives the failover and keeps being renewed.
+/// * H5: without `WAIT`, the fencing token drawn in the window is handed
+///   out again after the failover (a repeated token, reproduced here on
+///   purpose); with `min_replica_acks = 1` no token handed out ever repeats.
+fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
+    let plain = builder(bed).watchdog_timeout(LONG_LEASE).build().unwrap();
+    let acked = builder(bed)
+        .watchdog_timeout(LONG_LEASE)
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(300))
+        .build()
+        .unwrap();
+    let other = builder(bed).watchdog_timeout(LONG_LEASE).build().unwrap();
+
+    // Before the fault: the control lock, acknowledged by both replicas.
+    // Both replicas, and time enough for them on a loaded machine.
+    let kept_lock = acked
+        .lock(unique_name("e2-kept"))
+        .min_replica_acks(2)
+        .replica_ack_timeout(ms(3000));
+    let kept = kept_lock.lock().unwrap();
+    // H5 tokens drawn while replication works.
+    let h5_plain = plain
+        .fenced_lock(unique_name("h5-plain"))
+        .min_replica_acks(2)
+        .replica_ack_timeout(ms(3000));
+    let h5_acked = acked.fenced_lock(unique_name("h5-acked"));
+    let mut plain_tokens = vec![token(&h5_plain)];
+    let mut acked_tokens = vec![token(&h5_acked)];
+
+    // The fault: frozen replicas, cut links.
+    bed.sigstop_replicas();
+    assert_eq!(bed.kill_replication_links(), 2);
+
+    // Without acks: granted on the master alone.
+    let lost_lock = plain.lock(unique_name("e2-lost"));
+    let lost = lost_lock.lock().unwrap();
+    plain_tokens.push(token(&h5_plain.min_replica_acks(0)));
+    // With acks: refused, and nothing held.
+    let refused_lock = acked.lock(unique_name("e2-refused"));
+    let err = refused_lock.try_lock().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            redguard::Error::NotReplicated {
+                acked: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "E2: {err:?}"
+    );
+    assert!(
+        !refused_lock.is_locked().unwrap(),
+        "E2: an unacknowledged grant was left behind"
+    );
+    let err = h5_acked.try_lock().unwrap_err();
+    assert!(err.is_not_replicated(), "H5: {err:?}");
+
+    let old = bed.master_port();
+    bed.drain_switches();
+    let (_, kill) = bed.kill_master();
+    bed.sigcont_all();
+    let switch = bed
+        .wait_switch(old, ms(20_000))
+        .unwrap_or_else(|| panic!("E2: no +switch-master\n{}", bed.logs()));
+    let promotion = switch.at - kill;
+
+    // The lost lock: its holder is told, within failover + L/3.
+    let told = wait_until(promotion + LONG_LEASE, || lost.check().is_err());
+    let told_after = kill.elapsed();
+    assert!(told, "E2: the holder of a lost lock was never told");
+    assert!(lost.check().unwrap_err().is_lock_lost());
+    let bound = promotion + LONG_LEASE / 3 + ms(1000);
+    assert!(
+        told_after <= bound,
+        "E2: LockLost {told_after:?} after the kill, bound {bound:?} (promotion {promotion:?})"
+    );
+    // Someone else can now take it: the lock really was gone.
+    let taken = other.lock(lost_lock.name()).try_lock().unwrap();
+    assert!(
+        taken.is_some(),
+        "E2: the lost lock is still held on the new master"
+    );
+
+    // The control lock survives: renewed on the new master past a lease.
+    crate::support::sleep(LONG_LEASE / 3 + ms(500));
+    kept.check().unwrap();
+    assert!(kept_lock.is_locked().unwrap());
+    assert!(
+        other.lock(kept_lock.name()).try_lock().unwrap().is_none(),
+        "E2: the acknowledged lock was lost"
+    );
+
+    // H5 after the failover.
+    plain_tokens.push(token(&h5_plain.min_replica_acks(0)));
+    // Right after a failover the new master may have no replica online yet
+    // (the other one is being reconfigured): such grants are refused until
+    // one is back, and their tokens are never handed out.
+    let mut refused = 0;
+    let mut granted = None;
+    wait_until(ms(15_000), || match h5_acked.lock() {
+        Ok(guard) => {
+            granted = guard.fencing_token().map(|t| t.get());
+            true
+        }
+        Err(e) if e.is_not_replicated() => {
+            refused += 1;
+            false
+        }
+        Err(e) => panic!("H5: {e:?}"),
+    });
+    acked_tokens.push(granted.expect("H5: no acknowledged grant after the failover"));
+    eprintln!(
+        "E2: promotion {promotion:?}; LockLost {told_after:?} after the kill (L = {LONG_LEASE:?}); \
+         H5 tokens without WAIT {plain_tokens:?}, with min_replica_acks = 1 {acked_tokens:?} \
+         ({refused} refused while the new master had no replica)"
+    );
+    assert_eq!(
+        plain_tokens[1], plain_tokens[2],
+        "H5: without WAIT the token drawn before the failover is handed out again"
+    );
+    let mut unique = acked_tokens.clone();
+    unique.dedup();
+    assert_eq!(
+        unique, acked_tokens,
+        "H5: a token repeated with min_replica_acks = 1"
+    );
+    assert!(acked_tokens.windows(2).all(|w| w[0] < w[1]));
+    drop(taken);
+    drop(lost);
+    kept.unlock().unwrap();
+}
+
+/// The fencing token of one grant of `lock`, released at once.
+fn token(lock: &redguard::Lock) -> u64 {
+    let guard = lock.lock().unwrap();
+    let token = guard.fencing_token().unwrap().get();
+    drop(guard);
+    token
+}
+
+/// E3: a client still connected to the old master when it comes back as a
+/// replica gets `READONLY` from it; that makes it rediscover the master
+/// and acquire there, never answer "held by someone else". The client
+/// listens to no `+switch-master`, so only the `READONLY` path can save it.
+fn e3_demoted_old_master(bed: &mut SentinelBed) {
+    let deaf = builder(bed)
+        .sentinel_switch_listener(false)
+        .build()
+        .unwrap();
+    let name = unique_name("e3");
+    let lock = deaf.lock(&name);
+    // Leaves idle pooled connections to the current master.
+    drop(lock.lock().unwrap());
+
+    let old = bed.master_port();
+    bed.drain_switches();
+    // A partition, not a crash: the client's connections stay open.
+    bed.node(old).sigstop();
+    let switch = bed
+        .wait_switch(old, ms(20_000))
+        .unwrap_or_else(|| panic!("E3: no +switch-master\n{}", bed.logs()));
+    let new = bed.wait_new_master(old, ms(10_000)).unwrap();
+    assert_eq!(new, switch.new_port);
+    bed.node(old).sigcont();
+    // Demoted at once, before any sentinel gets to it (sentinels would
+    // also kill its clients' connections): those stay open.
+    let () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new)
+        .query(&mut bed.data_conn(old))
+        .unwrap();
+    assert_eq!(bed.role_of(old).as_deref(), Some("slave"));
+
+    let before = logged_lines().len();
+    let guard = lock
+        .try_lock_for(ms(3000))
+        .unwrap()
+        .expect("E3: a free lock reported as held by someone else");
+    let lines = logged_lines();
+    assert!(
+        lines[before..]
+            .iter()
+            .any(|l| l.to_ascii_lowercase().contains("read only replica")),
+        "E3: the client did not go through READONLY: {:#?}",
+        &lines[before..]
+    );
+    assert_eq!(bed.role_of(bed.master_port()).as_deref(), Some("master"));
+    guard.unlock().unwrap();
+    bed.heal();
+}
+
+/// E4: neither password appears in anything logged by any case, in the
+/// `Debug` of builders, clients, locks and errors, or in error messages.
+fn e4_no_password_in_logs_debug_or_errors(bed: &SentinelBed) {
+    let b = builder(bed);
+    let client = b.clone().build().unwrap();
+    let errors = [
+        builder(bed)
+            .sentinel_password("wrong")
+            .build()
+            .unwrap()
+            .lock("e4")
+            .try_lock()
+            .unwrap_err(),
+        builder(bed)
+            .password("wrong")
+            .build()
+            .unwrap()
+            .lock("e4")
+            .try_lock()
+            .unwrap_err(),
+        redguard::Client::open(&format!("redis+sentinel://:{DATA_PW}@127.0.0.1:1/m?db=x"))
+            .unwrap_err(),
+    ];
+    let mut texts = vec![
+        format!("{b:?}"),
+        format!("{client:?}"),
+        format!("{:?}", client.lock("e4")),
+        client.server(),
+    ];
+    for e in &errors {
+        texts.push(format!("{e}"));
+        texts.push(format!("{e:?}"));
+    }
+    texts.extend(logged_lines());
+    for pw in [DATA_PW, SENTINEL_PW] {
+        let hits: Vec<&String> = texts.iter().filter(|t| t.contains(pw)).collect();
+        assert!(hits.is_empty(), "E4: a password leaked: {hits:?}");
+    }
+}
