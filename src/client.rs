@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use crate::config::{Builder, Config};
 use crate::connection::Source;
-use crate::connection::pool::Pool;
-use crate::connection::sentinel::{PoolSettings, Sentinel};
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Counters;
@@ -112,24 +110,7 @@ impl Client {
     }
 
     fn from_config(config: Config) -> Result<Client> {
-        let source = match &config.sentinel {
-            Some(spec) => Source::Sentinel(Sentinel::new(
-                spec.clone(),
-                PoolSettings {
-                    tls: config.tls.clone(),
-                    max: config.pool_size,
-                    connect_timeout: config.connect_timeout,
-                    response_timeout: config.response_timeout,
-                },
-            )?),
-            None => Source::Single(Pool::new(
-                config.info.clone(),
-                &config.tls,
-                config.pool_size,
-                config.connect_timeout,
-                config.response_timeout,
-            )?),
-        };
+        let source = Source::open(&config.deployment, &config.connect_options())?;
         Ok(Client {
             shared: Arc::new(Shared {
                 id: ClientId::new_random(),
@@ -279,11 +260,7 @@ impl Client {
     /// safe to print (it holds no credentials). Multi-locks order their
     /// locks by it, and errors about a lock of a multi-lock name it.
     pub fn server(&self) -> String {
-        if let Some(spec) = &self.shared.config.sentinel {
-            return spec.label();
-        }
-        let info = &self.shared.config.info;
-        format!("{}/{}", info.addr(), info.redis_settings().db())
+        self.shared.config.deployment.label()
     }
 
     pub(crate) fn config(&self) -> &Config {

@@ -4,10 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
-
-use crate::connection::Tls;
-use crate::connection::sentinel::{SentinelOptions, SentinelSpec};
+use crate::connection::sentinel::SentinelOptions;
+use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::replicas::ReplicaAcks;
@@ -228,15 +226,9 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/");
-        let sentinel = self.sentinel.resolve(url)?;
-        let info = match &sentinel {
-            Some(spec) => spec.placeholder_info()?,
-            None => self.sentinel.apply_data_credentials(
-                url.into_connection_info()
-                    .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))?,
-            ),
-        };
+        let deployment = self.sentinel.resolve(Deployment::parse(
+            self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"),
+        )?)?;
         self.acks.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
@@ -265,11 +257,7 @@ impl Builder {
                     "TLS certificates need redguard's `tls` feature",
                 ));
             }
-            let tls_url = sentinel.as_ref().map_or_else(
-                || matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }),
-                |spec| spec.tls,
-            );
-            if !tls_url {
+            if !deployment.is_tls() {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
@@ -300,7 +288,7 @@ impl Builder {
             )));
         }
         Ok(Config {
-            info,
+            deployment,
             pool_size: self.pool_size,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
@@ -310,7 +298,6 @@ impl Builder {
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
             tls: self.tls,
-            sentinel,
             acks: self.acks,
         })
     }
@@ -319,7 +306,7 @@ impl Builder {
 /// A validated configuration.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -329,17 +316,25 @@ pub(crate) struct Config {
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) tls: Tls,
-    /// `Some` for a Sentinel deployment (then `info` only names the first
-    /// sentinel and is never connected to).
-    pub(crate) sentinel: Option<SentinelSpec>,
     pub(crate) acks: ReplicaAcks,
+}
+
+impl Config {
+    /// How the connection source makes its connections.
+    pub(crate) fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            tls: self.tls.clone(),
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        }
+    }
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("server", &self.info.addr().to_string())
-            .field("sentinel", &self.sentinel)
+            .field("server", &self.deployment.label())
             .field("acks", &self.acks)
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)

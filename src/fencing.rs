@@ -1,6 +1,5 @@
-//! Fencing: the [`FencingToken`] every grant of a fenced lock
-//! ([`Client::fenced_lock`]) carries, and the storage-side check
-//! [`Client::fenced_set`] that refuses writes carrying an older token.
+//! The storage side of fencing: [`Client::fenced_set`] refuses writes that
+//! carry a [`FencingToken`] older than one it already accepted.
 //!
 //! A lease can run out while its holder is paused (a GC pause, `SIGSTOP`, a
 //! slow disk) and the holder may not notice before it writes. Locks alone
@@ -9,68 +8,11 @@
 //! than the newest it has seen (Kleppmann, "How to do distributed locking",
 //! 2016).
 
-use std::fmt;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::lock::FencingToken;
 use crate::scripts::{self, FencedSet};
-
-/// A fencing token: the number a fenced lock's grant drew from the counter
-/// `redisson_lock_token:{name}` (Redisson's `RFencedLock`). Every grant of
-/// the lock, re-entries included, draws a larger one, so storage that keeps
-/// the newest token it accepted can refuse a writer whose lease ran out.
-///
-/// The counter never expires (as in Redisson) and lives as long as Redis
-/// keeps it: a restart without persistence, or a failover that loses the
-/// latest `INCR`, can hand out a token again.
-///
-/// Tokens compare as numbers; [`FencingToken::get`] gives the number to
-/// store next to your data, [`FencingToken::new`] makes one back.
-///
-/// # Examples
-///
-/// ```no_run
-/// use redguard::FencedWrite;
-///
-/// let client = redguard::Client::open("redis://127.0.0.1/")?;
-/// let guard = client.fenced_lock("reports").lock()?;
-/// let token = guard.fencing_token().expect("a fenced lock's grant has a token");
-/// match client.fenced_set("reports:latest", b"v2", token)? {
-///     FencedWrite::Written => {}
-///     FencedWrite::Rejected { last_token } => {
-///         // Our lease ran out and a holder with `last_token` wrote
-///         // meanwhile: our write was refused, nothing was overwritten.
-///     }
-/// }
-/// # Ok::<(), redguard::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(u64);
-
-impl FencingToken {
-    /// The token numbered `n` (for tokens read back from storage).
-    pub const fn new(n: u64) -> FencingToken {
-        FencingToken(n)
-    }
-
-    /// The token's number.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl From<u64> for FencingToken {
-    fn from(n: u64) -> FencingToken {
-        FencingToken(n)
-    }
-}
-
-impl fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
 
 /// Outcome of [`Client::fenced_set`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +77,7 @@ impl Client {
         Ok(match outcome {
             FencedSet::Written => FencedWrite::Written,
             FencedSet::Rejected(last) => FencedWrite::Rejected {
-                last_token: FencingToken(last),
+                last_token: FencingToken::new(last),
             },
         })
     }
@@ -163,7 +105,7 @@ impl Client {
         match (value, token) {
             (None, None) => Ok(None),
             (Some(value), Some(token)) => match token.parse::<u64>() {
-                Ok(token) => Ok(Some((value, FencingToken(token)))),
+                Ok(token) => Ok(Some((value, FencingToken::new(token)))),
                 Err(_) => Err(Error::Protocol(format!(
                     "fenced key holds the token {token:?}"
                 ))),

@@ -1,6 +1,8 @@
-//! The shared state of one held lock: valid until when, lost, released.
-//! Written by the watchdog and the releasing thread, read by guards; atomics
-//! only, no locks.
+//! Everything about leases: the accepted range and its millisecond form,
+//! the clock-drift allowance and the validity it leaves, `PTTL` readings,
+//! and the shared state of one held lock (valid until when, lost,
+//! released), written by the watchdog and the releasing thread and read by
+//! guards with atomics only. No I/O.
 
 use std::sync::Arc;
 use std::sync::LazyLock;

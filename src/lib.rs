@@ -98,11 +98,11 @@ mod watchdog;
 pub use client::{Client, Stats};
 pub use config::Builder;
 pub use error::{Error, RedisCause, Result};
-pub use fencing::{FencedWrite, FencingToken};
+pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{MAX_LEASE, MIN_LEASE};
-pub use lock::{Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
+pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 
 /// The README's examples, compiled as doc tests.

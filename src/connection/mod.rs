@@ -5,8 +5,60 @@
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 
-use crate::error::Result;
+use redis::IntoConnectionInfo;
+
+use crate::error::{Error, Result};
 use pool::Pool;
+
+/// Where a client's Redis lives, from its URL (or builder calls): one case
+/// per kind of deployment. Holds credentials: never printed whole (see
+/// [`Deployment::label`]).
+#[derive(Clone)]
+pub(crate) enum Deployment {
+    /// One server (or a proxy in front of one): `redis://`, `rediss://`,
+    /// `redis+unix://`.
+    Single(redis::ConnectionInfo),
+    /// A master found through Sentinel: `redis+sentinel://`,
+    /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
+    Sentinel(sentinel::SentinelSpec),
+}
+
+impl Deployment {
+    /// Parses a client URL, choosing the deployment by its scheme.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the URL does not parse; the message
+    /// never repeats the URL (it may hold a password).
+    pub(crate) fn parse(url: &str) -> Result<Deployment> {
+        if sentinel::is_sentinel_url(url) {
+            return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
+        }
+        url.into_connection_info()
+            .map(Deployment::Single)
+            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
+    }
+
+    /// What the client talks to, safe to print: `"<host:port>/<db>"`.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Deployment::Single(info) => {
+                format!("{}/{}", info.addr(), info.redis_settings().db())
+            }
+            Deployment::Sentinel(spec) => spec.label(),
+        }
+    }
+
+    /// `true` when connections use TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Deployment::Single(info) => {
+                matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+            }
+            Deployment::Sentinel(spec) => spec.tls,
+        }
+    }
+}
 
 /// Certificates for TLS connections (`rediss://`), beyond the system roots.
 #[derive(Clone, Default)]
@@ -40,7 +92,38 @@ pub(crate) enum Source {
 /// same server can share one round trip.
 pub(crate) type NodeId = usize;
 
+/// How a [`Source`]'s connections are made, whatever the deployment.
+#[derive(Clone)]
+pub(crate) struct ConnectOptions {
+    pub(crate) tls: Tls,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: std::time::Duration,
+    pub(crate) response_timeout: std::time::Duration,
+}
+
 impl Source {
+    /// The connections of `deployment`. Connects lazily: nothing is sent
+    /// yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the TLS material cannot be used.
+    pub(crate) fn open(deployment: &Deployment, options: &ConnectOptions) -> Result<Source> {
+        match deployment {
+            Deployment::Single(info) => Ok(Source::Single(Pool::new(
+                info.clone(),
+                &options.tls,
+                options.pool_size,
+                options.connect_timeout,
+                options.response_timeout,
+            )?)),
+            Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
+                spec.clone(),
+                options.clone(),
+            )?)),
+        }
+    }
+
     /// Runs `op` on a connection to the server that owns `key`.
     pub(crate) fn with_conn<T>(
         &self,

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use redis::IntoConnectionInfo;
 
-use super::Tls;
 use super::pool::{Pool, is_not_master};
+use super::{ConnectOptions, Deployment};
 use crate::config::Builder;
 use crate::error::{Error, Result};
 
@@ -178,17 +178,6 @@ impl SentinelSpec {
         })
     }
 
-    /// Connection parameters naming the first sentinel, without
-    /// credentials: what `Config::info` holds for a Sentinel deployment.
-    /// Never connected to.
-    pub(crate) fn placeholder_info(&self) -> Result<redis::ConnectionInfo> {
-        let (host, port) = &self.sentinels[0];
-        format!("redis://{}/", host_port(host, *port))
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("bad sentinel address: {}", e.category())))
-    }
-
     /// Connection parameters of the node at `host:port`, with the data
     /// nodes' (`sentinel == false`) or the sentinels' credentials.
     fn connection_info(
@@ -245,36 +234,37 @@ impl fmt::Debug for SentinelOptions {
 }
 
 impl SentinelOptions {
-    /// The Sentinel deployment the builder describes: from
-    /// [`Builder::sentinel`], else from a `redis+sentinel://` URL; `None`
-    /// for a single server.
-    pub(crate) fn resolve(&self, url: &str) -> Result<Option<SentinelSpec>> {
-        let mut spec = match &self.sentinels {
-            Some((urls, name)) => spec_from_list(urls, name)?,
-            None if is_sentinel_url(url) => SentinelSpec::parse_url(url)?,
-            None => return Ok(None),
+    /// The deployment the builder describes: [`Builder::sentinel`]'s when
+    /// it was called, else `parsed` (from the URL); with the credentials
+    /// set on the builder applied.
+    pub(crate) fn resolve(&self, parsed: Deployment) -> Result<Deployment> {
+        let parsed = match &self.sentinels {
+            Some((urls, name)) => Deployment::Sentinel(spec_from_list(urls, name)?),
+            None => parsed,
         };
-        if self.sentinel_username.is_some() {
-            spec.sentinel_username.clone_from(&self.sentinel_username);
-        }
-        if self.sentinel_password.is_some() {
-            spec.sentinel_password.clone_from(&self.sentinel_password);
-        }
-        if self.username.is_some() {
-            spec.username.clone_from(&self.username);
-        }
-        if self.password.is_some() {
-            spec.password.clone_from(&self.password);
-        }
-        spec.switch_listener = !self.no_switch_listener;
-        Ok(Some(spec))
+        Ok(match parsed {
+            Deployment::Single(info) => Deployment::Single(self.apply_data_credentials(info)),
+            Deployment::Sentinel(mut spec) => {
+                if self.sentinel_username.is_some() {
+                    spec.sentinel_username.clone_from(&self.sentinel_username);
+                }
+                if self.sentinel_password.is_some() {
+                    spec.sentinel_password.clone_from(&self.sentinel_password);
+                }
+                if self.username.is_some() {
+                    spec.username.clone_from(&self.username);
+                }
+                if self.password.is_some() {
+                    spec.password.clone_from(&self.password);
+                }
+                spec.switch_listener = !self.no_switch_listener;
+                Deployment::Sentinel(spec)
+            }
+        })
     }
 
     /// `info` with [`Builder::username`] / [`Builder::password`] applied.
-    pub(crate) fn apply_data_credentials(
-        &self,
-        info: redis::ConnectionInfo,
-    ) -> redis::ConnectionInfo {
+    fn apply_data_credentials(&self, info: redis::ConnectionInfo) -> redis::ConnectionInfo {
         let mut settings = info.redis_settings().clone();
         if let Some(user) = &self.username {
             settings = settings.set_username(user);
@@ -507,18 +497,9 @@ struct Master {
     generation: u64,
 }
 
-/// Timeouts and sizes the master's pool is made with.
-#[derive(Clone)]
-pub(crate) struct PoolSettings {
-    pub(crate) tls: Tls,
-    pub(crate) max: usize,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-}
-
 struct Inner {
     spec: SentinelSpec,
-    settings: PoolSettings,
+    settings: ConnectOptions,
     /// One client per sentinel, with the sentinels' credentials.
     sentinels: Vec<(String, redis::Client)>,
     /// The sentinel to ask first: the last one that answered.
@@ -546,7 +527,7 @@ impl fmt::Debug for Sentinel {
 impl Sentinel {
     /// A source for the deployment `spec`. No I/O: the first call
     /// discovers the master.
-    pub(crate) fn new(spec: SentinelSpec, settings: PoolSettings) -> Result<Sentinel> {
+    pub(crate) fn new(spec: SentinelSpec, settings: ConnectOptions) -> Result<Sentinel> {
         if spec.sentinels.is_empty() {
             return Err(Error::invalid(
                 "a Sentinel deployment needs at least one sentinel",
@@ -694,7 +675,7 @@ impl Inner {
                 Pool::new(
                     info,
                     &self.settings.tls,
-                    self.settings.max,
+                    self.settings.pool_size,
                     self.settings.connect_timeout,
                     self.settings.response_timeout,
                 )

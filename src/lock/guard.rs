@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
-use crate::lock::{Lock, holds};
+use crate::lock::{FencingToken, Lock, holds};
 use crate::scripts::Release;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
@@ -163,16 +162,6 @@ impl LockGuard {
             return Err(Error::lost(self.lock.name()));
         }
         Ok(())
-    }
-
-    /// How many holds the calling thread has on the lock, as stored in
-    /// Redis.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::hold_count`].
-    pub fn hold_count(&self) -> Result<u64> {
-        self.lock.hold_count()
     }
 
     /// Sets the lease to `lease` from now, if this holder still holds the

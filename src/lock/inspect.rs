@@ -101,6 +101,19 @@ impl Lock {
     /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
     /// a fair-lock queue key holds a value of another type,
     /// [`Error::Shutdown`], and connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use redguard::LockKind;
+    ///
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let info = client.fair_lock("tenant:42").inspect()?;
+    /// if let LockKind::Fair { queue } = &info.kind {
+    ///     println!("{} waiting, held by {:?}", queue.len(), info.holders);
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn inspect(&self) -> Result<LockInfo> {
         let name = self.name();
         keys::validate_name(name).map_err(Error::InvalidArgument)?;

@@ -7,6 +7,7 @@ mod fair;
 mod guard;
 pub(crate) mod holds;
 mod inspect;
+mod token;
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::Pttl;
@@ -24,6 +24,7 @@ use acquire::acquire_methods;
 
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use token::FencingToken;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
@@ -212,6 +213,19 @@ impl Lock {
     /// [`MIN_LEASE`](crate::MIN_LEASE) (5 ms) or above
     /// [`MAX_LEASE`](crate::MAX_LEASE) makes that call return
     /// [`Error::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let nightly = client.lock("report:nightly").with_lease(Duration::from_secs(60));
+    /// if let Some(guard) = nightly.try_lock()? {
+    ///     // ... at most a minute of work; nothing renews the lease ...
+    ///     guard.extend(Duration::from_secs(60))?; // more time, if still ours
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn with_lease(&self, lease: Duration) -> Lock {
         Lock {
             lease: Some(lease),
@@ -270,6 +284,16 @@ impl Lock {
     /// # Errors
     ///
     /// Connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// if client.lock("report:nightly").is_locked()? {
+    ///     // someone (any holder, any process) holds it now
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
         self.client.with_conn(&self.name, |conn| {
@@ -285,6 +309,16 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::WrongType`], connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.lock("report:nightly");
+    /// let guard = lock.lock()?;
+    /// assert!(lock.is_held_by_current_thread()?);
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
         Ok(self.hold_count()? > 0)
     }
@@ -295,6 +329,17 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::WrongType`], connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.lock("report:nightly");
+    /// let outer = lock.lock()?;
+    /// let inner = lock.lock()?; // re-entry
+    /// assert_eq!(lock.hold_count()?, 2);
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn hold_count(&self) -> Result<u64> {
         self.check_name()?;
         let holder = self.client.holder_id();
@@ -314,6 +359,16 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::WrongType`], connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// for (holder, count) in client.lock("report:nightly").holders()? {
+    ///     println!("{holder} holds it {count} times");
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn holders(&self) -> Result<Vec<(String, u64)>> {
         self.check_name()?;
         self.client.with_conn(&self.name, |conn| {
@@ -330,6 +385,17 @@ impl Lock {
     /// # Errors
     ///
     /// Connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// match client.lock("report:nightly").remaining_ttl()? {
+    ///     None => println!("free"),
+    ///     Some(ttl) => println!("held for {ttl:?} more unless renewed"),
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.check_name()?;
         let pttl: i64 = self.client.with_conn(&self.name, |conn| {
@@ -349,6 +415,14 @@ impl Lock {
     ///
     /// [`Error::WrongType`] (a value of another type at the name is left
     /// alone), connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let deleted = client.lock("report:nightly").force_unlock()?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
         self.client.check_open()?;

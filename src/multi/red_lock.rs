@@ -260,7 +260,7 @@ impl RedLock {
         check_members(&self.members, "RedLock")?;
         for (i, a) in self.members.iter().enumerate() {
             for b in &self.members[i + 1..] {
-                if a.lock.client().config().info.addr() == b.lock.client().config().info.addr() {
+                if a.lock.client().server() == b.lock.client().server() {
                     return Err(Error::invalid(format!(
                         "RedLock needs independent masters, but {} and {} are on the same server",
                         a.label(),

@@ -80,7 +80,7 @@ fn hold_count_goes_1_3_0_and_one_unlock_message_is_published() {
     let g2 = lock.lock().unwrap();
     let g3 = lock.try_lock().unwrap().expect("re-entry never waits");
     assert_eq!(lock.hold_count().unwrap(), 3);
-    assert_eq!(g3.hold_count().unwrap(), 3);
+    assert_eq!(g3.lock().hold_count().unwrap(), 3);
     drop(g3);
     assert_eq!(lock.hold_count().unwrap(), 2);
     g2.unlock().unwrap();
