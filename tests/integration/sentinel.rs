@@ -227,6 +227,10 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let h5_acked = acked.fenced_lock(unique_name("h5-acked"));
     let mut plain_tokens = vec![token(&h5_plain)];
     let mut acked_tokens = vec![token(&h5_acked)];
+    // The CLI: an exec whose lock both replicas acknowledged.
+    let dir = tempfile::tempdir().unwrap();
+    let kept_pid = dir.path().join("kept.pid");
+    let mut cli_kept = Exec::spawn(bed, &unique_name("cli-kept"), Some(2), &kept_pid);
 
     // The fault: frozen replicas, cut links.
     bed.sigstop_replicas();
@@ -235,6 +239,8 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     // Without acks: granted on the master alone.
     let lost_lock = plain.lock(unique_name("e2-lost"));
     let lost = lost_lock.lock().unwrap();
+    let lost_pid = dir.path().join("lost.pid");
+    let mut cli_lost = Exec::spawn(bed, &unique_name("cli-lost"), None, &lost_pid);
     plain_tokens.push(token(&h5_plain.min_replica_acks(0)));
     // With acks: refused, and nothing held.
     let refused_lock = acked.lock(unique_name("e2-refused"));
@@ -290,6 +296,24 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     assert!(
         other.lock(kept_lock.name()).try_lock().unwrap().is_none(),
         "E2: the acknowledged lock was lost"
+    );
+
+    // The CLI: the exec whose lock was lost stops CMD and exits 70; the
+    // other keeps CMD running past a lease.
+    let code = cli_lost.wait(ms(15_000));
+    assert_eq!(code, Some(70), "CLI: lost lock: {}", cli_lost.stderr());
+    assert!(
+        !alive(read_pid(&lost_pid)),
+        "CLI: CMD still runs after the loss"
+    );
+    assert!(cli_kept.running(), "CLI: kept lock: {}", cli_kept.stderr());
+    assert!(alive(read_pid(&kept_pid)));
+    cli_kept.terminate();
+    assert_eq!(
+        cli_kept.wait(ms(10_000)),
+        Some(128 + 15),
+        "{}",
+        cli_kept.stderr()
     );
 
     // H5 after the failover.
@@ -429,4 +453,100 @@ fn e4_no_password_in_logs_debug_or_errors(bed: &SentinelBed) {
         let hits: Vec<&String> = texts.iter().filter(|t| t.contains(pw)).collect();
         assert!(hits.is_empty(), "E4: a password leaked: {hits:?}");
     }
+}
+
+/// A `redguard exec` through the bed's `redis+sentinel://` URL, its CMD
+/// writing its pid to a file and sleeping; killed on drop.
+struct Exec {
+    child: std::process::Child,
+}
+
+impl Exec {
+    fn spawn(bed: &SentinelBed, name: &str, acks: Option<u32>, pidfile: &std::path::Path) -> Exec {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
+        cmd.env_remove("REDIS_URL")
+            .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
+            .env_remove("REDGUARD_LOG")
+            .env("REDIS_SENTINEL_PASSWORD", SENTINEL_PW)
+            .args(["--url", &bed.url()])
+            .args(["--watchdog-timeout", "6s", "--response-timeout", "1s"]);
+        if let Some(n) = acks {
+            cmd.args(["--min-replica-acks", &n.to_string()])
+                .args(["--replica-ack-timeout", "3s"]);
+        }
+        let body = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+        cmd.args(["exec", "--kill-grace", "2s", name, "--", "sh", "-c", &body])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        let mut exec = Exec { child };
+        let started = wait_until(ms(10_000), || {
+            std::fs::read_to_string(pidfile).is_ok_and(|s| s.trim().parse::<i32>().is_ok())
+                || !exec.running()
+        });
+        assert!(
+            started && exec.running(),
+            "CLI: exec did not start: {}",
+            exec.stderr()
+        );
+        exec
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The exit code, waiting at most `timeout`.
+    fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        let mut code = None;
+        wait_until(timeout, || match self.child.try_wait() {
+            Ok(Some(status)) => {
+                code = status.code();
+                true
+            }
+            _ => false,
+        });
+        code
+    }
+
+    fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: `kill` has no memory-safety preconditions; the pid is our
+        // own unreaped child.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        if self.running() {
+            return "(still running)".to_owned();
+        }
+        let mut text = String::new();
+        if let Some(err) = self.child.stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(err, &mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_pid(file: &std::path::Path) -> i32 {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
 }
