@@ -111,6 +111,40 @@ impl ReplicaAcks {
     }
 }
 
+impl ReplicaAcks {
+    /// Sends `WAIT min timeout` on `conn` after writes made on it (a
+    /// pipeline of renewals): how many replicas acknowledged them, `None`
+    /// when `min` is 0 (nothing sent).
+    pub(crate) fn wait(
+        &self,
+        conn: &mut redis::Connection,
+        response_timeout: Duration,
+    ) -> Result<Option<u64>> {
+        if self.min == 0 {
+            return Ok(None);
+        }
+        let ms = u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        conn.set_read_timeout(Some(response_timeout.saturating_add(self.timeout)))
+            .map_err(Error::redis)?;
+        let acked = redis::cmd("WAIT")
+            .arg(self.min)
+            .arg(ms)
+            .query::<u64>(conn)
+            .map_err(Error::redis);
+        conn.set_read_timeout(Some(response_timeout))
+            .map_err(Error::redis)?;
+        acked.map(Some)
+    }
+
+    /// `true` when `acked` (from [`ReplicaAcks::run`] or
+    /// [`ReplicaAcks::wait`]) falls short of `min`.
+    pub(crate) fn short(&self, acked: Option<u64>) -> bool {
+        self.min > 0 && acked.unwrap_or(0) < u64::from(self.min)
+    }
+}
+
 /// A connection that follows every command with a `WAIT`, sent in the same
 /// write, and keeps the count of replicas that acknowledged the last one.
 struct Acked<'a> {

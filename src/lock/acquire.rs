@@ -315,6 +315,8 @@ impl Lock {
                 state: state.clone(),
                 source: self.client.source().clone(),
                 counters: self.client.counters().clone(),
+                acks: self.replica_acks(),
+                response_timeout: self.client.config().response_timeout,
             };
             let due = if renew { sent + lease / 3 } else { valid_until };
             watchdog::register(entry, due);

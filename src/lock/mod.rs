@@ -520,10 +520,24 @@ impl Lock {
     }
 
     /// Sets the lease of `holder`'s hold to `ms` from now: `false` when it
-    /// no longer holds the lock.
+    /// no longer holds the lock; [`Error::NotReplicated`] when it was
+    /// extended on the master but too few replicas acknowledged it.
     pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
-        self.client.with_conn(&self.name, |conn| {
-            scripts::renew(conn, &self.name, holder.as_str(), ms)
-        })
+        let acks = self.replica_acks();
+        acks.validate()?;
+        let response_timeout = self.client.config().response_timeout;
+        let (renewed, acked) = self.client.with_conn(&self.name, |conn| {
+            acks.run(conn, response_timeout, |conn| {
+                scripts::renew(conn, &self.name, holder.as_str(), ms)
+            })
+        })?;
+        if renewed && acks.short(acked) {
+            return Err(Error::NotReplicated {
+                name: String::from_utf8_lossy(&self.name).into_owned(),
+                acked: acked.unwrap_or(0),
+                wanted: u64::from(acks.min),
+            });
+        }
+        Ok(renewed)
     }
 }

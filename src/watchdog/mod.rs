@@ -29,6 +29,7 @@ use crate::connection::{NodeId, Source};
 use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
+use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, Renewal};
 use schedule::Schedule;
 
@@ -49,6 +50,10 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// Replica acknowledgement a renewal needs before the holder's lease
+    /// counts as extended, and the response timeout `WAIT` adds to.
+    pub(crate) acks: ReplicaAcks,
+    pub(crate) response_timeout: Duration,
 }
 
 impl Entry {
@@ -513,15 +518,38 @@ fn renew_group(server: Server, entries: Vec<Entry>, done: &Sender<Done>) {
             .renewals
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-        let replies =
-            source.with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
+        // One WAIT after the batch, on its connection, for the most any of
+        // its locks asks (see `replicas`).
+        let acks = chunk
+            .iter()
+            .map(|e| e.acks)
+            .max_by_key(|a| (a.min, a.timeout))
+            .unwrap_or_default();
+        let response_timeout = chunk
+            .first()
+            .map_or(Duration::from_secs(3), |e| e.response_timeout);
+        let replies = source.with_node_conn(node, |conn| {
+            let replies = scripts::renew_batch(conn, &renewals, per_call)?;
+            let acked = acks.wait(conn, response_timeout)?;
+            Ok((replies, acked))
+        });
         drop(renewals);
         let results = match replies {
-            Ok(replies) => chunk
+            Ok((replies, acked)) => chunk
                 .into_iter()
                 .zip(replies)
                 .map(|(entry, reply)| {
                     let outcome = match reply {
+                        // Extended on the master only: a failover could
+                        // bring back the shorter lease, so the holder's
+                        // lease does not count as extended; retried.
+                        Ok(true) if entry.acks.short(acked) => {
+                            Outcome::Failed(Error::NotReplicated {
+                                name: entry.name(),
+                                acked: acked.unwrap_or(0),
+                                wanted: u64::from(entry.acks.min),
+                            })
+                        }
                         Ok(true) => Outcome::Renewed,
                         Ok(false) => Outcome::Gone,
                         // Another type now lives at the key: the lock is gone.

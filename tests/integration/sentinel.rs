@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    BedOptions, SentinelBed, capture_logs, logged_lines, ms, test_builder, unique_name, wait_until,
+    BedOptions, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms, test_builder,
+    unique_name, wait_until,
 };
 
 const DATA_PW: &str = "data-pw-E4-d47a";
@@ -36,6 +37,7 @@ fn sentinel_e1_e2_e3_e4_h5_on_one_bed() {
     capture_logs();
     let mut bed = bed();
     e4_discovery_with_separate_passwords(&bed);
+    e2_unacknowledged_extensions_do_not_count(&mut bed);
     e1_failover_under_contention(&mut bed);
     bed.heal();
     e2_h5_lost_through_async_replication(&mut bed);
@@ -70,6 +72,48 @@ fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
     let wrong_data = builder(bed).password("not-the-data-pw").build().unwrap();
     let err = wrong_data.lock("e4-x").try_lock().unwrap_err();
     assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+}
+
+/// E2, extensions: with `min_replica_acks = 1`, a renewal or
+/// `extend` that no replica acknowledges (both frozen) extends the key on
+/// the master but not the lease the holder counts on: the watchdog lock
+/// ends in `LockLost` within one lease, `extend` fails with
+/// `NotReplicated`; while replicas answer, both work.
+fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
+    let client = builder(bed)
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(100))
+        .build()
+        .unwrap();
+    let renewed = client.lock(unique_name("e2-renew"));
+    let renewed_guard = renewed.lock().unwrap();
+    let fixed = client.lock(unique_name("e2-extend")).with_lease(ms(5000));
+    let fixed_guard = fixed.lock().unwrap();
+    fixed_guard.extend(ms(5000)).unwrap();
+    // Renewals acknowledged while the replicas answer: kept past a lease.
+    crate::support::sleep(TEST_WATCHDOG + ms(300));
+    renewed_guard.check().unwrap();
+
+    bed.sigstop_replicas();
+    let stopped = Instant::now();
+    let err = fixed_guard.extend(ms(5000)).unwrap_err();
+    assert!(err.is_not_replicated(), "extend: {err:?}");
+    fixed_guard.check().unwrap();
+    let lost = wait_until(TEST_WATCHDOG * 3, || renewed_guard.check().is_err());
+    let after = stopped.elapsed();
+    bed.sigcont_all();
+    assert!(lost, "unacknowledged renewals kept the lease alive");
+    assert!(renewed_guard.check().unwrap_err().is_lock_lost());
+    assert!(
+        after < TEST_WATCHDOG + ms(600),
+        "LockLost {after:?} after the replicas froze (lease {TEST_WATCHDOG:?})"
+    );
+    eprintln!(
+        "E2 (renewals): LockLost {after:?} after the replicas froze, lease {TEST_WATCHDOG:?}"
+    );
+    drop(renewed_guard);
+    fixed_guard.unlock().unwrap();
+    bed.heal();
 }
 
 /// E1: two clients × two threads acquire → increment → release in a loop
@@ -213,11 +257,10 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let other = builder(bed).watchdog_timeout(LONG_LEASE).build().unwrap();
 
     // Before the fault: the control lock, acknowledged by both replicas.
-    // Both replicas, and time enough for them on a loaded machine.
-    let kept_lock = acked
-        .lock(unique_name("e2-kept"))
-        .min_replica_acks(2)
-        .replica_ack_timeout(ms(3000));
+    // Acknowledged, and then seen on both replicas, so that whichever is
+    // promoted has it. (Its renewals need one acknowledgement: after the
+    // failover only one replica is left.)
+    let kept_lock = acked.lock(unique_name("e2-kept"));
     let kept = kept_lock.lock().unwrap();
     // H5 tokens drawn while replication works.
     let h5_plain = plain
@@ -230,7 +273,23 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     // The CLI: an exec whose lock both replicas acknowledged.
     let dir = tempfile::tempdir().unwrap();
     let kept_pid = dir.path().join("kept.pid");
-    let mut cli_kept = Exec::spawn(bed, &unique_name("cli-kept"), Some(2), &kept_pid);
+    let cli_kept_name = unique_name("cli-kept");
+    let mut cli_kept = Exec::spawn(bed, &cli_kept_name, Some(1), &kept_pid);
+    let names = [kept_lock.name().to_vec(), cli_kept_name.into_bytes()];
+    let replicated = wait_until(ms(5000), || {
+        bed.replicas().iter().all(|r| {
+            names.iter().all(|n| {
+                redis::cmd("EXISTS")
+                    .arg(n)
+                    .query::<bool>(&mut bed.data_conn(r.port()))
+                    .unwrap_or(false)
+            })
+        })
+    });
+    assert!(
+        replicated,
+        "E2: the control locks did not reach both replicas"
+    );
 
     // The fault: frozen replicas, cut links.
     bed.sigstop_replicas();
