@@ -90,6 +90,10 @@ pub enum Error {
         /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
         wanted: u64,
     },
+    /// The operating system's random number generator failed (drawing a
+    /// one-use [`Token`](crate::Token)). Nothing was stored.
+    #[error("the OS random number generator failed: {0}")]
+    Random(String),
     /// Releasing a guard over several locks ([`MultiLockGuard`] or
     /// [`RedLockGuard`]) failed on some of them. Every lock was still
     /// attempted: those not listed were released. Each failure names its

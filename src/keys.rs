@@ -80,6 +80,15 @@ pub(crate) fn token(name: &[u8]) -> Vec<u8> {
     prefixed("redisson_lock_token", name)
 }
 
+/// The key of one one-use token: `redguard_token:{scope}:<token text>`.
+/// Every token of a scope shares the scope's hash tag.
+pub(crate) fn one_use_token(scope: &[u8], token: &[u8]) -> Vec<u8> {
+    let mut out = prefixed("redguard_token", scope);
+    out.push(b':');
+    out.extend_from_slice(token);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +121,7 @@ mod tests {
             b"redisson_lock__channel:{q}:c1d2:7"
         );
         assert_eq!(token(b"{o}:1"), b"redisson_lock_token:{o}:1");
+        assert_eq!(one_use_token(b"pay", b"00ff"), b"redguard_token:{pay}:00ff");
     }
 
     #[test]

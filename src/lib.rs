@@ -90,9 +90,11 @@ mod keys;
 mod lease;
 mod lock;
 mod multi;
+mod once;
 mod replicas;
 mod scripts;
 mod subscriber;
+mod token;
 mod watchdog;
 
 pub use client::{Client, Stats};
@@ -104,6 +106,8 @@ pub use keys::MAX_NAME_LEN;
 pub use lease::{MAX_LEASE, MIN_LEASE};
 pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
+pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use token::{ParseTokenError, TOKEN_BYTES, Token};
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
 use crate::lock::{Kind, Lock, holds};
@@ -135,10 +136,23 @@ pub(crate) use acquire_methods;
 
 /// A successful attempt: the hold's shared state, when the granting script
 /// was sent, and the fencing token it drew (fenced locks only).
-struct Granted {
+pub(crate) struct Granted {
     state: Arc<LeaseState>,
     sent: Instant,
     token: Option<u64>,
+}
+
+impl Granted {
+    /// The guard of this grant, owning `lock`.
+    pub(crate) fn into_guard(
+        self,
+        lock: Lock,
+        holder: HolderId,
+        ms: u64,
+        renew: bool,
+    ) -> LockGuard {
+        LockGuard::new(lock, holder, self.state, ms, renew, self.sent, self.token)
+    }
 }
 
 /// The outcome of one acquisition attempt inside the wait loop.
@@ -184,8 +198,7 @@ impl Lock {
                 })
             }
         }?;
-        Ok(granted
-            .map(|g| LockGuard::new(self.clone(), holder, g.state, ms, renew, g.sent, g.token)))
+        Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
     /// Runs this kind's acquire script once; sets `sent_script` once a
@@ -257,23 +270,46 @@ impl Lock {
         renew: bool,
         enqueue: bool,
     ) -> Result<Attempt<Granted>> {
-        let client_id = self.client.id().as_u128();
         let sent = Instant::now();
         let mut sent_script = false;
         let mut short_acks = None;
         let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
+        if let (Ok(Acquire::Acquired { .. }), Some(acked)) = (&reply, short_acks) {
+            // Too few replicas have the grant: a failover could hand the
+            // lock (or the fencing token) to someone else. Undo it, as
+            // Redisson's syncedEval does, and say why.
+            self.release_one(holder, ms);
+            return Err(Error::NotReplicated {
+                name: String::from_utf8_lossy(&self.name).into_owned(),
+                acked,
+                wanted: u64::from(self.replica_acks().min),
+            });
+        }
+        self.settle(reply, sent_script, holder, lease, ms, renew, sent)
+    }
+
+    /// Turns the reply of a script that grants this lock (this kind's
+    /// acquire script, or a script built on it, such as a run-once claim)
+    /// into the attempt's outcome: a grant is recorded as a hold and, when
+    /// new, handed to the watchdog; a grant whose reply was lost is undone.
+    /// `sent_script`: whether the script may have run; `sent`: when it was
+    /// sent.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one attempt, passed through unchanged"
+    )]
+    pub(crate) fn settle(
+        &self,
+        reply: Result<Acquire>,
+        sent_script: bool,
+        holder: &Arc<str>,
+        lease: Duration,
+        ms: u64,
+        renew: bool,
+        sent: Instant,
+    ) -> Result<Attempt<Granted>> {
+        let client_id = self.client.id().as_u128();
         let token = match reply {
-            Ok(Acquire::Acquired { .. }) if let Some(acked) = short_acks => {
-                // Too few replicas have the grant: a failover could hand
-                // the lock (or the fencing token) to someone else. Undo it,
-                // as Redisson's syncedEval does, and say why.
-                self.release_one(holder, ms);
-                return Err(Error::NotReplicated {
-                    name: String::from_utf8_lossy(&self.name).into_owned(),
-                    acked,
-                    wanted: u64::from(self.replica_acks().min),
-                });
-            }
             Ok(Acquire::Acquired { token }) => token,
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Err(e) => {

@@ -208,7 +208,26 @@ impl LockGuard {
         self.release()
     }
 
+    /// Ends this hold with `script` instead of the lock's release script
+    /// (a run-once completion records and releases in one step); `script`
+    /// answers as the release script would. Not sent when the lease is
+    /// already known lost.
+    pub(crate) fn release_with(
+        mut self,
+        script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
+    ) -> Result<()> {
+        self.release_by(script)
+    }
+
     fn release(&mut self) -> Result<()> {
+        let ms = self.lease_ms;
+        self.release_by(|lock, holder| lock.release(holder, ms))
+    }
+
+    fn release_by(
+        &mut self,
+        script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
+    ) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
         }
@@ -218,7 +237,7 @@ impl LockGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
-        let reply = self.lock.release(&self.holder, self.lease_ms);
+        let reply = script(&self.lock, &self.holder);
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();

@@ -4,10 +4,10 @@
 
 pub(crate) mod acquire;
 mod fair;
+mod fencing_token;
 mod guard;
 pub(crate) mod holds;
 mod inspect;
-mod token;
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,9 +22,9 @@ use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
 
+pub use fencing_token::FencingToken;
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
-pub use token::FencingToken;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
@@ -482,6 +482,11 @@ impl Lock {
             }),
             _ => None,
         }
+    }
+
+    /// The unlock channel, `redisson_lock__channel:{name}`.
+    pub(crate) fn channel(&self) -> &[u8] {
+        &self.channel
     }
 
     pub(crate) fn queue_key(&self) -> Option<&[u8]> {

@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 use crate::keys::UNLOCK_MESSAGE;
 use crate::lease::Pttl;
 
+pub(crate) mod once;
+
 static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
 static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));

@@ -21,7 +21,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_redguard");
 const RUN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `redguard --url URL --watchdog-timeout 3s --response-timeout 1s`.
-fn redguard(url: &str) -> Command {
+pub(crate) fn redguard(url: &str) -> Command {
     redguard_timed(url, "3s", "1s")
 }
 
@@ -62,7 +62,7 @@ fn redguard_bare() -> Command {
 /// A running redguard with its stdout and stderr captured in files (not
 /// pipes: a CMD that outlives redguard must not block the test). Killed
 /// and reaped on drop.
-struct Proc {
+pub(crate) struct Proc {
     child: Option<Child>,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -71,16 +71,16 @@ struct Proc {
 
 /// How a redguard run ended.
 #[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Outcome {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
     /// From [`Proc::wait`] being called to the exit.
     elapsed: Duration,
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command) -> Proc {
+    pub(crate) fn spawn(mut cmd: Command) -> Proc {
         let dir = tempfile::Builder::new()
             .prefix("redguard-cli-")
             .tempdir()
@@ -99,7 +99,7 @@ impl Proc {
         }
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
 
@@ -125,7 +125,7 @@ impl Proc {
     ///
     /// When it does not exit in time (it is killed first) or was already
     /// waited for.
-    fn wait(&mut self, timeout: Duration) -> Outcome {
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Outcome {
         let start = Instant::now();
         let mut child = self.child.take().expect("already waited for");
         let mut status = None;
@@ -162,7 +162,7 @@ impl Drop for Proc {
 }
 
 /// Runs a redguard command to its end (bounded by [`RUN_TIMEOUT`]).
-fn run(cmd: Command) -> Outcome {
+pub(crate) fn run(cmd: Command) -> Outcome {
     Proc::spawn(cmd).wait(RUN_TIMEOUT)
 }
 

@@ -13,6 +13,7 @@ mod local_fairness;
 mod lock;
 mod multi_lock;
 mod mutual_exclusion;
+mod once;
 mod ownership;
 mod pool_contention;
 mod red_lock;

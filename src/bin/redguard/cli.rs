@@ -125,6 +125,17 @@ pub(crate) enum Command {
     Status(StatusArgs),
     /// Delete a lock whoever holds it and wake its waiters.
     Unlock(UnlockArgs),
+    /// Run CMD once per KEY across every host, for --ttl: the first caller
+    /// runs it; later callers print who ran it and when, and exit with its
+    /// recorded status (0) without running it.
+    ///
+    /// A caller that finds CMD running exits 75, or with --wait waits for
+    /// the outcome and exits like the runner did. A failing CMD is not
+    /// recorded (the next caller runs it again) unless --record-failure.
+    /// `--status KEY` shows the record; `--forget KEY` deletes it. CMD's
+    /// environment carries REDGUARD_ONCE_KEY, REDGUARD_HOLDER and
+    /// REDGUARD_FENCING_TOKEN.
+    Once(OnceArgs),
 }
 
 /// What to do when the lease is lost while CMD runs.
@@ -188,6 +199,54 @@ pub(crate) struct ExecArgs {
     #[arg(
         value_name = "CMD",
         required = true,
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct OnceArgs {
+    /// The run-once key (the Redis key of its record).
+    #[arg(value_name = "KEY")]
+    pub(crate) key: OsString,
+
+    /// How long a run is remembered: later callers within it do not run
+    /// CMD.
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, default_value = "24h")]
+    pub(crate) ttl: Duration,
+
+    /// When CMD is running elsewhere, wait at most this long for its
+    /// outcome and exit like it did (or run CMD if that run gave up
+    /// without a record).
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+
+    /// Record a failing CMD too: later callers then exit with its status
+    /// instead of running it again.
+    #[arg(long)]
+    pub(crate) record_failure: bool,
+
+    /// No message when CMD ran before or runs elsewhere (the exit status
+    /// says it); errors are still printed.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// Show what is recorded for KEY (who ran CMD, when, its status), or
+    /// who is running it; run nothing.
+    #[arg(long, conflicts_with_all = ["forget", "wait", "record_failure", "command"])]
+    pub(crate) status: bool,
+
+    /// Delete the record of KEY, so that the next caller runs CMD again (a
+    /// run in progress is left alone); run nothing.
+    #[arg(long, conflicts_with_all = ["wait", "record_failure", "command"])]
+    pub(crate) forget: bool,
+
+    /// The command to run, with its arguments (after `--`, or after KEY
+    /// and the options).
+    #[arg(
+        value_name = "CMD",
+        required_unless_present_any = ["status", "forget"],
         num_args = 1..,
         trailing_var_arg = true
     )]
@@ -314,6 +373,25 @@ mod tests {
             assert!(exec.no_wait);
             assert_eq!(exec.command, ["ls", "-l"]);
         }
+    }
+
+    #[test]
+    fn once_takes_a_cmd_or_status_or_forget() {
+        let parse = |argv: &[&str]| Cli::try_parse_from(argv);
+        let once = |argv: &[&str]| match parse(argv).unwrap().command {
+            Command::Once(args) => args,
+            other => panic!("not once: {other:?}"),
+        };
+        let a = once(&["redguard", "once", "nightly", "--", "./job.sh", "-x"]);
+        assert_eq!(a.command, ["./job.sh", "-x"]);
+        assert_eq!(a.ttl, Duration::from_secs(86_400));
+        let a = once(&["redguard", "once", "-w", "5m", "--ttl", "1h", "k", "job"]);
+        assert_eq!(a.wait, Some(Duration::from_secs(300)));
+        assert!(once(&["redguard", "once", "--status", "k"]).status);
+        assert!(once(&["redguard", "once", "--forget", "k"]).forget);
+        assert!(parse(&["redguard", "once", "k"]).is_err(), "CMD missing");
+        assert!(parse(&["redguard", "once", "--status", "k", "--", "job"]).is_err());
+        assert!(parse(&["redguard", "once", "--status", "--forget", "k"]).is_err());
     }
 
     #[test]

@@ -92,6 +92,52 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     if let Some(token) = guard.fencing_token() {
         cmd.env("REDGUARD_FENCING_TOKEN", token.to_string());
     }
+    let why = lost_reason(args);
+    let loss = OnLoss {
+        action: args.on_lost,
+        kill_grace: args.kill_grace,
+        why: &why,
+        subject: format!("lock {}", show_name(&name)),
+    };
+    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
+        CmdEnd::NotStarted(exit) => return Ok(exit),
+        CmdEnd::Ended { code, lost } => (code, lost),
+    };
+    finish(args, &name, guard, code, lost)
+}
+
+/// How a CMD run under a lease ended.
+pub(crate) enum CmdEnd {
+    /// A signal reached redguard before CMD could start: CMD was not run
+    /// (the message is printed); exit with this status.
+    NotStarted(ExitCode),
+    /// CMD ended with `code` (its exit status as a shell reports it);
+    /// `lost`: the lease was lost while it ran, and CMD was dealt with as
+    /// the [`OnLoss`] said.
+    Ended { code: u8, lost: bool },
+}
+
+/// What to do about CMD when the lease is lost while it runs, and how to
+/// say so.
+pub(crate) struct OnLoss<'a> {
+    pub(crate) action: OnLost,
+    pub(crate) kill_grace: Duration,
+    /// What happened, e.g. "lost the lease".
+    pub(crate) why: &'a str,
+    /// Of what, e.g. `lock "nightly"`.
+    pub(crate) subject: String,
+}
+
+/// Starts CMD (unless a signal already arrived) and waits for it while
+/// watching the lease with `is_lost`. Signals to redguard go to CMD
+/// meanwhile (the relay).
+pub(crate) fn run_cmd(
+    mut cmd: Command,
+    program: &OsStr,
+    relay: &Relay,
+    is_lost: &dyn Fn() -> bool,
+    loss: &OnLoss<'_>,
+) -> Result<CmdEnd, Failure> {
     // Interactive use (redguard in the terminal's foreground group): CMD
     // stays in that group, so job control and terminal input work and the
     // terminal's own signals reach it directly. Batch use: CMD leads a
@@ -107,28 +153,15 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         Ok(Some(_pid)) => {}
         Ok(None) => {
             let signal = relay.interrupted().unwrap_or(libc::SIGTERM);
-            drop(guard);
             out::error(&format!(
                 "{} before CMD started; CMD not run",
                 signal_name(signal)
             ));
-            return Ok(signal_exit(signal));
+            return Ok(CmdEnd::NotStarted(signal_exit(signal)));
         }
-        Err(e) => {
-            drop(guard);
-            return Err(spawn_failure(program, &e));
-        }
+        Err(e) => return Err(spawn_failure(program, &e)),
     }
-    supervise(args, &name, guard, &relay)
-}
 
-/// Waits for CMD while watching the lease, then releases the lock.
-fn supervise(
-    args: &ExecArgs,
-    name: &[u8],
-    guard: LockGuard,
-    relay: &Relay,
-) -> Result<ExitCode, Failure> {
     let mut lost_at: Option<Instant> = None;
     let mut killed = false;
     let status: ExitStatus = loop {
@@ -144,35 +177,45 @@ fn supervise(
                 ));
             }
         }
-        if lost_at.is_none() && guard.is_lost() {
+        if lost_at.is_none() && is_lost() {
             lost_at = Some(Instant::now());
-            let why = lost_reason(args);
-            match args.on_lost {
+            let (why, subject) = (loss.why, &loss.subject);
+            match loss.action {
                 OnLost::Kill => {
                     out::error(&format!(
-                        "{why} of lock {} while CMD ran; stopping CMD (SIGTERM now, SIGKILL in {})",
-                        show_name(name),
-                        humantime::format_duration(args.kill_grace)
+                        "{why} of {subject} while CMD ran; stopping CMD (SIGTERM now, SIGKILL in {})",
+                        humantime::format_duration(loss.kill_grace)
                     ));
                     relay.signal_child(libc::SIGTERM);
                 }
                 OnLost::Warn => out::warn(&format!(
-                    "{why} of lock {} while CMD runs; CMD goes on (--on-lost warn)",
-                    show_name(name)
+                    "{why} of {subject} while CMD runs; CMD goes on (--on-lost warn)"
                 )),
             }
         }
-        if let (Some(at), OnLost::Kill, false) = (lost_at, args.on_lost, killed)
-            && at.elapsed() >= args.kill_grace
+        if let (Some(at), OnLost::Kill, false) = (lost_at, loss.action, killed)
+            && at.elapsed() >= loss.kill_grace
         {
             relay.signal_child(libc::SIGKILL);
             killed = true;
         }
         thread::park_timeout(SUPERVISE_EVERY);
     };
-    let cmd_code = exit_status_code(status);
+    Ok(CmdEnd::Ended {
+        code: exit_status_code(status),
+        lost: lost_at.is_some(),
+    })
+}
 
-    if lost_at.is_some() {
+/// After CMD: releases the lock and decides the exit status.
+fn finish(
+    args: &ExecArgs,
+    name: &[u8],
+    guard: LockGuard,
+    cmd_code: u8,
+    lost: bool,
+) -> Result<ExitCode, Failure> {
+    if lost {
         // The lease is gone: there is nothing of ours to release, and the
         // key may be someone else's by now. A release attempt would only be
         // a refused round trip, and against an unresponsive Redis (the
@@ -255,11 +298,11 @@ fn exit_status_code(status: ExitStatus) -> u8 {
     }
 }
 
-fn signal_exit(signal: i32) -> ExitCode {
+pub(crate) fn signal_exit(signal: i32) -> ExitCode {
     ExitCode::from(code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8))
 }
 
-fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     match signal {
         libc::SIGINT => "SIGINT".into(),
         libc::SIGTERM => "SIGTERM".into(),
@@ -307,7 +350,7 @@ fn stop_with_parent(_cmd: &mut Command) {}
 
 /// Checks that CMD can be found and run, as a shell would before running
 /// it: 127 when it is not found, 126 when it is not executable.
-fn preflight(program: &OsStr) -> Result<(), Failure> {
+pub(crate) fn preflight(program: &OsStr) -> Result<(), Failure> {
     let shown = program.to_string_lossy();
     let check = |path: &Path| -> Option<Result<(), Failure>> {
         let meta = std::fs::metadata(path).ok()?;

@@ -9,6 +9,7 @@ mod connect;
 mod exec;
 mod fail;
 mod logging;
+mod once;
 mod out;
 mod relay;
 mod spinner;
@@ -44,5 +45,6 @@ fn run() -> Result<ExitCode, Failure> {
         Command::Exec(args) => exec::exec(args, &conn),
         Command::Status(args) => status::status(args, &conn),
         Command::Unlock(args) => status::unlock(args, &conn),
+        Command::Once(args) => once::once(args, &conn),
     }
 }

@@ -1,0 +1,40 @@
+-- Claim a run-once key, or report who holds it or what it recorded.
+--
+-- The key has two lives. While a runner works it is a reentrant lock in Redisson's layout: a
+-- hash of holder id -> hold count, PEXPIRE = the runner's lease, renewed by the watchdog and
+-- released by the unlock script (abandon). Once the runner completes, the same key is a record:
+-- a hash with the fields "outcome" (bytes), "at" (ms since the epoch, server clock) and "by"
+-- (the runner's holder id), PEXPIRE = the record's ttl. A lock script sees the record as a lock
+-- held by someone else, so nothing else can take the key while it is recorded.
+--
+-- KEYS[1]  the run-once key
+-- KEYS[2]  its fencing-token counter "redisson_lock_token:{key}" (a string integer, never
+--          expires; shared with a fenced lock of the same name, so tokens only ever grow)
+-- ARGV[1]  lease in milliseconds (PEXPIRE applied when claimed)
+-- ARGV[2]  holder id "<client uuid>:<thread id>"
+-- ARGV[3]  "1" to claim the key when it is free; "0" only to look (nothing is written)
+--
+-- Returns  {1, token}                    claimed: the caller runs; token = the counter after INCR
+--          {0, pttl, holder}             a runner holds the key: its remaining lease in ms (-1:
+--                                        no expiry) and its holder id (the caller's own when the
+--                                        calling thread is the runner: a claim is not reentrant)
+--          {2, outcome, at, by, pttl}    done: the record and its remaining ttl in ms (-1: none)
+--          {3}                           free, and ARGV[3] is "0"
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1] (left untouched); an error from
+--          INCR when KEYS[2] holds no integer (raised before anything is written).
+if redis.call('exists', KEYS[1]) == 0 then
+    if ARGV[3] ~= '1' then
+        return {3}
+    end
+    local token = redis.call('incr', KEYS[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, token}
+end
+local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')
+local pttl = redis.call('pttl', KEYS[1])
+if record[1] then
+    return {2, record[1], record[2] or '0', record[3] or '', pttl}
+end
+local holder = redis.call('hkeys', KEYS[1])[1] or ''
+return {0, pttl, holder}

@@ -1,0 +1,30 @@
+-- Record the outcome of a run and end the runner's hold, in one step, only if the runner still
+-- holds the key: a runner whose lease was lost (expired, deleted, claimed by another runner)
+-- can never write a record.
+--
+-- KEYS[1]  the run-once key (see once_claim.lua for its two layouts)
+-- KEYS[2]  its unlock channel "redisson_lock__channel:{key}"
+-- ARGV[1]  holder id of the runner
+-- ARGV[2]  the outcome (any bytes)
+-- ARGV[3]  ttl of the record in milliseconds
+-- ARGV[4]  message published on KEYS[2] once recorded: "1" (Redisson's READ_UNLOCK_MESSAGE),
+--          which wakes every waiter, not just one as the unlock message "0" does: each caller
+--          waiting for the outcome reads the record (Redisson-style lock waiters find the key
+--          taken by it and keep waiting)
+--
+-- Returns  at  recorded, at `at` ms since the epoch (server clock, > 0): the key now holds the
+--              hash {outcome = ARGV[2], at = at, by = ARGV[1]} with PEXPIRE = ARGV[3] (every
+--              hold of the runner ends with it), and ARGV[4] was published once
+--          0   refused: the holder does not hold the key; nothing changed
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1]; it is left untouched.
+redis.replicate_commands()
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return 0
+end
+local t = redis.call('time')
+local at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('del', KEYS[1])
+redis.call('hset', KEYS[1], 'outcome', ARGV[2], 'at', at, 'by', ARGV[1])
+redis.call('pexpire', KEYS[1], ARGV[3])
+redis.call('publish', KEYS[2], ARGV[4])
+return tonumber(at)

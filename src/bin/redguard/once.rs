@@ -1,0 +1,302 @@
+//! `redguard once KEY -- CMD`: run CMD once per KEY across every host for
+//! the ttl; `--status KEY` and `--forget KEY`.
+//!
+//! The record a run leaves is a small JSON object, `{"status": N, "host":
+//! "...", "pid": N}`, stored as the run-once outcome; later callers print
+//! it and exit with its status.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, SystemTime};
+
+use redguard::{Once, OnceGuard, OnceStatus, Outcome};
+use serde_json::{Value, json};
+
+use crate::cli::{OnLost, OnceArgs, name_bytes, show_name};
+use crate::connect::Connection;
+use crate::exec::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
+use crate::fail::{Failure, code};
+use crate::out;
+use crate::relay::Relay;
+use crate::spinner::Spinner;
+
+/// Time between SIGTERM and SIGKILL when the lease is lost while CMD runs
+/// (as `redguard exec`'s default `--kill-grace`).
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs `redguard once`.
+pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failure> {
+    let key = name_bytes(&args.key)?;
+    if args.status {
+        return status(&key, conn);
+    }
+    if args.forget {
+        return forget(&key, conn);
+    }
+    let (program, cmd_args) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
+    // A typo in CMD is reported at once, not after waiting for a runner.
+    preflight(program)?;
+
+    let relay = Relay::start(conn.client.clone())
+        .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
+    let spinner = Spinner::start(&conn.client.lock(&key), args.quiet || args.wait.is_none());
+    let found = match args.wait {
+        Some(wait) => conn.client.once_wait(&key, args.ttl, wait),
+        None => conn.client.once(&key, args.ttl),
+    };
+    spinner.stop();
+    if let Some(signal) = relay.interrupted() {
+        // The shutdown that woke the wait also gave back a claim made in
+        // the meantime.
+        drop(found);
+        out::error(&format!(
+            "{} while waiting for the run of {}; CMD not run",
+            signal_name(signal),
+            show_name(&key)
+        ));
+        return Ok(signal_exit(signal));
+    }
+    match found.map_err(|e| lib_failure(&e, &key, conn))? {
+        Once::Run(run) => run_once(args, &key, run, program, cmd_args, &relay, conn),
+        Once::Done(outcome) => {
+            if !args.quiet {
+                out::error(&format!(
+                    "{} already ran: {}; CMD not run",
+                    show_name(&key),
+                    describe(&outcome)
+                ));
+            }
+            Ok(ExitCode::from(recorded_status(&outcome)))
+        }
+        Once::Running {
+            holder, expires_in, ..
+        } => {
+            if !args.quiet {
+                let waited = match args.wait {
+                    Some(wait) => format!(
+                        " (still, after waiting {})",
+                        humantime::format_duration(wait)
+                    ),
+                    None => String::new(),
+                };
+                out::error(&format!(
+                    "{} is running{waited}: holder {holder}{}; CMD not run",
+                    show_name(&key),
+                    lease_left(expires_in)
+                ));
+            }
+            Ok(ExitCode::from(code::TEMPFAIL))
+        }
+    }
+}
+
+/// The first caller: runs CMD, then records its outcome (on success, or
+/// with `--record-failure`) or gives the run up.
+fn run_once(
+    args: &OnceArgs,
+    key: &[u8],
+    run: OnceGuard,
+    program: &OsStr,
+    cmd_args: &[std::ffi::OsString],
+    relay: &Relay,
+    conn: &Connection,
+) -> Result<ExitCode, Failure> {
+    let mut cmd = Command::new(program);
+    cmd.args(cmd_args)
+        .env("REDGUARD_ONCE_KEY", OsStr::from_bytes(key))
+        .env("REDGUARD_HOLDER", run.holder_id().as_str())
+        .env("REDGUARD_FENCING_TOKEN", run.fencing_token().to_string());
+    let loss = OnLoss {
+        action: OnLost::Kill,
+        kill_grace: KILL_GRACE,
+        why: "lost the lease",
+        subject: format!("run-once key {}", show_name(key)),
+    };
+    let (status, lost) = match run_cmd(cmd, program, relay, &|| run.is_lost(), &loss)? {
+        CmdEnd::NotStarted(exit) => return Ok(exit),
+        CmdEnd::Ended { code, lost } => (code, lost),
+    };
+    if lost {
+        // Nothing of ours is left to release or record; see `exec`.
+        std::mem::forget(run);
+        out::error(&format!(
+            "nothing recorded for {}: the next caller runs CMD again",
+            show_name(key)
+        ));
+        return Ok(ExitCode::from(code::SOFTWARE));
+    }
+    if status != 0 && !args.record_failure {
+        if let Err(e) = run.abandon() {
+            out::warn(&format!(
+                "could not give up the run of {} ({e}); it frees itself when its lease runs out",
+                show_name(key)
+            ));
+        }
+        if !args.quiet {
+            out::warn(&format!(
+                "CMD exited with {status}; not recorded, so the next caller runs it again \
+                 (--record-failure to record failures)"
+            ));
+        }
+        return Ok(ExitCode::from(status));
+    }
+    let record = json!({ "status": status, "host": hostname(), "pid": std::process::id() });
+    match run.complete(record.to_string()) {
+        Ok(_) => Ok(ExitCode::from(status)),
+        Err(e) if e.is_lock_lost() => {
+            out::error(&format!(
+                "lost the lease of run-once key {} before recording (CMD exited with {status}); \
+                 nothing recorded: the next caller runs CMD again",
+                show_name(key)
+            ));
+            Ok(ExitCode::from(code::SOFTWARE))
+        }
+        Err(e) => {
+            let failure = lib_failure(&e, key, conn);
+            Err(Failure::new(
+                failure.code,
+                format!(
+                    "CMD exited with {status} but its run could not be recorded ({}); \
+                     the next caller may run it again",
+                    failure.message
+                ),
+            ))
+        }
+    }
+}
+
+/// `redguard once --status KEY`: one line on stdout; exit 0 whatever it
+/// says.
+fn status(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
+    let found = conn
+        .client
+        .once_status(key)
+        .map_err(|e| lib_failure(&e, key, conn))?;
+    let line = match found {
+        OnceStatus::NotRun => "not run (no record)".to_owned(),
+        OnceStatus::Running {
+            holder, expires_in, ..
+        } => format!("running: holder {holder}{}", lease_left(expires_in)),
+        OnceStatus::Done(outcome) => {
+            let kept = match outcome.expires_in {
+                Some(left) => format!("; record kept for {}", whole_seconds(left)),
+                None => String::new(),
+            };
+            format!("ran: {}{kept}", describe(&outcome))
+        }
+        _ => "in an unknown state".to_owned(),
+    };
+    println!("{} {line}", show_name(key));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `redguard once --forget KEY`: exit 0 when the record is gone (or there
+/// was none), 75 when a run is in progress (left alone).
+fn forget(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
+    let fail = |e: redguard::Error| lib_failure(&e, key, conn);
+    if conn.client.forget_once(key).map_err(fail)? {
+        println!(
+            "{}: record deleted; the next caller runs CMD",
+            show_name(key)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    match conn.client.once_status(key).map_err(fail)? {
+        OnceStatus::Running { holder, .. } => {
+            out::error(&format!(
+                "{} is running (holder {holder}); nothing forgotten",
+                show_name(key)
+            ));
+            Ok(ExitCode::from(code::TEMPFAIL))
+        }
+        _ => {
+            println!("{}: no record; nothing forgotten", show_name(key));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A library error for KEY, with the run-once reading of a wrong type.
+fn lib_failure(err: &redguard::Error, key: &[u8], conn: &Connection) -> Failure {
+    match err {
+        redguard::Error::WrongType { .. } => Failure::new(
+            code::DATAERR,
+            format!(
+                "key {} holds a value that is not a run-once record; left untouched",
+                show_name(key)
+            ),
+        ),
+        _ => Failure::from_lib(err, &conn.server),
+    }
+}
+
+/// The status a later caller exits with: the recorded one, 0 for records
+/// not written by this tool.
+fn recorded_status(outcome: &Outcome) -> u8 {
+    serde_json::from_slice::<Value>(&outcome.value)
+        .ok()
+        .and_then(|v| v.get("status")?.as_u64())
+        .and_then(|s| u8::try_from(s).ok())
+        .unwrap_or(0)
+}
+
+/// "on HOST (pid P) at TIME (AGO ago), exit status S, holder H".
+fn describe(outcome: &Outcome) -> String {
+    let record = serde_json::from_slice::<Value>(&outcome.value).ok();
+    let field = |name: &str| record.as_ref().and_then(|r| r.get(name).cloned());
+    let at = humantime::format_rfc3339_seconds(outcome.at);
+    let ago = match SystemTime::now().duration_since(outcome.at) {
+        Ok(ago) => format!(" ({} ago)", whole_seconds(ago)),
+        Err(_) => String::new(),
+    };
+    let place = match (field("host"), field("pid")) {
+        (Some(Value::String(host)), Some(pid)) => format!("on {host} (pid {pid}) "),
+        _ => String::new(),
+    };
+    let status = match field("status").and_then(|s| s.as_u64()) {
+        Some(status) => format!(", exit status {status}"),
+        None => String::new(),
+    };
+    format!("{place}at {at}{ago}{status}, holder {}", outcome.by)
+}
+
+/// "; its lease runs out in 2s unless renewed", or nothing.
+fn lease_left(expires_in: Option<Duration>) -> String {
+    match expires_in {
+        Some(left) => format!(
+            "; its lease runs out in {} unless renewed",
+            humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+        ),
+        None => String::new(),
+    }
+}
+
+fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
+}
+
+/// This host's name, for the record ("unknown" when the OS will not say).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".to_owned();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostname_is_not_empty() {
+        assert!(!hostname().is_empty());
+    }
+}

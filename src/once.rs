@@ -1,0 +1,487 @@
+//! Run-once keys: [`Client::once`] and friends, [`Once`], [`OnceGuard`],
+//! [`Outcome`]. The semantics and the keys are documented on [`Once`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::holder::HolderId;
+use crate::keys;
+use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::lock::FencingToken;
+use crate::lock::acquire::{Attempt, wait_loop};
+use crate::lock::{Lock, LockGuard};
+use crate::scripts::once::{self as script, Claim, Forget};
+use crate::scripts::{Acquire, Release};
+
+/// The largest outcome [`OnceGuard::complete`] records: 1 MiB. A record is
+/// read by every later caller; keep it to a receipt, an id or a status, and
+/// store bulk results elsewhere.
+pub const MAX_OUTCOME_LEN: usize = 1024 * 1024;
+
+/// `ttl` in whole milliseconds (fractions round up), for how long a record
+/// of `what` is kept: between [`MIN_LEASE`] and [`MAX_LEASE`], the bounds of
+/// every expiry the crate sets.
+pub(crate) fn ttl_ms(what: &str, ttl: Duration) -> Result<u64> {
+    lease_ms(ttl).map_err(|_| {
+        Error::invalid(format!(
+            "{what} ttl {ttl:?} is out of range: it must be at least {MIN_LEASE:?} and at most \
+             {MAX_LEASE:?}"
+        ))
+    })
+}
+
+/// What [`Client::once`] found at a run-once key: run the work
+/// ([`Once::Run`]), it was done ([`Once::Done`], with the outcome, when and
+/// by whom), or someone is running it ([`Once::Running`]).
+///
+/// Services retry: a client clicks twice, a caller times out and sends the
+/// request again, cron fires on two hosts, a job is restarted after a
+/// crash. A lock alone does not make such work idempotent: the second
+/// caller must also learn that the work was done, and what came of it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redguard::Once;
+///
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let receipt = match client.once_wait("payment:7f3a", Duration::from_secs(86_400), Duration::from_secs(10))? {
+///     Once::Run(run) => {
+///         let receipt = b"charged 12.00 EUR, ref 991".to_vec(); // do the work
+///         run.complete(&receipt)?.value                     // record it for a day
+///     }
+///     Once::Done(outcome) => outcome.value,                 // done before: same receipt
+///     Once::Running { holder, .. } => {
+///         return Err(format!("still running on {holder}").into());
+///     }
+/// };
+/// # let _ = receipt;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # The guarantee
+///
+/// **At most one runner at a time.** A runner holds the key as a lease,
+/// renewed by the watchdog while its [`OnceGuard`] lives, exactly like a
+/// lock. **The work is "done once" only if the work itself is idempotent
+/// under a crash, or is fenced.** A runner that crashes, or stalls past
+/// its lease, after doing some or all of the work but before
+/// [`OnceGuard::complete`], leaves no record, and the next caller runs the
+/// work again. Make the work safe to redo (an upsert keyed by the same id,
+/// a payment provider's own idempotency key), or pass
+/// [`OnceGuard::fencing_token`] to the storage and let it refuse the older
+/// runner's writes ([`Client::fenced_set`]).
+///
+/// * [`OnceGuard::complete`] records the outcome for the key's ttl and ends
+///   the run in one atomic step, and only if the guard still holds the key:
+///   a runner whose lease was lost cannot record, so a late runner never
+///   overwrites its successor's outcome.
+/// * [`OnceGuard::abandon`], or dropping the guard without completing, ends
+///   the run without a record: the next caller runs.
+/// * A runner that crashes frees the key when its lease runs out (the
+///   client's watchdog timeout, 30 s by default): the next caller runs.
+/// * A record is kept for the ttl given to [`Client::once`]; until then
+///   every caller gets [`Once::Done`] with the same bytes, time and runner.
+///   [`Client::forget_once`] deletes it earlier.
+///
+/// # Keys
+///
+/// For a run-once key `K` (any bytes, 1 byte to
+/// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)):
+///
+/// | key / channel | holds |
+/// | --- | --- |
+/// | `K` | while running: a lock in Redisson's layout (a hash of the runner's holder id → 1, `PEXPIRE` = lease), renewed by the watchdog. Once done: the record, a hash with fields `outcome`, `at` (ms since the Unix epoch, Redis server clock) and `by` (the runner's holder id), `PEXPIRE` = the ttl |
+/// | `redisson_lock_token:{K}` | the fencing-token counter, `INCR`ed by each claim; never expires |
+/// | `redisson_lock__channel:{K}` | `1` is published when a run completes (it wakes every [`Client::once_wait`] caller), `0` when it is abandoned (it wakes one, the next runner) |
+///
+/// Redisson has no run-once keys; because the running claim is a lock in
+/// its layout, a Redisson `RLock` on `K` sees a run in progress (or a
+/// record) as a lock held by someone else.
+///
+/// The derived keys carry `{K}` as hash tag, so all of them live in `K`'s
+/// cluster slot, under the same naming rule as every lock's keys. Running
+/// and done are two states of one key, so no two keys can disagree, and a
+/// running claim shows in `redguard status K` like any lock. A lock named
+/// `K` and the run-once key `K` exclude each other (a record blocks lock
+/// acquirers of `K` for its ttl): give them different names.
+#[derive(Debug)]
+#[must_use = "a Run must be completed or abandoned; dropping it abandons the run"]
+pub enum Once {
+    /// The key was free: the caller runs the work, and holds the key until
+    /// it calls [`OnceGuard::complete`] or [`OnceGuard::abandon`] or drops
+    /// the guard.
+    Run(OnceGuard),
+    /// The work was done: its recorded outcome.
+    Done(Outcome),
+    /// Another runner holds the key and is working on it (or the calling
+    /// thread itself does: a claim is not reentrant).
+    #[non_exhaustive]
+    Running {
+        /// The runner's holder id, `"<client id>:<thread id>"`.
+        holder: String,
+        /// How long until the runner's lease runs out unless renewed;
+        /// `None` when the key has no expiry.
+        expires_in: Option<Duration>,
+    },
+}
+
+/// A recorded outcome: what [`OnceGuard::complete`] stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Outcome {
+    /// The bytes given to [`OnceGuard::complete`].
+    pub value: Vec<u8>,
+    /// When it was recorded, on the Redis server's clock (millisecond
+    /// precision).
+    pub at: SystemTime,
+    /// The holder id of the runner that recorded it.
+    pub by: String,
+    /// How long the record is kept from now (`None`: no expiry, which
+    /// redguard never sets).
+    pub expires_in: Option<Duration>,
+}
+
+/// What is stored at a run-once key, from [`Client::once_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnceStatus {
+    /// Nothing: the next caller of [`Client::once`] runs.
+    NotRun,
+    /// A runner holds the key.
+    Running {
+        /// The runner's holder id.
+        holder: String,
+        /// How long until its lease runs out unless renewed (`None`: the
+        /// key has no expiry).
+        expires_in: Option<Duration>,
+    },
+    /// The work was done.
+    Done(Outcome),
+}
+
+/// The run of a run-once key, from [`Once::Run`]: the caller holds the key
+/// (a lease renewed by the watchdog) until it completes, abandons, or
+/// drops the guard.
+///
+/// `!Send`, like [`LockGuard`]: the claim belongs to the thread that made
+/// it.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// if let redguard::Once::Run(run) = client.once("k", std::time::Duration::from_secs(60)).unwrap() {
+///     assert_send(run);
+/// }
+/// ```
+#[must_use = "dropping the guard abandons the run: the next caller runs again"]
+#[clippy::has_significant_drop]
+pub struct OnceGuard {
+    guard: LockGuard,
+    token: FencingToken,
+    ttl: Duration,
+    ttl_ms: u64,
+}
+
+impl fmt::Debug for OnceGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OnceGuard")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("holder", self.guard.holder_id())
+            .field("fencing_token", &self.token)
+            .field("ttl", &self.ttl)
+            .field("lost", &self.guard.is_lost())
+            .finish()
+    }
+}
+
+impl OnceGuard {
+    /// The run-once key.
+    pub fn key(&self) -> &[u8] {
+        self.guard.lock().name()
+    }
+
+    /// The holder id under which the key is held (and the outcome will be
+    /// recorded as [`Outcome::by`]).
+    pub fn holder_id(&self) -> &HolderId {
+        self.guard.holder_id()
+    }
+
+    /// How long the outcome will be kept: the ttl given to [`Client::once`].
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The fencing token of this run: larger than that of every earlier run
+    /// of the key (and of every fenced-lock grant of the same name). Send
+    /// it with the run's writes to storage that refuses older tokens (such
+    /// as [`Client::fenced_set`]), so a runner that lost its lease cannot
+    /// write after its successor.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// `true` when the lease is known to be lost, or its validity on this
+    /// client's clock ran out: [`OnceGuard::complete`] would be refused.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// `Ok(())` while the lease is held. Purely local: no round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] as [`LockGuard::check`].
+    pub fn check(&self) -> Result<()> {
+        self.guard.check()
+    }
+
+    /// Records `outcome` for the ttl and ends the run, in one atomic step,
+    /// only if this guard still holds the key. Every later caller of
+    /// [`Client::once`] gets [`Once::Done`] with these bytes; callers in
+    /// [`Client::once_wait`] are woken. Returns the record as stored.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] when `outcome` is longer than
+    ///   [`MAX_OUTCOME_LEN`]: nothing is recorded and the run is abandoned
+    ///   (the key is released; the next caller runs).
+    /// * [`Error::LockLost`] when the lease was lost (expired, deleted, or
+    ///   the key claimed by the next runner): nothing is recorded and
+    ///   nothing is overwritten. The work may have to be undone, or was
+    ///   fenced.
+    /// * Connection, timeout and server errors: the outcome is unknown (the
+    ///   record may or may not have been written); if it was not, the key
+    ///   frees itself when the lease runs out.
+    pub fn complete(self, outcome: impl AsRef<[u8]>) -> Result<Outcome> {
+        let value = outcome.as_ref();
+        if value.len() > MAX_OUTCOME_LEN {
+            return Err(Error::invalid(format!(
+                "outcome is {} bytes long; the maximum is {MAX_OUTCOME_LEN} (the run is abandoned)",
+                value.len()
+            )));
+        }
+        let (ttl, ttl_ms) = (self.ttl, self.ttl_ms);
+        let by = self.guard.holder_id().as_str().to_owned();
+        let mut recorded_at = None;
+        let released = self.guard.release_with(|lock, holder| {
+            let at = lock.client().with_conn(lock.name(), |conn| {
+                script::complete(
+                    conn,
+                    lock.name(),
+                    lock.channel(),
+                    holder.as_str(),
+                    value,
+                    ttl_ms,
+                )
+            })?;
+            recorded_at = at;
+            Ok(if at.is_some() {
+                Release::Released
+            } else {
+                Release::NotHeld
+            })
+        });
+        match (released, recorded_at) {
+            (Ok(()), Some(at_ms)) => Ok(Outcome {
+                value: value.to_vec(),
+                at: UNIX_EPOCH + Duration::from_millis(at_ms),
+                by,
+                expires_in: Some(ttl),
+            }),
+            (Err(Error::NotHeld { name }), _) => Err(Error::LockLost { name }),
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(Error::Protocol("complete reported no record time".into())),
+        }
+    }
+
+    /// Ends the run without recording anything: the key is released and the
+    /// next caller runs (waiters in [`Client::once_wait`] are woken and one
+    /// of them runs). Dropping the guard does the same, logging errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::unlock`]: [`Error::LockLost`] / [`Error::NotHeld`]
+    /// when the lease was already lost, connection, timeout and server
+    /// errors (the key then frees itself when the lease runs out).
+    pub fn abandon(self) -> Result<()> {
+        self.guard.unlock()
+    }
+}
+
+impl Client {
+    /// Claims the run-once key `key`, without waiting: [`Once::Run`] to
+    /// the first caller (which runs the work and then calls
+    /// [`OnceGuard::complete`]), [`Once::Done`] with the recorded outcome
+    /// to the callers after it, [`Once::Running`] while a runner works.
+    ///
+    /// `ttl` is how long the outcome is kept once recorded. The run itself
+    /// is held with the client's watchdog timeout as lease, renewed while
+    /// the guard lives. See the [`Once`] docs for the
+    /// guarantee and the keys used.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty key or one longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), and for a `ttl` under 5 ms
+    /// (zero included) or above 365 days; [`Error::WrongType`] when `key`
+    /// holds a Redis value that is not a hash (left untouched);
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn once(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Once> {
+        self.claim_once(key.as_ref(), ttl, Some(Instant::now()))
+    }
+
+    /// As [`Client::once`], but a caller that finds the key running waits
+    /// up to `wait` for the runner to finish: woken by the runner's
+    /// completion (pub/sub), each wait bounded by the runner's lease and
+    /// the client's poll interval. Returns [`Once::Done`] when the runner
+    /// recorded its outcome, [`Once::Run`] when the runner gave up without
+    /// a record (abandoned, crashed, lost its lease) and this caller is the
+    /// next runner, and [`Once::Running`] when `wait` ran out. A `wait` too
+    /// large to represent waits without a deadline.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::once`].
+    pub fn once_wait(&self, key: impl AsRef<[u8]>, ttl: Duration, wait: Duration) -> Result<Once> {
+        self.claim_once(key.as_ref(), ttl, Instant::now().checked_add(wait))
+    }
+
+    fn claim_once(&self, key: &[u8], ttl: Duration, deadline: Option<Instant>) -> Result<Once> {
+        keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
+        let ttl_ms = ttl_ms("run-once", ttl)?;
+        self.check_open()?;
+        let lock = Lock::new_fenced(self.clone(), key);
+        let lease = self.watchdog_timeout();
+        let lease_ms = lease_ms(lease)?;
+        let holder = self.holder_id();
+        let holder_str: Arc<str> = holder.as_arc().clone();
+        let token_key = keys::token(key);
+        let mut running = (String::new(), None);
+        let found = wait_loop(self, lock.channel(), deadline, false, || {
+            let sent = Instant::now();
+            let mut sent_script = false;
+            let reply = self.with_conn(key, |conn| {
+                sent_script = true;
+                script::claim(conn, key, &token_key, &holder_str, lease_ms, true)
+            });
+            let (acquire, token) = match reply {
+                Ok(Claim::Run { token }) => (Ok(Acquire::Acquired { token: Some(token) }), token),
+                Ok(Claim::Done {
+                    outcome,
+                    at_ms,
+                    by,
+                    pttl,
+                }) => {
+                    return Ok(Attempt::Acquired(Once::Done(Outcome {
+                        value: outcome,
+                        at: UNIX_EPOCH + Duration::from_millis(at_ms),
+                        by,
+                        expires_in: pttl.expiry(),
+                    })));
+                }
+                Ok(Claim::Running {
+                    pttl,
+                    holder: runner,
+                }) => {
+                    if *runner == *holder_str {
+                        // Waiting for ourselves would only run out the clock.
+                        return Ok(Attempt::Acquired(Once::Running {
+                            holder: runner,
+                            expires_in: pttl.expiry(),
+                        }));
+                    }
+                    running = (runner, pttl.expiry());
+                    return Ok(Attempt::Busy(pttl.expiry()));
+                }
+                Ok(Claim::Free) => {
+                    return Err(Error::Protocol("a claim reported a free key".into()));
+                }
+                Err(e) => (Err(e), 0),
+            };
+            Ok(
+                match lock.settle(
+                    acquire,
+                    sent_script,
+                    &holder_str,
+                    lease,
+                    lease_ms,
+                    true,
+                    sent,
+                )? {
+                    Attempt::Acquired(granted) => Attempt::Acquired(Once::Run(OnceGuard {
+                        guard: granted.into_guard(lock.clone(), holder.clone(), lease_ms, true),
+                        token: FencingToken::new(token),
+                        ttl,
+                        ttl_ms,
+                    })),
+                    Attempt::Busy(hint) => Attempt::Busy(hint),
+                },
+            )
+        })?;
+        Ok(found.unwrap_or(Once::Running {
+            holder: running.0,
+            expires_in: running.1,
+        }))
+    }
+
+    /// What is stored at the run-once key `key`, without claiming it: the
+    /// record, the runner, or nothing. A snapshot: it may have changed by
+    /// the time it is read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key, [`Error::WrongType`] when
+    /// `key` holds a value that is not a hash, connection, timeout and
+    /// server errors.
+    pub fn once_status(&self, key: impl AsRef<[u8]>) -> Result<OnceStatus> {
+        let key = key.as_ref();
+        keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
+        let token_key = keys::token(key);
+        let found = self.with_conn(key, |conn| {
+            script::claim(conn, key, &token_key, "", 1, false)
+        })?;
+        Ok(match found {
+            Claim::Free => OnceStatus::NotRun,
+            Claim::Running { pttl, holder } => OnceStatus::Running {
+                holder,
+                expires_in: pttl.expiry(),
+            },
+            Claim::Done {
+                outcome,
+                at_ms,
+                by,
+                pttl,
+            } => OnceStatus::Done(Outcome {
+                value: outcome,
+                at: UNIX_EPOCH + Duration::from_millis(at_ms),
+                by,
+                expires_in: pttl.expiry(),
+            }),
+            Claim::Run { .. } => {
+                return Err(Error::Protocol("a look-only claim claimed the key".into()));
+            }
+        })
+    }
+
+    /// Deletes the record of the run-once key `key`, so that the next
+    /// caller of [`Client::once`] runs the work again. `true` when a record
+    /// was deleted; `false` when nothing was recorded, or a runner holds
+    /// the key (a running claim is never touched: tell the two apart with
+    /// [`Client::once_status`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key, [`Error::WrongType`] when
+    /// `key` holds a value that is not a hash (left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn forget_once(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = key.as_ref();
+        keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
+        self.check_open()?;
+        let forgot = self.with_conn(key, |conn| script::forget(conn, key))?;
+        Ok(forgot == Forget::Deleted)
+    }
+}

@@ -1,0 +1,214 @@
+//! The run-once scripts (`lua/once_*.lua`): claim, complete, forget. The
+//! abandon of a claim is the lock's own release script.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::{evalsha, unexpected};
+use crate::error::{Error, Result};
+use crate::keys::READ_UNLOCK_MESSAGE;
+use crate::lease::Pttl;
+
+static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/once_claim.lua")));
+static COMPLETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/once_complete.lua")));
+static FORGET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/once_forget.lua")));
+
+/// What the claim script found (and, for [`Claim::Run`], did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Claimed: the caller holds the key as a lock; `token` was drawn.
+    Run { token: u64 },
+    /// Another runner (or the caller itself) holds the key.
+    Running { pttl: Pttl, holder: String },
+    /// The key holds a record.
+    Done {
+        outcome: Vec<u8>,
+        at_ms: u64,
+        by: String,
+        pttl: Pttl,
+    },
+    /// Nothing is stored (look-only claims).
+    Free,
+}
+
+/// Runs the claim script: with `take`, claims a free key for `holder` with
+/// a lease of `lease_ms` and draws a token from `token_key`; without, only
+/// reports.
+pub(crate) fn claim(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    token_key: &[u8],
+    holder: &str,
+    lease_ms: u64,
+    take: bool,
+) -> Result<Claim> {
+    let reply = evalsha(conn, &CLAIM, &[key, token_key], |cmd| {
+        cmd.arg(lease_ms)
+            .arg(holder)
+            .arg(if take { "1" } else { "0" });
+    })
+    .map_err(|e| Error::from_redis(e, key))?;
+    claim_reply(&reply)
+}
+
+fn claim_reply(reply: &Value) -> Result<Claim> {
+    let bad = || unexpected("once claim", reply);
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(token)] => match u64::try_from(*token) {
+            Ok(token) if token > 0 => Ok(Claim::Run { token }),
+            _ => Err(bad()),
+        },
+        [Value::Int(0), Value::Int(pttl), holder] => Ok(Claim::Running {
+            pttl: Pttl::from_ms(*pttl),
+            holder: text(holder).ok_or_else(bad)?,
+        }),
+        [Value::Int(2), outcome, at, by, Value::Int(pttl)] => Ok(Claim::Done {
+            outcome: bytes(outcome).ok_or_else(bad)?.to_vec(),
+            at_ms: text(at).and_then(|t| t.parse().ok()).ok_or_else(bad)?,
+            by: text(by).ok_or_else(bad)?,
+            pttl: Pttl::from_ms(*pttl),
+        }),
+        [Value::Int(3)] => Ok(Claim::Free),
+        _ => Err(bad()),
+    }
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    bytes(v).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Runs the complete script: records `outcome` for `ttl_ms` and ends the
+/// hold of `holder`, publishing on `channel` the message that wakes every
+/// waiter (a recorded outcome is news for all of them, not a turn for one).
+/// `Some(at)` (ms since the epoch, server clock) when recorded, `None` when
+/// refused because `holder` no longer holds the key.
+pub(crate) fn complete(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    channel: &[u8],
+    holder: &str,
+    outcome: &[u8],
+    ttl_ms: u64,
+) -> Result<Option<u64>> {
+    let reply = evalsha(conn, &COMPLETE, &[key, channel], |cmd| {
+        cmd.arg(holder)
+            .arg(outcome)
+            .arg(ttl_ms)
+            .arg(READ_UNLOCK_MESSAGE);
+    })
+    .map_err(|e| Error::from_redis(e, key))?;
+    match reply {
+        Value::Int(0) => Ok(None),
+        Value::Int(at) if at > 0 => Ok(Some(at.unsigned_abs())),
+        other => Err(unexpected("once complete", &other)),
+    }
+}
+
+/// What the forget script did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forget {
+    /// The record was deleted.
+    Deleted,
+    /// Nothing was stored.
+    Nothing,
+    /// A runner holds the key; left alone.
+    Running,
+}
+
+/// Runs the forget script: deletes the record at `key`, never a running
+/// claim.
+pub(crate) fn forget(conn: &mut dyn redis::ConnectionLike, key: &[u8]) -> Result<Forget> {
+    let reply = evalsha(conn, &FORGET, &[key], |_| {}).map_err(|e| Error::from_redis(e, key))?;
+    match reply {
+        Value::Int(1) => Ok(Forget::Deleted),
+        Value::Int(0) => Ok(Forget::Nothing),
+        Value::Int(-1) => Ok(Forget::Running),
+        other => Err(unexpected("once forget", &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn arr(v: Vec<Value>) -> Value {
+        Value::Array(v)
+    }
+
+    fn bulk(b: &[u8]) -> Value {
+        Value::BulkString(b.to_vec())
+    }
+
+    #[test]
+    fn scripts_have_headers() {
+        for text in [
+            include_str!("../../lua/once_claim.lua"),
+            include_str!("../../lua/once_complete.lua"),
+            include_str!("../../lua/once_forget.lua"),
+        ] {
+            assert!(text.starts_with("-- "));
+            assert!(text.contains("KEYS[1]"));
+            assert!(text.contains("Returns"));
+            assert!(text.contains("Errors"));
+        }
+    }
+
+    #[test]
+    fn claim_replies_parse() {
+        assert_eq!(
+            claim_reply(&arr(vec![Value::Int(1), Value::Int(7)])).unwrap(),
+            Claim::Run { token: 7 }
+        );
+        assert!(claim_reply(&arr(vec![Value::Int(1), Value::Int(0)])).is_err());
+        assert_eq!(
+            claim_reply(&arr(vec![Value::Int(0), Value::Int(250), bulk(b"c:1")])).unwrap(),
+            Claim::Running {
+                pttl: Pttl::Expires(Duration::from_millis(250)),
+                holder: "c:1".into()
+            }
+        );
+        assert_eq!(
+            claim_reply(&arr(vec![
+                Value::Int(2),
+                bulk(&[0, 0xff]),
+                bulk(b"1700000000000"),
+                bulk(b"c:2"),
+                Value::Int(-1)
+            ]))
+            .unwrap(),
+            Claim::Done {
+                outcome: vec![0, 0xff],
+                at_ms: 1_700_000_000_000,
+                by: "c:2".into(),
+                pttl: Pttl::NoExpiry
+            }
+        );
+        assert_eq!(claim_reply(&arr(vec![Value::Int(3)])).unwrap(), Claim::Free);
+        let bad_at = arr(vec![
+            Value::Int(2),
+            bulk(b""),
+            bulk(b"soon"),
+            bulk(b"c"),
+            Value::Int(5),
+        ]);
+        assert!(claim_reply(&bad_at).is_err());
+        assert!(claim_reply(&Value::Nil).is_err());
+        assert!(claim_reply(&arr(vec![Value::Int(9)])).is_err());
+    }
+}
