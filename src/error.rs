@@ -187,14 +187,26 @@ impl Error {
         }
     }
 
-    /// Classifies a Redis error met while operating on `key`.
+    /// Classifies a Redis error met while operating on `key`. A `NOPERM`
+    /// names the key: Redis's own message about a script does not say which
+    /// key or channel the ACL refused.
     pub(crate) fn from_redis(err: redis::RedisError, key: &[u8]) -> Error {
         if err.code() == Some("WRONGTYPE") {
             return Error::WrongType {
                 key: String::from_utf8_lossy(key).into_owned(),
             };
         }
-        Error::redis(err)
+        match Error::redis(err) {
+            Error::Permission(cause) => Error::Permission(RedisCause(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "NOPERM",
+                format!(
+                    "{cause} (key {:?}, or a key or channel named after it)",
+                    String::from_utf8_lossy(key)
+                ),
+            )))),
+            other => other,
+        }
     }
 
     /// `true` when the error means the connection it happened on must not be
@@ -267,7 +279,12 @@ impl Error {
             _ if err.code() == Some("NOPERM")
                 || err
                     .detail()
-                    .is_some_and(|d| d.contains("can't access at least one of the")) =>
+                    // A script refused by the ACL: a key it declared, or
+                    // a channel it publishes to.
+                    .is_some_and(|d| {
+                        d.contains("can't access at least one of the")
+                            || d.contains("user executing the script can't")
+                    }) =>
             {
                 Error::Permission(cause(err))
             }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod acl;
 mod bad_input;
 mod config_bounds;
 mod fair_lock;

@@ -33,10 +33,11 @@ fn builder(bed: &SentinelBed) -> redguard::Builder {
 }
 
 #[test]
-fn sentinel_e1_e2_e3_e4_h5_on_one_bed() {
+fn sentinel_e1_e2_e3_e4_h5_j1_cli_on_one_bed() {
     capture_logs();
     let mut bed = bed();
     e4_discovery_with_separate_passwords(&bed);
+    j1_readme_acl_user_through_sentinel(&bed);
     e2_unacknowledged_extensions_do_not_count(&mut bed);
     e1_failover_under_contention(&mut bed);
     bed.heal();
@@ -72,6 +73,43 @@ fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
     let wrong_data = builder(bed).password("not-the-data-pw").build().unwrap();
     let err = wrong_data.lock("e4-x").try_lock().unwrap_err();
     assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+}
+
+/// J1 through Sentinel: the README's ACL user (created on every data node:
+/// ACLs are not replicated) runs a lock cycle found through the sentinels,
+/// which takes `ROLE` on every new connection, and `WAIT`.
+fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER redguard "))
+        .expect("README.md has an `ACL SETUSER redguard ...` line");
+    let args: Vec<String> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.replace(">CHANGE-ME", ">j1-sentinel-pw"))
+        .collect();
+    for port in bed.node_ports() {
+        let mut cmd = redis::cmd("ACL");
+        for a in &args {
+            cmd.arg(a);
+        }
+        let () = cmd.query(&mut bed.data_conn(port)).unwrap();
+    }
+    let client = builder(bed)
+        .username("redguard")
+        .password("j1-sentinel-pw")
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(2000))
+        .build()
+        .unwrap();
+    let lock = client.lock(format!("rg:{}", unique_name("j1")));
+    let guard = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    guard.unlock().unwrap();
+    let err = client.lock("other:j1").try_lock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Permission(_)), "J1: {err:?}");
 }
 
 /// E2, extensions: with `min_replica_acks = 1`, a renewal or
