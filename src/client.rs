@@ -22,7 +22,8 @@ use crate::watchdog;
 /// share it. It owns a connection pool, a random client id (the first half
 /// of every holder id it writes) and, once some thread waits for a lock,
 /// one subscriber thread with one pub/sub connection. Lease renewal is done
-/// by one watchdog thread per process, shared by all clients.
+/// by one watchdog thread per process, shared by all clients, and one
+/// renewal thread per server in use; they end when no client is left.
 ///
 /// Dropping the last handle (every [`Lock`] holds one) or calling
 /// [`Client::shutdown`] stops the subscriber thread and, unless disabled
@@ -82,7 +83,9 @@ pub struct Stats {
     /// Open pooled connections.
     pub pool_connections: usize,
     /// Lease renewals the watchdog has sent for this client since it was
-    /// made (one per held lock and renewal period).
+    /// made: one per held lock and renewal period, plus one per held lock
+    /// each time its server restarted or closed a connection (the check
+    /// that sees the loss at once).
     pub renewals: u64,
     /// Round trips that carried those renewals: renewals due together go to
     /// Redis as script calls of at most [`Builder::renew_batch`] renewals,
@@ -111,6 +114,8 @@ impl Client {
 
     fn from_config(config: Config) -> Result<Client> {
         let source = Source::open(&config.deployment, &config.connect_options())?;
+        // Counted until `watchdog::client_gone` (shutdown or drop).
+        watchdog::attach();
         Ok(Client {
             shared: Arc::new(Shared {
                 id: ClientId::new_random(),

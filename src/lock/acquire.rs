@@ -374,37 +374,17 @@ impl Lock {
         }
     }
 
-    /// Undoes a grant whose reply was lost, off the caller's thread so the
-    /// caller's deadline is not stretched by a second round trip to a
-    /// server that just failed to answer.
+    /// Undoes a grant whose reply was lost, on the server's watchdog
+    /// worker, so the caller's deadline is not stretched by a second round
+    /// trip to a server that just failed to answer.
     fn release_unknown(&self, holder: &Arc<str>) {
-        let (client, name, channel, queue, holder) = (
-            self.client.clone(),
-            self.name.clone(),
-            self.channel.clone(),
-            self.queue_key().map(Arc::<[u8]>::from),
-            holder.clone(),
-        );
-        let undo = move || {
-            let released = client.with_conn(&name, |conn| {
-                scripts::release_holder(conn, &name, &channel, queue.as_deref(), &holder)
-            });
-            match released {
-                Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
-                Ok(false) => {}
-                Err(e) => log::warn!(
-                    "redguard: acquire of {:?} has an unknown outcome and could not be undone \
-                     ({e}); a grant, if any, expires with its lease",
-                    String::from_utf8_lossy(&name)
-                ),
-            }
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("redguard-undo".into())
-            .spawn(undo)
-        {
-            log::warn!("redguard: cannot start a thread to undo a lost grant: {e}");
-        }
+        watchdog::undo_grant(watchdog::Undo {
+            source: self.client.source().clone(),
+            key: self.name.clone(),
+            channel: self.channel.clone(),
+            queue: self.queue_key().map(Arc::<[u8]>::from),
+            holder: holder.clone(),
+        });
     }
 }
 

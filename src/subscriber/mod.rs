@@ -11,7 +11,9 @@
 //!
 //! When the connection breaks, every waiter is woken to retry (messages may
 //! have been lost) and keeps going on its bounded wait while the thread
-//! reconnects with backoff and resubscribes.
+//! reconnects with backoff and resubscribes. The watchdog is told too: the
+//! server may have restarted and lost its data, so the client's leases
+//! there are checked at once.
 
 mod registry;
 
@@ -254,6 +256,9 @@ impl Worker {
             match exit {
                 Exit::Stop => return,
                 Exit::Reconnect => {
+                    // The server may have restarted and lost its data: the
+                    // watchdog checks this client's leases there at once.
+                    crate::watchdog::suspect(&self.source);
                     let mut registry = self.shared.registry();
                     registry.unconfirm_all();
                     registry.wake_everyone(Event::Reconnected);

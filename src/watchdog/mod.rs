@@ -1,6 +1,7 @@
 //! The watchdog: ONE scheduling thread per process ("redguard-watchdog"),
 //! shared by every `Client`, renewing the lease of every lock held with the
-//! watchdog while its holder lives.
+//! watchdog while its holder lives, plus one long-lived I/O worker per
+//! server ("redguard-renew", see [`worker`]) that does all its network I/O.
 //!
 //! * Holders hand entries over through a pending list and wake the thread
 //!   only when the new entry falls due before the thread's next planned
@@ -12,15 +13,27 @@
 //! * Renewals that fall due together go to each server as multi-key script
 //!   calls of at most `renew_batch` renewals, several calls per round trip:
 //!   never one round trip per lock.
-//! * The scheduling thread never waits on the network: each server's due
-//!   batches run on a short-lived I/O thread ("redguard-renew") and come back
-//!   as results, so a hung or frozen server delays only its own renewals.
+//! * The scheduling thread never waits on the network. Each server's due
+//!   renewals, the release of a departed client's locks and the undo of a
+//!   grant whose reply was lost go to that server's worker over a channel,
+//!   and renewal results come back the same way: a hung or frozen server
+//!   delays only its own work. A worker has at most one renewal job at a
+//!   time; renewals falling due meanwhile go out together after it.
+//! * Loss is looked for at once, not at the next renewal: when a server
+//!   closes the worker's watch connection or the subscriber's pub/sub
+//!   connection, or comes back with a new `run_id`, every lease held there
+//!   is renewed in one pipelined round trip (fixed leases are looked up
+//!   instead), and a renewal answering 0 marks its lease lost.
+//! * Threads are bounded: this one, plus one worker per server in use. The
+//!   thread starts with the first held lock and ends, with every worker,
+//!   once no client is left; a later client starts it again.
 
 mod schedule;
+mod worker;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -30,8 +43,9 @@ use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::replicas::ReplicaAcks;
-use crate::scripts::{self, Renewal};
+use crate::scripts;
 use schedule::Schedule;
+use worker::{Done, Job, Report};
 
 /// One held lock as the watchdog sees it.
 pub(crate) struct Entry {
@@ -88,42 +102,63 @@ impl Entry {
     fn finished(&self) -> bool {
         self.state.is_released() || self.state.is_marked_lost()
     }
+
+    fn server(&self) -> Server {
+        (
+            Arc::as_ptr(&self.source) as usize,
+            self.source.node_of(&self.key),
+        )
+    }
 }
 
 /// What one renewal round trip said about one entry.
 enum Outcome {
     Renewed,
+    /// A fixed lease, looked up by a check: still there, not extended.
+    Held,
     Gone,
-    Failed(Error),
+    /// The renewal did not get an answer; the error keeps its kind
+    /// (connection, authentication, timeout, ...). Shared by every renewal
+    /// of a round trip that failed as a whole.
+    Failed(Arc<Error>),
 }
 
-/// A server: (the deployment's source, as an address, and the node).
+/// A server: (the deployment's source, as an address, and the node). The
+/// watchdog keeps a `Weak` of the source beside it, so the address cannot
+/// be reused by another source while the key is in use.
 type Server = (usize, NodeId);
 
-/// A batch of renewals back from its I/O thread.
-struct Done {
-    server: Server,
-    /// The I/O thread's last batch: the server takes new work again.
-    last: bool,
-    sent: Instant,
-    results: Vec<(Entry, Outcome)>,
+/// A grant whose reply was lost: the acquire script may or may not have
+/// run. Undone by releasing every hold of `holder`.
+pub(crate) struct Undo {
+    pub(crate) source: Arc<Source>,
+    pub(crate) key: Arc<[u8]>,
+    pub(crate) channel: Arc<[u8]>,
+    /// The wait queue of a fair lock; `None` for other kinds.
+    pub(crate) queue: Option<Arc<[u8]>>,
+    pub(crate) holder: Arc<str>,
 }
 
-/// Sends the closing `Done` of an I/O thread however it ends, so a panic in
-/// it cannot leave its server marked busy for good.
-struct Closing<'a> {
-    done: &'a Sender<Done>,
-    server: Server,
-}
-
-impl Drop for Closing<'_> {
-    fn drop(&mut self) {
-        let _ = self.done.send(Done {
-            server: self.server,
-            last: true,
-            sent: Instant::now(),
-            results: Vec::new(),
+impl Undo {
+    fn run(self) {
+        let released = self.source.with_conn(&self.key, |conn| {
+            scripts::release_holder(
+                conn,
+                &self.key,
+                &self.channel,
+                self.queue.as_deref(),
+                &self.holder,
+            )
         });
+        match released {
+            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                 ({e}); a grant, if any, expires with its lease",
+                String::from_utf8_lossy(&self.key)
+            ),
+        }
     }
 }
 
@@ -131,11 +166,25 @@ enum Command {
     /// New entries are waiting in the pending list.
     Wake,
     /// A client went away: drop its entries (releasing its locks first when
-    /// its counters say so); then answer on `done`.
+    /// its counters say so). `done` is dropped once the releases are over.
     ClientGone {
         counters: Arc<Counters>,
         done: Option<Sender<()>>,
     },
+    /// The last client went: the thread looks whether it should end.
+    Detached,
+    /// Undo a lost grant on its server's worker.
+    Undo(Undo),
+    /// The pub/sub connection of the source at this address broke: check
+    /// every lease held on its servers.
+    Suspect(usize),
+}
+
+/// Whether the thread runs and how many clients exist.
+#[derive(Default)]
+struct Life {
+    clients: usize,
+    running: bool,
 }
 
 struct Shared {
@@ -144,27 +193,60 @@ struct Shared {
     /// it is awake and will look at the pending list again before sleeping.
     next_wake: AtomicU64,
     wake_sent: AtomicBool,
+    /// Both ends live here, so commands sent while no thread runs wait for
+    /// the next one. The thread ends by counting clients, not by
+    /// disconnection.
     commands: Sender<Command>,
+    receiver: Receiver<Command>,
+    life: Mutex<Life>,
+    /// `life.running`, readable without the lock on the grant path.
+    running: AtomicBool,
 }
 
-static WATCHDOG: LazyLock<Arc<Shared>> = LazyLock::new(|| {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let shared = Arc::new(Shared {
+impl Shared {
+    fn life(&self) -> MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the thread unless it runs. `false` when it cannot be started.
+    fn ensure_running(&'static self) -> bool {
+        if self.running.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut life = self.life();
+        if life.running {
+            return true;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("redguard-watchdog".into())
+            .spawn(move || run(self));
+        match spawned {
+            Ok(_) => {
+                life.running = true;
+                self.running.store(true, Ordering::Release);
+                true
+            }
+            Err(e) => {
+                log::error!(
+                    "redguard: could not start the watchdog thread: {e}; leases will not be renewed"
+                );
+                false
+            }
+        }
+    }
+}
+
+static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
+    let (commands, receiver) = crossbeam_channel::unbounded();
+    Shared {
         pending: Mutex::new(Vec::new()),
         next_wake: AtomicU64::new(u64::MAX),
         wake_sent: AtomicBool::new(false),
-        commands: tx,
-    });
-    let for_thread = shared.clone();
-    let spawned = std::thread::Builder::new()
-        .name("redguard-watchdog".into())
-        .spawn(move || run(&for_thread, &rx));
-    if let Err(e) = spawned {
-        log::error!(
-            "redguard: could not start the watchdog thread: {e}; leases will not be renewed"
-        );
+        commands,
+        receiver,
+        life: Mutex::new(Life::default()),
+        running: AtomicBool::new(false),
     }
-    shared
 });
 
 /// Pending entries that make the thread wake up to take them, although none
@@ -181,10 +263,19 @@ const PENDING_WAKE: usize = 1024;
 /// more than the renewals themselves.
 const CALLS_PER_ROUND_TRIP: usize = 16;
 
+/// Counts a new client. Every client calls this once when it is made and
+/// [`client_gone`] once when it goes; the thread ends when none is left.
+pub(crate) fn attach() {
+    WATCHDOG.life().clients += 1;
+}
+
 /// Hands a newly held lock to the watchdog. Its first renewal (or, for a
 /// fixed lease, its expiry) is due at `due`.
 pub(crate) fn register(entry: Entry, due: Instant) {
-    let shared = &*WATCHDOG;
+    let shared: &'static Shared = &WATCHDOG;
+    // A client's first lock (after none) wakes the thread at once, so that
+    // its server is watched from the start, not from the next wake-up.
+    let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
     let pending = {
         let mut list = shared
             .pending
@@ -193,72 +284,127 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         list.push((due, entry));
         list.len()
     };
-    if (pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
+    shared.ensure_running();
+    if (first || pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
     }
 }
 
+/// Undoes a grant whose reply was lost (the acquire script may have run):
+/// releases every hold of `undo.holder` on the lock's server worker, off the
+/// caller's thread, so that the caller's deadline is not stretched by a
+/// second round trip to a server that just failed to answer, and without a
+/// thread per lost reply.
+pub(crate) fn undo_grant(undo: Undo) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::Undo(undo));
+    } else {
+        log::warn!(
+            "redguard: acquire of {:?} has an unknown outcome; a grant, if any, expires with its lease",
+            String::from_utf8_lossy(&undo.key)
+        );
+    }
+}
+
+/// Tells the watchdog that a connection to `source` broke: every lease held
+/// there is checked at once.
+pub(crate) fn suspect(source: &Arc<Source>) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.running.load(Ordering::Acquire) {
+        let _ = shared
+            .commands
+            .send(Command::Suspect(Arc::as_ptr(source) as usize));
+    }
+}
+
 /// Drops every entry of the client owning `counters`, first releasing its
-/// locks on Redis when `release` is set. Waits at most `wait` for the
-/// watchdog to finish.
+/// locks on Redis when `release` is set, and stops counting the client.
+/// Waits at most `wait` for the releases to be over.
 pub(crate) fn client_gone(counters: &Arc<Counters>, release: bool, wait: Option<Duration>) {
     counters.release_when_gone.store(release, Ordering::Release);
     counters.gone.store(true, Ordering::Release);
+    let shared: &'static Shared = &WATCHDOG;
     let (done, finished) = match wait {
         Some(_) => {
-            let (tx, rx) = crossbeam_channel::bounded(1);
+            let (tx, rx) = crossbeam_channel::bounded::<()>(1);
             (Some(tx), Some(rx))
         }
         None => (None, None),
     };
-    let _ = WATCHDOG.commands.send(Command::ClientGone {
-        counters: counters.clone(),
-        done,
-    });
+    // A client that never held a lock never started the thread: there is
+    // nothing of it to drop. Sent before the client stops being counted, so
+    // that the thread cannot end without it.
+    if shared.running.load(Ordering::Acquire) {
+        let _ = shared.commands.send(Command::ClientGone {
+            counters: counters.clone(),
+            done,
+        });
+    }
+    {
+        let mut life = shared.life();
+        life.clients = life.clients.saturating_sub(1);
+        if life.clients == 0 && life.running {
+            let _ = shared.commands.send(Command::Detached);
+        }
+    }
     if let (Some(rx), Some(wait)) = (finished, wait) {
+        // Ends early when every release job dropped its `done`.
         let _ = rx.recv_timeout(wait);
     }
 }
 
-struct Watchdog<'a> {
-    shared: &'a Shared,
-    commands: &'a Receiver<Command>,
-    schedule: Schedule<Entry>,
-    /// Servers with an I/O thread at work, and the entries that fell due
-    /// for them meanwhile: they go out together when it is done. One
-    /// thread per server at a time, so that a tick's stragglers do not
-    /// each cost a thread and a round trip of their own.
-    busy: HashMap<Server, Vec<Entry>>,
-    done_tx: Sender<Done>,
-    done_rx: Receiver<Done>,
+/// The scheduling thread's view of one server.
+struct ServerState {
+    jobs: Sender<Job>,
+    source: Weak<Source>,
+    /// Entries on this server the watchdog owns (scheduled, waiting, or at
+    /// the worker): the worker watches the server while there are any.
+    entries: usize,
+    /// `Some` while a renewal job is at the worker: the entries that fell
+    /// due meanwhile, sent together when it is done. One renewal job per
+    /// server at a time, so that a tick's stragglers, or the ticks of a
+    /// frozen server, do not each cost a job and a round trip of their own.
+    busy: Option<Vec<Entry>>,
+    /// When the server was last suspected of having lost its data:
+    /// renewals sent before that are checked again.
+    suspect_at: Option<Instant>,
 }
 
-fn run(shared: &Shared, commands: &Receiver<Command>) {
-    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+struct Watchdog {
+    shared: &'static Shared,
+    schedule: Schedule<Entry>,
+    servers: HashMap<Server, ServerState>,
+    reports_tx: Sender<Report>,
+    reports_rx: Receiver<Report>,
+}
+
+fn run(shared: &'static Shared) {
+    let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
     let mut dog = Watchdog {
         shared,
-        commands,
         schedule: Schedule::default(),
-        busy: HashMap::new(),
-        done_tx,
-        done_rx,
+        servers: HashMap::new(),
+        reports_tx,
+        reports_rx,
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
         match step {
             Ok(true) => {}
-            Ok(false) => return,
+            Ok(false) => break,
             Err(_) => log::error!("redguard watchdog: a renewal round panicked; continuing"),
         }
     }
+    dog.finish();
 }
 
-impl Watchdog<'_> {
+impl Watchdog {
     /// One turn: take pending entries, send what is due, then sleep until
-    /// the next due entry, a command or a finished batch. `false` when the
-    /// thread should end.
+    /// the next due entry, a command or a report. `false` when the thread
+    /// should end.
     fn step(&mut self) -> bool {
         self.shared.next_wake.store(0, Ordering::SeqCst);
         self.take_pending();
@@ -284,25 +430,72 @@ impl Watchdog<'_> {
             None => crossbeam_channel::never(),
         };
         crossbeam_channel::select! {
-            recv(self.commands) -> cmd => match cmd {
+            recv(self.shared.receiver) -> cmd => match cmd {
                 Ok(Command::Wake) => self.shared.wake_sent.store(false, Ordering::SeqCst),
                 Ok(Command::ClientGone { counters, done }) => {
                     self.take_pending();
-                    self.drop_client(&counters);
-                    if let Some(done) = done {
-                        let _ = done.send(());
+                    self.drop_client(&counters, done);
+                }
+                Ok(Command::Detached) => {}
+                Ok(Command::Undo(undo)) => {
+                    let server = (
+                        Arc::as_ptr(&undo.source) as usize,
+                        undo.source.node_of(&undo.key),
+                    );
+                    let source = undo.source.clone();
+                    self.send(server, &source, Job::Undo(undo));
+                }
+                Ok(Command::Suspect(source)) => {
+                    let servers: Vec<Server> = self
+                        .servers
+                        .keys()
+                        .filter(|s| s.0 == source)
+                        .copied()
+                        .collect();
+                    for server in servers {
+                        self.check(server);
                     }
                 }
-                Err(_) => return false,
+                // Cannot happen: both ends are in a static.
+                Err(_) => {}
             },
-            recv(self.done_rx) -> done => {
-                if let Ok(done) = done {
-                    self.apply(done);
-                }
+            recv(self.reports_rx) -> report => match report {
+                Ok(Report::Renewed(done)) => self.apply(done),
+                Ok(Report::Suspect(server)) => self.check(server),
+                Err(_) => {}
             },
             recv(timeout) -> _ => {},
         }
+        !self.should_end()
+    }
+
+    /// `true` (and the thread is marked stopped) when no client is left and
+    /// no command waits. Decided under the lock that [`attach`] and
+    /// [`Shared::ensure_running`] take, so a new client's first lock starts
+    /// a new thread instead of relying on this one.
+    fn should_end(&self) -> bool {
+        let mut life = self.shared.life();
+        if life.clients > 0 || !self.shared.receiver.is_empty() {
+            return false;
+        }
+        life.running = false;
+        self.shared.running.store(false, Ordering::Release);
         true
+    }
+
+    /// The thread's last act: what is left belongs to clients that are gone.
+    /// Dropping the job senders ends every worker after its queued jobs.
+    ///
+    /// The pending list is not looked at: every entry that was there when
+    /// the last client went was taken with its `ClientGone`, and anything
+    /// there now is a new client's, for the next thread.
+    fn finish(&mut self) {
+        let mut left = self.schedule.extract(|_| true);
+        for state in self.servers.values_mut() {
+            left.extend(state.busy.take().unwrap_or_default());
+        }
+        self.release_gone(left, None);
+        self.servers.clear();
     }
 
     fn take_pending(&mut self) {
@@ -321,18 +514,100 @@ impl Watchdog<'_> {
                 .counters
                 .watchdog_entries
                 .fetch_add(1, Ordering::Relaxed);
+            self.count(&entry);
             self.schedule.insert(due, entry);
         }
     }
 
-    /// Hands every due renewal to an I/O thread, one per server; a server
-    /// whose thread is still at work gets them when it is done.
+    /// Counts an entry the watchdog now owns; the first on a server makes
+    /// its worker watch it.
+    fn count(&mut self, entry: &Entry) {
+        let server = entry.server();
+        let Some(state) = self.state(server, &entry.source) else {
+            return;
+        };
+        state.entries += 1;
+        if state.entries == 1 {
+            let _ = state.jobs.send(Job::Watch(true));
+        }
+    }
+
+    /// The reverse of [`Watchdog::count`].
+    fn uncount(&mut self, server: Server) {
+        if let Some(state) = self.servers.get_mut(&server) {
+            state.entries = state.entries.saturating_sub(1);
+            if state.entries == 0 {
+                let _ = state.jobs.send(Job::Watch(false));
+            }
+        }
+    }
+
+    /// Drops an entry the watchdog is done with.
+    fn forget(&mut self, entry: Entry) {
+        entry
+            .counters
+            .watchdog_entries
+            .fetch_sub(1, Ordering::Relaxed);
+        self.uncount(entry.server());
+    }
+
+    /// The state of `server`, with a live worker: started when there is
+    /// none, or when the one there served a source that is gone. `None`
+    /// when no thread can be started.
+    fn state(&mut self, server: Server, source: &Arc<Source>) -> Option<&mut ServerState> {
+        let live = self.servers.get(&server).is_some_and(|s| {
+            s.source.strong_count() > 0 && s.source.as_ptr() == Arc::as_ptr(source)
+        });
+        if !live {
+            match worker::spawn(server, source, self.reports_tx.clone()) {
+                Ok(jobs) => {
+                    self.servers.insert(
+                        server,
+                        ServerState {
+                            jobs,
+                            source: Arc::downgrade(source),
+                            entries: 0,
+                            busy: None,
+                            suspect_at: None,
+                        },
+                    );
+                }
+                Err(e) => {
+                    log::error!("redguard watchdog: cannot start a renewal thread: {e}");
+                    return None;
+                }
+            }
+        }
+        self.servers.get_mut(&server)
+    }
+
+    /// Sends `job` to the worker of `server`. A job that cannot be sent is
+    /// dropped: its leases run out on their own clock, its releases are
+    /// left to the lease.
+    fn send(&mut self, server: Server, source: &Arc<Source>, job: Job) -> bool {
+        let Some(state) = self.state(server, source) else {
+            return false;
+        };
+        match state.jobs.send(job) {
+            Ok(()) => true,
+            Err(crossbeam_channel::SendError(job)) => {
+                // The worker ended (it cannot, while its source lives; this
+                // is a second line of defence): start another, once.
+                self.servers.remove(&server);
+                self.state(server, source)
+                    .is_some_and(|state| state.jobs.send(job).is_ok())
+            }
+        }
+    }
+
+    /// Hands every due renewal to its server's worker; a server with a
+    /// renewal job at work gets them when it is done.
     fn dispatch_due(&mut self, now: Instant) {
         let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
         // Straight from the schedule into the groups: with 100 000 held
         // locks a tick's due entries are many megabytes, copied once.
         while let Some(entry) = self.schedule.pop_one_due(now, Entry::window) {
-            let Some(entry) = still_wanted(entry) else {
+            let Some(entry) = self.still_wanted(entry) else {
                 continue;
             };
             if !entry.renew {
@@ -344,53 +619,90 @@ impl Watchdog<'_> {
                 }
                 // A fixed lease ran out: the lock is gone on the server.
                 entry.state.mark_lost();
-                forget(entry);
+                self.forget(entry);
                 continue;
             }
-            let node = entry.source.node_of(&entry.key);
-            let server = (Arc::as_ptr(&entry.source) as usize, node);
-            match self.busy.get_mut(&server) {
-                Some(waiting) => waiting.push(entry),
-                None => groups.entry(server).or_default().push(entry),
-            }
+            groups.entry(entry.server()).or_default().push(entry);
         }
         for (server, entries) in groups {
-            self.start(server, entries);
+            let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+            self.start(server, entries, per_trip);
         }
     }
 
-    /// Starts an I/O thread renewing `entries`, all on `server`.
-    fn start(&mut self, server: Server, entries: Vec<Entry>) {
+    /// Sends a renewal job for `entries`, all on `server`, unless one is at
+    /// work there: then they wait for it.
+    fn start(&mut self, server: Server, entries: Vec<Entry>, per_trip: usize) {
         let Some(first) = entries.first() else {
             return;
         };
-        first.counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-        let done_tx = self.done_tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("redguard-renew".into())
-            .spawn(move || renew_group(server, entries, &done_tx));
-        match spawned {
-            Ok(_) => {
-                self.busy.insert(server, Vec::new());
+        let source = first.source.clone();
+        let counters = first.counters.clone();
+        let Some(state) = self.state(server, &source) else {
+            for entry in entries {
+                entry.state.mark_lost();
+                self.forget(entry);
             }
-            // Entries moved into the failed closure are gone with it;
-            // their guards see the lease run out on their own clock.
-            Err(e) => log::error!("redguard watchdog: cannot start a renewal thread: {e}"),
+            return;
+        };
+        if let Some(waiting) = state.busy.as_mut() {
+            waiting.extend(entries);
+            return;
+        }
+        state.busy = Some(Vec::new());
+        counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
+        if !self.send(server, &source, Job::Renew { entries, per_trip }) {
+            // The entries went with the job; their guards see the lease run
+            // out on their own clock.
+            if let Some(state) = self.servers.get_mut(&server) {
+                state.busy = None;
+            }
+            log::error!("redguard watchdog: a renewal job could not reach its worker");
         }
     }
 
-    /// Applies the outcome of one batch; after a server's last batch, sends
-    /// what fell due for it meanwhile.
+    /// Checks every lease held on `server` now, in one pipelined round trip
+    /// (two when fixed leases are held there too: they are looked up, not
+    /// extended): the server may have lost its data.
+    fn check(&mut self, server: Server) {
+        let now = Instant::now();
+        self.take_pending();
+        if let Some(state) = self.servers.get_mut(&server) {
+            state.suspect_at = Some(now);
+        }
+        let entries = self.schedule.extract(|e| e.server() == server);
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .filter_map(|e| self.still_wanted(e))
+            .collect();
+        self.start(server, entries, usize::MAX);
+    }
+
+    /// Applies the outcome of one batch; after a job's last batch, sends
+    /// what fell due for the server meanwhile.
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
-        if done.last
-            && let Some(waiting) = self.busy.remove(&done.server)
-        {
-            let waiting: Vec<Entry> = waiting.into_iter().filter_map(still_wanted).collect();
-            self.start(done.server, waiting);
+        let mut suspect_at = None;
+        if let Some(state) = self.servers.get_mut(&done.server) {
+            suspect_at = state.suspect_at;
+            if done.last
+                && let Some(waiting) = state.busy.take()
+            {
+                let waiting: Vec<Entry> = waiting
+                    .into_iter()
+                    .filter_map(|e| self.still_wanted(e))
+                    .collect();
+                let per_trip = waiting
+                    .first()
+                    .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
+                self.start(done.server, waiting, per_trip);
+            }
         }
+        // Fixed leases found held by a look-up sent before the server was
+        // suspected: they would not come up again before they expire.
+        let mut recheck = Vec::new();
         for (entry, outcome) in done.results {
-            let Some(entry) = still_wanted(entry) else {
+            let Some(entry) = self.still_wanted(entry) else {
                 continue;
             };
             match outcome {
@@ -398,7 +710,21 @@ impl Watchdog<'_> {
                     entry
                         .state
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
-                    self.schedule.insert(done.sent + entry.interval(), entry);
+                    // Renewed before the server was suspected: that says
+                    // nothing about it now.
+                    let next = if suspect_at.is_some_and(|at| done.sent < at) {
+                        now
+                    } else {
+                        done.sent + entry.interval()
+                    };
+                    self.schedule.insert(next, entry);
+                }
+                Outcome::Held if suspect_at.is_some_and(|at| done.sent < at) => {
+                    recheck.push(entry);
+                }
+                Outcome::Held => {
+                    let due = entry.state.valid_until();
+                    self.schedule.insert(due, entry);
                 }
                 Outcome::Gone => {
                     log::warn!(
@@ -407,11 +733,12 @@ impl Watchdog<'_> {
                         entry.holder
                     );
                     entry.state.mark_lost();
-                    forget(entry);
+                    self.forget(entry);
                 }
                 Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
             }
         }
+        self.start(done.server, recheck, usize::MAX);
     }
 
     fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {
@@ -422,7 +749,7 @@ impl Watchdog<'_> {
                 entry.name()
             );
             entry.state.mark_lost();
-            forget(entry);
+            self.forget(entry);
             return;
         }
         log::debug!(
@@ -433,148 +760,54 @@ impl Watchdog<'_> {
         self.schedule.insert(retry, entry);
     }
 
-    fn drop_client(&mut self, counters: &Arc<Counters>) {
+    fn drop_client(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
         let entries = self
             .schedule
             .extract(|e| Arc::ptr_eq(&e.counters, counters));
-        release_gone(entries);
+        self.release_gone(entries, done);
+        // Workers whose source is gone end by themselves; forget them.
+        self.servers
+            .retain(|_, s| s.source.strong_count() > 0 || s.busy.is_some());
     }
-}
 
-/// `Some(entry)` when it still needs the watchdog; otherwise disposes of it:
-/// released or lost entries are dropped, and entries of a client that went
-/// (perhaps while their renewal was in flight) are released as it asked.
-fn still_wanted(entry: Entry) -> Option<Entry> {
-    if entry.finished() {
-        forget(entry);
-        return None;
+    /// `Some(entry)` when it still needs the watchdog; otherwise disposes of
+    /// it: released or lost entries are dropped, and entries of a client
+    /// that went (perhaps while their renewal was in flight) are released as
+    /// it asked.
+    fn still_wanted(&mut self, entry: Entry) -> Option<Entry> {
+        if entry.finished() {
+            self.forget(entry);
+            return None;
+        }
+        if entry.counters.gone.load(Ordering::Acquire) {
+            self.release_gone(vec![entry], None);
+            return None;
+        }
+        Some(entry)
     }
-    if entry.counters.gone.load(Ordering::Acquire) {
-        release_gone(vec![entry]);
-        return None;
-    }
-    Some(entry)
-}
 
-fn forget(entry: Entry) {
-    entry
-        .counters
-        .watchdog_entries
-        .fetch_sub(1, Ordering::Relaxed);
-}
-
-/// Drops entries of a gone client, releasing their locks first when the
-/// client asked for it.
-fn release_gone(entries: Vec<Entry>) {
-    for entry in entries {
-        let release = entry.counters.release_when_gone.load(Ordering::Acquire);
-        if release && !entry.finished() {
-            let released = entry.source.with_conn(&entry.key, |conn| {
-                scripts::release_holder(
-                    conn,
-                    &entry.key,
-                    &entry.channel,
-                    entry.queue.as_deref(),
-                    &entry.holder,
-                )
-            });
-            if let Err(e) = released {
+    /// Hands entries of departed clients to their servers' workers, which
+    /// release the locks (when the client asked for it) and mark them lost.
+    /// `done` goes along with each job and is dropped when all are over.
+    fn release_gone(&mut self, entries: Vec<Entry>, done: Option<Sender<()>>) {
+        let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+        for entry in entries {
+            groups.entry(entry.server()).or_default().push(entry);
+        }
+        for (server, entries) in groups {
+            for _ in &entries {
+                self.uncount(server);
+            }
+            let source = entries[0].source.clone();
+            let job = Job::Release {
+                entries,
+                done: done.clone(),
+            };
+            if !self.send(server, &source, job) {
                 log::warn!(
-                    "redguard: could not release lock {:?} at client shutdown: {e}",
-                    entry.name()
+                    "redguard watchdog: cannot release a departed client's locks; they expire with their lease"
                 );
             }
-        }
-        entry.state.mark_lost();
-        forget(entry);
-    }
-}
-
-/// Runs on an I/O thread: renews `entries` (all on one server) in batches
-/// and sends each batch's outcome back.
-fn renew_group(server: Server, entries: Vec<Entry>, done: &Sender<Done>) {
-    let _closing = Closing { done, server };
-    let node = server.1;
-    let Some(first) = entries.first() else {
-        return;
-    };
-    let per_call = first.renew_batch.max(1);
-    let per_trip = per_call * CALLS_PER_ROUND_TRIP;
-    let source = first.source.clone();
-    let counters = first.counters.clone();
-    let mut entries = entries.into_iter().peekable();
-    while entries.peek().is_some() {
-        let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
-        let renewals: Vec<Renewal<'_>> = chunk
-            .iter()
-            .map(|e| Renewal {
-                key: &e.key,
-                holder: &e.holder,
-                lease_ms: e.lease_ms(),
-            })
-            .collect();
-        let sent = Instant::now();
-        counters
-            .renewals
-            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-        // One WAIT after the batch, on its connection, for the most any of
-        // its locks asks (see `replicas`).
-        let acks = chunk
-            .iter()
-            .map(|e| e.acks)
-            .max_by_key(|a| (a.min, a.timeout))
-            .unwrap_or_default();
-        let response_timeout = chunk
-            .first()
-            .map_or(Duration::from_secs(3), |e| e.response_timeout);
-        let replies = source.with_node_conn(node, |conn| {
-            let replies = scripts::renew_batch(conn, &renewals, per_call)?;
-            let acked = acks.wait(conn, response_timeout)?;
-            Ok((replies, acked))
-        });
-        drop(renewals);
-        let results = match replies {
-            Ok((replies, acked)) => chunk
-                .into_iter()
-                .zip(replies)
-                .map(|(entry, reply)| {
-                    let outcome = match reply {
-                        // Extended on the master only: a failover could
-                        // bring back the shorter lease, so the holder's
-                        // lease does not count as extended; retried.
-                        Ok(true) if entry.acks.short(acked) => {
-                            Outcome::Failed(Error::NotReplicated {
-                                name: entry.name(),
-                                acked: acked.unwrap_or(0),
-                                wanted: u64::from(entry.acks.min),
-                            })
-                        }
-                        Ok(true) => Outcome::Renewed,
-                        Ok(false) => Outcome::Gone,
-                        // Another type now lives at the key: the lock is gone.
-                        Err(Error::WrongType { .. }) => Outcome::Gone,
-                        Err(e) => Outcome::Failed(e),
-                    };
-                    (entry, outcome)
-                })
-                .collect(),
-            Err(e) => {
-                let text = e.to_string();
-                chunk
-                    .into_iter()
-                    .map(|entry| (entry, Outcome::Failed(Error::Timeout(text.clone()))))
-                    .collect::<Vec<_>>()
-            }
-        };
-        let batch = Done {
-            server,
-            last: false,
-            sent,
-            results,
-        };
-        if done.send(batch).is_err() {
-            return;
         }
     }
 }

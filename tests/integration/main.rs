@@ -12,6 +12,7 @@ mod fenced_lock;
 mod layout;
 mod local_fairness;
 mod lock;
+mod loss;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
@@ -24,6 +25,7 @@ mod script_cache;
 mod sentinel;
 mod waiters;
 mod watchdog;
+mod watchdog_threads;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;

@@ -1,0 +1,501 @@
+//! The renewal I/O worker of one server ("redguard-renew"): a long-lived
+//! thread, fed jobs over a channel by the scheduling thread, that does all
+//! of the watchdog's network I/O with that server. A frozen server blocks
+//! only its own worker.
+//!
+//! Besides the jobs, the worker watches the server while the watchdog holds
+//! leases there: it keeps one idle connection open and looks at it between
+//! jobs. The server closing it (a restart, a failover, a killed client), or
+//! a new `run_id` when it connects again, is reported at once as
+//! [`Report::Suspect`], so that every lease held there is checked without
+//! waiting for its next renewal.
+//!
+//! It ends when the scheduling thread drops its job sender (after the jobs
+//! already sent), or when its server's connections are gone for good (its
+//! client and every entry using them dropped).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::{Entry, Outcome, Server};
+use crate::connection::Source;
+use crate::error::{Error, Result};
+use crate::scripts::{self, Renewal};
+
+/// How often an idle worker looks at its watch connection: the delay, at
+/// most, between a server closing it and the check of its leases.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// How long one look at the watch connection may block. The socket layer
+/// rounds any read timeout up to a scheduler tick (1 to 4 ms), so this is
+/// the cost of a look, not of a round trip.
+const LOOK: Duration = Duration::from_micros(100);
+/// How often a worker without work checks whether its server's connections
+/// are gone for good.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// Attempts to open the watch connection again at the look pace (2 s of
+/// them), before slowing down to [`MAX_WATCH_BACKOFF`].
+const FAST_RECONNECTS: u32 = 20;
+/// Pause between attempts to open the watch connection after that.
+const MAX_WATCH_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Work for a server's worker.
+pub(super) enum Job {
+    /// Renew `entries` (all on this server) in round trips of at most
+    /// `per_trip` renewals, `renew_batch` per script call.
+    Renew {
+        entries: Vec<Entry>,
+        per_trip: usize,
+    },
+    /// Release the locks of a client that went away. `done` is dropped when
+    /// the job is over, which is what [`super::client_gone`] waits for.
+    Release {
+        entries: Vec<Entry>,
+        done: Option<Sender<()>>,
+    },
+    /// Undo a grant whose reply was lost.
+    Undo(super::Undo),
+    /// Keep (or stop keeping) a watch connection open.
+    Watch(bool),
+}
+
+/// What a worker tells the scheduling thread.
+pub(super) enum Report {
+    /// A batch of renewals is back.
+    Renewed(Done),
+    /// The server closed the watch connection or restarted: check every
+    /// lease held there now.
+    Suspect(Server),
+}
+
+/// A batch of renewals back from the worker.
+pub(super) struct Done {
+    pub(super) server: Server,
+    /// The job's last batch: the server takes new renewals again.
+    pub(super) last: bool,
+    pub(super) sent: Instant,
+    pub(super) results: Vec<(Entry, Outcome)>,
+}
+
+/// Starts the worker of `server`, whose connections come from `source`.
+pub(super) fn spawn(
+    server: Server,
+    source: &Arc<Source>,
+    reports: Sender<Report>,
+) -> std::io::Result<Sender<Job>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut worker = Worker {
+        server,
+        source: Arc::downgrade(source),
+        jobs: rx,
+        reports,
+        watch: Watch::default(),
+        renewing: false,
+    };
+    std::thread::Builder::new()
+        .name("redguard-renew".into())
+        .spawn(move || worker.run())?;
+    Ok(tx)
+}
+
+#[derive(Default)]
+struct Watch {
+    wanted: bool,
+    conn: Option<redis::Connection>,
+    /// The server's `run_id` when last connected.
+    run_id: Option<String>,
+    next_look: Option<Instant>,
+    /// Failed attempts to open it since it last worked.
+    failures: u32,
+}
+
+struct Worker {
+    server: Server,
+    source: Weak<Source>,
+    jobs: Receiver<Job>,
+    reports: Sender<Report>,
+    watch: Watch,
+    /// A renewal job is under way: the scheduling thread waits for its
+    /// last batch.
+    renewing: bool,
+}
+
+impl Worker {
+    fn run(&mut self) {
+        loop {
+            let deadline = match self.watch.next_look {
+                Some(at) if self.watch.wanted => at,
+                _ => Instant::now() + IDLE_CHECK,
+            };
+            match self.jobs.recv_deadline(deadline) {
+                Ok(job) => {
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.job(job);
+                    }));
+                    if ran.is_err() {
+                        log::error!("redguard watchdog: a renewal job panicked; continuing");
+                        if std::mem::take(&mut self.renewing) {
+                            // Its entries are gone with it (their guards see
+                            // the lease run out on their own clock), but the
+                            // server must take renewals again.
+                            self.report_done(Instant::now(), Vec::new(), true);
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.source.strong_count() == 0 {
+                        // Nothing can send work for this server any more.
+                        return;
+                    }
+                }
+            }
+            if self.watch.wanted && self.watch.next_look.is_none_or(|at| at <= Instant::now()) {
+                self.look();
+            }
+        }
+    }
+
+    fn job(&mut self, job: Job) {
+        match job {
+            Job::Renew { entries, per_trip } => {
+                self.renewing = true;
+                self.renew(entries, per_trip);
+                self.renewing = false;
+            }
+            Job::Release { entries, done } => {
+                release_gone(entries);
+                drop(done);
+            }
+            Job::Undo(undo) => undo.run(),
+            Job::Watch(on) => {
+                self.watch.wanted = on;
+                if on {
+                    self.watch.next_look = None;
+                } else {
+                    self.watch.conn = None;
+                }
+            }
+        }
+    }
+
+    /// Renews `entries` in batches and sends each batch's outcome back.
+    fn renew(&self, entries: Vec<Entry>, per_trip: usize) {
+        let Some(first) = entries.first() else {
+            self.report_done(Instant::now(), Vec::new(), true);
+            return;
+        };
+        let per_call = first.renew_batch.max(1);
+        let per_trip = per_trip.max(per_call);
+        let source = first.source.clone();
+        let counters = first.counters.clone();
+        let node = self.server.1;
+        let mut entries = entries.into_iter().peekable();
+        while entries.peek().is_some() {
+            let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+            // Fixed leases come only with a check: they are looked up, not
+            // extended.
+            let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
+            let sent = Instant::now();
+            let mut results = Vec::with_capacity(chunk.len() + fixed.len());
+            if !chunk.is_empty() {
+                let renewals: Vec<Renewal<'_>> = chunk
+                    .iter()
+                    .map(|e| Renewal {
+                        key: &e.key,
+                        holder: &e.holder,
+                        lease_ms: e.lease_ms(),
+                    })
+                    .collect();
+                counters
+                    .renewals
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+                // One WAIT after the batch, on its connection, for the most
+                // any of its locks asks (see `replicas`).
+                let acks = chunk
+                    .iter()
+                    .map(|e| e.acks)
+                    .max_by_key(|a| (a.min, a.timeout))
+                    .unwrap_or_default();
+                let response_timeout = first_response_timeout(&chunk);
+                let replies = source.with_node_conn(node, |conn| {
+                    let replies = scripts::renew_batch(conn, &renewals, per_call)?;
+                    let acked = acks.wait(conn, response_timeout)?;
+                    Ok((replies, acked))
+                });
+                drop(renewals);
+                let (replies, acked) = match replies {
+                    Ok((replies, acked)) => (Ok(replies), acked),
+                    Err(e) => (Err(e), None),
+                };
+                let renewed = outcomes(chunk, replies, |renewed| {
+                    if renewed {
+                        Outcome::Renewed
+                    } else {
+                        Outcome::Gone
+                    }
+                });
+                results.extend(renewed.into_iter().map(|(entry, outcome)| {
+                    // Extended on the master only: a failover could bring
+                    // back the shorter lease, so the holder's lease does not
+                    // count as extended; the renewal is retried.
+                    let outcome = match outcome {
+                        Outcome::Renewed if entry.acks.short(acked) => {
+                            Outcome::Failed(Arc::new(Error::NotReplicated {
+                                name: String::from_utf8_lossy(&entry.key).into_owned(),
+                                acked: acked.unwrap_or(0),
+                                wanted: u64::from(entry.acks.min),
+                            }))
+                        }
+                        other => other,
+                    };
+                    (entry, outcome)
+                }));
+            }
+            if !fixed.is_empty() {
+                let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
+                results.extend(outcomes(fixed, replies, |held| {
+                    if held { Outcome::Held } else { Outcome::Gone }
+                }));
+            }
+            let last = entries.peek().is_none();
+            if !self.report_done(sent, results, last) {
+                return;
+            }
+        }
+    }
+
+    /// Sends a batch back; `false` when the scheduling thread is gone. Its
+    /// entries then have no one to renew them: those of clients that went
+    /// away are released here, as they asked.
+    fn report_done(&self, sent: Instant, results: Vec<(Entry, Outcome)>, last: bool) -> bool {
+        let done = Done {
+            server: self.server,
+            last,
+            sent,
+            results,
+        };
+        match self.reports.send(Report::Renewed(done)) {
+            Ok(()) => true,
+            Err(crossbeam_channel::SendError(report)) => {
+                if let Report::Renewed(done) = report {
+                    let gone = done
+                        .results
+                        .into_iter()
+                        .map(|(entry, _)| entry)
+                        .filter(|e| e.counters.gone.load(Ordering::Acquire))
+                        .collect();
+                    release_gone(gone);
+                }
+                false
+            }
+        }
+    }
+
+    /// Looks at the watch connection (opening it when needed) and reports
+    /// the server when it closed the connection or came back as a new
+    /// process.
+    fn look(&mut self) {
+        let now = Instant::now();
+        self.watch.next_look = Some(now + WATCH_EVERY);
+        if let Some(conn) = self.watch.conn.as_mut() {
+            let closed = {
+                let mut pubsub = conn.as_pubsub();
+                let _ = pubsub.set_read_timeout(Some(LOOK));
+                match pubsub.get_message() {
+                    Err(e) if e.is_timeout() => None,
+                    // Nothing is ever sent on this connection, so nothing
+                    // should come; whatever it was, it is still there.
+                    Ok(_) => None,
+                    Err(e) => Some(Error::redis(e)),
+                }
+            };
+            let Some(e) = closed else {
+                return;
+            };
+            log::debug!(
+                "redguard watchdog: the watch connection closed ({e}); checking every lease there"
+            );
+            self.watch.conn = None;
+            self.watch.failures = 0;
+            self.suspect();
+        }
+        self.reconnect(now);
+    }
+
+    fn reconnect(&mut self, now: Instant) {
+        let Some(source) = self.source.upgrade() else {
+            return;
+        };
+        let opened = source.pubsub_connection().and_then(|mut conn| {
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut conn)
+                .map_err(Error::redis)?;
+            Ok((conn, run_id(&info)))
+        });
+        drop(source);
+        match opened {
+            Ok((conn, id)) => {
+                self.watch.conn = Some(conn);
+                // A new process; or, with nothing to compare, a server that
+                // could not be reached since leases were taken there.
+                let restarted = match (&self.watch.run_id, &id) {
+                    (Some(old), Some(new)) => old != new,
+                    (None, _) => self.watch.failures > 0,
+                    (Some(_), None) => false,
+                };
+                self.watch.failures = 0;
+                if id.is_some() {
+                    self.watch.run_id = id;
+                }
+                if restarted {
+                    log::debug!(
+                        "redguard watchdog: the server restarted or was unreachable; checking every lease there"
+                    );
+                    self.suspect();
+                }
+            }
+            Err(e) => {
+                // Refused connects cost nothing, and the sooner the server
+                // is back the sooner its leases are checked: retry at the
+                // look pace for a while, then back off.
+                self.watch.failures += 1;
+                let pause = if self.watch.failures < FAST_RECONNECTS {
+                    WATCH_EVERY
+                } else {
+                    MAX_WATCH_BACKOFF
+                };
+                self.watch.next_look = Some(now + pause);
+                log::debug!(
+                    "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"
+                );
+            }
+        }
+    }
+
+    fn suspect(&self) {
+        let _ = self.reports.send(Report::Suspect(self.server));
+    }
+}
+
+/// The response timeout `WAIT` adds to (the same for every entry of one
+/// client; entries of one server may come from several clients).
+fn first_response_timeout(entries: &[Entry]) -> std::time::Duration {
+    entries
+        .iter()
+        .map(|e| e.response_timeout)
+        .max()
+        .unwrap_or(std::time::Duration::from_secs(3))
+}
+
+/// Pairs entries with the replies of their round trip. A round trip that
+/// failed as a whole fails every entry in it the same way, and the error
+/// keeps its kind.
+fn outcomes(
+    entries: Vec<Entry>,
+    replies: Result<Vec<Result<bool>>>,
+    answer: impl Fn(bool) -> Outcome,
+) -> Vec<(Entry, Outcome)> {
+    match replies {
+        Ok(replies) => entries
+            .into_iter()
+            .zip(replies)
+            .map(|(entry, reply)| {
+                let outcome = match reply {
+                    Ok(yes) => answer(yes),
+                    // Another type now lives at the key: the lock is gone.
+                    Err(Error::WrongType { .. }) => Outcome::Gone,
+                    Err(e) => Outcome::Failed(Arc::new(e)),
+                };
+                (entry, outcome)
+            })
+            .collect(),
+        Err(e) => {
+            let e = Arc::new(e);
+            entries
+                .into_iter()
+                .map(|entry| (entry, Outcome::Failed(e.clone())))
+                .collect()
+        }
+    }
+}
+
+/// Whether each entry's holder still holds its lock (`HEXISTS`), in one
+/// pipelined round trip; nothing is changed.
+fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Result<bool>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for e in entries {
+        pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+    }
+    let replies: Vec<redis::RedisResult<bool>> = pipe.query(conn).map_err(Error::redis)?;
+    if replies.len() != entries.len() {
+        return Err(Error::Protocol(format!(
+            "{} replies to {} lookups",
+            replies.len(),
+            entries.len()
+        )));
+    }
+    Ok(replies
+        .into_iter()
+        .zip(entries)
+        .map(|(r, e)| r.map_err(|err| Error::from_redis(err, &e.key)))
+        .collect())
+}
+
+/// The `run_id` line of an `INFO server` reply.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+}
+
+/// Releases the locks of entries whose client went away (when it asked for
+/// that), then marks each lost. After the first failure that breaks the
+/// connection the rest are left to their leases, so that a dead server
+/// costs one timeout, not one per lock.
+pub(super) fn release_gone(entries: Vec<Entry>) {
+    let mut broken = false;
+    for entry in entries {
+        let release = entry.counters.release_when_gone.load(Ordering::Acquire);
+        if release && !broken && !entry.finished() {
+            let released = entry.source.with_conn(&entry.key, |conn| {
+                scripts::release_holder(
+                    conn,
+                    &entry.key,
+                    &entry.channel,
+                    entry.queue.as_deref(),
+                    &entry.holder,
+                )
+            });
+            if let Err(e) = released {
+                broken = e.breaks_connection();
+                log::warn!(
+                    "redguard: could not release lock {:?} at client shutdown: {e}",
+                    entry.name()
+                );
+            }
+        }
+        entry.state.mark_lost();
+        entry
+            .counters
+            .watchdog_entries
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_id_is_read_from_info() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:1\r\n";
+        assert_eq!(run_id(info).as_deref(), Some("abc123"));
+        assert_eq!(run_id("# Server\r\n"), None);
+    }
+}

@@ -1,0 +1,220 @@
+//! Loss seen within a second (RELIABILITY B4, B5): a server that closes
+//! its connections or comes back as a new process has every lease held
+//! there checked at once, not at the next renewal a third of the lease
+//! later. Locks that are still there (a restart with AOF, a mere
+//! reconnect) are kept.
+//!
+//! Every client here uses the default-like 30 s watchdog timeout, so its
+//! first regular renewal is 10 s away: whatever these tests see within a
+//! second or two is the check, not a renewal.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{RedisServer, ms, test_builder, unique_name, wait_until};
+
+const LONG_LEASE: Duration = Duration::from_secs(30);
+
+fn long_lease_client(url: &str) -> redguard::Client {
+    test_builder(url)
+        .watchdog_timeout(LONG_LEASE)
+        .build()
+        .unwrap()
+}
+
+/// `true` once a connection of the watchdog watches `server`: the only
+/// connection whose last command was `INFO`.
+fn watched(server: &RedisServer) -> bool {
+    let clients: String = server.cmd("CLIENT", &[b"LIST"]);
+    clients.contains("cmd=info")
+}
+
+fn pttl(server: &RedisServer, name: &str) -> i64 {
+    server.cmd("PTTL", &[name.as_bytes()])
+}
+
+#[test]
+fn b4_restart_without_persistence_is_seen_within_1s() {
+    let mut server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let mut seen = Vec::new();
+    for run in 0..5 {
+        let name = unique_name("b4-fast");
+        let guard = client.lock(&name).lock().unwrap();
+        // Held, and watched: the watchdog's worker opened its watch
+        // connection (the one whose last command was INFO).
+        assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+        let t0 = Instant::now();
+        server.restart();
+        let restarted = t0.elapsed();
+        let lost = wait_until(Duration::from_secs(3), || guard.check().is_err());
+        let after = t0.elapsed();
+        assert!(lost, "run {run}: the loss was not seen within 3 s");
+        assert!(guard.check().unwrap_err().is_lock_lost());
+        seen.push((restarted, after));
+        drop(guard);
+    }
+    eprintln!(
+        "B4 fast: (restart took, loss seen after) over {} runs: {seen:?}",
+        seen.len()
+    );
+    let worst = seen.iter().map(|s| s.1).max().unwrap();
+    assert!(
+        worst < Duration::from_secs(1),
+        "slowest: {worst:?} ({seen:?})"
+    );
+}
+
+#[test]
+fn b4_a_fixed_lease_lost_in_a_restart_is_seen_within_1s() {
+    let mut server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let name = unique_name("b4-fixed");
+    let guard = client.lock(&name).with_lease(LONG_LEASE).lock().unwrap();
+    let kept = unique_name("b4-fixed-kept");
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let t0 = Instant::now();
+    server.restart();
+    // Retaken at once by someone else: the old holder must not see it as
+    // its own.
+    let other = long_lease_client(&server.url());
+    let _taken = other.lock(&name).with_lease(LONG_LEASE).lock().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || guard.check().is_err()),
+        "the loss of a fixed lease was not seen"
+    );
+    let after = t0.elapsed();
+    eprintln!("B4 fixed lease: loss seen {after:?} after the restart began");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert!(guard.check().unwrap_err().is_lock_lost());
+    // A fixed lease that is still there is not extended by the check.
+    let held = client.lock(&kept).with_lease(ms(5_000)).lock().unwrap();
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    crate::support::sleep(ms(500));
+    held.check().unwrap();
+    assert!(pttl(&server, &kept) <= 4_600, "extended by the check");
+    drop(held);
+}
+
+#[test]
+fn b5_locks_still_there_after_an_aof_restart_are_kept() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap().to_owned();
+    let mut server = RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &dir,
+    ]);
+    let client = long_lease_client(&server.url());
+    let name = unique_name("b5-aof");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let before = client.stats().renewals;
+    server.restart();
+    assert!(pttl(&server, &name) > 0, "the AOF did not keep the lock");
+    // The restart is noticed and the lease checked (renewed), well before
+    // the first regular renewal 10 s away.
+    assert!(
+        wait_until(Duration::from_secs(2), || client.stats().renewals > before),
+        "no check after the restart"
+    );
+    crate::support::sleep(ms(500));
+    guard.check().unwrap();
+    assert!(pttl(&server, &name) > 20_000, "the check renewed the lease");
+    guard.unlock().unwrap();
+    assert_eq!(pttl(&server, &name), -2);
+}
+
+#[test]
+fn b5_locks_are_kept_across_a_mere_reconnect() {
+    let server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let name = unique_name("b5-reconnect");
+    let guard = client.lock(&name).lock().unwrap();
+
+    // The pool's and the watch connection go.
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let before = client.stats().renewals;
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    assert!(
+        wait_until(Duration::from_secs(2), || client.stats().renewals > before),
+        "no check after the connections were killed"
+    );
+
+    // The subscriber's pub/sub connection goes: a thread of the same
+    // client waits on a lock someone else holds.
+    let other = long_lease_client(&server.url());
+    let busy = unique_name("b5-busy");
+    let busy_guard = other.lock(&busy).lock().unwrap();
+    let waiter = std::thread::spawn({
+        let lock = client.lock(&busy);
+        move || lock.try_lock_for(Duration::from_secs(3)).unwrap().is_none()
+    });
+    assert!(wait_until(Duration::from_secs(2), || client
+        .stats()
+        .pubsub_connections
+        == 1
+        && client.stats().waiters == 1));
+    let before = client.stats().renewals;
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
+    assert!(
+        wait_until(Duration::from_secs(2), || client.stats().renewals > before),
+        "no check after the pub/sub connection was killed"
+    );
+    crate::support::sleep(ms(300));
+    guard.check().unwrap();
+    assert!(pttl(&server, &name) > 20_000);
+    assert!(waiter.join().unwrap());
+    drop(busy_guard);
+    guard.unlock().unwrap();
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn b4_exec_exits_70_within_1500ms_of_a_restart() {
+    use std::process::{Command, Stdio};
+
+    let mut server = RedisServer::start();
+    let name = unique_name("b4-exec");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redguard"))
+        .args(["exec", &name, "--url", &server.url(), "--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held by the CLI, with its default 30 s watchdog timeout.
+    assert!(
+        wait_until(Duration::from_secs(10), || pttl(&server, &name) > 0),
+        "the CLI did not take the lock"
+    );
+    let lease = pttl(&server, &name);
+    assert!(lease > 20_000, "PTTL {lease}");
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let t0 = Instant::now();
+    server.restart();
+    let mut status = None;
+    wait_until(Duration::from_secs(5), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let elapsed = t0.elapsed();
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redguard exec still runs {elapsed:?} after the restart");
+    };
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        use std::io::Read;
+        let _ = err.read_to_string(&mut stderr);
+    }
+    eprintln!("B4 exec: exited {status} {elapsed:?} after the restart began");
+    assert_eq!(status.code(), Some(70), "stderr: {stderr}");
+    assert!(
+        elapsed < Duration::from_millis(1500),
+        "{elapsed:?}; stderr: {stderr}"
+    );
+}
