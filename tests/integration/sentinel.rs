@@ -647,3 +647,79 @@ fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 }
 }
+
+/// Benchmark (not part of the suite's timing; run with `--ignored`): failover
+/// time as a waiting client sees it, from `kill -9` of the master to its
+/// first successful acquire, beside Sentinel's own promotion time (the
+/// `+switch-master` event), p50 and max over 5 failovers.
+///
+/// `cargo test --release --test integration bench_sentinel_failover -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn bench_sentinel_failover() {
+    let mut bed = bed();
+    let client = builder(&bed).build().unwrap();
+    let name = unique_name("bench-failover");
+    let mut acquire = Vec::new();
+    let mut promotion = Vec::new();
+    for run in 0..5 {
+        bed.heal();
+        let lock = client.lock(&name);
+        // Warm: connections to the current master exist.
+        drop(lock.lock().unwrap());
+        let killed: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let first = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let waiter = std::thread::spawn({
+            let (killed, first, stop, lock) =
+                (killed.clone(), first.clone(), stop.clone(), lock.clone());
+            move || {
+                while !stop.load(Ordering::Acquire) {
+                    let before_kill = killed.lock().unwrap().is_none();
+                    match lock.try_lock_for(ms(1000)) {
+                        Ok(Some(guard)) => {
+                            let at = Instant::now();
+                            drop(guard);
+                            if !before_kill && first.lock().unwrap().is_none() {
+                                *first.lock().unwrap() = Some(at);
+                                return;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(_) => crate::support::sleep(ms(5)),
+                    }
+                }
+            }
+        });
+        crate::support::sleep(ms(200));
+        let old = bed.master_port();
+        bed.drain_switches();
+        let (_, kill) = bed.kill_master();
+        *killed.lock().unwrap() = Some(kill);
+        let switch = bed.wait_switch(old, ms(20_000)).expect("+switch-master");
+        let got = wait_until(ms(20_000), || first.lock().unwrap().is_some());
+        stop.store(true, Ordering::Release);
+        waiter.join().unwrap();
+        assert!(got, "run {run}: no acquire after the failover");
+        let at = first.lock().unwrap().unwrap();
+        acquire.push(at - kill);
+        promotion.push(switch.at - kill);
+        eprintln!(
+            "run {run}: +switch-master {:?} after kill -9, first acquire {:?} after kill -9 \
+             ({:+} ms from the switch)",
+            switch.at - kill,
+            at - kill,
+            (at - kill).as_millis() as i64 - (switch.at - kill).as_millis() as i64
+        );
+    }
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[v.len() - 1])
+    };
+    let (ap50, amax) = stats(&mut acquire);
+    let (pp50, pmax) = stats(&mut promotion);
+    eprintln!(
+        "failover over 5 runs: first acquire after kill -9 p50 {ap50:?} max {amax:?}; \
+         Sentinel +switch-master p50 {pp50:?} max {pmax:?}"
+    );
+}
