@@ -121,7 +121,10 @@ impl Default for Builder {
 impl Builder {
     /// The server to use, as a redis-rs URL: `redis://[user:password@]host[:port][/db]`,
     /// `rediss://…` for TLS (needs a TLS feature of the `redis` crate),
-    /// `redis+unix:///path`. Default: `redis://127.0.0.1:6379/`.
+    /// `redis+unix:///path`; or a Sentinel deployment,
+    /// `redis+sentinel://[[user]:password@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[?db=N]`
+    /// (see [`Client::open`](crate::Client::open)). Default:
+    /// `redis://127.0.0.1:6379/`.
     ///
     /// Percent-encoded passwords are decoded by redis-rs; the password is
     /// never printed by redguard (`Debug` shows only host and port).

@@ -329,6 +329,26 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
         "E2: the control locks did not reach both replicas"
     );
 
+    // A waiter whose subscriber is connected to the old master. Its poll
+    // interval is long, so only pub/sub can wake it quickly later.
+    let listener = builder(bed)
+        .watchdog_timeout(LONG_LEASE)
+        .poll_interval(ms(10_000))
+        .build()
+        .unwrap();
+    {
+        let busy = plain.lock(unique_name("d-warm"));
+        let _held = busy.lock().unwrap();
+        assert!(
+            listener
+                .lock(busy.name())
+                .try_lock_for(ms(300))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(listener.stats().pubsub_connections, 1);
+    }
+
     // The fault: frozen replicas, cut links.
     bed.sigstop_replicas();
     assert_eq!(bed.kill_replication_links(), 2);
@@ -386,6 +406,29 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
         "E2: the lost lock is still held on the new master"
     );
 
+    // The subscriber followed the master: a waiter is woken by the unlock
+    // message published on the new master (its holder's lease and its own
+    // poll interval are both seconds long).
+    let moved = other.lock(unique_name("d-moved"));
+    let held = moved.lock().unwrap();
+    let woken = std::thread::spawn({
+        let lock = listener.lock(moved.name());
+        move || {
+            let got = lock.try_lock_for(ms(8000)).unwrap().is_some();
+            (got, Instant::now())
+        }
+    });
+    crate::support::sleep(ms(500));
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (got, at) = woken.join().unwrap();
+    assert!(got, "D after the failover: the waiter never got the lock");
+    let wake = at.saturating_duration_since(released);
+    assert!(
+        wake < ms(2000),
+        "D after the failover: woken only after {wake:?}"
+    );
+
     // The control lock survives: renewed on the new master past a lease.
     crate::support::sleep(LONG_LEASE / 3 + ms(500));
     kept.check().unwrap();
@@ -434,6 +477,7 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     acked_tokens.push(granted.expect("H5: no acknowledged grant after the failover"));
     eprintln!(
         "E2: promotion {promotion:?}; LockLost {told_after:?} after the kill (L = {LONG_LEASE:?}); \
+         waiter woken {wake:?} after an unlock on the new master; \
          H5 tokens without WAIT {plain_tokens:?}, with min_replica_acks = 1 {acked_tokens:?} \
          ({refused} refused while the new master had no replica)"
     );
