@@ -817,6 +817,10 @@ fn listen(weak: &Weak<Inner>) {
                 continue;
             }
         };
+        // Bounded, so that a frozen sentinel cannot hold the thread (and
+        // its client's exit) forever.
+        let _ = conn.set_read_timeout(Some(LISTEN_TICK.max(Duration::from_secs(1))));
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
         let mut pubsub = conn.as_pubsub();
         if let Err(e) = pubsub.subscribe("+switch-master") {
             log::debug!("redguard: +switch-master listener: sentinel {label}: {e}");

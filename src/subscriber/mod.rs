@@ -292,7 +292,7 @@ impl Worker {
         // (Re)subscribe everything waiters want, then tell them.
         for channel in self.shared.registry().channels() {
             if let Err(e) = pubsub.subscribe(&channel[..]) {
-                log::debug!("redguard subscriber: subscribe failed: {e}");
+                subscribe_failed(&channel, &e);
                 return Exit::Reconnect;
             }
             subscribed.insert(channel);
@@ -363,7 +363,7 @@ impl Worker {
                         if wanted {
                             let _ = pubsub.set_read_timeout(Some(timeout));
                             if let Err(e) = pubsub.subscribe(&channel[..]) {
-                                log::debug!("redguard subscriber: subscribe failed: {e}");
+                                subscribe_failed(&channel, &e);
                                 return Exit::Reconnect;
                             }
                             subscribed.insert(channel.clone());
@@ -394,5 +394,20 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// Logs a failed `SUBSCRIBE`; one the ACL refused is a configuration error
+/// the operator must see (waiters then fall back to polling), so it is a
+/// warning naming the channel.
+fn subscribe_failed(channel: &[u8], err: &redis::RedisError) {
+    if err.code() == Some("NOPERM") {
+        log::warn!(
+            "redguard subscriber: the Redis ACL refuses channel {:?} ({err}); waiters on it \
+             poll instead of being woken (grant it with an `&` pattern)",
+            String::from_utf8_lossy(channel)
+        );
+    } else {
+        log::debug!("redguard subscriber: subscribe failed: {err}");
     }
 }
