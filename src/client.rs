@@ -11,8 +11,10 @@ use crate::config::{Builder, Config};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
+use crate::latch::CountDownLatch;
 use crate::lease::Counters;
-use crate::lock::Lock;
+use crate::lock::{Lock, ReadWriteLock};
+use crate::semaphore::{ExpiringSemaphore, Semaphore};
 use crate::subscriber::Subscriber;
 use crate::watchdog;
 
@@ -211,6 +213,33 @@ impl Client {
     /// ```
     pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> Lock {
         Lock::new_fenced(self.clone(), name.as_ref())
+    }
+
+    /// A read-write lock named `name` (Redisson's `RReadWriteLock`): its
+    /// [`read`](ReadWriteLock::read) side is shared by readers, its
+    /// [`write`](ReadWriteLock::write) side exclusive; both are [`Lock`]
+    /// handles. Cheap: no I/O.
+    pub fn read_write_lock(&self, name: impl AsRef<[u8]>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.as_ref())
+    }
+
+    /// A counting semaphore named `name` (Redisson's `RSemaphore`). Cheap:
+    /// no I/O.
+    pub fn semaphore(&self, name: impl AsRef<[u8]>) -> Semaphore {
+        Semaphore::new(self.clone(), name.as_ref())
+    }
+
+    /// A semaphore whose permits carry an id and a lease (Redisson's
+    /// `RPermitExpirableSemaphore`): a crashed holder's permit comes back
+    /// within one lease. Cheap: no I/O.
+    pub fn expiring_semaphore(&self, name: impl AsRef<[u8]>) -> ExpiringSemaphore {
+        ExpiringSemaphore::new(self.clone(), name.as_ref())
+    }
+
+    /// A count-down latch named `name` (Redisson's `RCountDownLatch`).
+    /// Cheap: no I/O.
+    pub fn count_down_latch(&self, name: impl AsRef<[u8]>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.as_ref())
     }
 
     /// This client's id: the first half of every holder id it writes.

@@ -8,13 +8,19 @@ pub const MAX_NAME_LEN: usize = 64 * 1024;
 /// `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &[u8] = b"0";
 
-/// Published when a read hold of a read-write lock is released (Redisson's
-/// `READ_UNLOCK_MESSAGE`).
-#[allow(
-    dead_code,
-    reason = "part of the wire format; used by the read-write lock"
-)]
+/// Published on a read-write lock's channel when its write side is released
+/// (Redisson's `READ_UNLOCK_MESSAGE`): every waiter may try, since readers
+/// can all get in. A release that frees the lock from readers publishes
+/// [`UNLOCK_MESSAGE`], which wakes one waiter.
 pub(crate) const READ_UNLOCK_MESSAGE: &[u8] = b"1";
+
+/// Published on a count-down latch's channel when its count reaches zero
+/// (Redisson's `CountDownLatchPubSub.ZERO_COUNT_MESSAGE`): every waiter goes.
+pub(crate) const ZERO_COUNT_MESSAGE: &[u8] = b"0";
+
+/// Published on a count-down latch's channel when its count is set or the
+/// latch deleted (Redisson's `CountDownLatchPubSub.NEW_COUNT_MESSAGE`).
+pub(crate) const NEW_COUNT_MESSAGE: &[u8] = b"1";
 
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any bytes
 /// are allowed, binary included; names only ever travel as `KEYS`.
@@ -80,6 +86,65 @@ pub(crate) fn token(name: &[u8]) -> Vec<u8> {
     prefixed("redisson_lock_token", name)
 }
 
+/// `{name}`, or `name` when it already contains `{` (Redisson's
+/// `suffixName` without the suffix): the base of keys named after the lock,
+/// sharing its cluster slot.
+pub(crate) fn tagged(name: &[u8]) -> Vec<u8> {
+    if name.contains(&b'{') {
+        return name.to_vec();
+    }
+    let mut out = Vec::with_capacity(name.len() + 2);
+    out.push(b'{');
+    out.extend_from_slice(name);
+    out.push(b'}');
+    out
+}
+
+/// The channel of a read-write lock: `redisson_rwlock:{name}`.
+pub(crate) fn rw_channel(name: &[u8]) -> Vec<u8> {
+    prefixed("redisson_rwlock", name)
+}
+
+/// The field of a read-write lock's hash under which `holder` holds the
+/// write side: `<holder id>:write`.
+pub(crate) fn write_field(holder: &str) -> String {
+    format!("{holder}:write")
+}
+
+/// The prefix of `holder`'s per-read-hold timeout keys of a read-write
+/// lock: `{name}:<holder id>:rwlock_timeout`; read hold `n` (from 1) lives
+/// at the prefix followed by `:<n>`, expiring with that hold's lease.
+pub(crate) fn rw_timeout_prefix(name: &[u8], holder: &str) -> Vec<u8> {
+    let mut out = tagged(name);
+    out.push(b':');
+    out.extend_from_slice(holder.as_bytes());
+    out.extend_from_slice(b":rwlock_timeout");
+    out
+}
+
+/// The channel of a semaphore, plain or expiring: `redisson_sc:{name}`.
+pub(crate) fn semaphore_channel(name: &[u8]) -> Vec<u8> {
+    prefixed("redisson_sc", name)
+}
+
+/// The permit leases of an expiring-permit semaphore: `{name}:timeout`, a
+/// zset of permit id -> lease end (ms since the epoch).
+pub(crate) fn permit_timeouts(name: &[u8]) -> Vec<u8> {
+    let mut out = tagged(name);
+    out.extend_from_slice(b":timeout");
+    out
+}
+
+/// The channel of a count-down latch:
+/// `redisson_countdownlatch__channel__{name}` (always braced, as Redisson
+/// writes it).
+pub(crate) fn latch_channel(name: &[u8]) -> Vec<u8> {
+    let mut out = b"redisson_countdownlatch__channel__{".to_vec();
+    out.extend_from_slice(name);
+    out.push(b'}');
+    out
+}
+
 /// The key of one one-use token: `redguard_token:{scope}:<token text>`.
 /// Every token of a scope shares the scope's hash tag.
 pub(crate) fn one_use_token(scope: &[u8], token: &[u8]) -> Vec<u8> {
@@ -122,6 +187,27 @@ mod tests {
         );
         assert_eq!(token(b"{o}:1"), b"redisson_lock_token:{o}:1");
         assert_eq!(one_use_token(b"pay", b"00ff"), b"redguard_token:{pay}:00ff");
+    }
+
+    #[test]
+    fn synchronizer_keys_follow_redisson() {
+        assert_eq!(rw_channel(b"rw"), b"redisson_rwlock:{rw}");
+        assert_eq!(write_field("c1:7"), "c1:7:write");
+        assert_eq!(
+            rw_timeout_prefix(b"rw", "c1:7"),
+            b"{rw}:c1:7:rwlock_timeout"
+        );
+        assert_eq!(
+            rw_timeout_prefix(b"{a}b", "c1:7"),
+            b"{a}b:c1:7:rwlock_timeout"
+        );
+        assert_eq!(semaphore_channel(b"s"), b"redisson_sc:{s}");
+        assert_eq!(permit_timeouts(b"s"), b"{s}:timeout");
+        assert_eq!(permit_timeouts(b"{s}x"), b"{s}x:timeout");
+        assert_eq!(
+            latch_channel(b"{l}"),
+            b"redisson_countdownlatch__channel__{{l}}"
+        );
     }
 
     #[test]

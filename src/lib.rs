@@ -53,6 +53,37 @@
 //! `try_lock_for(Duration)` and `try_lock_until(Instant)` wait at most so
 //! long. Guards own their handle, so a function can return one.
 //!
+//! # Synchronizers
+//!
+//! * [`Client::read_write_lock`]: a [`ReadWriteLock`] (Redisson's
+//!   `RReadWriteLock`), whose [`read`](ReadWriteLock::read) and
+//!   [`write`](ReadWriteLock::write) sides are [`Lock`]s: readers share, a
+//!   writer excludes everyone.
+//! * [`Client::semaphore`]: a [`Semaphore`] (Redisson's `RSemaphore`): at
+//!   most N permits out at once; a [`SemaphoreGuard`] gives them back.
+//! * [`Client::expiring_semaphore`]: an [`ExpiringSemaphore`] (Redisson's
+//!   `RPermitExpirableSemaphore`): permits with an id and a lease, renewed
+//!   while their [`PermitGuard`] lives.
+//! * [`Client::count_down_latch`]: a [`CountDownLatch`] (Redisson's
+//!   `RCountDownLatch`): wait until a count reaches zero.
+//!
+//! # Wire layout
+//!
+//! The same keys, fields, channels and messages as Redisson, so Java and
+//! Rust processes share every kind (`{name}` is the name in braces, or the
+//! bare name when it contains a `{`):
+//!
+//! | kind | keys | channel and messages |
+//! | --- | --- | --- |
+//! | reentrant / fenced lock | hash `name`: `<holder id>` → hold count, `PEXPIRE` = lease; fenced: counter `redisson_lock_token:{name}` | `redisson_lock__channel:{name}`: `0` on full release |
+//! | fair lock | the hash, list `redisson_lock_queue:{name}`, zset `redisson_lock_timeout:{name}` (holder → wait deadline, ms) | `redisson_lock__channel:{name}:<holder id>`: `0` to the next waiter |
+//! | read-write lock | hash `name`: `mode` → `read`/`write`, `<holder id>` → read holds, `<holder id>:write` → write holds; string `{name}:<holder id>:rwlock_timeout:<n>` per read hold, `PEXPIRE` = its lease | `redisson_rwlock:{name}`: `0` when the last reader leaves, `1` when the writer leaves |
+//! | semaphore | string `name`: available permits | `redisson_sc:{name}`: the new count |
+//! | expiring semaphore | string `name`: available permits; zset `{name}:timeout`: permit id (16 bytes) → lease end (ms since the epoch) | `redisson_sc:{name}`: the new count |
+//! | count-down latch | string `name`: the count, deleted at zero | `redisson_countdownlatch__channel__{name}`: `0` at zero, `1` on a new count |
+//!
+//! A holder id is `<client uuid>:<thread id>`.
+//!
 //! # Differences from `std::sync::Mutex`
 //!
 //! * **No poisoning**, and no data inside: the lock protects something
@@ -87,12 +118,14 @@ mod error;
 mod fencing;
 mod holder;
 mod keys;
+mod latch;
 mod lease;
 mod lock;
 mod multi;
 mod once;
 mod replicas;
 mod scripts;
+mod semaphore;
 mod subscriber;
 mod token;
 mod watchdog;
@@ -103,10 +136,14 @@ pub use error::{Error, RedisCause, Result};
 pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
+pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE};
-pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter};
+pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use semaphore::{
+    ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
+};
 pub use token::{ParseTokenError, TOKEN_BYTES, Token};
 
 /// The README's examples, compiled as doc tests.
@@ -123,6 +160,13 @@ mod tests {
         assert_send_sync_clone::<crate::Client>();
         assert_send_sync_clone::<crate::Lock>();
         assert_send_sync_clone::<crate::Builder>();
+        assert_send_sync_clone::<crate::ReadWriteLock>();
+        assert_send_sync_clone::<crate::Semaphore>();
+        assert_send_sync_clone::<crate::ExpiringSemaphore>();
+        assert_send_sync_clone::<crate::CountDownLatch>();
+        fn assert_send<T: Send>() {}
+        assert_send::<crate::SemaphoreGuard>();
+        assert_send::<crate::PermitGuard>();
         fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
         assert_error::<crate::Error>();
     }

@@ -186,18 +186,28 @@ impl Lock {
         let ms = lease_ms(lease)?;
         let holder = self.client.holder_id();
         let holder_str: Arc<str> = holder.as_arc().clone();
+        if self.is_write() && self.reads_here() {
+            return Err(Error::invalid(
+                "this thread holds the read side of this read-write lock; the write side \
+                 cannot be had while it reads (no upgrade: release the read side first)",
+            ));
+        }
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
                 self.attempt(&holder_str, lease, ms, renew, enqueue)
             }),
             None => {
                 // A re-entry never queues: it would wait for itself.
-                let queue_first = holds::current(self.client.id().as_u128(), &self.name).is_none();
+                let queue_first =
+                    holds::current(self.client.id().as_u128(), self.hold_key()).is_none();
                 wait_loop(&self.client, &self.channel, deadline, queue_first, || {
                     self.attempt(&holder_str, lease, ms, renew, false)
                 })
             }
         }?;
+        if granted.is_some() && self.is_read() {
+            self.pass_read_wake();
+        }
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
@@ -225,6 +235,7 @@ impl Lock {
                     Kind::Fenced { token } => {
                         scripts::fenced_acquire(conn, &self.name, token, holder, ms)
                     }
+                    Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
                     Kind::Fair {
                         queue,
                         timeouts,
@@ -317,7 +328,7 @@ impl Lock {
                 // or a wrong password never got that far.
                 if sent_script
                     && e.breaks_connection()
-                    && holds::current(client_id, &self.name).is_none()
+                    && holds::current(client_id, self.hold_key()).is_none()
                 {
                     // The script may have run: do not leave a hold nobody
                     // knows of (it would block everyone for a whole lease).
@@ -336,14 +347,18 @@ impl Lock {
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
         let counters = self.client.counters().clone();
-        let (state, fresh) = holds::enter(client_id, &self.name, || {
+        let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
             Arc::new(LeaseState::new(valid_until, counters))
         });
         if fresh {
             let entry = watchdog::Entry {
                 key: self.name.clone(),
                 channel: self.channel.clone(),
-                holder: holder.clone(),
+                holder: match self.holder_field(holder) {
+                    std::borrow::Cow::Owned(field) => Arc::from(field),
+                    std::borrow::Cow::Borrowed(_) => holder.clone(),
+                },
+                sync: self.sync_hold(holder),
                 lease,
                 renew,
                 renew_batch: self.client.config().renew_batch,
@@ -383,7 +398,11 @@ impl Lock {
             key: self.name.clone(),
             channel: self.channel.clone(),
             queue: self.queue_key().map(Arc::<[u8]>::from),
-            holder: holder.clone(),
+            holder: match self.holder_field(holder) {
+                std::borrow::Cow::Owned(field) => Arc::from(field),
+                std::borrow::Cow::Borrowed(_) => holder.clone(),
+            },
+            sync: self.sync_hold(holder),
         });
     }
 }

@@ -233,7 +233,7 @@ impl LockGuard {
         }
         let client = self.lock.client().id().as_u128();
         let name = self.lock.name();
-        let left = holds::leave(client, name, &self.state);
+        let left = holds::leave(client, self.lock.hold_key(), &self.state);
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
@@ -264,7 +264,7 @@ impl LockGuard {
             }
         };
         if left == 0 || self.state.is_marked_lost() || self.state.is_released() {
-            holds::forget(client, name, &self.state);
+            holds::forget(client, self.lock.hold_key(), &self.state);
         }
         outcome
     }

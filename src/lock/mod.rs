@@ -8,6 +8,7 @@ mod fencing_token;
 mod guard;
 pub(crate) mod holds;
 mod inspect;
+mod read_write;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use acquire::acquire_methods;
 pub use fencing_token::FencingToken;
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use read_write::ReadWriteLock;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced
@@ -107,6 +109,16 @@ pub(crate) enum Kind {
         /// `redisson_lock_token:{name}`.
         token: Arc<[u8]>,
     },
+    /// The read side of Redisson's `RReadWriteLock`.
+    Read {
+        /// This side's key in the thread's record of holds (the write side
+        /// of the same name uses the name).
+        hold_key: Arc<[u8]>,
+        /// `{name}`: the base of every reader's timeout keys.
+        key_prefix: Arc<[u8]>,
+    },
+    /// The write side of Redisson's `RReadWriteLock`.
+    Write,
 }
 
 impl fmt::Debug for Kind {
@@ -118,6 +130,8 @@ impl fmt::Debug for Kind {
                 .field("wait_timeout", wait_timeout)
                 .finish_non_exhaustive(),
             Kind::Fenced { .. } => f.write_str("Fenced"),
+            Kind::Read { .. } => f.write_str("Read"),
+            Kind::Write => f.write_str("Write"),
         }
     }
 }
@@ -343,10 +357,11 @@ impl Lock {
     pub fn hold_count(&self) -> Result<u64> {
         self.check_name()?;
         let holder = self.client.holder_id();
+        let field = self.holder_field(holder.as_str());
         self.client.with_conn(&self.name, |conn| {
             redis::cmd("HGET")
                 .arg(&self.name[..])
-                .arg(holder.as_str())
+                .arg(&*field)
                 .query::<Option<u64>>(conn)
                 .map(Option::unwrap_or_default)
                 .map_err(|e| Error::from_redis(e, &self.name))
@@ -371,6 +386,9 @@ impl Lock {
     /// ```
     pub fn holders(&self) -> Result<Vec<(String, u64)>> {
         self.check_name()?;
+        if self.is_read_write() {
+            return self.rw_holders();
+        }
         self.client.with_conn(&self.name, |conn| {
             redis::cmd("HGETALL")
                 .arg(&self.name[..])
@@ -426,6 +444,9 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
         self.client.check_open()?;
+        if self.is_read_write() {
+            return self.rw_force_unlock();
+        }
         self.client.with_conn(&self.name, |conn| {
             scripts::force_unlock(conn, &self.name, &self.channel, self.queue_key())
         })
@@ -496,6 +517,16 @@ impl Lock {
         }
     }
 
+    /// This kind's key in the calling thread's record of holds: the name,
+    /// except for the read side of a read-write lock, whose holds are
+    /// counted apart from the write side's.
+    pub(crate) fn hold_key(&self) -> &Arc<[u8]> {
+        match &self.kind {
+            Kind::Read { hold_key, .. } => hold_key,
+            _ => &self.name,
+        }
+    }
+
     pub(crate) fn check_name(&self) -> Result<()> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)
     }
@@ -506,6 +537,9 @@ impl Lock {
     }
 
     fn release_str(&self, holder: &str, ms: u64) -> Result<Release> {
+        if self.is_read_write() {
+            return self.rw_release(holder, ms, false);
+        }
         self.client
             .with_conn(&self.name, |conn| match self.fair_keys() {
                 Some(keys) => scripts::fair_release(conn, keys, holder, ms),
@@ -518,7 +552,10 @@ impl Lock {
         self.release_all_str(holder.as_str())
     }
 
-    fn release_all_str(&self, holder: &str) -> Result<bool> {
+    pub(crate) fn release_all_str(&self, holder: &str) -> Result<bool> {
+        if self.is_read_write() {
+            return Ok(self.rw_release(holder, 1, true)? != Release::NotHeld);
+        }
         self.client.with_conn(&self.name, |conn| {
             scripts::release_holder(conn, &self.name, &self.channel, self.queue_key(), holder)
         })
@@ -528,6 +565,9 @@ impl Lock {
     /// no longer holds the lock; [`Error::NotReplicated`] when it was
     /// extended on the master but too few replicas acknowledged it.
     pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
+        if self.is_read_write() {
+            return self.rw_renew(holder.as_str(), ms);
+        }
         let acks = self.replica_acks();
         acks.validate()?;
         let response_timeout = self.client.config().response_timeout;

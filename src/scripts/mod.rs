@@ -4,6 +4,11 @@
 //! Every script is a compiled-in constant: names and holder ids travel only
 //! as `KEYS`/`ARGV`, never spliced into script text.
 
+mod holds;
+pub(crate) mod latch;
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -12,6 +17,9 @@ use redis::{Script, Value};
 use crate::error::{Error, Result};
 use crate::keys::UNLOCK_MESSAGE;
 use crate::lease::Pttl;
+pub(crate) use holds::{
+    SyncHold, SyncRenewal, release_all as release_sync_hold, renew_batch as renew_sync_batch,
+};
 
 pub(crate) mod once;
 

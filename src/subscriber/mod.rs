@@ -97,6 +97,27 @@ impl Subscriber {
         self.finish_registration(channel, id, next, rx, woken, max_wait)
     }
 
+    /// Registers a waiter on `channel` whose every message wakes all its
+    /// waiters, `0` included (a count-down latch's zero message opens it for
+    /// everyone). Otherwise as [`Subscriber::waiter`].
+    pub(crate) fn waiter_all(&self, channel: &[u8], max_wait: Duration) -> Waiter<'_> {
+        let (mailbox, rx, woken) = Mailbox::new();
+        let (id, next) = {
+            let mut registry = self.shared.registry();
+            let registered = registry.register(channel, mailbox);
+            registry.wake_all_on(channel);
+            registered
+        };
+        self.finish_registration(channel, id, next, rx, woken, max_wait)
+    }
+
+    /// Wakes the longest-waiting thread of this client on `channel` that is
+    /// not woken already, if any (a reader that got in passes the wake-up
+    /// on: the next reader may get in too).
+    pub(crate) fn wake_next(&self, channel: &[u8]) {
+        self.shared.registry().wake_one(channel);
+    }
+
     /// Registers a waiter on `channel` behind the threads already waiting
     /// there; `None` (and nothing registered) when no thread waits.
     pub(crate) fn waiter_behind(&self, channel: &[u8], max_wait: Duration) -> Option<Waiter<'_>> {
@@ -381,7 +402,7 @@ impl Worker {
                     let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
                     let payload: Vec<u8> = msg.get_payload().unwrap_or_default();
                     let mut registry = self.shared.registry();
-                    if payload == crate::keys::UNLOCK_MESSAGE {
+                    if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(&channel) {
                         registry.wake_one(&channel);
                     } else {
                         registry.wake_all(&channel, Event::Unlocked);

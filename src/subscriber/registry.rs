@@ -75,6 +75,9 @@ struct Channel {
     confirmed: bool,
     /// Waiters in arrival order; the front one is woken first.
     waiters: VecDeque<(WaiterId, Mailbox)>,
+    /// Every message wakes every waiter (count-down latches), the unlock
+    /// message `0` included.
+    wake_all: bool,
 }
 
 /// What the registering waiter must do next.
@@ -148,6 +151,19 @@ impl Registry {
             return true;
         }
         false
+    }
+
+    /// Makes every message on `channel` wake all its waiters (until its
+    /// last waiter leaves).
+    pub(crate) fn wake_all_on(&mut self, channel: &[u8]) {
+        if let Some(entry) = self.channels.get_mut(channel) {
+            entry.wake_all = true;
+        }
+    }
+
+    /// `true` when every message on `channel` wakes all its waiters.
+    pub(crate) fn wakes_all(&self, channel: &[u8]) -> bool {
+        self.channels.get(channel).is_some_and(|c| c.wake_all)
     }
 
     /// `true` when `channel` has waiters.

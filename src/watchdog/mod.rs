@@ -43,7 +43,7 @@ use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::replicas::ReplicaAcks;
-use crate::scripts;
+use crate::scripts::{self, SyncHold};
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -68,6 +68,10 @@ pub(crate) struct Entry {
     /// counts as extended, and the response timeout `WAIT` adds to.
     pub(crate) acks: ReplicaAcks,
     pub(crate) response_timeout: Duration,
+    /// `None` for a lock-hash field (renewed by multi-key batches); for the
+    /// holds of read-write locks and expiring permits, which of their
+    /// scripts renew, check and release it.
+    pub(crate) sync: Option<SyncHold>,
 }
 
 impl Entry {
@@ -137,18 +141,23 @@ pub(crate) struct Undo {
     /// The wait queue of a fair lock; `None` for other kinds.
     pub(crate) queue: Option<Arc<[u8]>>,
     pub(crate) holder: Arc<str>,
+    /// For read-write locks: the script that drops the holder's holds.
+    pub(crate) sync: Option<SyncHold>,
 }
 
 impl Undo {
     fn run(self) {
-        let released = self.source.with_conn(&self.key, |conn| {
-            scripts::release_holder(
+        let released = self.source.with_conn(&self.key, |conn| match &self.sync {
+            Some(hold) => {
+                scripts::release_sync_hold(conn, hold, &self.key, &self.channel, &self.holder)
+            }
+            None => scripts::release_holder(
                 conn,
                 &self.key,
                 &self.channel,
                 self.queue.as_deref(),
                 &self.holder,
-            )
+            ),
         });
         match released {
             Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),

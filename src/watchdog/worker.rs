@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::{Entry, Outcome, Server};
 use crate::connection::Source;
 use crate::error::{Error, Result};
-use crate::scripts::{self, Renewal};
+use crate::scripts::{self, Renewal, SyncRenewal};
 
 /// How often an idle worker looks at its watch connection: the delay, at
 /// most, between a server closing it and the check of its leases.
@@ -198,8 +198,39 @@ impl Worker {
             // Fixed leases come only with a check: they are looked up, not
             // extended.
             let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
+            // Holds of read-write locks and expiring permits have scripts of
+            // their own, pipelined apart.
+            let (chunk, synced): (Vec<Entry>, Vec<Entry>) =
+                chunk.into_iter().partition(|e| e.sync.is_none());
             let sent = Instant::now();
-            let mut results = Vec::with_capacity(chunk.len() + fixed.len());
+            let mut results = Vec::with_capacity(chunk.len() + fixed.len() + synced.len());
+            if !synced.is_empty() {
+                let renewals: Vec<SyncRenewal<'_>> = synced
+                    .iter()
+                    .filter_map(|e| {
+                        Some(SyncRenewal {
+                            hold: e.sync.as_ref()?,
+                            key: &e.key,
+                            holder: &e.holder,
+                            lease_ms: e.lease_ms(),
+                        })
+                    })
+                    .collect();
+                counters
+                    .renewals
+                    .fetch_add(synced.len() as u64, Ordering::Relaxed);
+                counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+                let replies =
+                    source.with_node_conn(node, |conn| scripts::renew_sync_batch(conn, &renewals));
+                drop(renewals);
+                results.extend(outcomes(synced, replies, |renewed| {
+                    if renewed {
+                        Outcome::Renewed
+                    } else {
+                        Outcome::Gone
+                    }
+                }));
+            }
             if !chunk.is_empty() {
                 let renewals: Vec<Renewal<'_>> = chunk
                     .iter()
@@ -430,9 +461,17 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for e in entries {
-        pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+        match &e.sync {
+            // A permit is held while its id is in the lease set.
+            Some(scripts::SyncHold::Permit { timeouts, id }) => {
+                pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
+            }
+            _ => {
+                pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+            }
+        }
     }
-    let replies: Vec<redis::RedisResult<bool>> = pipe.query(conn).map_err(Error::redis)?;
+    let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
     if replies.len() != entries.len() {
         return Err(Error::Protocol(format!(
             "{} replies to {} lookups",
@@ -443,7 +482,17 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
     Ok(replies
         .into_iter()
         .zip(entries)
-        .map(|(r, e)| r.map_err(|err| Error::from_redis(err, &e.key)))
+        .map(|(reply, e)| match reply {
+            redis::Value::Int(n) => Ok(n == 1),
+            redis::Value::Nil => Ok(false),
+            redis::Value::BulkString(_) | redis::Value::Double(_) => Ok(true),
+            redis::Value::ServerError(err) => {
+                Err(Error::from_redis(redis::RedisError::from(err), &e.key))
+            }
+            other => Err(Error::Protocol(format!(
+                "unexpected lookup reply {other:?}"
+            ))),
+        })
         .collect())
 }
 
@@ -463,15 +512,24 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
     for entry in entries {
         let release = entry.counters.release_when_gone.load(Ordering::Acquire);
         if release && !broken && !entry.finished() {
-            let released = entry.source.with_conn(&entry.key, |conn| {
-                scripts::release_holder(
-                    conn,
-                    &entry.key,
-                    &entry.channel,
-                    entry.queue.as_deref(),
-                    &entry.holder,
-                )
-            });
+            let released = entry
+                .source
+                .with_conn(&entry.key, |conn| match &entry.sync {
+                    Some(hold) => scripts::release_sync_hold(
+                        conn,
+                        hold,
+                        &entry.key,
+                        &entry.channel,
+                        &entry.holder,
+                    ),
+                    None => scripts::release_holder(
+                        conn,
+                        &entry.key,
+                        &entry.channel,
+                        entry.queue.as_deref(),
+                        &entry.holder,
+                    ),
+                });
             if let Err(e) = released {
                 broken = e.breaks_connection();
                 log::warn!(

@@ -9,6 +9,8 @@ mod config_bounds;
 mod fair_lock;
 mod faults;
 mod fenced_lock;
+mod foreign;
+mod latch;
 mod layout;
 mod local_fairness;
 mod lock;
@@ -21,7 +23,9 @@ mod pool_contention;
 mod red_lock;
 mod reentrant;
 mod renew_batch;
+mod rw_lock;
 mod script_cache;
+mod semaphore;
 mod sentinel;
 mod waiters;
 mod watchdog;
@@ -29,4 +33,6 @@ mod watchdog_threads;
 // The binary exists only with the `cli` feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_sync;
 mod tls;

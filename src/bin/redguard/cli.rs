@@ -136,6 +136,13 @@ pub(crate) enum Command {
     /// environment carries REDGUARD_ONCE_KEY, REDGUARD_HOLDER and
     /// REDGUARD_FENCING_TOKEN.
     Once(OnceArgs),
+    /// Set, count down or wait for a count-down latch (Redisson's
+    /// RCountDownLatch): let a pipeline wait for N workers.
+    ///
+    /// Exits 0 on success; with --conflict-exit-code (75) when --wait runs
+    /// out before the latch opens; with 64 when --count finds the latch set
+    /// already.
+    Latch(crate::latch::LatchArgs),
 }
 
 /// What to do when the lease is lost while CMD runs.
@@ -170,6 +177,30 @@ pub(crate) struct ExecArgs {
     /// in arrival order, across hosts.
     #[arg(long, conflicts_with = "fenced")]
     pub(crate) fair: bool,
+
+    /// Take the read side of the read-write lock NAME (Redisson's
+    /// RReadWriteLock): any number of --read commands run at once, none
+    /// while a --write one runs.
+    #[arg(long, conflicts_with_all = ["fair", "fenced", "write", "permits"])]
+    pub(crate) read: bool,
+
+    /// Take the write side of the read-write lock NAME: exclusive, like the
+    /// default lock, and excluding --read commands of NAME.
+    #[arg(long, conflicts_with_all = ["fair", "fenced", "permits"])]
+    pub(crate) write: bool,
+
+    /// Hold one of N expiring permits of the semaphore NAME (Redisson's
+    /// RPermitExpirableSemaphore): at most N commands run at once across
+    /// all hosts. The first caller sets the count; another count stored at
+    /// NAME is an error. A dead host's permit comes back within the lease.
+    /// CMD's environment carries REDGUARD_PERMIT.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(i32::MAX)),
+        conflicts_with_all = ["fair", "fenced"]
+    )]
+    pub(crate) permits: Option<u32>,
 
     /// Take the fenced lock of NAME (Redisson's RFencedLock): CMD gets a
     /// fencing token, larger than every earlier one, in
@@ -277,7 +308,7 @@ pub(crate) struct UnlockArgs {
 }
 
 /// Parses a humantime duration (`500ms`, `30s`, `2m`, `1h 30m`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("{e} (durations look like 500ms, 30s, 2m)"))
 }
@@ -397,6 +428,44 @@ mod tests {
     #[test]
     fn unknown_flags_before_cmd_are_errors() {
         assert!(Cli::try_parse_from(["redguard", "exec", "j", "--bogus", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn permits_read_and_write_exclude_the_other_kinds() {
+        for argv in [
+            &[
+                "redguard",
+                "exec",
+                "j",
+                "--permits",
+                "2",
+                "--fair",
+                "--",
+                "x",
+            ][..],
+            &["redguard", "exec", "j", "--permits", "0", "--", "x"][..],
+            &["redguard", "exec", "j", "--read", "--write", "--", "x"][..],
+            &["redguard", "exec", "j", "--read", "--fenced", "--", "x"][..],
+            &[
+                "redguard",
+                "exec",
+                "j",
+                "--write",
+                "--permits",
+                "2",
+                "--",
+                "x",
+            ][..],
+            &["redguard", "latch", "j"][..],
+            &["redguard", "latch", "j", "--count", "2", "--count-down"][..],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let cli = Cli::try_parse_from(["redguard", "latch", "j", "--wait"]).unwrap();
+        let Command::Latch(latch) = cli.command else {
+            panic!("not latch");
+        };
+        assert_eq!(latch.wait, Some(None));
     }
 
     #[test]

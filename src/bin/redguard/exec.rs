@@ -35,11 +35,18 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
     // A typo in CMD is reported at once, not after waiting for the lock.
     preflight(program)?;
+    if let Some(permits) = args.permits {
+        return crate::permits::exec_with_permit(args, conn, &name, permits);
+    }
 
     let lock = if args.fair {
         conn.client.fair_lock(&name)
     } else if args.fenced {
         conn.client.fenced_lock(&name)
+    } else if args.read {
+        conn.client.read_write_lock(&name).read()
+    } else if args.write {
+        conn.client.read_write_lock(&name).write()
     } else {
         conn.client.lock(&name)
     };
@@ -259,7 +266,7 @@ fn finish(
     }
 }
 
-fn lost_reason(args: &ExecArgs) -> String {
+pub(crate) fn lost_reason(args: &ExecArgs) -> String {
     match args.lease {
         Some(lease) => format!(
             "the fixed lease (--lease {}) ran out or was lost",

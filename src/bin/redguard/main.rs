@@ -8,12 +8,15 @@ mod cli;
 mod connect;
 mod exec;
 mod fail;
+mod latch;
 mod logging;
 mod once;
 mod out;
+mod permits;
 mod relay;
 mod spinner;
 mod status;
+mod sync_status;
 
 use std::process::ExitCode;
 
@@ -46,5 +49,6 @@ fn run() -> Result<ExitCode, Failure> {
         Command::Status(args) => status::status(args, &conn),
         Command::Unlock(args) => status::unlock(args, &conn),
         Command::Once(args) => once::once(args, &conn),
+        Command::Latch(args) => latch::latch(args, &conn),
     }
 }

@@ -18,6 +18,21 @@ pub(crate) fn status(args: &StatusArgs, conn: &Connection) -> Result<ExitCode, F
     let info = lock
         .inspect()
         .map_err(|e| Failure::from_lib(&e, &conn.server))?;
+    let counter = match &info.kind {
+        LockKind::Free => crate::sync_status::describe(conn, &name)?,
+        LockKind::Other { redis_type } if redis_type == "string" => {
+            crate::sync_status::describe(conn, &name)?
+        }
+        _ => None,
+    };
+    if let Some((text, json)) = counter {
+        if args.json {
+            println!("{json}");
+        } else {
+            print!("{text}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.json {
         println!("{}", to_json(&name, &info));
     } else {
@@ -46,6 +61,8 @@ pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, F
     // A fair lock's force unlock also wakes the head of its queue.
     let removed = match &info.kind {
         LockKind::Fair { .. } => conn.client.fair_lock(&name).force_unlock(),
+        // Its waiters listen on the read-write channel.
+        LockKind::ReadWrite { .. } => conn.client.read_write_lock(&name).force_unlock(),
         _ => lock.force_unlock(),
     }
     .map_err(fail)?;
@@ -80,7 +97,7 @@ pub(crate) fn describe_holder(info: &LockInfo) -> String {
 }
 
 /// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
-fn show_ttl(ttl: Option<Duration>) -> String {
+pub(crate) fn show_ttl(ttl: Option<Duration>) -> String {
     match ttl {
         None => "none".to_owned(),
         Some(Duration::MAX) => "no expiry".to_owned(),

@@ -1,0 +1,64 @@
+-- Release one read hold (or, with ARGV[3] = "1", every read hold) of a holder of a read-write lock.
+--
+-- KEYS[1]  lock key (hash: "mode" plus one hold-count field per holder)
+-- KEYS[2]  the lock's channel "redisson_rwlock:{name}"
+-- KEYS[3]  this holder's timeout prefix "{name}:<holder id>:rwlock_timeout"
+-- KEYS[4]  the lock's key prefix "{name}" (every holder's timeout keys are
+--          KEYS[4] .. ':' .. <holder field> .. ':rwlock_timeout:' .. n)
+-- ARGV[1]  unlock message, published when the lock becomes free ("0")
+-- ARGV[2]  holder id
+-- ARGV[3]  "1" to drop every read hold of the holder, "0" to drop one
+--
+-- The hold with the highest number goes first (its timeout key is deleted). While other read
+-- holds remain, the lock key's expiry becomes the longest remaining read lease, so that a dead
+-- reader's holds stop counting once their leases ran out. In write mode the write holder (the
+-- same holder, downgrading) keeps the lock.
+--
+-- Returns  nil  the holder holds no read hold (nothing changed)
+--          0    one read hold released; the holder still has others
+--          1    the holder's last read hold released (ARGV[1] published when the lock became free)
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    return nil
+end
+local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '')
+if held == nil or held < 1 then
+    return nil
+end
+local drop = 1
+if ARGV[3] == '1' then
+    drop = held
+end
+for n = held, held - drop + 1, -1 do
+    redis.call('del', KEYS[3] .. ':' .. n)
+end
+local mine = 0
+if held - drop > 0 then
+    redis.call('hincrby', KEYS[1], ARGV[2], -drop)
+else
+    redis.call('hdel', KEYS[1], ARGV[2])
+    mine = 1
+end
+if mode == 'write' then
+    return mine
+end
+local longest = 0
+local fields = redis.call('hgetall', KEYS[1])
+for i = 1, #fields, 2 do
+    local count = tonumber(fields[i + 1])
+    if count ~= nil then
+        for n = count, 1, -1 do
+            local left = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+            if left > longest then
+                longest = left
+            end
+        end
+    end
+end
+if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    return mine
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return mine

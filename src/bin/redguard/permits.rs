@@ -1,0 +1,168 @@
+//! `redguard exec --permits N`: run CMD while holding one of N expiring
+//! permits of a semaphore (Redisson's `RPermitExpirableSemaphore`), so that
+//! at most N commands run at once across every host.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use redguard::{ExpiringSemaphore, PermitGuard};
+
+use crate::cli::{ExecArgs, OnLost, show_name};
+use crate::connect::Connection;
+use crate::exec::{CmdEnd, OnLoss, lost_reason, run_cmd, signal_exit, signal_name};
+use crate::fail::{Failure, code};
+use crate::out;
+use crate::relay::Relay;
+
+/// Runs `redguard exec --permits N NAME -- CMD`.
+pub(crate) fn exec_with_permit(
+    args: &ExecArgs,
+    conn: &Connection,
+    name: &[u8],
+    permits: u32,
+) -> Result<ExitCode, Failure> {
+    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
+    let (program, cmd_args) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
+    let semaphore = conn.client.expiring_semaphore(name);
+    let semaphore = match args.lease {
+        Some(lease) => semaphore.with_lease(lease),
+        None => semaphore,
+    };
+    ensure_count(&semaphore, name, permits).map_err(|e| match e {
+        Mismatch::Lib(e) => fail(e),
+        Mismatch::Count(failure) => failure,
+    })?;
+    let relay = Relay::start(conn.client.clone())
+        .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
+    let wait = if args.no_wait {
+        Some(Duration::ZERO)
+    } else {
+        args.wait
+    };
+    let acquired = match wait {
+        Some(wait) => semaphore.try_acquire_for(wait),
+        None => semaphore.acquire().map(Some),
+    };
+    if let Some(signal) = relay.interrupted() {
+        drop(acquired);
+        out::error(&format!(
+            "{} while waiting for a permit of semaphore {}; CMD not run",
+            signal_name(signal),
+            show_name(name)
+        ));
+        return Ok(signal_exit(signal));
+    }
+    let permit = match acquired {
+        Ok(Some(permit)) => permit,
+        Ok(None) => {
+            if !args.quiet {
+                out::error(&format!(
+                    "all {permits} permits of semaphore {} are held; not acquired in time, \
+                     CMD not run",
+                    show_name(name)
+                ));
+            }
+            return Ok(ExitCode::from(args.conflict_exit_code));
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    let id = permit.id().to_string();
+    let mut cmd = Command::new(program);
+    cmd.args(cmd_args)
+        .env("REDGUARD_LOCK", OsStr::from_bytes(name))
+        .env("REDGUARD_HOLDER", &id)
+        .env("REDGUARD_PERMIT", &id);
+    let why = lost_reason(args);
+    let loss = OnLoss {
+        action: args.on_lost,
+        kill_grace: args.kill_grace,
+        why: &why,
+        subject: format!("permit {id} of semaphore {}", show_name(name)),
+    };
+    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.is_lost(), &loss)? {
+        CmdEnd::NotStarted(exit) => return Ok(exit),
+        CmdEnd::Ended { code, lost } => (code, lost),
+    };
+    finish(args, name, permit, cmd_code, lost)
+}
+
+enum Mismatch {
+    Lib(redguard::Error),
+    Count(Failure),
+}
+
+impl From<redguard::Error> for Mismatch {
+    fn from(e: redguard::Error) -> Mismatch {
+        Mismatch::Lib(e)
+    }
+}
+
+/// The first caller sets the count; later callers must ask for the same.
+fn ensure_count(semaphore: &ExpiringSemaphore, name: &[u8], permits: u32) -> Result<(), Mismatch> {
+    if semaphore.try_set_permits(permits)? {
+        return Ok(());
+    }
+    let stored = semaphore.permits()?;
+    if stored == i64::from(permits) {
+        return Ok(());
+    }
+    Err(Mismatch::Count(Failure::new(
+        code::DATAERR,
+        format!(
+            "semaphore {} has {stored} permits, not {permits} (--permits {permits}); give \
+             every caller the same count, or delete the key to start over",
+            show_name(name)
+        ),
+    )))
+}
+
+/// After CMD: gives the permit back and decides the exit status.
+fn finish(
+    args: &ExecArgs,
+    name: &[u8],
+    permit: PermitGuard,
+    cmd_code: u8,
+    lost: bool,
+) -> Result<ExitCode, Failure> {
+    if lost {
+        // Nothing of ours to give back (see `exec::finish`).
+        std::mem::forget(permit);
+        return Ok(match args.on_lost {
+            OnLost::Kill => ExitCode::from(code::SOFTWARE),
+            OnLost::Warn => ExitCode::from(cmd_code),
+        });
+    }
+    let id = permit.id().to_string();
+    match permit.release() {
+        Ok(()) => Ok(ExitCode::from(cmd_code)),
+        Err(e) if e.is_lock_lost() || e.is_not_held() => {
+            let why = lost_reason(args);
+            let what = format!("{why} of permit {id} of semaphore {}", show_name(name));
+            match args.on_lost {
+                OnLost::Kill => {
+                    out::error(&format!(
+                        "{what} before CMD ended (CMD exited with {cmd_code})"
+                    ));
+                    Ok(ExitCode::from(code::SOFTWARE))
+                }
+                OnLost::Warn => {
+                    out::warn(&format!("{what} before CMD ended"));
+                    Ok(ExitCode::from(cmd_code))
+                }
+            }
+        }
+        Err(e) => {
+            out::warn(&format!(
+                "could not give back permit {id} of semaphore {} ({e}); it comes back when its \
+                 lease runs out",
+                show_name(name)
+            ));
+            Ok(ExitCode::from(cmd_code))
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! [`CountDownLatch`] (Redisson's `RCountDownLatch`): wait until a count of
+//! events, counted down across processes, reaches zero.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::scripts::latch as script;
+use crate::subscriber::Event;
+
+/// A count-down latch named by a Redis key (Redisson's `RCountDownLatch`):
+/// set a count, let workers anywhere count it down, and wait until it
+/// reaches zero. Made by [`Client::count_down_latch`]. A cheap handle
+/// (`Clone + Send + Sync`).
+///
+/// * A latch that is not set (never set, or counted down to zero, which
+///   deletes it) is open: [`CountDownLatch::wait`] returns at once.
+/// * Waiters sleep until the zero message arrives on the latch's channel,
+///   which wakes every waiter of every client at once; they re-check the
+///   count at least every poll interval in case a message was lost.
+/// * Once open, the latch can be set again for another round.
+///
+/// # Wire layout (Redisson's)
+///
+/// | key | type | content |
+/// | --- | --- | --- |
+/// | `name` | string | the count; deleted when it reaches zero |
+/// | `redisson_countdownlatch__channel__{name}` | channel | `0` the count reached zero; `1` a new count was set (or the latch deleted) |
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let done = client.count_down_latch("batch:42:workers");
+/// done.try_set_count(3)?;
+/// // ... each of 3 workers, anywhere, calls `done.count_down()?` ...
+/// if done.wait_for(Duration::from_secs(60))? {
+///     println!("all workers finished");
+/// }
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct CountDownLatch {
+    client: Client,
+    name: Arc<[u8]>,
+    channel: Arc<[u8]>,
+}
+
+impl fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CountDownLatch")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .finish_non_exhaustive()
+    }
+}
+
+impl CountDownLatch {
+    pub(crate) fn new(client: Client, name: &[u8]) -> CountDownLatch {
+        CountDownLatch {
+            channel: keys::latch_channel(name).into(),
+            name: name.into(),
+            client,
+        }
+    }
+
+    /// The latch's name: the Redis key of its count.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    fn check(&self) -> Result<()> {
+        keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
+        self.client.check_open()
+    }
+
+    /// Sets the count to `count` if the latch is not set (Redisson's
+    /// `trySetCount`): `true` when this call set it, `false` when it was
+    /// set already (nothing changed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name or a count of zero (a latch
+    /// at zero is open: there would be nothing to wait for),
+    /// [`Error::WrongType`] when the name holds something that is not a
+    /// count (left untouched), [`Error::Shutdown`], connection, timeout and
+    /// server errors.
+    pub fn try_set_count(&self, count: u64) -> Result<bool> {
+        self.check()?;
+        if count == 0 {
+            return Err(Error::invalid(
+                "a latch count must be at least 1 (a latch at zero is open)",
+            ));
+        }
+        if count > i64::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "a latch count of {count} does not fit a Redis integer"
+            )));
+        }
+        self.client.with_conn(&self.name, |conn| {
+            script::try_set(conn, &self.name, &self.channel, count)
+        })
+    }
+
+    /// Sets the count to `count`, refusing a latch that is set already.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the latch is set already (naming its
+    /// count), and as [`CountDownLatch::try_set_count`].
+    pub fn set_count(&self, count: u64) -> Result<()> {
+        if self.try_set_count(count)? {
+            return Ok(());
+        }
+        let now = self.count()?;
+        Err(Error::invalid(format!(
+            "latch {:?} is set already (count {now}); wait for it to open or delete it first",
+            String::from_utf8_lossy(&self.name)
+        )))
+    }
+
+    /// Counts down by one (Redisson's `countDown`); at zero the latch opens
+    /// (its key is deleted) and every waiter is woken. Returns the count
+    /// left. A latch that is not set stays open (0).
+    ///
+    /// # Errors
+    ///
+    /// As [`CountDownLatch::count`].
+    pub fn count_down(&self) -> Result<u64> {
+        self.check()?;
+        self.client.with_conn(&self.name, |conn| {
+            script::count_down(conn, &self.name, &self.channel)
+        })
+    }
+
+    /// The current count (Redisson's `getCount`): 0 when the latch is open.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the name holds something that is not a count, [`Error::Shutdown`],
+    /// connection, timeout and server errors.
+    pub fn count(&self) -> Result<u64> {
+        self.check()?;
+        let raw: Option<Vec<u8>> = self.client.with_conn(&self.name, |conn| {
+            redis::cmd("GET")
+                .arg(&self.name[..])
+                .query(conn)
+                .map_err(|e| Error::from_redis(e, &self.name))
+        })?;
+        match raw {
+            None => Ok(0),
+            Some(raw) => std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .map(|n| n.max(0) as u64)
+                .ok_or_else(|| Error::WrongType {
+                    key: String::from_utf8_lossy(&self.name).into_owned(),
+                }),
+        }
+    }
+
+    /// Deletes the latch (Redisson's `delete`): it is open afterwards.
+    /// `true` when it was set.
+    ///
+    /// # Errors
+    ///
+    /// As [`CountDownLatch::count`].
+    pub fn delete(&self) -> Result<bool> {
+        self.check()?;
+        self.client.with_conn(&self.name, |conn| {
+            script::delete(conn, &self.name, &self.channel)
+        })
+    }
+
+    /// Waits until the latch is open (Redisson's `await`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] when the client shuts down meanwhile, and as
+    /// [`CountDownLatch::count`].
+    pub fn wait(&self) -> Result<()> {
+        self.wait_deadline(None).map(|_| ())
+    }
+
+    /// Waits at most `timeout` until the latch is open (Redisson's
+    /// `await(time, unit)`): `true` when it opened, `false` on timeout. A
+    /// timeout too large to represent waits forever.
+    ///
+    /// # Errors
+    ///
+    /// As [`CountDownLatch::wait`].
+    pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        self.wait_deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` at most for the latch to open: `true` when it
+    /// opened.
+    ///
+    /// # Errors
+    ///
+    /// As [`CountDownLatch::wait`].
+    pub fn wait_until(&self, deadline: Instant) -> Result<bool> {
+        self.wait_deadline(Some(deadline))
+    }
+
+    fn wait_deadline(&self, deadline: Option<Instant>) -> Result<bool> {
+        if self.count()? == 0 {
+            return Ok(true);
+        }
+        let poll = self.client.config().poll_interval;
+        let response = self.client.config().response_timeout;
+        let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
+        let Some(sub) = self.client.subscriber() else {
+            // No subscriber thread: poll.
+            loop {
+                let now = Instant::now();
+                if left(now).is_some_and(|l| l.is_zero()) {
+                    return Ok(false);
+                }
+                std::thread::park_timeout(left(now).map_or(poll, |l| l.min(poll)));
+                if self.count()? == 0 {
+                    return Ok(true);
+                }
+            }
+        };
+        let confirm = left(Instant::now()).map_or(response, |l| l.min(response));
+        let waiter = sub.waiter_all(&self.channel, confirm);
+        self.client.check_open()?;
+        loop {
+            // Checked after registering: a zero message sent after this
+            // read reaches the waiter.
+            if self.count()? == 0 {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            let sleep = match left(now) {
+                Some(l) if l.is_zero() => return Ok(false),
+                Some(l) => l.min(poll),
+                None => poll,
+            };
+            if waiter.wait(sleep) == Some(Event::Shutdown) {
+                return Err(Error::Shutdown);
+            }
+            self.client.check_open()?;
+        }
+    }
+}

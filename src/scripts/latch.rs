@@ -1,0 +1,65 @@
+//! Wrappers of the count-down latch scripts (`lua/latch_*.lua`), Redisson's
+//! `RCountDownLatch`.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::{evalsha, unexpected};
+use crate::error::{Error, Result};
+use crate::keys::{NEW_COUNT_MESSAGE, ZERO_COUNT_MESSAGE};
+
+static SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/latch_set.lua")));
+static COUNT_DOWN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/latch_count_down.lua")));
+static DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/latch_delete.lua")));
+
+fn int(what: &str, reply: &Value) -> Result<i64> {
+    match reply {
+        Value::Int(n) => Ok(*n),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+/// Sets the count unless the latch is set: `true` when set.
+pub(crate) fn try_set(
+    conn: &mut dyn redis::ConnectionLike,
+    counter: &[u8],
+    channel: &[u8],
+    count: u64,
+) -> Result<bool> {
+    let reply = evalsha(conn, &SET, &[counter, channel], |cmd| {
+        cmd.arg(NEW_COUNT_MESSAGE).arg(count);
+    })
+    .map_err(|e| Error::from_redis(e, counter))?;
+    Ok(int("latch set", &reply)? == 1)
+}
+
+/// Counts down by one; returns the count left (0 once open).
+pub(crate) fn count_down(
+    conn: &mut dyn redis::ConnectionLike,
+    counter: &[u8],
+    channel: &[u8],
+) -> Result<u64> {
+    let reply = evalsha(conn, &COUNT_DOWN, &[counter, channel], |cmd| {
+        cmd.arg(ZERO_COUNT_MESSAGE);
+    })
+    .map_err(|e| Error::from_redis(e, counter))?;
+    let left = int("latch count down", &reply)?;
+    u64::try_from(left).map_err(|_| unexpected("latch count down", &reply))
+}
+
+/// Deletes the latch: `true` when there was one.
+pub(crate) fn delete(
+    conn: &mut dyn redis::ConnectionLike,
+    counter: &[u8],
+    channel: &[u8],
+) -> Result<bool> {
+    let reply = evalsha(conn, &DELETE, &[counter, channel], |cmd| {
+        cmd.arg(NEW_COUNT_MESSAGE);
+    })
+    .map_err(|e| Error::from_redis(e, counter))?;
+    Ok(int("latch delete", &reply)? == 1)
+}

@@ -1,0 +1,559 @@
+//! [`ExpiringSemaphore`] (Redisson's `RPermitExpirableSemaphore`): permits
+//! with an id and a lease, renewed by the watchdog while their guard lives.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::lease::{self, LeaseState, lease_ms};
+use crate::lock::acquire::{Attempt, wait_loop};
+use crate::scripts::SyncHold;
+use crate::scripts::semaphore::{self as script, PermitAcquire, PermitKeys};
+use crate::semaphore::check_permits;
+use crate::watchdog;
+
+/// The id of one permit of an [`ExpiringSemaphore`]: 16 random bytes,
+/// stored as such in the semaphore's lease set and shown as 32 lowercase
+/// hex digits, as Redisson shows its permit ids.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PermitId([u8; 16]);
+
+impl PermitId {
+    fn random() -> PermitId {
+        PermitId(rand::random())
+    }
+
+    /// The 16 bytes stored in Redis.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PermitId({self})")
+    }
+}
+
+impl FromStr for PermitId {
+    type Err = Error;
+
+    /// Parses 32 hex digits (either case), as [`PermitId`]'s `Display` and
+    /// Redisson write them.
+    fn from_str(s: &str) -> Result<PermitId> {
+        let bad = || Error::invalid(format!("{s:?} is not a permit id (32 hex digits)"));
+        if s.len() != 32 || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut id = [0u8; 16];
+        for (i, byte) in id.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(PermitId(id))
+    }
+}
+
+/// A semaphore whose permits expire (Redisson's
+/// `RPermitExpirableSemaphore`): each permit has an id and a lease, so a
+/// holder that dies gives its permit back within one lease. Made by
+/// [`Client::expiring_semaphore`]. A cheap handle (`Clone + Send + Sync`).
+///
+/// * **Leases**: without [`ExpiringSemaphore::with_lease`] a permit's lease
+///   is the client's watchdog timeout (30 s by default), renewed by the
+///   watchdog every third of it while its [`PermitGuard`] lives. A permit
+///   whose lease ends (its process died, or stalled past the lease) is
+///   counted back by the next caller that acquires or counts permits, and
+///   its guard reports it lost ([`PermitGuard::check`] returns
+///   [`Error::LockLost`]).
+/// * **Lease ends** are stored in the server's clock (`TIME`), never the
+///   client's. Redisson writes its own client's clock there: with Redisson
+///   processes on the same semaphore, keep the clocks in sync.
+/// * **Waiting**: waiters sleep until a release message arrives, or until
+///   the earliest lease ends (a dead holder's permit comes back then),
+///   re-checking at least every poll interval.
+///
+/// # Wire layout (Redisson's)
+///
+/// | key | type | content |
+/// | --- | --- | --- |
+/// | `name` | string | the number of available permits |
+/// | `{name}:timeout` | zset | permit id (16 raw bytes) → lease end, ms since the Unix epoch |
+/// | `redisson_sc:{name}` | channel | the new number of available permits |
+///
+/// # Examples
+///
+/// ```no_run
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let jobs = client.expiring_semaphore("render-farm");
+/// jobs.try_set_permits(4)?;
+/// let permit = jobs.acquire()?;          // renewed while it lives
+/// println!("running under permit {}", permit.id());
+/// permit.check()?;                       // Err(LockLost) if it expired
+/// drop(permit);                          // back for the next job
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ExpiringSemaphore {
+    client: Client,
+    name: Arc<[u8]>,
+    timeouts: Arc<[u8]>,
+    channel: Arc<[u8]>,
+    lease: Option<Duration>,
+}
+
+impl fmt::Debug for ExpiringSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExpiringSemaphore")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExpiringSemaphore {
+    pub(crate) fn new(client: Client, name: &[u8]) -> ExpiringSemaphore {
+        ExpiringSemaphore {
+            timeouts: keys::permit_timeouts(name).into(),
+            channel: keys::semaphore_channel(name).into(),
+            name: name.into(),
+            client,
+            lease: None,
+        }
+    }
+
+    /// The semaphore's name: the Redis key of its permit counter.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The same semaphore, whose permits get a fixed `lease` that the
+    /// watchdog does not renew (Redisson's `acquire(leaseTime, unit)`).
+    /// Checked when a permit is acquired: under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or above
+    /// [`MAX_LEASE`](crate::MAX_LEASE) is [`Error::InvalidArgument`].
+    pub fn with_lease(&self, lease: Duration) -> ExpiringSemaphore {
+        ExpiringSemaphore {
+            lease: Some(lease),
+            ..self.clone()
+        }
+    }
+
+    fn keys(&self) -> PermitKeys<'_> {
+        PermitKeys {
+            counter: &self.name,
+            timeouts: &self.timeouts,
+            channel: &self.channel,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
+        self.client.check_open()
+    }
+
+    /// Sets the number of permits to `permits` if it was never set
+    /// (Redisson's `trySetPermits`): `true` when this call set it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name or more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS), [`Error::WrongType`] when the
+    /// name holds something that is not a permit count (left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.check()?;
+        check_permits(u64::from(permits))?;
+        self.client.with_conn(&self.name, |conn| {
+            script::try_set(conn, &self.name, &self.channel, permits)
+        })
+    }
+
+    /// Adds `permits` available permits (Redisson's `addPermits`); a
+    /// negative number takes permits away. Zero does nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::try_set_permits`].
+    pub fn add_permits(&self, permits: i64) -> Result<()> {
+        self.check()?;
+        check_permits(permits.unsigned_abs())?;
+        if permits == 0 {
+            return Ok(());
+        }
+        self.client.with_conn(&self.name, |conn| {
+            script::release(conn, &self.name, &self.channel, permits)
+        })?;
+        Ok(())
+    }
+
+    fn counts(&self) -> Result<(i64, u64)> {
+        self.check()?;
+        self.client
+            .with_conn(&self.name, |conn| script::permit_count(conn, self.keys()))
+    }
+
+    /// The permits available now, after counting back those whose lease
+    /// ended (Redisson's `availablePermits`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`],
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn available_permits(&self) -> Result<i64> {
+        Ok(self.counts()?.0)
+    }
+
+    /// The permits held now under a live lease (Redisson's
+    /// `acquiredPermits`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::available_permits`].
+    pub fn acquired_permits(&self) -> Result<u64> {
+        Ok(self.counts()?.1)
+    }
+
+    /// All permits, available and held (Redisson's `getPermits`): what
+    /// [`ExpiringSemaphore::try_set_permits`] set, plus what was added
+    /// since.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::available_permits`].
+    pub fn permits(&self) -> Result<i64> {
+        let (available, held) = self.counts()?;
+        Ok(available.saturating_add(held as i64))
+    }
+
+    /// The permits held now, each with the time left on its lease (zero
+    /// for a lease that ended but was not counted back yet), by the
+    /// server's clock. Reads only: nothing is counted back. Members of the
+    /// lease set that are not 16-byte ids are left out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] when
+    /// the lease set holds another type, [`Error::Shutdown`], connection,
+    /// timeout and server errors.
+    pub fn leases(&self) -> Result<Vec<(PermitId, Duration)>> {
+        self.check()?;
+        type Lease = (Vec<u8>, f64);
+        let (time, members): ((u64, u64), Vec<Lease>) =
+            self.client.with_conn(&self.name, |conn| {
+                redis::pipe()
+                    .atomic()
+                    .cmd("TIME")
+                    .cmd("ZRANGE")
+                    .arg(&self.timeouts[..])
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, &self.timeouts))
+            })?;
+        let now = time.0.saturating_mul(1000) + time.1 / 1000;
+        Ok(members
+            .into_iter()
+            .filter_map(|(id, ends)| {
+                let id = PermitId(id.try_into().ok()?);
+                let left = (ends.max(0.0) as u64).saturating_sub(now);
+                Some((id, Duration::from_millis(left)))
+            })
+            .collect())
+    }
+
+    /// Takes one permit, waiting as long as it takes (Redisson's
+    /// `acquire()`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`],
+    /// [`Error::Shutdown`] (also while waiting), connection, timeout and
+    /// server errors.
+    pub fn acquire(&self) -> Result<PermitGuard> {
+        self.acquire_until(None)?
+            .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
+    }
+
+    /// Takes one permit if one is available now: `Ok(None)` when none is.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::acquire`].
+    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Some(Instant::now()))
+    }
+
+    /// Takes one permit, waiting at most `wait`: `Ok(None)` when none could
+    /// be had in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::acquire`].
+    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Instant::now().checked_add(wait))
+    }
+
+    /// Takes one permit, waiting until `deadline` at most.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpiringSemaphore::acquire`].
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Some(deadline))
+    }
+
+    fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<PermitGuard>> {
+        self.check()?;
+        let (lease, renew) = match self.lease {
+            Some(lease) => (lease, false),
+            None => (self.client.watchdog_timeout(), true),
+        };
+        let ms = lease_ms(lease)?;
+        wait_loop(&self.client, &self.channel, deadline, false, || {
+            self.attempt(lease, ms, renew)
+        })
+    }
+
+    fn attempt(&self, lease: Duration, ms: u64, renew: bool) -> Result<Attempt<PermitGuard>> {
+        let id = PermitId::random();
+        let sent = Instant::now();
+        let mut sent_script = false;
+        let reply = self.client.with_conn(&self.name, |conn| {
+            sent_script = true;
+            script::permit_acquire(conn, self.keys(), ms, &[id.0])
+        });
+        match reply {
+            Ok(PermitAcquire::Acquired) => {}
+            Ok(PermitAcquire::Busy(hint)) => return Ok(Attempt::Busy(hint)),
+            Err(e) => {
+                if sent_script && e.breaks_connection() {
+                    // The permit may have been taken: give it back rather
+                    // than leave it unusable for a whole lease.
+                    let _ = self.release(&id);
+                }
+                return Err(e);
+            }
+        }
+        let valid_until = lease::valid_until(sent, lease);
+        if self.client.is_shut_down() || Instant::now() >= valid_until {
+            let _ = self.release(&id);
+            self.client.check_open()?;
+            return Ok(Attempt::Busy(Some(Duration::ZERO)));
+        }
+        let state = Arc::new(LeaseState::new(valid_until, self.client.counters().clone()));
+        let entry = watchdog::Entry {
+            key: self.name.clone(),
+            channel: self.channel.clone(),
+            holder: Arc::from(id.to_string()),
+            lease,
+            renew,
+            renew_batch: self.client.config().renew_batch,
+            queue: None,
+            state: state.clone(),
+            source: self.client.source().clone(),
+            counters: self.client.counters().clone(),
+            // Permits are not covered by replica acknowledgement (yet).
+            acks: crate::replicas::ReplicaAcks::default(),
+            response_timeout: self.client.config().response_timeout,
+            sync: Some(SyncHold::Permit {
+                timeouts: self.timeouts.clone(),
+                id: id.0,
+            }),
+        };
+        let due = if renew { sent + lease / 3 } else { valid_until };
+        watchdog::register(entry, due);
+        Ok(Attempt::Acquired(PermitGuard {
+            semaphore: self.clone(),
+            id,
+            state,
+            renewed: renew,
+            done: false,
+        }))
+    }
+
+    /// Gives back the permit `id` (Redisson's `tryRelease(permitId)`), for
+    /// permits kept with [`PermitGuard::forget`]: `true` when a permit was
+    /// held under that id, `false` when not (given back before, or its lease
+    /// ended).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`],
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn release(&self, id: &PermitId) -> Result<bool> {
+        keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
+        self.client.with_conn(&self.name, |conn| {
+            script::permit_release(conn, self.keys(), &id.0)
+        })
+    }
+}
+
+/// One permit of an [`ExpiringSemaphore`], given back when dropped; the
+/// watchdog renews its lease while it lives (unless the semaphore was made
+/// [`with_lease`](ExpiringSemaphore::with_lease)).
+///
+/// `Send`: a permit belongs to no thread. A lost permit (its lease ended:
+/// the process stalled, Redis lost it) is reported by
+/// [`PermitGuard::check`], as a [`LockGuard`](crate::LockGuard) reports a
+/// lost lock.
+#[must_use = "the permit is given back as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct PermitGuard {
+    semaphore: ExpiringSemaphore,
+    id: PermitId,
+    state: Arc<LeaseState>,
+    renewed: bool,
+    done: bool,
+}
+
+impl fmt::Debug for PermitGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitGuard")
+            .field("semaphore", &String::from_utf8_lossy(&self.semaphore.name))
+            .field("id", &self.id)
+            .field("watchdog", &self.renewed)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl PermitGuard {
+    /// The semaphore the permit belongs to.
+    pub fn semaphore(&self) -> &ExpiringSemaphore {
+        &self.semaphore
+    }
+
+    /// The permit's id.
+    pub fn id(&self) -> &PermitId {
+        &self.id
+    }
+
+    /// `true` when the watchdog renews this permit's lease.
+    pub fn is_renewed(&self) -> bool {
+        self.renewed
+    }
+
+    /// `true` when the permit is known lost, or its lease ran out on this
+    /// client's clock (no renewal succeeded in time).
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost_at(Instant::now())
+    }
+
+    /// How much longer the permit is known to be held on this client's
+    /// clock (zero once lost).
+    pub fn valid_for(&self) -> Duration {
+        let now = Instant::now();
+        if self.state.is_lost_at(now) {
+            return Duration::ZERO;
+        }
+        self.state.valid_until().saturating_duration_since(now)
+    }
+
+    /// `Ok(())` while the permit is held. Purely local: no round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] (naming the semaphore) when a renewal found the
+    /// permit gone, renewals failed until its lease ran out, a fixed lease
+    /// ended, or the client was shut down.
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            return Err(Error::lost(&self.semaphore.name));
+        }
+        Ok(())
+    }
+
+    /// Gives the permit back now and reports the outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the permit was known lost (nothing is sent),
+    /// [`Error::NotHeld`] when Redis no longer held it under this id (its
+    /// lease ended), connection, timeout and server errors (the permit then
+    /// comes back when its lease ends: the watchdog stops renewing it).
+    pub fn release(mut self) -> Result<()> {
+        self.give_back()
+    }
+
+    /// Stops renewing the permit and keeps it taken: it comes back when
+    /// its lease ends, or earlier through [`ExpiringSemaphore::release`]
+    /// with the returned id.
+    pub fn forget(mut self) -> PermitId {
+        self.done = true;
+        self.state.mark_released();
+        self.id
+    }
+
+    fn give_back(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(());
+        }
+        if self.state.is_marked_lost() {
+            return Err(Error::lost(&self.semaphore.name));
+        }
+        let released = self.semaphore.release(&self.id);
+        match released {
+            Ok(true) => {
+                self.state.mark_released();
+                Ok(())
+            }
+            Ok(false) => {
+                self.state.mark_lost();
+                Err(Error::not_held(&self.semaphore.name))
+            }
+            Err(e) => {
+                self.state.mark_released();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for PermitGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.give_back() {
+            match e {
+                Error::LockLost { .. } | Error::NotHeld { .. } => log::info!(
+                    "redguard: permit {} of semaphore {:?} dropped after its lease was lost",
+                    self.id,
+                    String::from_utf8_lossy(&self.semaphore.name)
+                ),
+                e => log::warn!(
+                    "redguard: could not give back permit {} of semaphore {:?}: {e}; it comes \
+                     back when its lease ends",
+                    self.id,
+                    String::from_utf8_lossy(&self.semaphore.name)
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permit_ids_print_and_parse_as_hex() {
+        let id = PermitId([0xab; 16]);
+        assert_eq!(id.to_string(), "ab".repeat(16));
+        assert_eq!("AB".repeat(16).parse::<PermitId>().unwrap(), id);
+        assert!("abc".parse::<PermitId>().is_err());
+        assert!("zz".repeat(16).parse::<PermitId>().is_err());
+        assert_ne!(PermitId::random(), PermitId::random());
+    }
+}

@@ -1,0 +1,400 @@
+//! Semaphores: Redisson's `RSemaphore` and `RPermitExpirableSemaphore`
+//! layouts, bad input, interop with the foreign implementation, SEM-1
+//! (two processes, 3 permits) and SEM-2 (a SIGKILLed holder). One server
+//! for the whole area; the cases run in sequence on it.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use crate::foreign::Foreign;
+use crate::reentrant::Listener;
+use crate::support::{
+    ChildTest, TEST_WATCHDOG, TestContext, child_role, hear, ms, say, sleep, test_builder,
+    test_client, unique_name, wait_until,
+};
+
+fn deaf_client(url: &str) -> redguard::Client {
+    test_builder(url)
+        .poll_interval(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn sem1_sem2_semaphore_bed() {
+    let ctx = TestContext::new();
+    layout_and_messages(&ctx);
+    bad_input_is_refused_and_counters_stay_intact(&ctx);
+    expiring_layout_lost_permits_and_fixed_leases(&ctx);
+    interop_foreign_permit_holder_wakes_our_waiter(&ctx);
+    interop_foreign_expiring_permit_comes_back_at_its_lease_end(&ctx);
+    sem2_sigkilled_holders(&ctx);
+    sem1_two_processes_three_permits(&ctx);
+}
+
+fn layout_and_messages(ctx: &TestContext) {
+    let name = unique_name("sem-layout");
+    let sem = ctx.client.semaphore(&name);
+    let listener = Listener::start(&ctx.server, format!("redisson_sc:{{{name}}}").into_bytes());
+    assert_eq!(sem.available_permits().unwrap(), 0, "never set");
+    assert!(sem.try_acquire(1).unwrap().is_none());
+    assert!(sem.try_set_permits(3).unwrap());
+    assert!(!sem.try_set_permits(5).unwrap(), "set once");
+    let value: String = ctx.server.cmd("GET", &[name.as_bytes()]);
+    assert_eq!(value, "3");
+    let g = sem.acquire(2).unwrap();
+    assert_eq!(g.permits(), 2);
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    assert!(sem.try_acquire(2).unwrap().is_none(), "all or nothing");
+    let one = sem.try_acquire(1).unwrap().expect("one left");
+    drop(g);
+    one.release().unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    let got = listener.collect(3, ms(50));
+    assert_eq!(got, vec![b"3".to_vec(), b"2".to_vec(), b"3".to_vec()]);
+    // Zero permits: a guard at once, nothing taken.
+    let zero = sem.try_acquire(0).unwrap().unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    drop(zero);
+    // add_permits adds and takes away; negative counts are Redisson's.
+    sem.add_permits(2).unwrap();
+    sem.add_permits(-6).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), -1);
+    sem.add_permits(4).unwrap();
+    // Kept permits are given back through release, never more.
+    let g = sem.acquire(3).unwrap();
+    g.forget();
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    assert!(matches!(
+        sem.release(4).unwrap_err(),
+        redguard::Error::InvalidArgument(_)
+    ));
+    assert_eq!(sem.available_permits().unwrap(), 0, "nothing released");
+    sem.release(2).unwrap();
+    ctx.client.semaphore(&name).release(1).unwrap();
+    assert!(matches!(
+        sem.release(1).unwrap_err(),
+        redguard::Error::InvalidArgument(_)
+    ));
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    let other = ctx.other_client().semaphore(&name);
+    sem.acquire(1).unwrap().forget();
+    assert!(
+        other.release(1).is_err(),
+        "another client cannot release what this one kept"
+    );
+    sem.release(1).unwrap();
+}
+
+fn bad_input_is_refused_and_counters_stay_intact(ctx: &TestContext) {
+    let name = unique_name("sem-bad");
+    let sem = ctx.client.semaphore(&name);
+    for err in [
+        sem.try_set_permits(u32::MAX).unwrap_err(),
+        sem.add_permits(i64::MIN).unwrap_err(),
+        sem.try_acquire(redguard::MAX_PERMITS + 1).unwrap_err(),
+        ctx.client.semaphore("").try_acquire(1).unwrap_err(),
+        ctx.client.expiring_semaphore("").try_acquire().unwrap_err(),
+        ctx.client
+            .expiring_semaphore(&name)
+            .with_lease(Duration::ZERO)
+            .try_acquire()
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, redguard::Error::InvalidArgument(_)), "{err}");
+    }
+    assert_eq!(ctx.server.cmd::<i64>("EXISTS", &[name.as_bytes()]), 0);
+    // A value of another type at the name is reported and left alone.
+    let text = unique_name("sem-text");
+    ctx.server.cmd::<()>("SET", &[text.as_bytes(), b"three"]);
+    let sem = ctx.client.semaphore(&text);
+    let exp = ctx.client.expiring_semaphore(&text);
+    for err in [
+        sem.try_set_permits(3).unwrap_err(),
+        sem.try_acquire(1).unwrap_err(),
+        sem.add_permits(1).unwrap_err(),
+        sem.available_permits().unwrap_err(),
+        exp.try_acquire().unwrap_err(),
+        exp.available_permits().unwrap_err(),
+    ] {
+        assert!(matches!(err, redguard::Error::WrongType { .. }), "{err}");
+    }
+    let value: String = ctx.server.cmd("GET", &[text.as_bytes()]);
+    assert_eq!(value, "three");
+    let hash = unique_name("sem-hash");
+    ctx.server
+        .cmd::<i64>("HSET", &[hash.as_bytes(), b"a", b"1"]);
+    assert!(matches!(
+        ctx.client.semaphore(&hash).try_acquire(1).unwrap_err(),
+        redguard::Error::WrongType { .. }
+    ));
+}
+
+fn expiring_layout_lost_permits_and_fixed_leases(ctx: &TestContext) {
+    let name = unique_name("exp-layout");
+    let sem = ctx.client.expiring_semaphore(&name);
+    let timeouts = format!("{{{name}}}:timeout");
+    assert!(sem.try_set_permits(2).unwrap());
+    let g = sem.acquire().unwrap();
+    assert!(g.is_renewed());
+    let members: Vec<(Vec<u8>, f64)> = ctx
+        .server
+        .cmd("ZRANGE", &[timeouts.as_bytes(), b"0", b"-1", b"WITHSCORES"]);
+    assert_eq!(members.len(), 1);
+    assert_eq!(&members[0].0[..], &g.id().as_bytes()[..], "raw 16-byte id");
+    let (secs, micros): (String, String) = ctx.server.cmd("TIME", &[]);
+    let now = secs.parse::<f64>().unwrap() * 1000.0 + micros.parse::<f64>().unwrap() / 1000.0;
+    let lease = TEST_WATCHDOG.as_millis() as f64;
+    let left = members[0].1 - now;
+    assert!(
+        left > lease - 300.0 && left <= lease + 5.0,
+        "lease end in {left} ms"
+    );
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    assert_eq!(sem.permits().unwrap(), 2);
+    // Renewed past several leases.
+    sleep(TEST_WATCHDOG * 2);
+    g.check().unwrap();
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    // A permit removed behind the holder's back is reported lost.
+    ctx.server
+        .cmd::<i64>("ZREM", &[timeouts.as_bytes(), &g.id().as_bytes()[..]]);
+    assert!(wait_until(TEST_WATCHDOG, || g.is_lost()));
+    assert!(g.check().unwrap_err().is_lock_lost());
+    assert!(g.release().unwrap_err().is_lock_lost());
+    // A fixed lease is not renewed: the permit comes back after it.
+    let fixed = sem.with_lease(ms(300)).acquire().unwrap();
+    assert!(!fixed.is_renewed());
+    assert!(wait_until(ms(600), || fixed.is_lost()));
+    assert!(wait_until(ms(500), || sem.acquired_permits().unwrap() == 0));
+    // The permit removed by hand is gone for good; the expired one is back.
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    drop(fixed);
+    // A client that shuts down gives its permits back.
+    let leaving = ctx.other_client();
+    let p = leaving.expiring_semaphore(&name).acquire().unwrap();
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    leaving.shutdown();
+    assert_eq!(sem.acquired_permits().unwrap(), 0);
+    assert!(p.check().unwrap_err().is_lock_lost());
+    drop(p);
+    // forget keeps the permit; release by id gives it back.
+    let id = sem.acquire().unwrap().forget();
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    assert!(sem.release(&id).unwrap());
+    assert!(!sem.release(&id).unwrap(), "released once");
+    assert_eq!(
+        id.to_string().parse::<redguard::PermitId>().unwrap(),
+        id,
+        "ids print as hex"
+    );
+}
+
+fn interop_foreign_permit_holder_wakes_our_waiter(ctx: &TestContext) {
+    let name = unique_name("sem-foreign");
+    let mut foreign = Foreign::new(&ctx.server, 51);
+    assert!(foreign.set_permits(&name, 1));
+    assert!(foreign.try_acquire(&name, 1));
+    let sem = deaf_client(&ctx.server.url()).semaphore(&name);
+    let s = sem.clone();
+    let waiting = std::thread::spawn(move || {
+        let g = s.try_acquire_for(1, Duration::from_secs(8)).unwrap();
+        let at = Instant::now();
+        (g.map(|g| g.permits()), at)
+    });
+    sleep(ms(300));
+    assert!(
+        !waiting.is_finished(),
+        "our acquire waits for the foreign permit"
+    );
+    let released = Instant::now();
+    foreign.release(&name, 1);
+    let (got, at) = waiting.join().unwrap();
+    assert_eq!(got, Some(1));
+    let woke = at.duration_since(released);
+    assert!(
+        woke < ms(250),
+        "woken by the foreign release message: {woke:?}"
+    );
+    eprintln!("interop semaphore: our acquire woke {woke:?} after the foreign release");
+    // And the other way round.
+    let g = sem.acquire(1).unwrap();
+    assert!(!foreign.try_acquire(&name, 1));
+    drop(g);
+    assert!(foreign.try_acquire(&name, 1));
+}
+
+fn interop_foreign_expiring_permit_comes_back_at_its_lease_end(ctx: &TestContext) {
+    let name = unique_name("exp-foreign");
+    let mut foreign = Foreign::new(&ctx.server, 52);
+    assert!(foreign.set_permits(&name, 1));
+    let sem = deaf_client(&ctx.server.url()).expiring_semaphore(&name);
+    let id = foreign
+        .try_acquire_permit(&name, ms(400))
+        .expect("foreign permit");
+    assert!(sem.try_acquire().unwrap().is_none());
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    let started = Instant::now();
+    let g = sem.try_acquire_for(Duration::from_secs(5)).unwrap();
+    let waited = started.elapsed();
+    assert!(g.is_some(), "the foreign permit's lease ended");
+    assert!(
+        waited < ms(400 + 250),
+        "woken at the foreign lease end, not by polling: {waited:?}"
+    );
+    let members: Vec<Vec<u8>> = ctx.server.cmd(
+        "ZRANGE",
+        &[format!("{{{name}}}:timeout").as_bytes(), b"0", b"-1"],
+    );
+    assert!(
+        !members.contains(&id.to_vec()),
+        "the foreign id was counted back"
+    );
+}
+
+/// SEM-2 child: holds a permit of the semaphore named by RG_NAME (an
+/// expiring one for role "expiring", a plain one for "plain") until
+/// killed.
+#[test]
+#[ignore = "child process of sem1_sem2_semaphore_bed"]
+fn sem2_child_holder() {
+    let Some(role) = child_role() else { return };
+    let client = test_client(&std::env::var("RG_URL").unwrap());
+    let name = std::env::var("RG_NAME").unwrap();
+    if role == "expiring" {
+        let permit = client.expiring_semaphore(&name).acquire().unwrap();
+        say(&format!("held {}", permit.id()));
+        hear();
+    } else {
+        let permit = client.semaphore(&name).acquire(1).unwrap();
+        say("held");
+        hear();
+        drop(permit);
+    }
+}
+
+fn sem2_sigkilled_holders(ctx: &TestContext) {
+    let url = ctx.server.url();
+    // Expiring: back within one lease of the SIGKILL.
+    let name = unique_name("sem2-exp");
+    let sem = ctx.client.expiring_semaphore(&name);
+    assert!(sem.try_set_permits(1).unwrap());
+    let mut child = ChildTest::spawn(
+        "semaphore::sem2_child_holder",
+        "expiring",
+        &[("RG_URL", &url), ("RG_NAME", &name)],
+    );
+    child.expect_line("held", Duration::from_secs(20));
+    // Renewed past two leases while the holder lives.
+    assert!(sem.try_acquire_for(TEST_WATCHDOG * 2).unwrap().is_none());
+    child.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    let got = sem.try_acquire_for(Duration::from_secs(5)).unwrap();
+    let back = killed.elapsed();
+    child.kill();
+    assert!(got.is_some());
+    let bound = TEST_WATCHDOG + ms(250);
+    assert!(back <= bound, "SEM-2: permit back {back:?} after SIGKILL");
+    eprintln!("SEM-2: expiring permit back {back:?} after SIGKILL (lease {TEST_WATCHDOG:?})");
+    drop(got);
+
+    // Plain: Redisson's semaphore has no lease; the permit stays taken.
+    let name = unique_name("sem2-plain");
+    let sem = ctx.client.semaphore(&name);
+    assert!(sem.try_set_permits(1).unwrap());
+    let mut child = ChildTest::spawn(
+        "semaphore::sem2_child_holder",
+        "plain",
+        &[("RG_URL", &url), ("RG_NAME", &name)],
+    );
+    child.expect_line("held", Duration::from_secs(20));
+    child.kill();
+    assert!(sem.try_acquire_for(1, TEST_WATCHDOG * 2).unwrap().is_none());
+    assert_eq!(
+        sem.available_permits().unwrap(),
+        0,
+        "leaked, as in Redisson"
+    );
+}
+
+/// Runs 8 threads taking permits of `name` `per_process` times in all,
+/// counting who is inside in Redis; returns (acquisitions, max inside).
+fn sem1_workload(url: &str, name: &str, per_process: u64) -> (u64, u64) {
+    let client = test_client(url);
+    let start = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8u64)
+        .map(|i| {
+            let sem = client.semaphore(name);
+            let (url, name, start) = (url.to_owned(), name.to_owned(), start.clone());
+            let ops = per_process / 8 + u64::from(i < per_process % 8);
+            std::thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let inside = format!("{{{name}}}:inside");
+                let (mut done, mut max) = (0, 0);
+                let deadline = Instant::now() + Duration::from_secs(60);
+                start.wait();
+                for op in 0..ops {
+                    assert!(Instant::now() < deadline, "SEM-1 took over 60 s");
+                    let g = sem.acquire(1).unwrap();
+                    let n: u64 = redis::cmd("INCR").arg(&inside).query(&mut conn).unwrap();
+                    max = max.max(n);
+                    if op % 3 == 0 {
+                        sleep(ms(1));
+                    }
+                    let _: i64 = redis::cmd("DECR").arg(&inside).query(&mut conn).unwrap();
+                    drop(g);
+                    done += 1;
+                }
+                (done, max)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |(d, m), (d2, m2)| (d + d2, m.max(m2)))
+}
+
+/// SEM-1 child: runs the workload and reports.
+#[test]
+#[ignore = "child process of sem1_sem2_semaphore_bed"]
+fn sem1_child_workload() {
+    let Some(_role) = child_role() else { return };
+    let url = std::env::var("RG_URL").unwrap();
+    let name = std::env::var("RG_NAME").unwrap();
+    say("ready");
+    assert_eq!(hear(), "go");
+    let (done, max) = sem1_workload(&url, &name, 500);
+    say(&format!("report {done} {max}"));
+}
+
+fn sem1_two_processes_three_permits(ctx: &TestContext) {
+    let name = unique_name("sem1");
+    let url = ctx.server.url();
+    assert!(ctx.client.semaphore(&name).try_set_permits(3).unwrap());
+    let mut child = ChildTest::spawn(
+        "semaphore::sem1_child_workload",
+        "worker",
+        &[("RG_URL", &url), ("RG_NAME", &name)],
+    );
+    child.expect_line("ready", Duration::from_secs(20));
+    let started = Instant::now();
+    child.send_line("go");
+    let (here, max_here) = sem1_workload(&url, &name, 500);
+    let line = child.expect_line("report", Duration::from_secs(90));
+    let elapsed = started.elapsed();
+    let there: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+    let (total, max) = (here + there[0], max_here.max(there[1]));
+    let available = ctx.client.semaphore(&name).available_permits().unwrap();
+    eprintln!(
+        "SEM-1: {total} acquisitions in {elapsed:?} ({:.0}/s); max inside {max}; \
+         available at the end {available}",
+        total as f64 / elapsed.as_secs_f64()
+    );
+    assert_eq!(total, 1000);
+    assert!(max <= 3, "more than 3 inside: {max}");
+    assert_eq!(max, 3, "the 3 permits were all used at once at some point");
+    assert_eq!(available, 3, "the count is exact at the end");
+    assert!(child.wait_success(Duration::from_secs(5)));
+}
