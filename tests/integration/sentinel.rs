@@ -97,7 +97,22 @@ fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
         }
         let () = cmd.query(&mut bed.data_conn(port)).unwrap();
     }
+    // And the README's user for the sentinels themselves.
+    let sentinel_line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER redguard-sentinel "))
+        .expect("README.md has an `ACL SETUSER redguard-sentinel ...` line");
+    for port in bed.sentinel_ports() {
+        let mut cmd = redis::cmd("ACL");
+        for a in sentinel_line.split_whitespace().skip(1) {
+            cmd.arg(a.replace(">CHANGE-ME", ">j1-sentinels-pw"));
+        }
+        let () = cmd.query(&mut bed.sentinel_conn(port)).unwrap();
+    }
     let client = builder(bed)
+        .sentinel_username("redguard-sentinel")
+        .sentinel_password("j1-sentinels-pw")
         .username("redguard")
         .password("j1-sentinel-pw")
         .min_replica_acks(1)
@@ -110,6 +125,22 @@ fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
     guard.unlock().unwrap();
     let err = client.lock("other:j1").try_lock().unwrap_err();
     assert!(matches!(err, redguard::Error::Permission(_)), "J1: {err:?}");
+    // The +switch-master listener is subscribed as that user.
+    let subscribed = wait_until(ms(5000), || {
+        bed.sentinel_ports().into_iter().any(|port| {
+            redis::cmd("CLIENT")
+                .arg("LIST")
+                .query::<String>(&mut bed.sentinel_conn(port))
+                .is_ok_and(|list| {
+                    list.lines()
+                        .any(|l| l.contains("user=redguard-sentinel") && l.contains(" sub=1 "))
+                })
+        })
+    });
+    assert!(
+        subscribed,
+        "J1: the +switch-master listener is not subscribed"
+    );
 }
 
 /// E2, extensions: with `min_replica_acks = 1`, a renewal or
@@ -294,11 +325,12 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
         .unwrap();
     let other = builder(bed).watchdog_timeout(LONG_LEASE).build().unwrap();
 
-    // Before the fault: the control lock, acknowledged by both replicas.
-    // Acknowledged, and then seen on both replicas, so that whichever is
-    // promoted has it. (Its renewals need one acknowledgement: after the
-    // failover only one replica is left.)
-    let kept_lock = acked.lock(unique_name("e2-kept"));
+    // Before the fault: the control lock, seen on both replicas (checked
+    // below) so that whichever is promoted has it. Taken without `WAIT`:
+    // with acknowledged renewals, a lease this short (6 s) would not
+    // outlast the failover plus the surviving replica's reattachment, and
+    // the lock would be reported lost by design (see the README).
+    let kept_lock = plain.lock(unique_name("e2-kept"));
     let kept = kept_lock.lock().unwrap();
     // H5 tokens drawn while replication works.
     let h5_plain = plain
@@ -308,11 +340,11 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let h5_acked = acked.fenced_lock(unique_name("h5-acked"));
     let mut plain_tokens = vec![token(&h5_plain)];
     let mut acked_tokens = vec![token(&h5_acked)];
-    // The CLI: an exec whose lock both replicas acknowledged.
+    // The CLI: an exec whose lock both replicas have (checked below).
     let dir = tempfile::tempdir().unwrap();
     let kept_pid = dir.path().join("kept.pid");
     let cli_kept_name = unique_name("cli-kept");
-    let mut cli_kept = Exec::spawn(bed, &cli_kept_name, Some(1), &kept_pid);
+    let mut cli_kept = Exec::spawn(bed, &cli_kept_name, None, &kept_pid);
     let names = [kept_lock.name().to_vec(), cli_kept_name.into_bytes()];
     let replicated = wait_until(ms(5000), || {
         bed.replicas().iter().all(|r| {
@@ -358,6 +390,15 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let lost = lost_lock.lock().unwrap();
     let lost_pid = dir.path().join("lost.pid");
     let mut cli_lost = Exec::spawn(bed, &unique_name("cli-lost"), None, &lost_pid);
+    // With --min-replica-acks the CLI refuses to run CMD on such a grant.
+    let refused = Exec::command(bed)
+        .args(["--min-replica-acks", "1", "--replica-ack-timeout", "300ms"])
+        .args(["exec", &unique_name("cli-refused"), "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(69), "CLI: {stderr}");
+    assert!(stderr.contains("replica acknowledgements"), "CLI: {stderr}");
     plain_tokens.push(token(&h5_plain.min_replica_acks(0)));
     // With acks: refused, and nothing held.
     let refused_lock = acked.lock(unique_name("e2-refused"));
@@ -429,8 +470,17 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
         "D after the failover: woken only after {wake:?}"
     );
 
-    // The control lock survives: renewed on the new master past a lease.
-    crate::support::sleep(LONG_LEASE / 3 + ms(500));
+    // The control lock survives: a renewal lands on the new master (its
+    // ttl there goes back up to nearly a whole lease) and the guard is fine.
+    let renewed_there = wait_until(LONG_LEASE, || {
+        kept_lock
+            .remaining_ttl()
+            .is_ok_and(|t| t.is_some_and(|t| t > LONG_LEASE * 5 / 6))
+    });
+    assert!(
+        renewed_there,
+        "E2: the kept lock was not renewed on the new master"
+    );
     kept.check().unwrap();
     assert!(kept_lock.is_locked().unwrap());
     assert!(
@@ -603,14 +653,22 @@ struct Exec {
 }
 
 impl Exec {
-    fn spawn(bed: &SentinelBed, name: &str, acks: Option<u32>, pidfile: &std::path::Path) -> Exec {
+    /// `redguard --url <the bed> --watchdog-timeout 6s --response-timeout 1s`,
+    /// with the sentinels' password in `REDIS_SENTINEL_PASSWORD`.
+    fn command(bed: &SentinelBed) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
         cmd.env_remove("REDIS_URL")
             .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
             .env_remove("REDGUARD_LOG")
+            .env_remove("REDGUARD_MIN_REPLICA_ACKS")
             .env("REDIS_SENTINEL_PASSWORD", SENTINEL_PW)
             .args(["--url", &bed.url()])
             .args(["--watchdog-timeout", "6s", "--response-timeout", "1s"]);
+        cmd
+    }
+
+    fn spawn(bed: &SentinelBed, name: &str, acks: Option<u32>, pidfile: &std::path::Path) -> Exec {
+        let mut cmd = Exec::command(bed);
         if let Some(n) = acks {
             cmd.args(["--min-replica-acks", &n.to_string()])
                 .args(["--replica-ack-timeout", "3s"]);
