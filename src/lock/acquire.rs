@@ -407,6 +407,9 @@ impl Lock {
     }
 }
 
+/// Pause between two attempts of a call that met a failover.
+const FAILOVER_RETRY: Duration = Duration::from_millis(50);
+
 /// The waiter loop shared by every lock kind: attempt; when busy, register
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
@@ -445,9 +448,21 @@ pub(crate) fn wait_loop<T>(
         }
     }
     loop {
-        let hint = match attempt()? {
-            Attempt::Acquired(granted) => return Ok(Some(granted)),
-            Attempt::Busy(hint) => hint,
+        let hint = match attempt() {
+            Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
+            Ok(Attempt::Busy(hint)) => hint,
+            // A failover in progress (Sentinel): the source asks for the
+            // new master on every try, so a call with a deadline keeps
+            // trying until it instead of failing in the middle.
+            Err(e)
+                if e.is_transient()
+                    && client.source().rides_out_failovers()
+                    && deadline.is_some_and(|d| Instant::now() + FAILOVER_RETRY < d) =>
+            {
+                log::debug!("redguard: attempt failed during a failover ({e}); retrying");
+                Some(FAILOVER_RETRY)
+            }
+            Err(e) => return Err(e),
         };
         let now = Instant::now();
         let left = match deadline {

@@ -260,10 +260,21 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
         "no progress before the fault"
     );
+    // A caller with a deadline that starts right at the kill, on a client
+    // whose connections go to the old master: it rides out the failover
+    // and gets the lock, no error.
+    let patient = builder(bed).build().unwrap();
+    drop(patient.lock(unique_name("e1-warm")).lock().unwrap());
     let old = bed.master_port();
     bed.drain_switches();
     let (_, kill) = bed.kill_master();
     *killed_at.lock().unwrap() = Some(kill);
+    let patient = std::thread::spawn(move || {
+        patient
+            .lock(unique_name("e1-patient"))
+            .try_lock_for(ms(15_000))
+            .map(|g| (g.is_some(), Instant::now()))
+    });
     let switch = bed.wait_switch(old, ms(20_000));
     let resumed = wait_until(ms(15_000), || resumed_at.lock().unwrap().is_some());
     // Keep going for a while after the switch: no READONLY may show up.
@@ -273,6 +284,15 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         t.join().unwrap();
     }
     let switch = switch.unwrap_or_else(|| panic!("E1: no +switch-master\n{}", bed.logs()));
+    let (got, patient_at) = patient
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("E1: try_lock_for across the failover failed: {e:?}"));
+    assert!(got, "E1: try_lock_for across the failover gave up");
+    eprintln!(
+        "E1: try_lock_for(15 s) started at the kill got the lock {:?} after it",
+        patient_at - kill
+    );
     assert!(resumed, "E1: no critical section completed after the kill");
     let resumed = resumed_at.lock().unwrap().unwrap();
     let resume = resumed - kill;
