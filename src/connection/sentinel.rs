@@ -920,6 +920,57 @@ mod tests {
     }
 
     #[test]
+    fn builder_sentinel_list_and_credentials() {
+        let config = Builder::default()
+            .sentinel(["redis://:s-pw@10.0.0.1:26379", "10.0.0.2"], "m")
+            .password("d-pw")
+            .username("app")
+            .into_config()
+            .unwrap();
+        let Deployment::Sentinel(spec) = &config.deployment else {
+            panic!("not a Sentinel deployment");
+        };
+        assert_eq!(
+            spec.sentinels,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("10.0.0.2".to_owned(), DEFAULT_SENTINEL_PORT)
+            ]
+        );
+        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
+        assert_eq!(spec.password.as_deref(), Some("d-pw"));
+        assert_eq!(spec.username.as_deref(), Some("app"));
+        for text in [format!("{config:?}"), config.deployment.label()] {
+            assert!(!text.contains("s-pw") && !text.contains("d-pw"), "{text}");
+        }
+
+        // The URL form, with the sentinels' password from the builder.
+        let config = Builder::default()
+            .url("redis+sentinel://:d-pw@h1:1,h2:2/m?db=2")
+            .sentinel_password("s-pw")
+            .into_config()
+            .unwrap();
+        let Deployment::Sentinel(spec) = &config.deployment else {
+            panic!("not a Sentinel deployment");
+        };
+        assert_eq!(spec.db, 2);
+        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
+        assert_eq!(spec.password.as_deref(), Some("d-pw"));
+        assert!(spec.switch_listener);
+
+        let bad = |b: Builder| matches!(b.into_config(), Err(Error::InvalidArgument(_)));
+        assert!(bad(Builder::default().sentinel(["h:1"], "")));
+        assert!(bad(Builder::default().sentinel(Vec::<String>::new(), "m")));
+        assert!(bad(
+            Builder::default().sentinel(["redis://h:1", "rediss://h:2"], "m")
+        ));
+        assert!(bad(Builder::default().sentinel(["h:notaport"], "m")));
+        assert!(bad(Builder::default().min_replica_acks(1001)));
+        assert!(bad(Builder::default().replica_ack_timeout(Duration::ZERO)));
+        assert!(!bad(Builder::default().min_replica_acks(2)));
+    }
+
+    #[test]
     fn switch_messages_for_other_masters_are_ignored() {
         assert_eq!(
             parse_switch("m 127.0.0.1 1 127.0.0.1 2", "m"),
