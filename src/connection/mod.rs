@@ -4,6 +4,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod pool;
+pub(crate) mod sentinel;
 
 use redis::IntoConnectionInfo;
 
@@ -22,6 +23,9 @@ pub(crate) enum Deployment {
     /// A Redis Cluster, reached through seed nodes (`redis+cluster://`,
     /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster)).
     Cluster(Vec<redis::ConnectionInfo>),
+    /// A master found through Sentinel: `redis+sentinel://`,
+    /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
+    Sentinel(sentinel::SentinelSpec),
 }
 
 impl Deployment {
@@ -34,6 +38,9 @@ impl Deployment {
     pub(crate) fn parse(url: &str) -> Result<Deployment> {
         if let Some(seeds) = cluster::parse_url(url)? {
             return Ok(Deployment::Cluster(seeds));
+        }
+        if sentinel::is_sentinel_url(url) {
+            return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
         }
         url.into_connection_info()
             .map(Deployment::Single)
@@ -67,6 +74,7 @@ impl Deployment {
                 let hosts: Vec<String> = seeds.iter().map(|s| s.addr().to_string()).collect();
                 format!("cluster[{}]", hosts.join(","))
             }
+            Deployment::Sentinel(spec) => spec.label(),
         }
     }
 
@@ -79,6 +87,7 @@ impl Deployment {
             Deployment::Cluster(seeds) => seeds
                 .iter()
                 .any(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
+            Deployment::Sentinel(spec) => spec.tls,
         }
     }
 }
@@ -100,11 +109,17 @@ impl Tls {
 
 /// The connections of one Redis deployment.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one Source per client, made once and kept behind an Arc"
+)]
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
     /// A Redis Cluster: a pool per node and a slot map.
     Cluster(Cluster),
+    /// The master of a Sentinel deployment, followed across failovers.
+    Sentinel(sentinel::Sentinel),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -137,6 +152,10 @@ impl Source {
                 options.response_timeout,
             )?)),
             Deployment::Cluster(seeds) => Ok(Source::Cluster(Cluster::new(seeds, options)?)),
+            Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
+                spec.clone(),
+                options.clone(),
+            )?)),
         }
     }
 
@@ -149,13 +168,14 @@ impl Source {
         match self {
             Source::Single(pool) => pool.with_conn(op),
             Source::Cluster(cluster) => cluster.with_conn(key, op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
     /// The node that owns `key`.
     pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
         match self {
-            Source::Single(_) => 0,
+            Source::Single(_) | Source::Sentinel(_) => 0,
             Source::Cluster(cluster) => cluster.node_of(key),
         }
     }
@@ -164,7 +184,7 @@ impl Source {
     /// then keep to one hash slot, and redirected calls be re-routed.
     pub(crate) fn cluster(&self) -> Option<&Cluster> {
         match self {
-            Source::Single(_) => None,
+            Source::Single(_) | Source::Sentinel(_) => None,
             Source::Cluster(cluster) => Some(cluster),
         }
     }
@@ -179,6 +199,7 @@ impl Source {
         match self {
             Source::Single(pool) => pool.with_conn(op),
             Source::Cluster(cluster) => cluster.with_node_conn(node, op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
@@ -188,6 +209,7 @@ impl Source {
         match self {
             Source::Single(pool) => pool.connect(),
             Source::Cluster(cluster) => cluster.any_connection(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
         }
     }
 
@@ -197,6 +219,7 @@ impl Source {
         match self {
             Source::Single(pool) => pool.connect(),
             Source::Cluster(cluster) => cluster.node_connection(node),
+            Source::Sentinel(sentinel) => sentinel.connect(),
         }
     }
 
@@ -205,6 +228,26 @@ impl Source {
         match self {
             Source::Single(pool) => pool.open_connections(),
             Source::Cluster(cluster) => cluster.open_connections(),
+            Source::Sentinel(sentinel) => sentinel.open_connections(),
+        }
+    }
+
+    /// `true` when a connection failure may be a failover that the source
+    /// recovers from by itself (a new master found through Sentinel, a
+    /// replica promoted in a cluster): a call with a deadline then keeps
+    /// trying until it.
+    pub(crate) fn rides_out_failovers(&self) -> bool {
+        matches!(self, Source::Sentinel(_) | Source::Cluster(_))
+    }
+
+    /// Changes whenever the node serving the deployment changes (a Sentinel
+    /// failover): a long-lived connection (pub/sub) made under another
+    /// value should reconnect. Always 0 for a single server and a cluster
+    /// (whose pub/sub connections follow their nodes).
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Source::Single(_) | Source::Cluster(_) => 0,
+            Source::Sentinel(sentinel) => sentinel.generation(),
         }
     }
 }
