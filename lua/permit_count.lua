@@ -21,7 +21,10 @@ if #ended > 0 then
     end
     value = redis.call('incrby', KEYS[1], #ended)
     if value > 0 then
+        -- Also on sharded pub/sub, where Redisson 3.2x waits on a Redis 7 Cluster;
+        -- pcall: a server without SPUBLISH (Redis < 7) just skips it.
         redis.call('publish', KEYS[3], value)
+        redis.pcall('spublish', KEYS[3], value)
     end
 end
 return {tonumber(value or 0), redis.call('zcard', KEYS[2])}

@@ -67,13 +67,10 @@ pub(crate) struct Cluster {
     /// Every node ever seen, seeds first; a [`NodeId`] indexes it. Only
     /// grows: a node that left keeps its (then failing) pool.
     nodes: RwLock<Vec<Arc<Node>>>,
-    seeds: usize,
     map: RwLock<SlotMap>,
     /// Held by the thread refreshing the map.
     refreshing: Mutex<()>,
     budget: Duration,
-    /// Refreshes made, for tests and stats.
-    refreshes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -134,22 +131,19 @@ impl Cluster {
             template,
             options: options.clone(),
             nodes: RwLock::new(Vec::new()),
-            seeds: 0,
             map: RwLock::new(SlotMap {
                 owners: vec![UNKNOWN; SLOTS],
                 epoch: 0,
             }),
             refreshing: Mutex::new(()),
             budget: (options.connect_timeout + options.response_timeout).max(MIN_BUDGET),
-            refreshes: std::sync::atomic::AtomicU64::new(0),
         };
         for seed in seeds {
             let (host, port) = host_port(seed.addr())
                 .ok_or_else(|| Error::invalid("cluster seeds must be TCP addresses"))?;
             cluster.node_at(&host, port)?;
         }
-        let seeds = cluster.read_nodes().len();
-        Ok(Cluster { seeds, ..cluster })
+        Ok(cluster)
     }
 
     fn read_nodes(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Node>>> {
@@ -234,11 +228,6 @@ impl Cluster {
         masters
     }
 
-    /// How many times the slot map was asked for.
-    pub(crate) fn refreshes(&self) -> u64 {
-        self.refreshes.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Asks the cluster for its slot map, unless the map changed since the
     /// caller saw `seen_epoch` (another thread refreshed it meanwhile).
     fn refresh(&self, seen_epoch: u64) -> Result<()> {
@@ -249,8 +238,6 @@ impl Cluster {
         if self.read_map().epoch != seen_epoch {
             return Ok(());
         }
-        self.refreshes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // The masters known, then every other node (seeds first).
         let mut candidates = self.masters();
         for id in 0..self.read_nodes().len() {
@@ -455,11 +442,6 @@ impl Cluster {
             .sum()
     }
 
-    /// `host:port` of `node`.
-    pub(crate) fn address(&self, node: NodeId) -> Option<String> {
-        self.node(node).map(|n| format!("{}:{}", n.host, n.port))
-    }
-
     /// Refreshes the slot map now (after renewals came back redirected).
     pub(crate) fn reroute(&self) {
         let epoch = self.read_map().epoch;
@@ -468,10 +450,6 @@ impl Cluster {
         }
     }
 
-    /// Seeds given by the user.
-    pub(crate) fn seed_count(&self) -> usize {
-        self.seeds
-    }
 }
 
 /// Parses `redis+cluster://[[user]:password@]HOST:PORT[,HOST:PORT...]/[?query]`
@@ -616,7 +594,7 @@ mod tests {
         assert_eq!(seeds.len(), 2);
         assert_eq!(host_port(seeds[1].addr()), Some(("::1".to_owned(), 7001)));
         assert_eq!(seeds[0].redis_settings().password(), Some("p@ss"));
-        assert_eq!(seeds[1].username(), Some("u"));
+        assert_eq!(seeds[1].redis_settings().username(), Some("u"));
         assert!(parse_url("redis://127.0.0.1/").unwrap().is_none());
         let one = parse_url("redis+cluster://h:1").unwrap().unwrap();
         assert_eq!(host_port(one[0].addr()), Some(("h".to_owned(), 1)));

@@ -375,58 +375,60 @@ fn query_pipeline(
 /// once per call, not once per lock; and several calls per round trip, so
 /// that the renewing thread and the server do not hand the CPU back and
 /// forth once per call. Both are what lets one server keep 100 000 leases of
-/// a few seconds renewed. Every key must live on the connection's server
-/// (for a cluster: the keys of one call in one slot).
+/// a few seconds renewed. Every key must live on the connection's server;
+/// with `by_slot` (a cluster) the keys of one call also share a hash slot,
+/// as a cluster refuses a script whose keys cross slots.
 pub(crate) fn renew_batch(
     conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
+    by_slot: bool,
 ) -> Result<Vec<Result<bool>>> {
-    let per_call = per_call.max(1);
-    let calls = batch.len().div_ceil(per_call);
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let calls = renew_calls(batch, per_call.max(1), by_slot);
     let build = || {
         let mut pipe = redis::pipe();
-        for call in batch.chunks(per_call) {
+        for call in &calls {
             let cmd = pipe
                 .cmd("EVALSHA")
                 .arg(RENEW_MANY.get_hash())
                 .arg(call.len());
-            for r in call {
-                cmd.arg(r.key);
+            for &i in call {
+                cmd.arg(batch[i].key);
             }
-            for r in call {
-                cmd.arg(r.lease_ms).arg(r.holder);
+            for &i in call {
+                cmd.arg(batch[i].lease_ms).arg(batch[i].holder);
             }
         }
         pipe
     };
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut replies = query_pipeline(conn, &build(), calls)?;
+    let mut replies = query_pipeline(conn, &build(), calls.len())?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
     if replies.iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW_MANY.load(conn).map_err(Error::redis)?;
-        replies = query_pipeline(conn, &build(), calls)?;
+        replies = query_pipeline(conn, &build(), calls.len())?;
     }
-    if replies.len() != calls {
+    if replies.len() != calls.len() {
         return Err(Error::Protocol(format!(
-            "renew pipeline answered {} replies for {calls} calls",
-            replies.len()
+            "renew pipeline answered {} replies for {} calls",
+            replies.len(),
+            calls.len()
         )));
     }
-    let mut out = Vec::with_capacity(batch.len());
-    for (reply, call) in replies.into_iter().zip(batch.chunks(per_call)) {
+    let mut out: Vec<Option<Result<bool>>> = (0..batch.len()).map(|_| None).collect();
+    for (reply, call) in replies.into_iter().zip(&calls) {
         match reply {
             Value::Array(items) if items.len() == call.len() => {
-                for (item, r) in items.iter().zip(call) {
-                    out.push(match item {
+                for (item, &i) in items.iter().zip(call) {
+                    out[i] = Some(match item {
                         Value::Int(1) => Ok(true),
                         Value::Int(0) => Ok(false),
                         Value::Int(-1) => Err(Error::WrongType {
-                            key: String::from_utf8_lossy(r.key).into_owned(),
+                            key: String::from_utf8_lossy(batch[i].key).into_owned(),
                         }),
                         other => return Err(unexpected("renew", other)),
                     });
@@ -434,14 +436,40 @@ pub(crate) fn renew_batch(
             }
             Value::ServerError(e) => {
                 let err = redis::RedisError::from(e);
-                for r in call {
-                    out.push(Err(Error::from_redis(err.clone(), r.key)));
+                for &i in call {
+                    out[i] = Some(Err(Error::from_redis(err.clone(), batch[i].key)));
                 }
             }
             other => return Err(unexpected("renew", &other)),
         }
     }
-    Ok(out)
+    out.into_iter()
+        .map(|r| r.ok_or_else(|| Error::Protocol("renewal without a reply".into())))
+        .collect()
+}
+
+/// The script calls of a renewal batch, as indices into it: runs of at most
+/// `per_call`, in batch order; with `by_slot`, grouped by hash slot first.
+fn renew_calls(batch: &[Renewal<'_>], per_call: usize, by_slot: bool) -> Vec<Vec<usize>> {
+    if !by_slot {
+        return (0..batch.len())
+            .collect::<Vec<_>>()
+            .chunks(per_call)
+            .map(<[usize]>::to_vec)
+            .collect();
+    }
+    let mut by: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, r) in batch.iter().enumerate() {
+        by.entry(crate::keys::slot(r.key)).or_default().push(i);
+    }
+    by.into_values()
+        .flat_map(|group| {
+            group
+                .chunks(per_call)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Runs the force-unlock script: `true` when a lock was deleted. With the
@@ -562,6 +590,30 @@ mod tests {
             }
         );
         assert!(fair_acquire_reply(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn renewal_calls_keep_to_one_slot_on_a_cluster() {
+        let keys: Vec<String> = (0..500).map(|i| format!("lock-{i}")).collect();
+        let batch: Vec<Renewal<'_>> = keys
+            .iter()
+            .map(|k| Renewal {
+                key: k.as_bytes(),
+                holder: "h",
+                lease_ms: 1,
+            })
+            .collect();
+        let plain = renew_calls(&batch, 100, false);
+        assert_eq!(plain.len(), 5);
+        let sloted = renew_calls(&batch, 3, true);
+        let mut seen: Vec<usize> = sloted.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..500).collect::<Vec<_>>());
+        for call in &sloted {
+            assert!(call.len() <= 3);
+            let slot = crate::keys::slot(batch[call[0]].key);
+            assert!(call.iter().all(|&i| crate::keys::slot(batch[i].key) == slot));
+        }
     }
 
     #[test]

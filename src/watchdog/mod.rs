@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+mod redirect;
 mod schedule;
 mod worker;
 

@@ -252,8 +252,9 @@ impl Worker {
                     .max_by_key(|a| (a.min, a.timeout))
                     .unwrap_or_default();
                 let response_timeout = first_response_timeout(&chunk);
+                let by_slot = source.cluster().is_some();
                 let replies = source.with_node_conn(node, |conn| {
-                    let replies = scripts::renew_batch(conn, &renewals, per_call)?;
+                    let replies = scripts::renew_batch(conn, &renewals, per_call, by_slot)?;
                     let acked = acks.wait(conn, response_timeout)?;
                     Ok((replies, acked))
                 });
@@ -292,6 +293,7 @@ impl Worker {
                     if held { Outcome::Held } else { Outcome::Gone }
                 }));
             }
+            super::redirect::follow(&source, &mut results);
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
                 return;
@@ -361,7 +363,7 @@ impl Worker {
         let Some(source) = self.source.upgrade() else {
             return;
         };
-        let opened = source.pubsub_connection().and_then(|mut conn| {
+        let opened = source.node_connection(self.server.1).and_then(|mut conn| {
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query(&mut conn)
