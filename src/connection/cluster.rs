@@ -449,7 +449,6 @@ impl Cluster {
             log::debug!("redguard cluster: slot map refresh failed: {e}");
         }
     }
-
 }
 
 /// Parses `redis+cluster://[[user]:password@]HOST:PORT[,HOST:PORT...]/[?query]`

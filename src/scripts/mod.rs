@@ -612,7 +612,10 @@ mod tests {
         for call in &sloted {
             assert!(call.len() <= 3);
             let slot = crate::keys::slot(batch[call[0]].key);
-            assert!(call.iter().all(|&i| crate::keys::slot(batch[i].key) == slot));
+            assert!(
+                call.iter()
+                    .all(|&i| crate::keys::slot(batch[i].key) == slot)
+            );
         }
     }
 

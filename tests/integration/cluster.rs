@@ -2,10 +2,14 @@
 //! 3 masters + 3 replicas serves every case in sequence, to keep the
 //! suite's wall time in check; each case reports its figures on stderr.
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisCluster, key_slot, ms, test_builder, unique_name};
+use crate::support::{
+    ChildProcess, RedisCluster, capture_logs, key_slot, logged_lines, ms, racy_increment,
+    test_builder, unique_name, wait_until,
+};
 
 /// A client of the bed with the test timings.
 fn cluster_client(bed: &RedisCluster) -> redguard::Client {
@@ -22,10 +26,15 @@ fn case(id: &str, f: impl FnOnce()) {
 #[test]
 fn cluster_cases_f1_f2_f3_f4_a1_d() {
     let started = Instant::now();
-    let bed = RedisCluster::start();
+    let mut bed = RedisCluster::start();
     eprintln!("cluster bed settled in {:?}", started.elapsed());
     case("routing", || routing(&bed));
     case("F4", || f4_live(&bed));
+    case("F3", || f3_slot_migration(&bed));
+    case("D", || d_wake_ups(&bed));
+    case("A1", || a1_two_processes(&bed));
+    case("F1", || f1_manual_failover(&bed));
+    case("F2", || f2_master_killed(&mut bed));
     eprintln!("cluster cases: {:?} in all", started.elapsed());
 }
 
@@ -118,5 +127,375 @@ fn f4_live(bed: &RedisCluster) {
     }
     assert!(accepted > 50 && refused > 50, "{accepted} / {refused}");
     eprintln!("cluster F4: {accepted} names used by 5 lock kinds, {refused} refused, 0 CROSSSLOT");
-    let _ = (key_slot, ms(0), BTreeSet::<u8>::new(), Duration::ZERO);
+}
+
+/// Renewal failures the library logged for any of `names`.
+fn failed_renewals(names: &[String]) -> Vec<String> {
+    logged_lines()
+        .into_iter()
+        .filter(|l| l.contains("renewal of lock") || l.contains("lost"))
+        .filter(|l| names.iter().any(|n| l.contains(n.as_str())))
+        .collect()
+}
+
+/// F1: `CLUSTER FAILOVER` on the replica of the master holding 20 locks.
+/// Their renewals and unlocks follow `MOVED`: 0 failed renewals, 0 failed
+/// unlocks, and the leases never ran low.
+fn f1_manual_failover(bed: &RedisCluster) {
+    capture_logs();
+    let client = cluster_client(bed);
+    let master = bed.masters()[1];
+    let names: Vec<String> = (0..20)
+        .map(|i| bed.key_on(master, &unique_name(&format!("f1-{i}"))))
+        .collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let before = client.stats().renewals;
+    assert!(wait_until(Duration::from_secs(5), || client
+        .stats()
+        .renewals
+        >= before + 20));
+    let replica = bed.replica_of(master);
+    let failover = Instant::now();
+    bed.failover(replica);
+    let took = failover.elapsed();
+    // Three renewal rounds on the new master; the leases never run low.
+    let lease = crate::support::TEST_WATCHDOG.as_millis() as i64;
+    let mut conn = bed.conn(replica);
+    let mut min_pttl = i64::MAX;
+    let watch_until = Instant::now() + ms(1200);
+    let renewed_before = client.stats().renewals;
+    while Instant::now() < watch_until {
+        for name in &names {
+            let pttl: i64 = redis::cmd("PTTL").arg(name).query(&mut conn).unwrap();
+            min_pttl = min_pttl.min(pttl);
+        }
+        crate::support::sleep(ms(20));
+    }
+    assert!(
+        client.stats().renewals >= renewed_before + 40,
+        "renewals stopped after the failover"
+    );
+    assert!(
+        min_pttl > lease / 4,
+        "a lease ran low: {min_pttl} ms of {lease}"
+    );
+    for guard in guards {
+        guard.check().unwrap();
+        guard.unlock().unwrap();
+    }
+    let failures = failed_renewals(&names);
+    assert!(failures.is_empty(), "failed renewals: {failures:#?}");
+    eprintln!(
+        "cluster F1: failover settled in {took:?}; 20 locks, 0 failed renewals, 0 failed \
+         unlocks, min pttl {min_pttl} ms of {lease}"
+    );
+}
+
+/// F3: the slot of a lock moves to another master (IMPORTING/MIGRATING,
+/// MIGRATE, SETSLOT NODE) and back, while a thread runs 1,000 acquire /
+/// release cycles on it: 0 errors reach the user.
+fn f3_slot_migration(bed: &RedisCluster) {
+    capture_logs();
+    let client = cluster_client(bed);
+    let masters = bed.masters();
+    let (home, away) = (masters[0], masters[2]);
+    let name = bed.key_on(home, &unique_name("f3"));
+    let slot = key_slot(name.as_bytes());
+    let done = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let worker = {
+        let lock = client.lock(&name);
+        let (done, errors) = (done.clone(), errors.clone());
+        std::thread::spawn(move || {
+            for _ in 0..1000 {
+                let outcome = lock.lock().and_then(|g| g.unlock());
+                if let Err(e) = outcome {
+                    errors.lock().unwrap().push(e.to_string());
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let at = |n: usize| {
+        wait_until(Duration::from_secs(10), || done.load(Ordering::SeqCst) >= n);
+    };
+    // Each step waits for some cycles to run through it (bounded in time:
+    // a step may hold calls up, e.g. TRYAGAIN until the slot is settled).
+    let moves = [(home, away, 150), (away, home, 600)];
+    for (from, to, start) in moves {
+        at(start);
+        bed.begin_migration(slot, from, to);
+        let step = done.load(Ordering::SeqCst);
+        wait_until(ms(300), || done.load(Ordering::SeqCst) >= step + 20);
+        bed.migrate_keys(slot, from, to, 100);
+        let step = done.load(Ordering::SeqCst);
+        wait_until(ms(300), || done.load(Ordering::SeqCst) >= step + 20);
+        bed.finish_migration(slot, from, to);
+        assert!(bed.settled(Duration::from_secs(10)), "{}", bed.logs());
+    }
+    worker.join().unwrap();
+    let errors = errors.lock().unwrap();
+    assert!(
+        errors.is_empty(),
+        "{} errors reached the user: {errors:?}",
+        errors.len()
+    );
+    assert_eq!(done.load(Ordering::SeqCst), 1000);
+    assert_eq!(bed.master_of_slot(slot), home);
+    let seen = |what: &str| {
+        logged_lines()
+            .iter()
+            .filter(|l| l.contains(&format!("redguard cluster: slot {slot}")) && l.contains(what))
+            .count()
+    };
+    let (moved, retried) = (seen("moved to"), seen("retrying in"));
+    assert!(moved >= 2, "MOVED was not met: {moved}");
+    eprintln!(
+        "cluster F3: slot {slot} moved away and back during 1,000 cycles, 0 errors \
+         ({moved} MOVED followed, {retried} TRYAGAIN/transient retries)"
+    );
+}
+
+/// D on a cluster: a waiter on a lock on each master is woken by the
+/// unlock message, not by polling (the poll interval and the holder's lease
+/// are both 10 s); then `CLIENT KILL TYPE pubsub` on every node: waiters
+/// on all masters are still woken.
+fn d_wake_ups(bed: &RedisCluster) {
+    let holder = cluster_client(bed);
+    let waiting = test_builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let round = |tag: &str| -> Vec<Duration> {
+        let mut latencies = Vec::new();
+        for master in bed.masters() {
+            let name = bed.key_on(master, &unique_name(tag));
+            let guard = holder
+                .lock(&name)
+                .with_lease(Duration::from_secs(10))
+                .lock()
+                .unwrap();
+            let waiter = {
+                let lock = waiting.lock(&name);
+                std::thread::spawn(move || {
+                    let g = lock.try_lock_for(Duration::from_secs(8)).unwrap();
+                    let woke = Instant::now();
+                    g.expect("the waiter timed out").unlock().unwrap();
+                    woke
+                })
+            };
+            assert!(wait_until(Duration::from_secs(5), || waiting
+                .stats()
+                .waiters
+                == 1));
+            let released = Instant::now();
+            guard.unlock().unwrap();
+            let woke = waiter.join().unwrap();
+            latencies.push(woke.saturating_duration_since(released));
+        }
+        latencies
+    };
+    let first = round("d");
+    for port in bed.live_ports() {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut bed.conn(port))
+            .unwrap();
+    }
+    let after_kill = round("d-kill");
+    for l in first.iter().chain(&after_kill) {
+        assert!(*l < Duration::from_secs(2), "woken by polling: {l:?}");
+    }
+    eprintln!(
+        "cluster D: wake-up after unlock per master {first:?}; after CLIENT KILL TYPE pubsub \
+         {after_kill:?}; pub/sub connections {}",
+        waiting.stats().pubsub_connections
+    );
+}
+
+const A1_THREADS: usize = 8;
+const A1_ITERATIONS: usize = 250;
+
+/// 8 threads of this process lock → GET → SET+1 → unlock, round robin over
+/// `names`, with an overlap probe (SETNX on entry); returns the overlaps.
+fn a1_hammer(url: &str, names: &[String]) -> usize {
+    let client = redguard::Client::builder()
+        .url(url)
+        .watchdog_timeout(Duration::from_secs(3))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let seeds: Vec<String> = url
+        .trim_start_matches("redis+cluster://")
+        .trim_end_matches('/')
+        .split(',')
+        .map(|h| format!("redis://{h}/"))
+        .collect();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..A1_THREADS)
+        .map(|t| {
+            let locks: Vec<_> = names.iter().map(|n| (client.lock(n), n.clone())).collect();
+            let overlaps = overlaps.clone();
+            let seeds = seeds.clone();
+            std::thread::spawn(move || {
+                let mut conn = redis::cluster::ClusterClient::new(seeds)
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                for i in 0..A1_ITERATIONS {
+                    let (lock, name) = &locks[(t + i) % locks.len()];
+                    let marker = format!("{{{name}}}:inside");
+                    let guard = lock.lock().unwrap();
+                    let entered: bool = redis::cmd("SETNX")
+                        .arg(&marker)
+                        .arg(1)
+                        .query(&mut conn)
+                        .unwrap();
+                    if !entered {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let n: Option<u64> = redis::cmd("GET")
+                        .arg(format!("{{{name}}}:counter"))
+                        .query(&mut conn)
+                        .unwrap();
+                    let () = redis::cmd("SET")
+                        .arg(format!("{{{name}}}:counter"))
+                        .arg(n.unwrap_or(0) + 1)
+                        .query(&mut conn)
+                        .unwrap();
+                    let _: () = redis::cmd("DEL").arg(&marker).query(&mut conn).unwrap();
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    overlaps.load(Ordering::SeqCst)
+}
+
+#[test]
+#[ignore = "child process of cluster_cases_f1_f2_f3_f4_a1_d"]
+fn a1_cluster_child() {
+    let url = std::env::var("RG_URL").unwrap();
+    let names: Vec<String> = std::env::var("RG_NAMES")
+        .unwrap()
+        .split(' ')
+        .map(str::to_owned)
+        .collect();
+    println!("STARTED");
+    let overlaps = a1_hammer(&url, &names);
+    println!("OVERLAPS {overlaps}");
+    assert_eq!(overlaps, 0);
+}
+
+/// A1 on a cluster: 2 processes × 8 threads, over one lock on each of the
+/// three masters. Every count is exact and no two holders overlapped.
+fn a1_two_processes(bed: &RedisCluster) {
+    let names: Vec<String> = bed
+        .masters()
+        .into_iter()
+        .map(|m| bed.key_on(m, &unique_name("a1")))
+        .collect();
+    let mut child = ChildProcess::spawn(
+        "cluster::a1_cluster_child",
+        &[("RG_URL", bed.url()), ("RG_NAMES", names.join(" "))],
+    );
+    assert!(child.wait_for_line("STARTED", Duration::from_secs(20)));
+    let overlaps = a1_hammer(&bed.url(), &names);
+    assert_eq!(
+        child.wait(Duration::from_secs(120)),
+        Some(true),
+        "child failed"
+    );
+    assert_eq!(overlaps, 0);
+    let mut conn = bed.cluster_conn();
+    let mut total = 0;
+    for name in &names {
+        let n: u64 = redis::cmd("GET")
+            .arg(format!("{{{name}}}:counter"))
+            .query(&mut conn)
+            .unwrap();
+        total += n;
+    }
+    assert_eq!(total, (2 * A1_THREADS * A1_ITERATIONS) as u64);
+    eprintln!(
+        "cluster A1: 2 processes x {A1_THREADS} threads x {A1_ITERATIONS} over 3 masters: \
+         count {total} exact, 0 overlaps"
+    );
+}
+
+/// F2: `kill -9` of a master. A lock whose key reached the replica is kept
+/// through the promotion (renewals fail during the window, then recover);
+/// a lock taken while the replica was cut off (`SIGSTOP` plus
+/// `CLIENT KILL TYPE replica`) is reported lost once the replica takes
+/// over without it. Never silent, no panic.
+fn f2_master_killed(bed: &mut RedisCluster) {
+    let lease = Duration::from_secs(9);
+    let client = test_builder(&bed.url())
+        .watchdog_timeout(lease)
+        .build()
+        .unwrap();
+    let master = bed.masters()[2];
+    let replica = bed.replica_of(master);
+    let kept_name = bed.key_on(master, &unique_name("f2-kept"));
+    let lost_name = bed.key_on(master, &unique_name("f2-lost"));
+    let kept = client.lock(&kept_name).lock().unwrap();
+    // The replica has the key (asked with READONLY, as a replica serves
+    // reads only to clients that say so).
+    let mut on_replica = bed.conn(replica);
+    let () = redis::cmd("READONLY").query(&mut on_replica).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || redis::cmd("EXISTS")
+        .arg(&kept_name)
+        .query::<bool>(&mut on_replica)
+        .unwrap()));
+    drop(on_replica);
+    // Cut the replica off, then take the second lock: it never reaches it.
+    bed.freeze(replica);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut bed.conn(master))
+        .unwrap();
+    let lost = client.lock(&lost_name).lock().unwrap();
+    let killed = Instant::now();
+    bed.kill(master);
+    bed.thaw(replica);
+    assert!(
+        bed.wait(Duration::from_secs(20), || bed
+            .slots_seen_by(replica)
+            .is_ok_and(|s| s.iter().any(|r| r.master == replica))),
+        "replica {replica} was not promoted\n{}",
+        bed.logs()
+    );
+    let promoted = killed.elapsed();
+    // The loss is reported, within a renewal interval and a retry or two
+    // of the promotion.
+    let reported = wait_until(Duration::from_secs(10), || lost.check().is_err());
+    let lost_after = killed.elapsed();
+    assert!(reported, "the unreplicated lock was never reported lost");
+    assert!(lost.check().unwrap_err().is_lock_lost());
+    // The replicated lock is kept: renewed on the new master.
+    let before = client.stats().renewals;
+    assert!(wait_until(Duration::from_secs(10), || client
+        .stats()
+        .renewals
+        > before));
+    kept.check().unwrap();
+    let mut conn = bed.conn(replica);
+    let pttl: i64 = redis::cmd("PTTL").arg(&kept_name).query(&mut conn).unwrap();
+    assert!(pttl > 0, "kept lock has pttl {pttl}");
+    kept.unlock().unwrap();
+    assert!(lost.unlock().unwrap_err().is_lock_lost());
+    eprintln!(
+        "cluster F2: replica promoted {promoted:?} after kill -9; unreplicated lock reported \
+         lost at {lost_after:?}; replicated lock kept (pttl {pttl} ms after recovery)"
+    );
 }

@@ -537,6 +537,26 @@ impl RedisCluster {
         node.kill();
     }
 
+    /// Freezes the node at `port` (`SIGSTOP`): it answers nothing, and its
+    /// peers mark it failed after the node timeout.
+    pub fn freeze(&self, port: u16) {
+        self.signal(port, libc::SIGSTOP);
+    }
+
+    /// Resumes a node frozen by [`freeze`](Self::freeze) (`SIGCONT`).
+    pub fn thaw(&self, port: u16) {
+        self.signal(port, libc::SIGCONT);
+    }
+
+    fn signal(&self, port: u16, sig: libc::c_int) {
+        let pid = self.pids()[&port];
+        let pid = libc::pid_t::try_from(pid).expect("pid");
+        // SAFETY: `kill` has no memory-safety preconditions; `pid` is our
+        // own running child.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+    }
+
     /// Starts the killed node at `port` again with its `nodes.conf`: it
     /// rejoins, as a replica of whoever took its slots. Returns once the
     /// cluster has settled again.
