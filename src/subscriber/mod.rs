@@ -16,6 +16,7 @@
 //! there are checked at once.
 
 mod registry;
+mod sharded;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -76,6 +77,12 @@ impl Subscriber {
         std::thread::Builder::new()
             .name("redguard-subscriber".into())
             .spawn(move || {
+                // A cluster: one connection per master, both kinds of
+                // pub/sub (see `sharded`).
+                if source.cluster().is_some() {
+                    sharded::route(thread_shared, source, rx, response_timeout);
+                    return;
+                }
                 let mut worker = Worker {
                     shared: thread_shared,
                     source,
@@ -175,7 +182,8 @@ impl Subscriber {
         self.shared.registry().channel_count()
     }
 
-    /// Open pub/sub connections (0 or 1).
+    /// Open pub/sub connections (0 or 1; on a cluster, at most one per
+    /// master).
     pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
     }
