@@ -45,11 +45,17 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// Shortest retry budget, whatever the timeouts.
 const MIN_BUDGET: Duration = Duration::from_secs(1);
 
-/// One node: its address and its pool.
+/// One node: its address, its pool, and how its pub/sub connections are
+/// made.
 struct Node {
     host: String,
     port: u16,
     pool: Pool,
+    /// RESP3, for pub/sub: every pub/sub frame is then a push, which
+    /// redis-rs never mistakes for the late reply to a read that timed out
+    /// (a RESP2 frame read after a timed-out read is dropped as that
+    /// reply).
+    pubsub: Pool,
 }
 
 /// Which node serves each slot; `epoch` counts the refreshes.
@@ -177,6 +183,17 @@ impl Cluster {
             _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
         };
         let info = self.template.clone().set_addr(addr);
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let pubsub = Pool::new(
+            info.clone().set_redis_settings(resp3),
+            &self.options.tls,
+            1,
+            self.options.connect_timeout,
+            self.options.response_timeout,
+        )?;
         let pool = Pool::new(
             info,
             &self.options.tls,
@@ -193,6 +210,7 @@ impl Cluster {
             host: host.to_owned(),
             port,
             pool,
+            pubsub,
         }));
         Ok(nodes.len() - 1)
     }
@@ -410,6 +428,15 @@ impl Cluster {
             .node(node)
             .ok_or_else(|| Error::Protocol(format!("unknown cluster node {node}")))?;
         node.pool.connect()
+    }
+
+    /// A new RESP3 connection to `node` for pub/sub: its messages arrive
+    /// as pushes.
+    pub(crate) fn pubsub_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        let node = self
+            .node(node)
+            .ok_or_else(|| Error::Protocol(format!("unknown cluster node {node}")))?;
+        node.pubsub.connect()
     }
 
     /// A new connection to some node that answers (the masters first), for

@@ -166,8 +166,8 @@ enum Exit {
 struct Channels {
     wanted: HashSet<Vec<u8>>,
     /// Confirmations still due per channel (2: `subscribe` and
-    /// `ssubscribe`).
-    pending: HashMap<Vec<u8>, u8>,
+    /// `ssubscribe`), and since when.
+    pending: HashMap<Vec<u8>, (u8, Instant)>,
     /// `SUNSUBSCRIBE`s sent and not yet answered, per channel: any other
     /// `sunsubscribe` is the node's own (the slot moved).
     leaving: HashMap<Vec<u8>, u32>,
@@ -189,7 +189,11 @@ impl NodeWorker {
                 }
                 continue;
             }
-            let mut conn = match self.source.node_connection(self.node) {
+            let opened = match self.source.cluster() {
+                Some(cluster) => cluster.pubsub_connection(self.node),
+                None => self.source.node_connection(self.node),
+            };
+            let mut conn = match opened {
                 Ok(conn) => conn,
                 Err(e) => {
                     failures += 1;
@@ -280,7 +284,7 @@ impl NodeWorker {
             if subscribe(conn, &channel, self.response_timeout).is_err() {
                 return Exit::Reconnect;
             }
-            channels.pending.insert(channel, 2);
+            channels.pending.insert(channel, (2, Instant::now()));
         }
         // The previous message, to drop the `smessage` twin of a `message`.
         let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
@@ -314,7 +318,7 @@ impl NodeWorker {
                             return Exit::Reconnect;
                         }
                         channels.wanted.insert(channel.clone());
-                        channels.pending.insert(channel, 2);
+                        channels.pending.insert(channel, (2, Instant::now()));
                     }
                     NodeControl::Unsubscribe(channel) => {
                         if channels.wanted.remove(&channel) {
@@ -326,6 +330,18 @@ impl NodeWorker {
                         }
                     }
                 }
+            }
+            // A subscription never confirmed was refused (`MOVED`: error
+            // replies are not pushes, and may be lost to an earlier read
+            // that timed out): its slot lives elsewhere now.
+            let refused: Vec<Vec<u8>> = channels
+                .pending
+                .iter()
+                .filter(|(_, (_, since))| since.elapsed() > self.response_timeout)
+                .map(|(c, _)| c.clone())
+                .collect();
+            if !refused.is_empty() && self.refused(conn, channels, refused).is_err() {
+                return Exit::Reconnect;
             }
             let _ = conn.set_read_timeout(Some(TICK));
             let frame = match conn.recv_response() {
@@ -366,7 +382,7 @@ impl NodeWorker {
                 }
                 Frame::Subscribed(channel) => {
                     last = None;
-                    if let Some(due) = channels.pending.get_mut(&channel) {
+                    if let Some((due, _)) = channels.pending.get_mut(&channel) {
                         *due -= 1;
                         if *due == 0 {
                             channels.pending.remove(&channel);
@@ -404,21 +420,35 @@ impl NodeWorker {
                     // A shard subscription refused: some slot is not
                     // served here any more. Hand back what is unconfirmed.
                     let refused: Vec<Vec<u8>> = channels.pending.keys().cloned().collect();
-                    for channel in &refused {
-                        channels.wanted.remove(channel);
-                        channels.pending.remove(channel);
-                        if unsubscribe_classic(conn, channel, self.response_timeout).is_err() {
-                            return Exit::Reconnect;
-                        }
+                    if self.refused(conn, channels, refused).is_err() {
+                        return Exit::Reconnect;
                     }
-                    let _ = self.moved.send(Moved {
-                        node: self.node,
-                        channels: refused,
-                    });
                 }
                 Frame::Other => last = None,
             }
         }
+    }
+}
+
+impl NodeWorker {
+    /// Hands `refused` channels back to the router, leaving their classic
+    /// subscriptions here.
+    fn refused(
+        &self,
+        conn: &mut redis::Connection,
+        channels: &mut Channels,
+        refused: Vec<Vec<u8>>,
+    ) -> redis::RedisResult<()> {
+        for channel in &refused {
+            channels.wanted.remove(channel);
+            channels.pending.remove(channel);
+            unsubscribe_classic(conn, channel, self.response_timeout)?;
+        }
+        let _ = self.moved.send(Moved {
+            node: self.node,
+            channels: refused,
+        });
+        Ok(())
     }
 }
 
@@ -477,27 +507,29 @@ enum Frame {
 }
 
 fn parse(frame: &Value) -> Frame {
-    let bytes = |v: &Value| match v {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+    use redis::PushKind as K;
+    let bytes = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(b.clone()),
+        Some(Value::SimpleString(s)) => Some(s.clone().into_bytes()),
         _ => None,
     };
-    let items = match frame {
-        Value::Array(items) => items,
-        Value::Push { data, .. } => data,
-        Value::ServerError(e) if e.code() == "MOVED" => return Frame::Moved,
-        _ => return Frame::Other,
-    };
-    let kind = items.first().and_then(bytes).unwrap_or_default();
-    let channel = items.get(1).and_then(bytes);
-    match (kind.as_slice(), channel) {
-        (b"message" | b"smessage", Some(channel)) => Frame::Message {
-            sharded: kind == b"smessage",
-            channel,
-            payload: items.get(2).and_then(bytes).unwrap_or_default(),
-        },
-        (b"subscribe" | b"ssubscribe", Some(channel)) => Frame::Subscribed(channel),
-        (b"sunsubscribe", Some(channel)) => Frame::ShardUnsubscribed(channel),
+    match frame {
+        Value::Push { kind, data } => {
+            let Some(channel) = bytes(data.first()) else {
+                return Frame::Other;
+            };
+            match kind {
+                K::Message | K::SMessage => Frame::Message {
+                    sharded: *kind == K::SMessage,
+                    channel,
+                    payload: bytes(data.get(1)).unwrap_or_default(),
+                },
+                K::Subscribe | K::SSubscribe => Frame::Subscribed(channel),
+                K::SUnsubscribe => Frame::ShardUnsubscribed(channel),
+                _ => Frame::Other,
+            }
+        }
+        Value::ServerError(e) if e.code() == "MOVED" => Frame::Moved,
         _ => Frame::Other,
     }
 }
@@ -506,19 +538,21 @@ fn parse(frame: &Value) -> Frame {
 mod tests {
     use super::*;
 
-    fn frame(parts: &[&[u8]]) -> Value {
-        Value::Array(
-            parts
+    fn push(kind: redis::PushKind, parts: &[&[u8]]) -> Value {
+        Value::Push {
+            kind,
+            data: parts
                 .iter()
                 .map(|p| Value::BulkString(p.to_vec()))
                 .collect(),
-        )
+        }
     }
 
     #[test]
     fn frames_parse() {
+        use redis::PushKind as K;
         assert_eq!(
-            parse(&frame(&[b"smessage", b"ch", b"0"])),
+            parse(&push(K::SMessage, &[b"ch", b"0"])),
             Frame::Message {
                 sharded: true,
                 channel: b"ch".to_vec(),
@@ -526,25 +560,21 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(&frame(&[b"message", b"ch", b"1"])),
+            parse(&push(K::Message, &[b"ch", b"1"])),
             Frame::Message {
                 sharded: false,
                 channel: b"ch".to_vec(),
                 payload: b"1".to_vec()
             }
         );
-        let confirm = Value::Array(vec![
-            Value::BulkString(b"ssubscribe".to_vec()),
-            Value::BulkString(b"ch".to_vec()),
-            Value::Int(1),
-        ]);
-        assert_eq!(parse(&confirm), Frame::Subscribed(b"ch".to_vec()));
-        let gone = Value::Array(vec![
-            Value::BulkString(b"sunsubscribe".to_vec()),
-            Value::BulkString(b"ch".to_vec()),
-            Value::Int(0),
-        ]);
-        assert_eq!(parse(&gone), Frame::ShardUnsubscribed(b"ch".to_vec()));
+        assert_eq!(
+            parse(&push(K::SSubscribe, &[b"ch"])),
+            Frame::Subscribed(b"ch".to_vec())
+        );
+        assert_eq!(
+            parse(&push(K::SUnsubscribe, &[b"ch"])),
+            Frame::ShardUnsubscribed(b"ch".to_vec())
+        );
         assert_eq!(parse(&Value::Nil), Frame::Other);
     }
 }

@@ -32,6 +32,7 @@ fn cluster_cases_f1_f2_f3_f4_a1_d() {
     case("F4", || f4_live(&bed));
     case("F3", || f3_slot_migration(&bed));
     case("D", || d_wake_ups(&bed));
+    case("D-interop", || d_interop_both_redisson_generations(&bed));
     case("A1", || a1_two_processes(&bed));
     case("F1", || f1_manual_failover(&bed));
     case("F2", || f2_master_killed(&mut bed));
@@ -497,5 +498,134 @@ fn f2_master_killed(bed: &mut RedisCluster) {
     eprintln!(
         "cluster F2: replica promoted {promoted:?} after kill -9; unreplicated lock reported \
          lost at {lost_after:?}; replicated lock kept (pttl {pttl} ms after recovery)"
+    );
+}
+
+/// Reads one pub/sub frame from `conn` (a raw `SUBSCRIBE`/`SSUBSCRIBE`
+/// connection), within its read timeout.
+fn frame(conn: &mut redis::Connection) -> Vec<String> {
+    let v: redis::Value = conn.recv_response().unwrap();
+    match v {
+        redis::Value::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                redis::Value::Int(n) => n.to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        other => panic!("unexpected frame {other:?}"),
+    }
+}
+
+/// Pub/sub interop with both generations of Redisson on a cluster.
+///
+/// * redguard's unlock reaches a Redisson 3.2x waiter (`SSUBSCRIBE` on the
+///   channel's master) and an older Redisson waiter (`SUBSCRIBE` on another
+///   node: a cluster broadcasts `PUBLISH`).
+/// * A redguard waiter is woken by a Redisson 3.2x unlock (`SPUBLISH` only)
+///   and by an older one (`PUBLISH` only, sent to another node), within
+///   milliseconds, though its poll interval and the holder's lease are 10 s.
+/// * Cost: one pub/sub connection per master with waiters; the server time
+///   of the extra `SPUBLISH` from `INFO commandstats`.
+fn d_interop_both_redisson_generations(bed: &RedisCluster) {
+    let client = cluster_client(bed);
+    let masters = bed.masters();
+    let owner = masters[0];
+    let elsewhere = masters[1];
+    let name = bed.key_on(owner, &unique_name("interop"));
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+
+    // redguard unlocks; both Redisson generations' waiters hear it.
+    let mut sharded = bed.conn(owner);
+    sharded
+        .send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())
+        .unwrap();
+    assert_eq!(frame(&mut sharded)[0], "ssubscribe");
+    let mut classic = bed.conn(elsewhere);
+    classic
+        .send_packed_command(&redis::cmd("SUBSCRIBE").arg(&channel).get_packed_command())
+        .unwrap();
+    assert_eq!(frame(&mut classic)[0], "subscribe");
+    client.lock(&name).lock().unwrap().unlock().unwrap();
+    assert_eq!(frame(&mut sharded), ["smessage", channel.as_str(), "0"]);
+    assert_eq!(frame(&mut classic), ["message", channel.as_str(), "0"]);
+
+    // Foreign holders (hash field of another client id, 10 s lease) release
+    // with only one kind of message each; the redguard waiter wakes.
+    let waiting = test_builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut on_owner = bed.conn(owner);
+    let mut on_other = bed.conn(elsewhere);
+    let mut latencies = Vec::new();
+    for (kind, command) in [("Redisson 3.2x", "SPUBLISH"), ("older Redisson", "PUBLISH")] {
+        let () = redis::cmd("HSET")
+            .arg(&name)
+            .arg("0f0f0f0f-foreign:1")
+            .arg(1)
+            .query(&mut on_owner)
+            .unwrap();
+        let () = redis::cmd("PEXPIRE")
+            .arg(&name)
+            .arg(10_000)
+            .query(&mut on_owner)
+            .map(|_: i64| ())
+            .unwrap();
+        let waiter = {
+            let lock = waiting.lock(&name);
+            std::thread::spawn(move || {
+                let g = lock.try_lock_for(Duration::from_secs(8)).unwrap();
+                let woke = Instant::now();
+                g.expect("not woken").unlock().unwrap();
+                woke
+            })
+        };
+        assert!(wait_until(Duration::from_secs(5), || waiting
+            .stats()
+            .waiters
+            == 1));
+        // Let the waiter's retry after its subscription pass.
+        crate::support::sleep(ms(50));
+        let released = Instant::now();
+        let _: i64 = redis::cmd("DEL").arg(&name).query(&mut on_owner).unwrap();
+        let publish_on = if command == "SPUBLISH" {
+            &mut on_owner
+        } else {
+            &mut on_other
+        };
+        let receivers: i64 = redis::cmd(command)
+            .arg(&channel)
+            .arg("0")
+            .query(publish_on)
+            .unwrap();
+        assert!(receivers >= 1, "{command} reached nobody");
+        let woke = waiter.join().unwrap();
+        let latency = woke.saturating_duration_since(released);
+        assert!(
+            latency < Duration::from_secs(2),
+            "{kind}: woken after {latency:?}"
+        );
+        latencies.push((kind, latency));
+    }
+    let connections = waiting.stats().pubsub_connections;
+    assert!(
+        connections <= masters.len(),
+        "{connections} pub/sub connections"
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut on_owner)
+        .unwrap();
+    let spublish = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_spublish:"))
+        .unwrap_or("cmdstat_spublish: none")
+        .to_owned();
+    eprintln!(
+        "cluster D-interop: redguard unlock heard by SSUBSCRIBE and SUBSCRIBE waiters; \
+         redguard waiter woken by {latencies:?}; {connections} pub/sub connection(s); \
+         server cost of the extra publish: {spublish}"
     );
 }
