@@ -284,6 +284,8 @@ def main():
             w1 += get(load(os.path.join(run_dirs[0], fn)), "w1") or []
     w2 = get(load(os.path.join(run_dirs[0], "w2.json")), "w2")
     ab = get(load(os.path.join(run_dirs[0], "ab.json")), "ab")
+    rw = get(load(os.path.join(run_dirs[0], "rw.json")), "rw")
+    sem = get(load(os.path.join(run_dirs[0], "sem.json")), "sem")
 
     ratios = []
     for r in runs:
@@ -304,7 +306,7 @@ def main():
         "s2_starvation_ratio_max": max((x["starvation_ratio"] or float("inf")) for x in s2) if s2 else None,
     }
     result = {"schema": "redguard-bench/1", "meta": meta, "runs": runs, "ratios": ratios,
-              "targets": checks, "ab": ab, "w1": w1, "w2": w2}
+              "targets": checks, "ab": ab, "rw": rw, "sem": sem, "w1": w1, "w2": w2}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -366,6 +368,39 @@ def main():
                        f"{x['floor_thread_cpu_us_per_cycle']['median']:.1f}")
             md.append(f"| {k.upper()} | {r['median']:.3f} ({r['p25']:.3f} – {r['p75']:.3f}) "
                       f"| {x['redguard_cps']['median']:,.0f} | {x['floor_cps']['median']:,.0f} | {cpu} |")
+    if rw and rw.get("phases"):
+        md.append("")
+        md.append(f"Read-write lock, S2's procedure (8 threads, one name, {rw['window_s']:g} s per phase, blocking "
+                  f"`lock()`, {rw['read_percent']} % reads), beside the reentrant lock in alternating phases "
+                  f"({rw['rounds']} pairs, ABBA):")
+        md.append("")
+        md.append("| phase | lock | acq/s | reads / writes | wait p50 / p99 ms | per-worker max/min | overlaps | errors |")
+        md.append("|---:|---|---:|---:|---:|---:|---:|---:|")
+        ms = lambda v: "–" if v is None else f"{v / 1000:,.2f}"
+        for i, p in enumerate(rw["phases"], 1):
+            md.append(f"| {i} | {p['lock']} | {p['acquisitions_per_s']:,.0f} | {p['reads']:,} / {p['writes']:,} "
+                      f"| {ms(p['wait_p50_us'])} / {ms(p['wait_p99_us'])} | {fmt(p['starvation_ratio'], 2)} "
+                      f"| {p['overlaps']} | {p['errors']} |")
+        r = rw.get("ratio") or {}
+        if r:
+            md.append("")
+            md.append(f"Read-write / reentrant acquisitions per second: median {r['median']:.2f} "
+                      f"(min {r['min']:.2f}, max {r['max']:.2f}).")
+    if sem:
+        md.append("")
+        md.append("Semaphore `try_acquire(1)` + `release()` cycles beside the floor's lock/unlock, interleaved "
+                  "in one process (1 thread: blocks of 1,000 cycles; 8 threads sharing 8 permits: 500 ms phases):")
+        md.append("")
+        md.append("| threads | semaphore / floor, median (p25 – p75) | semaphore cyc/s (median) | floor cyc/s (median) | permits back |")
+        md.append("|---:|---:|---:|---:|---:|")
+        for k, threads in (("s1", 1), ("s3", 8)):
+            x = sem.get(k) or {}
+            if "ratio" not in x or not x["ratio"]:
+                continue
+            r = x["ratio"]
+            md.append(f"| {threads} | {r['median']:.3f} ({r['p25']:.3f} – {r['p75']:.3f}) "
+                      f"| {x['redguard_cps']['median']:,.0f} | {x['floor_cps']['median']:,.0f} "
+                      f"| {x.get('permits_left')} / {x.get('permits')} |")
     if w1:
         md.append("")
         md.append("W1 watchdog at scale (one client, one thread holding N locks, hold = 3 renewal periods; "
@@ -374,15 +409,17 @@ def main():
                   "handles (made before the clock started). Watchdog CPU = the scheduling thread plus its "
                   "renewal I/O threads:")
         md.append("")
-        md.append("| N | lease | batch | acquire s | renewals / period | round trips / period | ⌈N/batch⌉ | "
+        md.append("| N | lease | batch | acquire s | renewals / period | mean renewal period of a lock | round trips / period | ⌈N/batch⌉ | "
                   "round trips / tick | lowest pttl (of lease) | lost | watchdog CPU (of a core) | "
                   "RSS / held lock (incl. Lock+guard) | RSS / hold (library) | release all s |")
-        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for w in w1:
+            rp = w.get("renewal_period_s")
+            rp = "–" if rp is None else f"{rp:.4f} s (interval {w.get('interval_s', w['watchdog_s'] / 3):g} s)"
             frac = w.get("min_pttl_frac")
             md.append(
                 f"| {w['n']:,} | {w['watchdog_s']:g} s | {w['renew_batch']} | {w['acquire_s']:.1f} "
-                f"| {w['renewals_per_period']:,.0f} | {w['round_trips_per_period']:,.1f} | {w['ceil_n_over_batch']:,} "
+                f"| {w['renewals_per_period']:,.0f} | {rp} | {w['round_trips_per_period']:,.1f} | {w['ceil_n_over_batch']:,} "
                 f"| {w['round_trips_per_tick']:.2f} "
                 f"| {'–' if frac is None else f'{frac * 100:.1f}%'} ({fmt(w.get('min_pttl_ms'))} ms) "
                 f"| {w['lost_guards']} | {w['watchdog_cpu_frac'] * 100:.1f}% "
