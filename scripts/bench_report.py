@@ -272,7 +272,12 @@ def main():
         if rg is None or fl is None:
             continue
         raws.append((rg, fl))
-        runs.append({"redguard": summarise(rg), "floor": summarise(fl)})
+        loads = {}
+        for fn in sorted(os.listdir(d)):
+            if fn.endswith(".load"):
+                with open(os.path.join(d, fn)) as f:
+                    loads[fn[:-5]] = f.read().split()
+        runs.append({"redguard": summarise(rg), "floor": summarise(fl), "loadavg": loads})
     if not runs:
         sys.exit("no complete run (redguard.json + floor.json)")
     meta = load(os.path.join(run_dirs[0], "meta.json")) or {}
@@ -349,6 +354,15 @@ def main():
               f"p99 {sp(c['s2_rel_other_p99_us'], 0, ' µs')} (goal ≤ 3000 µs); "
               f"overlaps {c['s2_overlaps']}, acquire failures {c['s2_acquire_failures']}, "
               f"worst per-worker max/min {fmt(c['s2_starvation_ratio_max'], 2)} (goal ≤ 3).")
+    md.append("")
+    md.append("1-minute load average when each part started: " + "; ".join(
+        f"run {i}: " + ", ".join(f"{k} {v[0]}" for k, v in sorted(r.get("loadavg", {}).items()))
+        for i, r in enumerate(runs, 1)) + ".")
+    extra = runs[0].get("loadavg", {})
+    if any(k in extra for k in ("ab", "rw", "sem")):
+        md.append("")
+        md.append("Load average at the start of the single-process modes: " + ", ".join(
+            f"{k} {' / '.join(extra[k])}" for k in ("ab", "rw", "sem") if k in extra) + ".")
     if ab and "s1" in ab and "ratio" in ab["s1"]:
         md.append("")
         md.append("A/B in one process (redguard and the floor alternate: S1 in blocks of "
@@ -409,13 +423,13 @@ def main():
                   "handles (made before the clock started). Watchdog CPU = the scheduling thread plus its "
                   "renewal I/O threads:")
         md.append("")
-        md.append("| N | lease | batch | acquire s | renewals / period | mean renewal period of a lock | round trips / period | ⌈N/batch⌉ | "
+        md.append("| N | lease | batch | acquire s | renewals / period | renewals per lock (periods held) | round trips / period | ⌈N/batch⌉ | "
                   "round trips / tick | lowest pttl (of lease) | lost | watchdog CPU (of a core) | "
                   "RSS / held lock (incl. Lock+guard) | RSS / hold (library) | release all s |")
         md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for w in w1:
-            rp = w.get("renewal_period_s")
-            rp = "–" if rp is None else f"{rp:.4f} s (interval {w.get('interval_s', w['watchdog_s'] / 3):g} s)"
+            rp = w.get("renewals_per_lock")
+            rp = "–" if rp is None else f"{rp:.3f} ({w['periods']:.4f})"
             frac = w.get("min_pttl_frac")
             md.append(
                 f"| {w['n']:,} | {w['watchdog_s']:g} s | {w['renew_batch']} | {w['acquire_s']:.1f} "

@@ -193,12 +193,12 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
         "round_trips": rt, "ticks": ticks,
         "round_trips_per_period": rt as f64 / periods_f,
         "renewals_per_period": rn as f64 / periods_f,
-        // Each lock's next renewal is due one interval after its previous
-        // one was *sent*, which is after it fell due whenever renewals
-        // queue behind the server's round trip in flight: the mean time
-        // between two renewals of one lock, over the hold.
+        // Renewals are counted as their round trip is sent, up to
+        // `renew_batch` x 16 at once, and each lock's next renewal is due one
+        // interval after its previous one was sent: a window of `periods`
+        // intervals sees `periods` renewals per lock give or take one round
+        // trip's worth at each edge. Per lock says so directly.
         "renewals_per_lock": rn as f64 / cfg.n as f64,
-        "renewal_period_s": if rn > 0 { json!(hold_s * cfg.n as f64 / rn as f64) } else { Value::Null },
         "interval_s": interval.as_secs_f64(),
         "ceil_n_over_batch": cfg.n.div_ceil(cfg.batch),
         "round_trips_per_tick": if ticks > 0 { rt as f64 / ticks as f64 } else { 0.0 },
