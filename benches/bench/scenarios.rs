@@ -12,6 +12,8 @@ use crate::protocol::{
 };
 use crate::workers::{Factory, Worker};
 
+/// S1 uncontended: one worker, one name, 200 warm-up cycles, then up to
+/// 20,000 cycles or 10 s.
 pub(crate) fn run_s1(factory: &Factory) -> Value {
     let mut w = match factory(99, &[S1_NAME.to_owned()]) {
         Ok(w) => w,
@@ -49,6 +51,7 @@ pub(crate) fn run_s1(factory: &Factory) -> Value {
     json!({"lat_ns": lat, "elapsed_ns": t_last - t_first, "errors": errors, "last_error": last_error})
 }
 
+/// One S2 worker's record: (t_want, t_acq, t_rel) per acquisition.
 #[derive(Default)]
 pub(crate) struct S2Log {
     events: Vec<(u64, u64, u64)>,
@@ -106,6 +109,8 @@ pub(crate) fn start_workers<T: Send + 'static>(
     (t_start, handles)
 }
 
+/// S2 contended handoff: 8 workers, one name, blocking acquire, 5 s window;
+/// every acquisition as `[worker, t_want, t_acq, t_rel]`.
 pub(crate) fn run_s2(factory: &Factory) -> Value {
     let (t_start, handles) = start_workers(
         S2_WORKERS,
@@ -173,6 +178,8 @@ pub(crate) fn run_s2(factory: &Factory) -> Value {
            "acquire_failures": failures, "errors": errors, "last_error": last_error})
 }
 
+/// S3 many keys: 8 workers, each cycling through its own 1,000 names, 5 s
+/// window.
 pub(crate) fn run_s3(factory: &Factory) -> Value {
     let (t_start, handles) = start_workers(
         S3_WORKERS,

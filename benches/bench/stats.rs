@@ -13,6 +13,8 @@ pub(crate) fn quartiles(v: &mut [f64]) -> Value {
     json!({"median": q(0.5), "p25": q(0.25), "p75": q(0.75), "min": v[0], "max": v[v.len() - 1], "n": v.len()})
 }
 
+/// Nearest-rank percentile `p` (0–100) of sorted samples:
+/// `x[ceil(p/100*n)-1]`.
 pub(crate) fn pct(sorted: &[u64], p: f64) -> Option<u64> {
     if sorted.is_empty() {
         return None;
@@ -21,6 +23,7 @@ pub(crate) fn pct(sorted: &[u64], p: f64) -> Option<u64> {
     Some(sorted[k.min(sorted.len()) - 1])
 }
 
+/// Nanoseconds as microseconds with one decimal (`null` for none).
 pub(crate) fn us(ns: Option<u64>) -> Value {
     ns.map_or(Value::Null, |n| json!((n as f64 / 100.0).round() / 10.0))
 }
