@@ -157,7 +157,7 @@ def esc(s):
     return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def svg_chart(path, runs, rg_raw, fl_raw, title):
+def svg_chart(path, runs, rg_raw, fl_raw, title, ab=None):
     W, H = 960, 420
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
            f'viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
@@ -198,6 +198,13 @@ def svg_chart(path, runs, rg_raw, fl_raw, title):
             out.append(f'<text x="{cx:.1f}" y="{py + ph - h - 4:.1f}" text-anchor="middle" font-size="10">{v["median"]:,.0f}</text>')
         out.append(f'<text x="{px + i * gw + gw/2:.1f}" y="{py + ph + 16}" text-anchor="middle">{label}</text>')
     out.append(f'<line x1="{px}" y1="{py + ph}" x2="{px + pw}" y2="{py + ph}" stroke="black"/>')
+    # Separate processes see different load: the in-process A/B ratios are
+    # the ones the S1/S3 goals are judged on.
+    ab_ratio = lambda k: get(ab, k, "ratio", "median")
+    if ab_ratio("s1") is not None and ab_ratio("s3") is not None:
+        out.append(f'<text x="{px + pw/2}" y="{H - 8}" text-anchor="middle" font-size="11">'
+                   f'redguard / floor interleaved in one process (A/B): S1 {ab_ratio("s1"):.2f}, '
+                   f'S3 {ab_ratio("s3"):.2f}</text>')
     for j, who in enumerate(("redguard", "floor (2 EVALSHA, spin in S2)")):
         c = colors["redguard" if j == 0 else "floor"]
         out.append(f'<rect x="{px + j * 190}" y="{py + ph + 30}" width="12" height="12" fill="{c}"/>')
@@ -466,7 +473,7 @@ def main():
     svg_chart(os.path.join(out_dir, "bench.svg"), runs, rg0, fl0,
               f"redguard vs raw-Redis floor — {meta.get('generated_at', '')[:10]}, "
               f"{host.get('nproc', '?')} cores ({host.get('cpu_model', '?')}), "
-              f"redis {host.get('redis_version', '?')}")
+              f"redis {host.get('redis_version', '?')}", ab)
 
 
 if __name__ == "__main__":
