@@ -374,10 +374,8 @@ impl Cluster {
                         moved = Some(self.node_at(&host, port)?);
                     }
                     self.refresh(epoch)?;
-                    if let Some(id) = moved {
-                        if self.owner(slot).0 == Some(id) {
-                            moved = None;
-                        }
+                    if moved.is_some() && self.owner(slot).0 == moved {
+                        moved = None;
                     }
                 }
                 ClusterHint::Ask(addr) => {

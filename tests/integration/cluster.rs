@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    ChildProcess, RedisCluster, capture_logs, key_slot, logged_lines, ms, racy_increment,
-    test_builder, unique_name, wait_until,
+    ChildProcess, RedisCluster, capture_logs, key_slot, logged_lines, ms, test_builder,
+    unique_name, wait_until,
 };
 
 /// A client of the bed with the test timings.
