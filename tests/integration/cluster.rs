@@ -72,6 +72,36 @@ fn routing(bed: &RedisCluster) {
         let read = client.read_write_lock(&name).read().lock().unwrap();
         read.unlock().unwrap();
     }
+    // A multi-lock over locks on all three masters.
+    let all: Vec<redguard::Lock> = masters
+        .iter()
+        .map(|&m| by_url.lock(bed.key_on(m, &unique_name("multi"))))
+        .collect();
+    let multi = redguard::MultiLock::new(all.clone());
+    let guard = multi.lock().unwrap();
+    for lock in &all {
+        assert!(lock.is_locked().unwrap());
+    }
+    guard.unlock().unwrap();
+    assert!(!all[0].is_locked().unwrap());
+    // The CLI through a cluster URL.
+    #[cfg(feature = "cli")]
+    {
+        let name = bed.key_on(masters[2], &unique_name("cli"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"))
+            .args(["exec", &name, "--", "redis-cli", "-p"])
+            .arg(masters[2].to_string())
+            .args(["exists", &name])
+            .env("REDIS_URL", bed.url())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    }
 }
 
 /// F4 live: names from the catalogue and random names with braces. A name

@@ -31,7 +31,9 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     if let Some(pw) = &args.sentinel_password {
         out::add_secret(pw);
     }
-    let sentinel = is_sentinel_url(url);
+    // Sentinel and Cluster URLs list several hosts: the URL crate cannot
+    // parse them, the library does.
+    let sentinel = is_sentinel_url(url) || is_cluster_url(url);
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
     if sentinel {
@@ -85,7 +87,8 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         .build()
         .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
     // `host:port` of a single server (the library's label adds the db);
-    // for Sentinel, the master name and the sentinels.
+    // for Sentinel, the master name and the sentinels; for a cluster, its
+    // seeds.
     let server = if sentinel {
         client.server()
     } else {
@@ -105,7 +108,15 @@ fn is_sentinel_url(url: &str) -> bool {
     })
 }
 
-/// Registers the password of a Sentinel URL (raw and decoded): the URL
+/// `true` for `redis+cluster://` and `rediss+cluster://` URLs.
+fn is_cluster_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis+cluster")
+            || scheme.eq_ignore_ascii_case("rediss+cluster")
+    })
+}
+
+/// Registers the password of a Sentinel or Cluster URL (raw and decoded): the URL
 /// crate cannot parse its list of hosts.
 fn register_sentinel_url_secret(url: &str) {
     let Some((_, rest)) = url.split_once("://") else {
@@ -149,7 +160,7 @@ pub(crate) fn register_url_secrets(args: impl Iterator<Item = std::ffi::OsString
     for arg in args {
         let Some(text) = arg.to_str() else { continue };
         for word in text.split_whitespace().filter(|w| w.contains("://")) {
-            if is_sentinel_url(word) {
+            if is_sentinel_url(word) || is_cluster_url(word) {
                 register_sentinel_url_secret(word);
                 continue;
             }
