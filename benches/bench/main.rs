@@ -39,7 +39,6 @@ mod workers;
 
 // The integration tests' support code: the private Redis Cluster bed.
 #[allow(
-    dead_code,
     unused_imports,
     reason = "the bench uses only the cluster bed of the tests' support code"
 )]
