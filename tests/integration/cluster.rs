@@ -33,6 +33,8 @@ fn cluster_cases_f1_f2_f3_f4_a1_d() {
     case("F3", || f3_slot_migration(&bed));
     case("D", || d_wake_ups(&bed));
     case("D-interop", || d_interop_both_redisson_generations(&bed));
+    case("D-follow", || d_subscriptions_follow_slots(&bed));
+    case("W1", || w1_reduced(&bed));
     case("A1", || a1_two_processes(&bed));
     case("F1", || f1_manual_failover(&bed));
     case("F2", || f2_master_killed(&mut bed));
@@ -657,5 +659,169 @@ fn d_interop_both_redisson_generations(bed: &RedisCluster) {
         "cluster D-interop: redguard unlock heard by SSUBSCRIBE and SUBSCRIBE waiters; \
          redguard waiter woken by {latencies:?}; {connections} pub/sub connection(s); \
          server cost of the extra publish: {spublish}"
+    );
+}
+
+/// A foreign holder (Redisson 3.2x: hash field of another client id, 10 s
+/// lease) of `name` on `master`.
+fn foreign_hold(bed: &RedisCluster, master: u16, name: &str) {
+    let mut conn = bed.conn(master);
+    let () = redis::cmd("HSET")
+        .arg(name)
+        .arg("0f0f0f0f-foreign:1")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(name)
+        .arg(10_000)
+        .query(&mut conn)
+        .unwrap();
+}
+
+/// Its release as Redisson 3.2x does it on a cluster: `DEL`, then
+/// `SPUBLISH` only (which reaches only subscribers on the slot's master).
+fn foreign_release_sharded(bed: &RedisCluster, master: u16, name: &str) {
+    let mut conn = bed.conn(master);
+    let _: i64 = redis::cmd("DEL").arg(name).query(&mut conn).unwrap();
+    let _: i64 = redis::cmd("SPUBLISH")
+        .arg(format!("redisson_lock__channel:{{{name}}}"))
+        .arg("0")
+        .query(&mut conn)
+        .unwrap();
+}
+
+/// Shard subscribers of `name`'s channel on `master`.
+fn shard_subscribers(bed: &RedisCluster, master: u16, name: &str) -> i64 {
+    let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(format!("redisson_lock__channel:{{{name}}}"))
+        .query(&mut bed.conn(master))
+        .unwrap();
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Subscriptions follow their slots: a waiter's shard subscription moves to
+/// the new owner when its slot migrates and when its master fails over, so
+/// that a Redisson 3.2x release there (`SPUBLISH` only) still wakes it by
+/// message (poll interval 10 s).
+fn d_subscriptions_follow_slots(bed: &RedisCluster) {
+    let waiting = test_builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let masters = bed.masters();
+    let mut report = Vec::new();
+    for how in ["slot migration", "manual failover"] {
+        let from = masters[0];
+        let name = bed.key_on(from, &unique_name("follow"));
+        let slot = key_slot(name.as_bytes());
+        foreign_hold(bed, from, &name);
+        let waiter = {
+            let lock = waiting.lock(&name);
+            std::thread::spawn(move || {
+                let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
+                let woke = Instant::now();
+                g.expect("not woken").unlock().unwrap();
+                woke
+            })
+        };
+        assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
+            bed, from, &name
+        ) == 1));
+        let to = if how == "slot migration" {
+            bed.move_slot(slot, masters[1]);
+            masters[1]
+        } else {
+            let replica = bed.replica_of(from);
+            bed.failover(replica);
+            replica
+        };
+        let moved = Instant::now();
+        assert!(
+            wait_until(Duration::from_secs(5), || shard_subscribers(bed, to, &name)
+                == 1),
+            "{how}: the shard subscription did not follow slot {slot} to {to}"
+        );
+        let followed = moved.elapsed();
+        let released = Instant::now();
+        foreign_release_sharded(bed, to, &name);
+        let woke = waiter.join().unwrap();
+        let latency = woke.saturating_duration_since(released);
+        assert!(
+            latency < Duration::from_secs(2),
+            "{how}: woken after {latency:?}"
+        );
+        report.push((how, followed, latency));
+    }
+    eprintln!("cluster D-follow: (case, subscription moved after, woken after release) {report:?}");
+}
+
+/// W1, reduced: 3,000 locks spread over the three masters with a 1.5 s
+/// lease, held for three renewal periods. PTTL never below 50 % of the
+/// lease; renewal round trips per master per tick reported.
+fn w1_reduced(bed: &RedisCluster) {
+    let lease = Duration::from_millis(1500);
+    let client = test_builder(&bed.url())
+        .watchdog_timeout(lease)
+        .build()
+        .unwrap();
+    let prefix = unique_name("w1");
+    let names: Vec<String> = (0..3000).map(|i| format!("{prefix}-{i}")).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let slots = bed.slots();
+    let mut by_master: std::collections::HashMap<u16, Vec<&String>> = Default::default();
+    for name in &names {
+        let slot = key_slot(name.as_bytes());
+        let r = slots
+            .iter()
+            .find(|r| (r.start..=r.end).contains(&slot))
+            .unwrap();
+        by_master.entry(r.master).or_default().push(name);
+    }
+    assert_eq!(by_master.len(), 3);
+    let stats0 = client.stats();
+    let mut conns: std::collections::HashMap<u16, redis::Connection> =
+        by_master.keys().map(|&m| (m, bed.conn(m))).collect();
+    let mut lowest = i64::MAX;
+    let until = Instant::now() + lease;
+    while Instant::now() < until {
+        for (master, keys) in &by_master {
+            let mut pipe = redis::pipe();
+            for k in keys {
+                pipe.cmd("PTTL").arg(k.as_str());
+            }
+            let replies: Vec<i64> = pipe.query(conns.get_mut(master).unwrap()).unwrap();
+            for ms in replies {
+                assert!(ms > 0, "a lease ran out");
+                lowest = lowest.min(ms);
+            }
+        }
+        crate::support::sleep(ms(20));
+    }
+    let stats1 = client.stats();
+    let ticks = (stats1.renewal_ticks - stats0.renewal_ticks).max(1);
+    let trips = stats1.renewal_round_trips - stats0.renewal_round_trips;
+    let per = trips as f64 / ticks as f64 / 3.0;
+    let lease_ms = lease.as_millis() as i64;
+    assert!(
+        lowest * 2 >= lease_ms,
+        "pttl fell to {lowest} ms of {lease_ms}"
+    );
+    for g in guards {
+        g.unlock().unwrap();
+    }
+    eprintln!(
+        "cluster W1 (reduced): 3,000 locks over 3 masters, lease {lease_ms} ms: lowest pttl \
+         {lowest} ms ({:.0} %), {} renewals in {ticks} ticks, {per:.2} round trips per master \
+         per tick",
+        lowest as f64 * 100.0 / lease_ms as f64,
+        stats1.renewals - stats0.renewals
     );
 }
