@@ -292,6 +292,14 @@ impl Error {
         }
     }
 
+    /// The error code the server sent, for the errors that came from it.
+    pub(crate) fn redis_code(&self) -> Option<&str> {
+        match self {
+            Error::Redis(cause) | Error::Permission(cause) => cause.code(),
+            _ => None,
+        }
+    }
+
     /// What a Redis Cluster meant by this error, when it is one of its
     /// redirections or transient states (see [`ClusterHint`]).
     pub(crate) fn cluster_hint(&self) -> ClusterHint {

@@ -361,6 +361,14 @@ impl Cluster {
             });
             let err = match result {
                 Ok(value) => return Ok(value),
+                Err(e) if e.redis_code() == Some("CROSSSLOT") => {
+                    return Err(Error::InvalidArgument(format!(
+                        "the keys {:?} derives cannot be used on a Redis Cluster: they hash \
+                         to different slots (CROSSSLOT), and one script may not touch them \
+                         all. Use a name without braces",
+                        String::from_utf8_lossy(key)
+                    )));
+                }
                 Err(e) => e,
             };
             let hint = err.cluster_hint();

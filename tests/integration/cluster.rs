@@ -159,6 +159,15 @@ fn f4_live(bed: &RedisCluster) {
         }
     }
     assert!(accepted > 50 && refused > 50, "{accepted} / {refused}");
+    // A count-down latch's channel is always braced (as in Redisson), so a
+    // braced latch name crosses slots: refused too, by the server's
+    // CROSSSLOT, before anything changed.
+    let latch = client.count_down_latch("{l}x");
+    match latch.try_set_count(3) {
+        Err(redguard::Error::InvalidArgument(why)) => assert!(why.contains("CROSSSLOT"), "{why}"),
+        other => panic!("braced latch name on a cluster: {other:?}"),
+    }
+    assert!(client.count_down_latch("plain").try_set_count(1).unwrap());
     eprintln!("cluster F4: {accepted} names used by 5 lock kinds, {refused} refused, 0 CROSSSLOT");
 }
 
