@@ -2,6 +2,7 @@
 //! sees the deployment: a single server today, through the crate's own
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
+pub(crate) mod cluster;
 pub(crate) mod pool;
 
 use redis::IntoConnectionInfo;
@@ -13,10 +14,15 @@ use pool::Pool;
 /// per kind of deployment. Holds credentials: never printed whole (see
 /// [`Deployment::label`]).
 #[derive(Clone)]
+// Made once per client: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Deployment {
     /// One server (or a proxy in front of one): `redis://`, `rediss://`,
     /// `redis+unix://`.
     Single(redis::ConnectionInfo),
+    /// A Redis Cluster, from its seed nodes: `redis+cluster://`,
+    /// `rediss+cluster://`, or the builder's `.cluster(..)`.
+    Cluster(Vec<redis::ConnectionInfo>),
 }
 
 impl Deployment {
@@ -27,6 +33,9 @@ impl Deployment {
     /// [`Error::InvalidArgument`] when the URL does not parse; the message
     /// never repeats the URL (it may hold a password).
     pub(crate) fn parse(url: &str) -> Result<Deployment> {
+        if let Some(seeds) = cluster::parse_url(url)? {
+            return Ok(Deployment::Cluster(seeds));
+        }
         url.into_connection_info()
             .map(Deployment::Single)
             .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
@@ -38,6 +47,14 @@ impl Deployment {
             Deployment::Single(info) => {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
+            Deployment::Cluster(seeds) => format!(
+                "cluster {}",
+                seeds
+                    .iter()
+                    .map(|s| s.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         }
     }
 
@@ -47,6 +64,9 @@ impl Deployment {
             Deployment::Single(info) => {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
+            Deployment::Cluster(seeds) => seeds
+                .iter()
+                .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
 }
@@ -71,6 +91,8 @@ impl Tls {
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
+    /// A Redis Cluster: one pool per node, routed by slot.
+    Cluster(cluster::Cluster),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -102,24 +124,29 @@ impl Source {
                 options.connect_timeout,
                 options.response_timeout,
             )?)),
+            Deployment::Cluster(seeds) => {
+                Ok(Source::Cluster(cluster::Cluster::new(seeds, options)?))
+            }
         }
     }
 
     /// Runs `op` on a connection to the server that owns `key`.
     pub(crate) fn with_conn<T>(
         &self,
-        _key: &[u8],
+        key: &[u8],
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_conn(key, op),
         }
     }
 
     /// The node that owns `key`.
-    pub(crate) fn node_of(&self, _key: &[u8]) -> NodeId {
+    pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
         match self {
             Source::Single(_) => 0,
+            Source::Cluster(cluster) => cluster.node_of(key),
         }
     }
 
@@ -127,11 +154,41 @@ impl Source {
     /// [`Source::node_of`]).
     pub(crate) fn with_node_conn<T>(
         &self,
-        _node: NodeId,
+        node: NodeId,
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_node_conn(node, op),
+        }
+    }
+
+    /// A dedicated new connection to node `node` (the watchdog's watch
+    /// connection of that node).
+    pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        match self {
+            Source::Single(pool) => pool.connect(),
+            Source::Cluster(cluster) => cluster.node_connection(node),
+        }
+    }
+
+    /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster(_))
+    }
+
+    /// Checks that a count-down latch's keys share a slot on a Cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] saying why, on a Cluster only.
+    pub(crate) fn check_latch_name(&self, name: &[u8]) -> Result<()> {
+        match self {
+            Source::Cluster(_) => match crate::keys::latch_cluster_conflict(name) {
+                Some(why) => Err(Error::InvalidArgument(why)),
+                None => Ok(()),
+            },
+            Source::Single(_) => Ok(()),
         }
     }
 
@@ -139,6 +196,7 @@ impl Source {
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Cluster(cluster) => cluster.pubsub_connection(),
         }
     }
 
@@ -146,6 +204,7 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
+            Source::Cluster(cluster) => cluster.open_connections(),
         }
     }
 }
