@@ -20,15 +20,19 @@ use super::{ConnectOptions, NodeId};
 use crate::error::{Error, Result};
 use crate::keys;
 
-/// Attempts of one call: redirections and retries together.
-const MAX_ATTEMPTS: usize = 16;
+/// Attempts of one call, redirections and retries together: a bound beside
+/// the time budget, against a redirection loop between two nodes that
+/// disagree.
+const MAX_ATTEMPTS: usize = 100;
 /// First pause before retrying `TRYAGAIN` / `CLUSTERDOWN` or an
 /// unreachable master; doubled each time.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_millis(50);
 /// Least time between two slot-map refreshes: many callers meeting the same
 /// `MOVED` refresh once.
 const REFRESH_EVERY: Duration = Duration::from_millis(50);
+/// Least time a call keeps following redirections and retrying.
+const MIN_BUDGET: Duration = Duration::from_secs(2);
 /// No node owns the slot (yet).
 const UNOWNED: u32 = u32::MAX;
 
@@ -367,7 +371,9 @@ impl Cluster {
         }
         let slot = keys::slot(key);
         let started = Instant::now();
-        let budget = self.options.response_timeout.max(Duration::from_secs(1));
+        // A slot move or a failover takes about a second: wait for it within
+        // the time a call may take anyway (connect + response).
+        let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
         let mut backoff = FIRST_BACKOFF;
         let mut ask: Option<NodeId> = None;
         let mut attempt = 0;
@@ -392,7 +398,7 @@ impl Cluster {
             let Some(redirect) = redirect(e) else {
                 return result;
             };
-            if attempt >= MAX_ATTEMPTS {
+            if attempt >= MAX_ATTEMPTS || started.elapsed() > budget {
                 return result;
             }
             match redirect {

@@ -4,6 +4,7 @@
 mod support;
 
 mod bad_input;
+mod cluster;
 mod config_bounds;
 mod fair_lock;
 mod faults;

@@ -28,18 +28,24 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         .filter(|u| !u.trim().is_empty())
         .unwrap_or(DEFAULT_URL)
         .trim();
+    // A cluster URL lists several hosts; its credentials and form are
+    // checked on the single-server URL of its first seed.
+    let cluster_seed = cluster_first_seed(url);
+    let single = cluster_seed.as_deref().unwrap_or(url);
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
-    if let Some(parsed) = redis::parse_redis_url(url)
+    if let Some(parsed) = redis::parse_redis_url(single)
         && let Some(pw) = parsed.password()
     {
         out::add_secret(pw);
     }
-    let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
+    let info = single
+        .into_connection_info()
+        .map_err(|e| bad_url(single, &e))?;
     if let Some(pw) = info.redis_settings().password() {
         out::add_secret(pw);
     }
-    let server = info.addr().to_string();
+    let mut server = info.addr().to_string();
 
     let mut builder = redguard::Client::builder().url(url);
     if let Some(watchdog) = args.watchdog_timeout {
@@ -68,7 +74,29 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     let client = builder
         .build()
         .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
+    if cluster_seed.is_some() {
+        server = client.server();
+    }
     Ok(Connection { client, server })
+}
+
+/// `redis://[userinfo@]FIRST-HOST/...` for a `redis+cluster://` (or
+/// `rediss+cluster://`) URL; `None` for any other URL.
+fn cluster_first_seed(url: &str) -> Option<String> {
+    let (scheme, rest) = [
+        ("redis+cluster://", "redis://"),
+        ("rediss+cluster://", "rediss://"),
+    ]
+    .iter()
+    .find_map(|(cluster, single)| url.strip_prefix(cluster).map(|rest| (*single, rest)))?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => authority.split_at(i + 1),
+        None => ("", authority),
+    };
+    let first = hosts.split(',').next().unwrap_or_default();
+    Some(format!("{scheme}{userinfo}{first}{tail}"))
 }
 
 /// Registers the password of every argument that is a Redis URL, so that
