@@ -4,6 +4,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod pool;
+pub(crate) mod sentinel;
 
 use redis::IntoConnectionInfo;
 
@@ -14,14 +15,15 @@ use pool::Pool;
 /// per kind of deployment. Holds credentials: never printed whole (see
 /// [`Deployment::label`]).
 #[derive(Clone)]
-// Made once per client: its size does not matter.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Deployment {
     /// One server (or a proxy in front of one): `redis://`, `rediss://`,
     /// `redis+unix://`.
     Single(redis::ConnectionInfo),
+    /// A master found through Sentinel: `redis+sentinel://`,
+    /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
+    Sentinel(sentinel::SentinelSpec),
     /// A Redis Cluster, from its seed nodes: `redis+cluster://`,
-    /// `rediss+cluster://`, or the builder's `.cluster(..)`.
+    /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster).
     Cluster(Vec<redis::ConnectionInfo>),
 }
 
@@ -36,6 +38,9 @@ impl Deployment {
         if let Some(seeds) = cluster::parse_url(url)? {
             return Ok(Deployment::Cluster(seeds));
         }
+        if sentinel::is_sentinel_url(url) {
+            return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
+        }
         url.into_connection_info()
             .map(Deployment::Single)
             .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
@@ -47,6 +52,7 @@ impl Deployment {
             Deployment::Single(info) => {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
+            Deployment::Sentinel(spec) => spec.label(),
             Deployment::Cluster(seeds) => format!(
                 "cluster {}",
                 seeds
@@ -64,6 +70,7 @@ impl Deployment {
             Deployment::Single(info) => {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
+            Deployment::Sentinel(spec) => spec.tls,
             Deployment::Cluster(seeds) => seeds
                 .iter()
                 .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
@@ -88,9 +95,15 @@ impl Tls {
 
 /// The connections of one Redis deployment.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one Source per client, made once and kept behind an Arc"
+)]
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
+    /// The master of a Sentinel deployment, followed across failovers.
+    Sentinel(sentinel::Sentinel),
     /// A Redis Cluster: one pool per node, routed by slot.
     Cluster(cluster::Cluster),
 }
@@ -124,6 +137,10 @@ impl Source {
                 options.connect_timeout,
                 options.response_timeout,
             )?)),
+            Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
+                spec.clone(),
+                options.clone(),
+            )?)),
             Deployment::Cluster(seeds) => {
                 Ok(Source::Cluster(cluster::Cluster::new(seeds, options)?))
             }
@@ -138,6 +155,7 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
             Source::Cluster(cluster) => cluster.with_conn(key, op),
         }
     }
@@ -145,7 +163,7 @@ impl Source {
     /// The node that owns `key`.
     pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
         match self {
-            Source::Single(_) => 0,
+            Source::Single(_) | Source::Sentinel(_) => 0,
             Source::Cluster(cluster) => cluster.node_of(key),
         }
     }
@@ -159,6 +177,7 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
             Source::Cluster(cluster) => cluster.with_node_conn(node, op),
         }
     }
@@ -168,6 +187,7 @@ impl Source {
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
             Source::Cluster(cluster) => cluster.node_connection(node),
         }
     }
@@ -188,7 +208,7 @@ impl Source {
                 Some(why) => Err(Error::InvalidArgument(why)),
                 None => Ok(()),
             },
-            Source::Single(_) => Ok(()),
+            Source::Single(_) | Source::Sentinel(_) => Ok(()),
         }
     }
 
@@ -196,6 +216,7 @@ impl Source {
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
             Source::Cluster(cluster) => cluster.pubsub_connection(),
         }
     }
@@ -204,7 +225,27 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
+            Source::Sentinel(sentinel) => sentinel.open_connections(),
             Source::Cluster(cluster) => cluster.open_connections(),
+        }
+    }
+
+    /// `true` when a connection failure may be a failover that the source
+    /// recovers from by itself (a new master found through Sentinel): a
+    /// call with a deadline then keeps trying until it. A Cluster promotes a
+    /// replica by itself too.
+    pub(crate) fn rides_out_failovers(&self) -> bool {
+        matches!(self, Source::Sentinel(_) | Source::Cluster(_))
+    }
+
+    /// Changes whenever the node serving the deployment changes (a Sentinel
+    /// failover): a long-lived connection (pub/sub) made under another
+    /// value should reconnect. Always 0 for a single server.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            // A cluster's pub/sub connection breaks with its node.
+            Source::Single(_) | Source::Cluster(_) => 0,
+            Source::Sentinel(sentinel) => sentinel.generation(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod acl;
 mod bad_input;
 mod cluster;
 mod config_bounds;
@@ -26,6 +27,7 @@ mod renew_batch;
 mod rw_lock;
 mod script_cache;
 mod semaphore;
+mod sentinel;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;

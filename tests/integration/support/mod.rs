@@ -33,6 +33,7 @@ mod cluster;
 mod context;
 mod logs;
 mod proxy;
+mod sentinel;
 mod server;
 
 #[cfg(test)]
@@ -54,6 +55,11 @@ pub use logs::{capture_logs, logged_lines};
     reason = "benches `#[path]`-include this module and may not use every re-export"
 )]
 pub use proxy::{FaultProxy, Mode};
+#[allow(
+    unused_imports,
+    reason = "benches `#[path]`-include this module and may not use every re-export"
+)]
+pub use sentinel::{BedOptions, SentinelBed, Switch};
 pub use server::RedisServer;
 
 /// Environment variable naming the `redis-server` binary to spawn.
