@@ -340,6 +340,35 @@ fn d_on_cluster(bed: &RedisCluster) {
     }
     eprintln!("D on cluster: 12 waiters over 3 masters woken; worst wake-up {worst:?} (poll 10 s)");
     assert!(worst < Duration::from_secs(3), "{worst:?}");
+    d_sharded_interop(bed, &holder);
+}
+
+/// A Redisson 3.2x waiter on a Redis 7 Cluster listens with `SSUBSCRIBE`
+/// on the node of the channel's slot: redguard's unlock reaches it too.
+fn d_sharded_interop(bed: &RedisCluster, client: &Client) {
+    for (i, name) in names_on_every_master(bed, "d-sharded").iter().enumerate() {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let node = bed.node(bed.master_of_slot(slot(channel.as_bytes())));
+        let mut sub = node.conn();
+        sub.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(&channel).get_packed_command())
+            .unwrap();
+        let confirm = sub.recv_response().unwrap();
+        assert!(format!("{confirm:?}").contains("ssubscribe"), "{confirm:?}");
+        let g = client.lock(name).lock().unwrap();
+        let released = Instant::now();
+        g.unlock().unwrap();
+        let msg = sub.recv_response().unwrap();
+        let redis::Value::Array(parts) = msg else {
+            panic!("{msg:?}");
+        };
+        assert_eq!(parts[0], redis::Value::BulkString(b"smessage".to_vec()));
+        assert_eq!(parts[1], redis::Value::BulkString(channel.into_bytes()));
+        assert_eq!(parts[2], redis::Value::BulkString(b"0".to_vec()));
+        eprintln!(
+            "D sharded: master {i}: SSUBSCRIBE waiter got the unlock after {:?}",
+            released.elapsed()
+        );
+    }
 }
 
 fn renewal_failures(name: &str) -> usize {

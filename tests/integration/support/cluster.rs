@@ -328,13 +328,16 @@ impl RedisCluster {
         let settled = wait_until(SETTLE, || {
             let ok = self.alive().all(|(i, n)| {
                 let info: String = n.cmd("CLUSTER", &[b"INFO"]);
+                let view = self.nodes_seen_by(i);
+                let masters = view.iter().filter(|v| v.master && !v.failed).count();
+                // Every live replica is known as one, with its master.
+                let replicas = view
+                    .iter()
+                    .filter(|v| !v.master && !v.failed && v.master_id.is_some())
+                    .count();
                 info.contains("cluster_state:ok")
-                    && self
-                        .nodes_seen_by(i)
-                        .iter()
-                        .filter(|v| v.master && !v.failed)
-                        .count()
-                        >= 3
+                    && masters >= 3
+                    && replicas + masters == self.alive().count()
             });
             ok && {
                 // Every live node names the same owner for a sample of slots.
