@@ -78,6 +78,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     f4_live(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
+    w1_on_cluster(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
     f2_automatic_failover(&mut bed);
@@ -369,6 +370,77 @@ fn d_sharded_interop(bed: &RedisCluster, client: &Client) {
             released.elapsed()
         );
     }
+}
+
+/// Locks held at once in W1 on the cluster.
+const W1_LOCKS: usize = 30_000;
+
+/// W1 on a cluster: 30,000 locks over the three masters with a 3 s lease,
+/// renewed by the watchdog per node and per slot; the PTTL of a sample never
+/// falls below half the lease.
+fn w1_on_cluster(bed: &RedisCluster) {
+    let lease = Duration::from_secs(3);
+    let client = builder(&bed.url())
+        .watchdog_timeout(lease)
+        .pool_size(4)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let (held_tx, held_rx) = crossbeam_channel::unbounded::<()>();
+    let threads: Vec<_> = (0..3)
+        .map(|t| {
+            let client = client.clone();
+            let stop = stop_rx.clone();
+            let held = held_tx.clone();
+            std::thread::spawn(move || {
+                let guards: Vec<_> = (0..W1_LOCKS / 3)
+                    .map(|i| client.lock(format!("w1c-{t}-{i}")).lock().unwrap())
+                    .collect();
+                held.send(()).unwrap();
+                let _ = stop.recv();
+                drop(guards);
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        held_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    }
+    let acquired_in = started.elapsed();
+    let before = client.stats();
+    let mut conn = admin(bed);
+    let mut min_pttl = i64::MAX;
+    let watch = Instant::now();
+    let mut i = 0_usize;
+    while watch.elapsed() < lease * 2 {
+        for _ in 0..50 {
+            i = (i * 7_919 + 13) % W1_LOCKS;
+            let key = format!("w1c-{}-{}", i % 3, i / 3);
+            let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+            min_pttl = min_pttl.min(pttl);
+        }
+        crate::support::sleep(ms(100));
+    }
+    let after = client.stats();
+    let trips = after.renewal_round_trips - before.renewal_round_trips;
+    let ticks = (after.renewal_ticks - before.renewal_ticks).max(1);
+    eprintln!(
+        "W1 on cluster: {W1_LOCKS} locks over 3 masters acquired in {acquired_in:?}; min PTTL \
+         {min_pttl} ms of {} ms over {:?}; {} renewals in {trips} round trips over {ticks} ticks \
+         ({:.1} round trips per tick, about {:.1} per node per tick)",
+        lease.as_millis(),
+        watch.elapsed(),
+        after.renewals - before.renewals,
+        trips as f64 / ticks as f64,
+        trips as f64 / ticks as f64 / 3.0,
+    );
+    assert_eq!(after.held_locks, W1_LOCKS);
+    drop(stop_tx);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(min_pttl >= lease.as_millis() as i64 / 2, "{min_pttl}");
+    assert_eq!(client.stats().held_locks, 0);
 }
 
 fn renewal_failures(name: &str) -> usize {
