@@ -418,9 +418,10 @@ impl Worker {
     }
 }
 
-/// Logs a failed `SUBSCRIBE`; one the ACL refused is a configuration error
-/// the operator must see (waiters then fall back to polling), so it is a
-/// warning naming the channel.
+/// Logs a failed `SUBSCRIBE`. A channel the ACL refuses does not come here:
+/// redis-rs takes the `NOPERM` reply to a `SUBSCRIBE` as done, so such a
+/// channel's waiters poll (every poll interval) while the other channels
+/// keep their wake-ups; the README's ACL line grants the channels.
 fn subscribe_failed(channel: &[u8], err: &redis::RedisError) {
     if err.code() == Some("NOPERM") {
         log::warn!(

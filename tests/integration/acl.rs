@@ -163,3 +163,80 @@ fn j2_outside_the_acl_patterns_is_permission_naming_the_key() {
     assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
     assert!(err.to_string().contains("rg:j2-channel"), "J2: {err}");
 }
+
+/// J2 for pub/sub: a channel the ACL refuses costs only its own waiters
+/// their wake-ups (they poll); waiters on granted channels of the same
+/// client are still woken by the unlock message, not by polling.
+#[test]
+fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[
+            &b"SETUSER"[..],
+            b"waiter",
+            b"on",
+            b">j2-chan-pw",
+            b"~*",
+            b"resetchannels",
+            b"&redisson_lock__channel:{rg:granted}",
+            b"+@all",
+        ],
+    );
+    let poll = Duration::from_secs(3);
+    let waiters = test_builder(&format!(
+        "redis://waiter:j2-chan-pw@127.0.0.1:{}/",
+        server.port()
+    ))
+    .poll_interval(poll)
+    .build()
+    .unwrap();
+    let holder = test_client(&server.url());
+    let refused = holder.lock("rg:refused").lock().unwrap();
+    let granted = holder.lock("rg:granted").lock().unwrap();
+
+    let wait_on = |name: &'static str| {
+        let lock = waiters.lock(name);
+        std::thread::spawn(move || {
+            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+            let at = Instant::now();
+            assert!(got.is_some(), "{name}: never acquired");
+            at
+        })
+    };
+    let on_refused = wait_on("rg:refused");
+    let on_granted = wait_on("rg:granted");
+    assert!(
+        crate::support::wait_until(Duration::from_secs(5), || waiters.stats().waiters == 2),
+        "both threads wait"
+    );
+    // The refusal does not cost the subscriber its connection: one and the
+    // same pub/sub connection of the waiters' user all along.
+    let pubsub_ids = || -> Vec<String> {
+        let list: String = server.cmd("CLIENT", &[&b"LIST"[..], b"TYPE", b"pubsub"]);
+        list.lines()
+            .filter(|l| l.contains("user=waiter"))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect()
+    };
+    let first = pubsub_ids();
+    for _ in 0..10 {
+        sleep(ms(100));
+        assert_eq!(pubsub_ids(), first, "the subscriber reconnected");
+    }
+    assert_eq!(first.len(), 1, "one pub/sub connection: {first:?}");
+    let released = Instant::now();
+    drop(granted);
+    drop(refused);
+    let granted_at = on_granted.join().unwrap();
+    let refused_at = on_refused.join().unwrap();
+    let woken = granted_at.saturating_duration_since(released);
+    assert!(
+        woken < ms(500),
+        "the granted channel's waiter polled ({woken:?}, poll interval {poll:?})"
+    );
+    assert!(
+        refused_at.saturating_duration_since(released) < poll + ms(1000),
+        "the refused channel's waiter still gets the lock by polling"
+    );
+}
