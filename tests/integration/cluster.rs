@@ -76,6 +76,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     eprintln!("cluster up in {:?}", started.elapsed());
     bed_selftest(&bed);
     f4_live(&bed);
+    kinds_on_cluster(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
     w1_on_cluster(&bed);
@@ -167,6 +168,60 @@ fn f4_live(bed: &RedisCluster) {
         client.count_down_latch("{l}").try_set_count(1),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// Every kind works on a cluster: a multi-lock over all three masters, a
+/// fenced lock's tokens, a fair lock's queue handing over, a latch, a
+/// run-once key and a one-use token.
+fn kinds_on_cluster(bed: &RedisCluster) {
+    let client = builder(&bed.url()).build().unwrap();
+    let names = names_on_every_master(bed, "kinds");
+    let multi = redguard::MultiLock::new(names.iter().map(|n| client.lock(n)));
+    let g = multi.lock().unwrap();
+    for n in &names {
+        assert!(client.lock(n).is_locked().unwrap());
+    }
+    g.unlock().unwrap();
+    let fenced = client.fenced_lock(&names[0]);
+    let t1 = fenced.lock().unwrap();
+    let first = t1.fencing_token().unwrap();
+    t1.unlock().unwrap();
+    let t2 = fenced.lock().unwrap();
+    assert!(t2.fencing_token().unwrap() > first);
+    t2.unlock().unwrap();
+    // A fair lock: a second client queues and gets the lock on release.
+    let fair = client.fair_lock(&names[1]);
+    let held = fair.lock().unwrap();
+    let other = builder(&bed.url()).build().unwrap();
+    let name = names[1].clone();
+    let waiter = std::thread::spawn(move || {
+        let g = other
+            .fair_lock(&name)
+            .try_lock_for(Duration::from_secs(10))
+            .unwrap();
+        g.unwrap().unlock().unwrap();
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        matches!(
+            fair.inspect().unwrap().kind,
+            redguard::LockKind::Fair { ref queue } if !queue.is_empty()
+        )
+    }));
+    held.unlock().unwrap();
+    waiter.join().unwrap();
+    let latch = client.count_down_latch(&names[2]);
+    assert!(latch.try_set_count(1).unwrap());
+    latch.count_down().unwrap();
+    assert!(latch.wait_for(Duration::from_secs(1)).unwrap());
+    match client.once(&names[2], Duration::from_secs(5)).unwrap() {
+        redguard::Once::Run(guard) => drop(guard.complete("done").unwrap()),
+        _ => panic!("a fresh run-once key"),
+    }
+    let token = client
+        .issue_token(&names[0], Duration::from_secs(5))
+        .unwrap();
+    assert!(client.consume_token(&names[0], &token).unwrap());
+    assert!(!client.consume_token(&names[0], &token).unwrap());
 }
 
 /// Per thread: `ITERATIONS` racy increments of `<name>:counter` (same slot
