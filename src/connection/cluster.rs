@@ -494,6 +494,106 @@ mod tests {
         assert!(parse_url("redis://127.0.0.1:7000/").unwrap().is_none());
     }
 
+    fn options() -> ConnectOptions {
+        ConnectOptions {
+            tls: super::super::Tls::default(),
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn server_error(resp: &str) -> Error {
+        match redis::parse_redis_value(resp.as_bytes()).unwrap() {
+            Value::ServerError(e) => Error::redis(e.into()),
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn slot_map_comes_from_cluster_slots() {
+        let seeds = parse_url("redis+cluster://127.0.0.1:7000/")
+            .unwrap()
+            .unwrap();
+        let cluster = Cluster::new(&seeds, &options()).unwrap();
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, master: Value| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                master,
+                node("127.0.0.1", 9),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(0, 5460, node("127.0.0.1", 7000)),
+            // An empty host is the node that answered.
+            range(5461, 10922, node("", 7001)),
+            range(10923, 16383, node("127.0.0.1", 7002)),
+        ]);
+        cluster.apply("127.0.0.1:7000", &reply).unwrap();
+        let addr = |slot: u16| {
+            cluster
+                .node(cluster.owner(slot).unwrap())
+                .unwrap()
+                .addr
+                .clone()
+        };
+        assert_eq!(addr(0), "127.0.0.1:7000");
+        assert_eq!(addr(5461), "127.0.0.1:7001");
+        assert_eq!(addr(16383), "127.0.0.1:7002");
+        // Node ids stay put when the map changes.
+        let before = cluster.owner(16383);
+        cluster
+            .apply(
+                "127.0.0.1:7000",
+                &Value::Array(vec![range(0, 16383, node("127.0.0.1", 7002))]),
+            )
+            .unwrap();
+        assert_eq!(cluster.owner(0), before);
+        assert_eq!(cluster.node_of(b"anything"), before.unwrap());
+        assert!(cluster.apply("x:1", &Value::Int(3)).is_err());
+        assert!(
+            cluster
+                .apply("x:1", &Value::Array(vec![range(9, 16384, node("h", 1))]))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn redirections_are_classified() {
+        let moved = server_error("-MOVED 3999 127.0.0.1:7001\r\n");
+        assert!(
+            matches!(redirect(&moved), Some(Redirect::Moved(3999, a)) if a == "127.0.0.1:7001")
+        );
+        let ask = server_error("-ASK 3999 127.0.0.1:7002\r\n");
+        assert!(matches!(redirect(&ask), Some(Redirect::Ask(a)) if a == "127.0.0.1:7002"));
+        for retry in [
+            "-TRYAGAIN Multiple keys\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+        ] {
+            assert!(matches!(
+                redirect(&server_error(retry)),
+                Some(Redirect::Retry)
+            ));
+            assert!(is_redirect(&server_error(retry)));
+        }
+        let refused = Error::io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "no",
+        ));
+        assert!(matches!(redirect(&refused), Some(Redirect::Unreachable)));
+        assert!(!is_redirect(&refused));
+        assert!(redirect(&server_error("-WRONGTYPE no\r\n")).is_none());
+        assert!(redirect(&Error::invalid("x")).is_none());
+    }
+
     #[test]
     fn bad_cluster_urls_are_rejected_without_echo() {
         for url in [
