@@ -489,16 +489,21 @@ fn d_sharded_interop(bed: &RedisCluster, client: &Client) {
 }
 
 /// Locks held at once in W1 on the cluster.
-const W1_LOCKS: usize = 12_000;
+const W1_LOCKS: usize = 3_000;
 
-/// W1 on a cluster: 12,000 locks over the three masters with a 3 s lease,
+/// W1 on a cluster, scaled down for the suite (the full 100,000 belong to
+/// the benchmark): 3,000 locks over the three masters with a 3 s lease,
 /// renewed by the watchdog per node and per slot for two lease periods:
 /// none runs out, and the lowest PTTL seen and the round trips per node per
 /// tick are reported.
 fn w1_on_cluster(bed: &RedisCluster) {
     let lease = Duration::from_secs(3);
+    // A roomier response timeout than the other cases: the suite runs
+    // beside this on two cores, and a renewal round trip that times out
+    // fails all of its leases at once.
     let client = builder(&bed.url())
         .watchdog_timeout(lease)
+        .response_timeout(Duration::from_secs(1))
         .pool_size(4)
         .build()
         .unwrap();
@@ -541,15 +546,15 @@ fn w1_on_cluster(bed: &RedisCluster) {
     let after = client.stats();
     let trips = after.renewal_round_trips - before.renewal_round_trips;
     let ticks = (after.renewal_ticks - before.renewal_ticks).max(1);
+    let renewals = after.renewals - before.renewals;
     eprintln!(
         "W1 on cluster: {W1_LOCKS} locks over 3 masters acquired in {acquired_in:?}; min PTTL \
-         {min_pttl} ms of {} ms over {:?}; {} renewals in {trips} round trips over {ticks} ticks \
-         ({:.1} round trips per tick, about {:.1} per node per tick)",
+         {min_pttl} ms of {} ms over {:?}; {renewals} renewals in {trips} round trips (each to \
+         one node; {:.0} renewals per round trip) over {ticks} ticks ({:.2} round trips per tick)",
         lease.as_millis(),
         watch.elapsed(),
-        after.renewals - before.renewals,
+        renewals as f64 / trips.max(1) as f64,
         trips as f64 / ticks as f64,
-        trips as f64 / ticks as f64 / 3.0,
     );
     assert_eq!(after.held_locks, W1_LOCKS);
     assert_eq!(after.watchdog_entries, W1_LOCKS);
