@@ -36,9 +36,9 @@ for _, id in ipairs(stale) do
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then
-    -- Also on sharded pub/sub, where Redisson 3.2x waits on a Redis 7 Cluster;
-    -- pcall: a server without SPUBLISH (Redis < 7) just skips it.
     redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
+    -- servers and ACL users without SPUBLISH just skip it).
     redis.pcall('spublish', KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -16,8 +16,8 @@ if value ~= false then
     return 0
 end
 redis.call('set', KEYS[1], ARGV[2])
--- Also on sharded pub/sub, where Redisson 3.2x waits on a Redis 7 Cluster;
--- pcall: a server without SPUBLISH (Redis < 7) just skips it.
 redis.call('publish', KEYS[2], ARGV[1])
+-- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
+-- servers and ACL users without SPUBLISH just skip it).
 redis.pcall('spublish', KEYS[2], ARGV[1])
 return 1

@@ -63,6 +63,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 #[derive(Clone)]
 pub struct Builder {
     url: Option<String>,
+    /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
+    cluster: Option<Vec<String>>,
     pool_size: usize,
     watchdog_timeout: Duration,
     response_timeout: Duration,
@@ -72,7 +74,6 @@ pub struct Builder {
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
     tls: Tls,
-    cluster: Option<Vec<String>>,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
     /// Replica acknowledgement: see `replicas` for its setters.
@@ -84,6 +85,7 @@ impl fmt::Debug for Builder {
         // The URL may carry a password: show only where it points.
         f.debug_struct("Builder")
             .field("url_set", &self.url.is_some())
+            .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
@@ -94,7 +96,6 @@ impl fmt::Debug for Builder {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
-            .field("cluster_seeds", &self.cluster.as_ref().map(Vec::len))
             .field("sentinel", &self.sentinel)
             .field("acks", &self.acks)
             .finish()
@@ -105,6 +106,7 @@ impl Default for Builder {
     fn default() -> Builder {
         Builder {
             url: None,
+            cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -114,7 +116,6 @@ impl Default for Builder {
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             tls: Tls::default(),
-            cluster: None,
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
         }
@@ -136,15 +137,17 @@ impl Builder {
         self
     }
 
-    /// A Redis Cluster, reached through these seed nodes
-    /// (`redis://[user:password@]host:port/` or `rediss://...`, database 0):
-    /// the rest of the topology is discovered with `CLUSTER SLOTS`. Replaces
-    /// [`url`](Builder::url); the same as a
-    /// `redis+cluster://[[user]:password@]HOST:PORT[,HOST:PORT...]/` URL.
+    /// Use a Redis Cluster, found through `seeds`: node URLs
+    /// (`redis://[[user]:password@]host:port` or `rediss://...`, all alike),
+    /// of which one reachable node is enough; the rest of the topology is
+    /// discovered (`CLUSTER SLOTS`). Same as a
+    /// `redis+cluster://[[user]:password@]H:P[,H:P...]/` URL; replaces
+    /// [`url`](Builder::url).
     ///
-    /// Every lock name must keep its keys in one hash slot: a name without
-    /// braces, or with a non-empty `{tag}`. Other names are refused with
-    /// [`Error::InvalidArgument`] (see the README's "Deployments").
+    /// On a Cluster every key of one lock must share a hash slot: names
+    /// whose derived keys cannot (see the README's "Deployments") are
+    /// rejected with [`Error::InvalidArgument`] when used. Bad seed URLs are
+    /// reported by [`build`](Builder::build).
     pub fn cluster<I, S>(mut self, seeds: I) -> Builder
     where
         I: IntoIterator<Item = S>,
@@ -251,7 +254,7 @@ impl Builder {
 
     pub(crate) fn into_config(self) -> Result<Config> {
         let parsed = match &self.cluster {
-            Some(seeds) => Deployment::cluster(seeds)?,
+            Some(seeds) => Deployment::Cluster(crate::connection::cluster::seeds(seeds)?),
             None => Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?,
         };
         let deployment = self.sentinel.resolve(parsed)?;

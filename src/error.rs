@@ -292,36 +292,14 @@ impl Error {
         }
     }
 
-    /// The error code the server sent, for the errors that came from it.
-    pub(crate) fn redis_code(&self) -> Option<&str> {
+    /// The driver's error behind a connection, authentication, permission
+    /// or server error.
+    pub(crate) fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
-            Error::Redis(cause) | Error::Permission(cause) => cause.code(),
-            _ => None,
-        }
-    }
-
-    /// What a Redis Cluster meant by this error, when it is one of its
-    /// redirections or transient states (see [`ClusterHint`]).
-    pub(crate) fn cluster_hint(&self) -> ClusterHint {
-        use redis::ServerErrorKind as S;
-        let err = match self {
-            Error::Redis(cause) | Error::Connection(cause) => &cause.0,
-            _ => return ClusterHint::None,
-        };
-        if let Some((addr, _slot)) = err.redirect_node() {
-            let addr = addr.to_owned();
-            return match err.kind() {
-                redis::ErrorKind::Server(S::Ask) => ClusterHint::Ask(addr),
-                _ => ClusterHint::Moved(addr),
-            };
-        }
-        match err.kind() {
-            redis::ErrorKind::Server(S::TryAgain | S::BusyLoading) => ClusterHint::TryAgain,
-            redis::ErrorKind::Server(S::ClusterDown | S::MasterDown | S::ReadOnly) => {
-                ClusterHint::Down
+            Error::Connection(c) | Error::Auth(c) | Error::Permission(c) | Error::Redis(c) => {
+                Some(&c.0)
             }
-            _ if err.is_connection_refusal() => ClusterHint::Refused,
-            _ => ClusterHint::None,
+            _ => None,
         }
     }
 
@@ -329,26 +307,6 @@ impl Error {
     pub(crate) fn io(err: io::Error) -> Error {
         Error::redis(redis::RedisError::from(err))
     }
-}
-
-/// A Redis Cluster's answer that asks the client to go elsewhere or to try
-/// again: nothing was executed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ClusterHint {
-    /// `MOVED <slot> <host:port>`: the slot lives there now.
-    Moved(String),
-    /// `ASK <slot> <host:port>`: this one command goes there, after `ASKING`.
-    Ask(String),
-    /// `TRYAGAIN` (a multi-key command on a slot being migrated) or
-    /// `LOADING`.
-    TryAgain,
-    /// `CLUSTERDOWN`, `MASTERDOWN` or `READONLY` (a replica, or a master
-    /// demoted by a failover): the topology is changing.
-    Down,
-    /// The node refused the connection: it is gone, perhaps failed over.
-    Refused,
-    /// Anything else.
-    None,
 }
 
 #[cfg(test)]

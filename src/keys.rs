@@ -37,6 +37,64 @@ pub(crate) fn validate_name(name: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the
+/// bytes between the first `{` and the first `}` after it, when not empty),
+/// else of the whole key, modulo [`SLOTS`]. Redis's and redis-rs's rule.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).unwrap_or(key)) % SLOTS
+}
+
+/// The hash tag of `key`, if it has a non-empty one.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+/// Why the keys derived from `name` for a lock, a fair, fenced or
+/// read-write lock, a semaphore, a run-once key or a token scope would not
+/// all hash to one cluster slot under Redisson's layout; `None` when they
+/// do. Only a Cluster needs this: one server keeps every name.
+///
+/// Redisson derives `prefix:{name}` from a name without `{`, and
+/// `prefix:name` from a name with one. Both share the name's slot exactly
+/// when the name has no brace at all, or when its first `{` opens a
+/// non-empty hash tag closed by a later `}`.
+pub(crate) fn cluster_conflict(name: &[u8]) -> Option<String> {
+    match name.iter().position(|&b| b == b'{') {
+        Some(_) if hash_tag(name).is_none() => Some(format!(
+            "lock name {:?} cannot be used on a Redis Cluster: its first `{{` opens an empty \
+             or unclosed hash tag, so each of its keys (lock, channel, queue, ...) would hash \
+             to a different slot; give the name a non-empty `{{tag}}` or no braces",
+            String::from_utf8_lossy(name)
+        )),
+        None if name.contains(&b'}') => Some(format!(
+            "lock name {:?} cannot be used on a Redis Cluster: it holds `}}` without `{{`, so \
+             Redisson's derived keys (`prefix:{{name}}`) would end their hash tag at that `}}` \
+             and hash to another slot than the name; remove the `}}` or add a `{{tag}}`",
+            String::from_utf8_lossy(name)
+        )),
+        _ => None,
+    }
+}
+
+/// Like [`cluster_conflict`], for a count-down latch, whose channel
+/// (`redisson_countdownlatch__channel__{name}`) is braced whatever the
+/// name: it shares the name's slot only when the name has no brace.
+pub(crate) fn latch_cluster_conflict(name: &[u8]) -> Option<String> {
+    name.iter().any(|&b| b == b'{' || b == b'}').then(|| {
+        format!(
+            "latch name {:?} cannot be used on a Redis Cluster: Redisson's latch channel \
+             wraps the whole name in `{{...}}`, which shares the name's slot only when the \
+             name holds no `{{` or `}}`",
+            String::from_utf8_lossy(name)
+        )
+    })
+}
+
 /// `prefix:{name}`, or `prefix:name` when the name already contains `{`
 /// (Redisson's `prefixName`): the braces make the derived key hash to the
 /// same cluster slot as the lock key.
@@ -154,78 +212,6 @@ pub(crate) fn one_use_token(scope: &[u8], token: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Hash slots of a Redis Cluster.
-pub(crate) const SLOT_COUNT: u16 = 16_384;
-
-/// The hash tag of `key`: the bytes between its first `{` and the first `}`
-/// after it, when there is at least one byte between them (the rule of
-/// Redis Cluster's key hashing).
-pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = key.iter().position(|&b| b == b'{')?;
-    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
-    (len > 0).then(|| &key[open + 1..open + 1 + len])
-}
-
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, or
-/// of the whole key without one, modulo 16 384.
-pub(crate) fn slot(key: &[u8]) -> u16 {
-    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).unwrap_or(key)) % SLOT_COUNT
-}
-
-/// Every key and channel redguard derives from a lock name, for any lock
-/// kind: the channel, the fair queue, deadlines and per-waiter channel,
-/// the fencing counter, the read-write lock's channel and read-hold
-/// timeout keys, the semaphore channel and permit leases. A sample holder
-/// id stands in for the real ones (holder ids hold no braces).
-fn derived_keys(name: &[u8]) -> [Vec<u8>; 9] {
-    const HOLDER: &str = "00000000-0000-0000-0000-000000000000:1";
-    let mut rw_timeout = rw_timeout_prefix(name, HOLDER);
-    rw_timeout.extend_from_slice(b":1");
-    [
-        channel(name),
-        fair_queue(name),
-        fair_timeouts(name),
-        fair_channel(name, HOLDER),
-        token(name),
-        rw_channel(name),
-        rw_timeout,
-        semaphore_channel(name),
-        permit_timeouts(name),
-    ]
-}
-
-/// Checks that every key derived from `name` (see [`derived_keys`]) lives
-/// in the slot of `name` itself, as a Redis Cluster needs for one script
-/// to touch them all. Redisson's layout (`prefix:{name}`, or `prefix:name`
-/// when the name holds a `{`) guarantees it for names without braces and
-/// for names with a non-empty `{tag}`; for the others the error says why
-/// not. The names that pass keep Redisson's layout unchanged.
-pub(crate) fn check_cluster_name(name: &[u8]) -> Result<(), String> {
-    let braces = name.iter().any(|&b| b == b'{' || b == b'}');
-    if !braces || hash_tag(name).is_some() {
-        return Ok(());
-    }
-    let home = slot(name);
-    let Some(stray) = derived_keys(name).into_iter().find(|k| slot(k) != home) else {
-        return Ok(());
-    };
-    let why = if name.contains(&b'{') {
-        "it contains `{` but no non-empty `{...}` hash tag, so Redisson's layout appends it \
-         unwrapped (`prefix:NAME`) and every key hashes as a whole"
-    } else {
-        "Redisson's layout wraps it as `prefix:{NAME}`, and its `}` ends that hash tag early"
-    };
-    Err(format!(
-        "name {:?} cannot be used on a Redis Cluster: {why}; its key {:?} would land in slot \
-         {} while the name is in slot {home}, and one script may not touch both \
-         (CROSSSLOT). Use a name without braces, or with a non-empty hash tag such as \
-         \"{{orders}}:42\"",
-        String::from_utf8_lossy(name),
-        String::from_utf8_lossy(&stray),
-        slot(&stray),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,96 +268,118 @@ mod tests {
         );
     }
 
-    /// A name generator biased towards braces, the bytes that matter.
-    fn random_name(rng: &mut impl rand::Rng) -> Vec<u8> {
-        const ALPHABET: &[u8] = b"{}{}{}ab:xy-0";
-        let len = rng.random_range(1..12);
-        (0..len)
-            .map(|_| {
-                if rng.random_bool(0.1) {
-                    rng.random::<u8>()
-                } else {
-                    ALPHABET[rng.random_range(0..ALPHABET.len())]
-                }
-            })
-            .collect()
-    }
-
-    #[test]
-    fn slot_matches_redis_rs() {
-        use redis::cluster_routing::Slot;
-        let mut rng = rand::rng();
-        for name in [
-            &b"orders:42"[..],
-            b"{orders}:42",
-            b"{}",
-            b"x{}y",
-            b"}abc",
-            b"a}b{c",
-        ] {
-            assert_eq!(Slot::new(slot(name)), Some(Slot::for_key(name)));
-        }
-        for _ in 0..10_000 {
-            let name = random_name(&mut rng);
-            assert_eq!(
-                Slot::new(slot(&name)),
-                Some(Slot::for_key(&name)),
-                "{name:?}"
-            );
-        }
-        // Known values (`CLUSTER KEYSLOT` on redis 7.0.15).
-        assert_eq!(slot(b"orders:42"), 11414);
-        assert_eq!(slot(b"{orders}:42"), 105);
-        assert_eq!(slot(b"x{}y"), 16116);
-    }
-
-    #[test]
-    fn f4_colocation_of_the_names_from_the_catalogue() {
-        for ok in [&b"orders:42"[..], b"{orders}:42", b"a{b}c}", b"q"] {
-            assert!(check_cluster_name(ok).is_ok(), "{ok:?}");
-        }
-        for bad in [&b"}abc"[..], b"a}b{c", b"x{}y", b"{}", b"a}b"] {
-            let err = check_cluster_name(bad).unwrap_err();
-            assert!(
-                err.contains("Redis Cluster") && err.contains("CROSSSLOT"),
-                "{err}"
-            );
-        }
-    }
-
-    /// F4: 10 000 random names, braces included. Every name the check
-    /// accepts has all its derived keys in its own slot (0 CROSSSLOT); the
-    /// names it rejects really would have crossed slots.
-    #[test]
-    fn f4_property_accepted_names_colocate() {
-        let mut rng = rand::rng();
-        let (mut accepted, mut rejected) = (0, 0);
-        for _ in 0..10_000 {
-            let name = random_name(&mut rng);
-            let home = slot(&name);
-            let colocated = derived_keys(&name).iter().all(|k| slot(k) == home);
-            match check_cluster_name(&name) {
-                Ok(()) => {
-                    accepted += 1;
-                    assert!(colocated, "accepted but crosses slots: {name:?}");
-                }
-                Err(_) => {
-                    rejected += 1;
-                    assert!(!colocated, "rejected but co-located: {name:?}");
-                }
-            }
-        }
-        assert!(
-            accepted > 1_000 && rejected > 1_000,
-            "{accepted} / {rejected}"
-        );
-    }
-
     #[test]
     fn validation() {
         assert!(validate_name(b"").is_err());
         assert!(validate_name(b"a").is_ok());
         assert!(validate_name(&vec![b'x'; MAX_NAME_LEN]).is_ok());
         assert!(validate_name(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
+    }
+
+    /// Every key derived from `name` for a lock-like handle (and the token
+    /// scope and run-once layouts, which reuse them).
+    fn derived(name: &[u8]) -> Vec<Vec<u8>> {
+        let holder = "6f1c:7";
+        let mut read_timeout = rw_timeout_prefix(name, holder);
+        read_timeout.extend_from_slice(b":1");
+        vec![
+            name.to_vec(),
+            channel(name),
+            fair_queue(name),
+            fair_timeouts(name),
+            fair_channel(name, holder),
+            token(name),
+            tagged(name),
+            rw_channel(name),
+            read_timeout,
+            semaphore_channel(name),
+            permit_timeouts(name),
+            one_use_token(name, b"00ff"),
+        ]
+    }
+
+    fn redis_rs_slot(key: &[u8]) -> redis::cluster_routing::Slot {
+        redis::cluster_routing::Slot::for_key(key)
+    }
+
+    /// A name of 0 to 11 bytes, mostly braces and a few letters, so that
+    /// every brace arrangement comes up.
+    fn random_name(rng: &mut impl rand::Rng) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"{}{}ab:x";
+        let len = rng.random_range(0..12);
+        (0..len)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())])
+            .collect()
+    }
+
+    #[test]
+    fn slot_agrees_with_redis_rs() {
+        let mut rng = rand::rng();
+        for _ in 0..10_000 {
+            let key = random_name(&mut rng);
+            let ours = redis::cluster_routing::Slot::new(slot(&key)).unwrap();
+            assert_eq!(
+                ours,
+                redis_rs_slot(&key),
+                "{:?}",
+                String::from_utf8_lossy(&key)
+            );
+        }
+        // CLUSTER KEYSLOT on a real server (RELIABILITY.md, 3.7).
+        assert_eq!(slot(b"orders:42"), 11414);
+        assert_eq!(slot(b"{orders}:42"), 105);
+        assert_eq!(slot(b"a}b{c"), 13587);
+    }
+
+    #[test]
+    fn f4_accepted_names_never_cross_slots() {
+        let mut rng = rand::rng();
+        let (mut accepted, mut braced) = (0, 0);
+        for _ in 0..10_000 {
+            let name = random_name(&mut rng);
+            if validate_name(&name).is_err() || cluster_conflict(&name).is_some() {
+                continue;
+            }
+            accepted += 1;
+            braced += usize::from(name.contains(&b'{'));
+            let home = redis_rs_slot(&name);
+            for key in derived(&name) {
+                assert_eq!(
+                    redis_rs_slot(&key),
+                    home,
+                    "{:?} -> {:?}",
+                    String::from_utf8_lossy(&name),
+                    String::from_utf8_lossy(&key)
+                );
+            }
+            if latch_cluster_conflict(&name).is_none() {
+                assert_eq!(redis_rs_slot(&latch_channel(&name)), home);
+            }
+        }
+        // The sample is not degenerate: many names pass, braced ones too.
+        assert!(
+            accepted > 2_000 && braced > 500,
+            "{accepted} accepted, {braced} braced"
+        );
+    }
+
+    #[test]
+    fn f4_names_from_the_catalogue() {
+        for bad in [&b"}abc"[..], b"a}b{c", b"x{}y", b"{}", b"a}b", b"{open"] {
+            let why = cluster_conflict(bad).expect("rejected");
+            assert!(why.contains("Redis Cluster"), "{why}");
+        }
+        for good in [&b"orders:42"[..], b"{orders}:42", b"x}{a}", b"{o}{}"] {
+            assert_eq!(
+                cluster_conflict(good),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(good)
+            );
+            let home = slot(good);
+            assert!(derived(good).iter().all(|k| slot(k) == home));
+        }
+        assert!(latch_cluster_conflict(b"{l}").is_some());
+        assert!(latch_cluster_conflict(b"l:1").is_none());
     }
 }

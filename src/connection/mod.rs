@@ -9,7 +9,6 @@ pub(crate) mod sentinel;
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
-use cluster::Cluster;
 use pool::Pool;
 
 /// Where a client's Redis lives, from its URL (or builder calls): one case
@@ -20,12 +19,12 @@ pub(crate) enum Deployment {
     /// One server (or a proxy in front of one): `redis://`, `rediss://`,
     /// `redis+unix://`.
     Single(redis::ConnectionInfo),
-    /// A Redis Cluster, reached through seed nodes (`redis+cluster://`,
-    /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster)).
-    Cluster(Vec<redis::ConnectionInfo>),
     /// A master found through Sentinel: `redis+sentinel://`,
     /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
     Sentinel(sentinel::SentinelSpec),
+    /// A Redis Cluster, from its seed nodes: `redis+cluster://`,
+    /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster).
+    Cluster(Vec<redis::ConnectionInfo>),
 }
 
 impl Deployment {
@@ -47,34 +46,21 @@ impl Deployment {
             .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
     }
 
-    /// A cluster from seed URLs (`redis://host:port/`, `rediss://...`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] without seeds or for a seed that does not
-    /// parse as a TCP URL of database 0.
-    pub(crate) fn cluster(seeds: &[String]) -> Result<Deployment> {
-        if seeds.is_empty() {
-            return Err(Error::invalid("a cluster needs at least one seed node"));
-        }
-        let seeds = seeds
-            .iter()
-            .map(|s| cluster::seed(s))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Deployment::Cluster(seeds))
-    }
-
     /// What the client talks to, safe to print: `"<host:port>/<db>"`.
     pub(crate) fn label(&self) -> String {
         match self {
             Deployment::Single(info) => {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
-            Deployment::Cluster(seeds) => {
-                let hosts: Vec<String> = seeds.iter().map(|s| s.addr().to_string()).collect();
-                format!("cluster[{}]", hosts.join(","))
-            }
             Deployment::Sentinel(spec) => spec.label(),
+            Deployment::Cluster(seeds) => format!(
+                "cluster {}",
+                seeds
+                    .iter()
+                    .map(|s| s.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         }
     }
 
@@ -84,10 +70,10 @@ impl Deployment {
             Deployment::Single(info) => {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
+            Deployment::Sentinel(spec) => spec.tls,
             Deployment::Cluster(seeds) => seeds
                 .iter()
-                .any(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
-            Deployment::Sentinel(spec) => spec.tls,
+                .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
 }
@@ -116,10 +102,10 @@ impl Tls {
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
-    /// A Redis Cluster: a pool per node and a slot map.
-    Cluster(Cluster),
     /// The master of a Sentinel deployment, followed across failovers.
     Sentinel(sentinel::Sentinel),
+    /// A Redis Cluster: one pool per node, routed by slot.
+    Cluster(cluster::Cluster),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -151,11 +137,13 @@ impl Source {
                 options.connect_timeout,
                 options.response_timeout,
             )?)),
-            Deployment::Cluster(seeds) => Ok(Source::Cluster(Cluster::new(seeds, options)?)),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
                 spec.clone(),
                 options.clone(),
             )?)),
+            Deployment::Cluster(seeds) => {
+                Ok(Source::Cluster(cluster::Cluster::new(seeds, options)?))
+            }
         }
     }
 
@@ -167,8 +155,8 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
-            Source::Cluster(cluster) => cluster.with_conn(key, op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_conn(key, op),
         }
     }
 
@@ -177,15 +165,6 @@ impl Source {
         match self {
             Source::Single(_) | Source::Sentinel(_) => 0,
             Source::Cluster(cluster) => cluster.node_of(key),
-        }
-    }
-
-    /// The cluster, when the deployment is one: multi-key scripts must
-    /// then keep to one hash slot, and redirected calls be re-routed.
-    pub(crate) fn cluster(&self) -> Option<&Cluster> {
-        match self {
-            Source::Single(_) | Source::Sentinel(_) => None,
-            Source::Cluster(cluster) => Some(cluster),
         }
     }
 
@@ -198,28 +177,47 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
-            Source::Cluster(cluster) => cluster.with_node_conn(node, op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_node_conn(node, op),
         }
     }
 
-    /// A dedicated new connection for pub/sub (on a cluster: to any node,
-    /// which hears every classic `PUBLISH`).
-    pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
-        match self {
-            Source::Single(pool) => pool.connect(),
-            Source::Cluster(cluster) => cluster.any_connection(),
-            Source::Sentinel(sentinel) => sentinel.connect(),
-        }
-    }
-
-    /// A dedicated new connection to node `node` (as returned by
-    /// [`Source::node_of`]).
+    /// A dedicated new connection to node `node` (the watchdog's watch
+    /// connection of that node).
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
-            Source::Cluster(cluster) => cluster.node_connection(node),
             Source::Sentinel(sentinel) => sentinel.connect(),
+            Source::Cluster(cluster) => cluster.node_connection(node),
+        }
+    }
+
+    /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster(_))
+    }
+
+    /// Checks that a count-down latch's keys share a slot on a Cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] saying why, on a Cluster only.
+    pub(crate) fn check_latch_name(&self, name: &[u8]) -> Result<()> {
+        match self {
+            Source::Cluster(_) => match crate::keys::latch_cluster_conflict(name) {
+                Some(why) => Err(Error::InvalidArgument(why)),
+                None => Ok(()),
+            },
+            Source::Single(_) | Source::Sentinel(_) => Ok(()),
+        }
+    }
+
+    /// A dedicated new connection for pub/sub.
+    pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
+        match self {
+            Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
+            Source::Cluster(cluster) => cluster.pubsub_connection(),
         }
     }
 
@@ -227,25 +225,25 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
-            Source::Cluster(cluster) => cluster.open_connections(),
             Source::Sentinel(sentinel) => sentinel.open_connections(),
+            Source::Cluster(cluster) => cluster.open_connections(),
         }
     }
 
     /// `true` when a connection failure may be a failover that the source
-    /// recovers from by itself (a new master found through Sentinel, a
-    /// replica promoted in a cluster): a call with a deadline then keeps
-    /// trying until it.
+    /// recovers from by itself (a new master found through Sentinel): a
+    /// call with a deadline then keeps trying until it. A Cluster promotes a
+    /// replica by itself too.
     pub(crate) fn rides_out_failovers(&self) -> bool {
         matches!(self, Source::Sentinel(_) | Source::Cluster(_))
     }
 
     /// Changes whenever the node serving the deployment changes (a Sentinel
     /// failover): a long-lived connection (pub/sub) made under another
-    /// value should reconnect. Always 0 for a single server and a cluster
-    /// (whose pub/sub connections follow their nodes).
+    /// value should reconnect. Always 0 for a single server.
     pub(crate) fn generation(&self) -> u64 {
         match self {
+            // A cluster's pub/sub connection breaks with its node.
             Source::Single(_) | Source::Cluster(_) => 0,
             Source::Sentinel(sentinel) => sentinel.generation(),
         }

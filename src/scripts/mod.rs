@@ -375,60 +375,70 @@ fn query_pipeline(
 /// once per call, not once per lock; and several calls per round trip, so
 /// that the renewing thread and the server do not hand the CPU back and
 /// forth once per call. Both are what lets one server keep 100 000 leases of
-/// a few seconds renewed. Every key must live on the connection's server;
-/// with `by_slot` (a cluster) the keys of one call also share a hash slot,
-/// as a cluster refuses a script whose keys cross slots.
+/// a few seconds renewed. Every key must live on the connection's server
+/// (for a cluster: the keys of one call in one slot).
+///
+/// With `by_slot` (a cluster), `batch` comes sorted by hash slot and no call
+/// mixes two slots: a multi-key script may not cross slots.
 pub(crate) fn renew_batch(
     conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
     by_slot: bool,
 ) -> Result<Vec<Result<bool>>> {
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
-    let calls = renew_calls(batch, per_call.max(1), by_slot);
+    let per_call = per_call.max(1);
+    let groups: Vec<&[Renewal<'_>]> = if by_slot {
+        batch
+            .chunk_by(|a, b| crate::keys::slot(a.key) == crate::keys::slot(b.key))
+            .flat_map(|group| group.chunks(per_call))
+            .collect()
+    } else {
+        batch.chunks(per_call).collect()
+    };
+    let calls = groups.len();
     let build = || {
         let mut pipe = redis::pipe();
-        for call in &calls {
+        for call in groups.iter().copied() {
             let cmd = pipe
                 .cmd("EVALSHA")
                 .arg(RENEW_MANY.get_hash())
                 .arg(call.len());
-            for &i in call {
-                cmd.arg(batch[i].key);
+            for r in call {
+                cmd.arg(r.key);
             }
-            for &i in call {
-                cmd.arg(batch[i].lease_ms).arg(batch[i].holder);
+            for r in call {
+                cmd.arg(r.lease_ms).arg(r.holder);
             }
         }
         pipe
     };
-    let mut replies = query_pipeline(conn, &build(), calls.len())?;
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut replies = query_pipeline(conn, &build(), calls)?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
     if replies.iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW_MANY.load(conn).map_err(Error::redis)?;
-        replies = query_pipeline(conn, &build(), calls.len())?;
+        replies = query_pipeline(conn, &build(), calls)?;
     }
-    if replies.len() != calls.len() {
+    if replies.len() != calls {
         return Err(Error::Protocol(format!(
-            "renew pipeline answered {} replies for {} calls",
-            replies.len(),
-            calls.len()
+            "renew pipeline answered {} replies for {calls} calls",
+            replies.len()
         )));
     }
-    let mut out: Vec<Option<Result<bool>>> = (0..batch.len()).map(|_| None).collect();
-    for (reply, call) in replies.into_iter().zip(&calls) {
+    let mut out = Vec::with_capacity(batch.len());
+    for (reply, call) in replies.into_iter().zip(groups.iter().copied()) {
         match reply {
             Value::Array(items) if items.len() == call.len() => {
-                for (item, &i) in items.iter().zip(call) {
-                    out[i] = Some(match item {
+                for (item, r) in items.iter().zip(call) {
+                    out.push(match item {
                         Value::Int(1) => Ok(true),
                         Value::Int(0) => Ok(false),
                         Value::Int(-1) => Err(Error::WrongType {
-                            key: String::from_utf8_lossy(batch[i].key).into_owned(),
+                            key: String::from_utf8_lossy(r.key).into_owned(),
                         }),
                         other => return Err(unexpected("renew", other)),
                     });
@@ -436,40 +446,14 @@ pub(crate) fn renew_batch(
             }
             Value::ServerError(e) => {
                 let err = redis::RedisError::from(e);
-                for &i in call {
-                    out[i] = Some(Err(Error::from_redis(err.clone(), batch[i].key)));
+                for r in call {
+                    out.push(Err(Error::from_redis(err.clone(), r.key)));
                 }
             }
             other => return Err(unexpected("renew", &other)),
         }
     }
-    out.into_iter()
-        .map(|r| r.ok_or_else(|| Error::Protocol("renewal without a reply".into())))
-        .collect()
-}
-
-/// The script calls of a renewal batch, as indices into it: runs of at most
-/// `per_call`, in batch order; with `by_slot`, grouped by hash slot first.
-fn renew_calls(batch: &[Renewal<'_>], per_call: usize, by_slot: bool) -> Vec<Vec<usize>> {
-    if !by_slot {
-        return (0..batch.len())
-            .collect::<Vec<_>>()
-            .chunks(per_call)
-            .map(<[usize]>::to_vec)
-            .collect();
-    }
-    let mut by: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-    for (i, r) in batch.iter().enumerate() {
-        by.entry(crate::keys::slot(r.key)).or_default().push(i);
-    }
-    by.into_values()
-        .flat_map(|group| {
-            group
-                .chunks(per_call)
-                .map(<[usize]>::to_vec)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    Ok(out)
 }
 
 /// Runs the force-unlock script: `true` when a lock was deleted. With the
@@ -590,33 +574,6 @@ mod tests {
             }
         );
         assert!(fair_acquire_reply(&Value::Nil).is_err());
-    }
-
-    #[test]
-    fn renewal_calls_keep_to_one_slot_on_a_cluster() {
-        let keys: Vec<String> = (0..500).map(|i| format!("lock-{i}")).collect();
-        let batch: Vec<Renewal<'_>> = keys
-            .iter()
-            .map(|k| Renewal {
-                key: k.as_bytes(),
-                holder: "h",
-                lease_ms: 1,
-            })
-            .collect();
-        let plain = renew_calls(&batch, 100, false);
-        assert_eq!(plain.len(), 5);
-        let sloted = renew_calls(&batch, 3, true);
-        let mut seen: Vec<usize> = sloted.iter().flatten().copied().collect();
-        seen.sort_unstable();
-        assert_eq!(seen, (0..500).collect::<Vec<_>>());
-        for call in &sloted {
-            assert!(call.len() <= 3);
-            let slot = crate::keys::slot(batch[call[0]].key);
-            assert!(
-                call.iter()
-                    .all(|&i| crate::keys::slot(batch[i].key) == slot)
-            );
-        }
     }
 
     #[test]

@@ -184,13 +184,6 @@ impl Registry {
         }
     }
 
-    /// Marks `channel` unsubscribed (its connection broke).
-    pub(crate) fn unconfirm(&mut self, channel: &[u8]) {
-        if let Some(entry) = self.channels.get_mut(channel) {
-            entry.confirmed = false;
-        }
-    }
-
     /// Marks every channel unsubscribed (the connection broke).
     pub(crate) fn unconfirm_all(&mut self) {
         for entry in self.channels.values_mut() {

@@ -192,6 +192,12 @@ impl Worker {
         let source = first.source.clone();
         let counters = first.counters.clone();
         let node = self.server.1;
+        let cluster = source.is_cluster();
+        let mut entries = entries;
+        if cluster {
+            // One script call per slot: neighbours in slot order share it.
+            entries.sort_by_cached_key(|e| crate::keys::slot(&e.key));
+        }
         let mut entries = entries.into_iter().peekable();
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
@@ -252,9 +258,8 @@ impl Worker {
                     .max_by_key(|a| (a.min, a.timeout))
                     .unwrap_or_default();
                 let response_timeout = first_response_timeout(&chunk);
-                let by_slot = source.cluster().is_some();
                 let replies = source.with_node_conn(node, |conn| {
-                    let replies = scripts::renew_batch(conn, &renewals, per_call, by_slot)?;
+                    let replies = scripts::renew_batch(conn, &renewals, per_call, cluster)?;
                     let acked = acks.wait(conn, response_timeout)?;
                     Ok((replies, acked))
                 });
@@ -293,7 +298,9 @@ impl Worker {
                     if held { Outcome::Held } else { Outcome::Gone }
                 }));
             }
-            super::redirect::follow(&source, &mut results);
+            if cluster {
+                results = reroute(&source, results);
+            }
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
                 return;
@@ -415,6 +422,56 @@ impl Worker {
     }
 }
 
+/// Sends again, one by one through the cluster's routing, the renewals and
+/// checks that a slot move or a failover redirected (`MOVED`, `ASK`,
+/// `TRYAGAIN`): only the affected keys, so that a resharding costs no
+/// failed renewal.
+fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outcome)> {
+    results
+        .into_iter()
+        .map(|(entry, outcome)| match outcome {
+            Outcome::Failed(e) if crate::connection::cluster::is_redirect(&e) => {
+                let outcome = source
+                    .with_conn(&entry.key, |conn| renew_one(conn, &entry))
+                    .unwrap_or_else(|e| Outcome::Failed(Arc::new(e)));
+                (entry, outcome)
+            }
+            other => (entry, other),
+        })
+        .collect()
+}
+
+/// One entry's renewal (or check, for a fixed lease) on its own.
+fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
+    let answer = |held: bool, yes: Outcome| if held { yes } else { Outcome::Gone };
+    let reply = if !e.renew {
+        still_held(conn, std::slice::from_ref(e))?
+            .pop()
+            .map(|r| r.map(|held| answer(held, Outcome::Held)))
+    } else if let Some(hold) = &e.sync {
+        let one = [SyncRenewal {
+            hold,
+            key: &e.key,
+            holder: &e.holder,
+            lease_ms: e.lease_ms(),
+        }];
+        scripts::renew_sync_batch(conn, &one)?
+            .pop()
+            .map(|r| r.map(|renewed| answer(renewed, Outcome::Renewed)))
+    } else {
+        Some(
+            scripts::renew(conn, &e.key, &e.holder, e.lease_ms())
+                .map(|renewed| answer(renewed, Outcome::Renewed)),
+        )
+    };
+    match reply {
+        Some(Ok(outcome)) => Ok(outcome),
+        Some(Err(Error::WrongType { .. })) => Ok(Outcome::Gone),
+        Some(Err(e)) => Err(e),
+        None => Err(Error::Protocol("no reply to a renewal".into())),
+    }
+}
+
 /// The response timeout `WAIT` adds to (the same for every entry of one
 /// client; entries of one server may come from several clients).
 fn first_response_timeout(entries: &[Entry]) -> std::time::Duration {
@@ -463,7 +520,7 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for e in entries {
-        match &e.sync {
+        match e.sync.as_deref() {
             // A permit is held while its id is in the lease set.
             Some(scripts::SyncHold::Permit { timeouts, id }) => {
                 pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);

@@ -25,10 +25,9 @@ pub(crate) struct Cli {
 pub(crate) struct ConnArgs {
     /// Redis URL: redis://[user:password@]host[:port][/db],
     /// redis+unix:///path, or a Sentinel deployment
-    /// redis+sentinel://[[user]:password@]host:port[,host:port...]/MASTER[?db=N],
-    /// or a Redis Cluster redis+cluster://[[user]:password@]host:port[,host:port...]/
-    /// (rediss://, rediss+sentinel:// and rediss+cluster:// for TLS; the
-    /// password is the data nodes'). Prefer $REDIS_URL for passwords: arguments are visible to
+    /// redis+sentinel://[[user]:password@]host:port[,host:port...]/MASTER[?db=N]
+    /// (rediss:// and rediss+sentinel:// for TLS; the password is the data
+    /// nodes'). Prefer $REDIS_URL for passwords: arguments are visible to
     /// other users in the process list.
     #[arg(
         long,

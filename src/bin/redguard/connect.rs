@@ -32,7 +32,7 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         out::add_secret(pw);
     }
     // Sentinel and Cluster URLs list several hosts: the URL crate cannot
-    // parse them, the library does.
+    // parse them; the library does.
     let sentinel = is_sentinel_url(url) || is_cluster_url(url);
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
@@ -87,8 +87,7 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         .build()
         .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
     // `host:port` of a single server (the library's label adds the db);
-    // for Sentinel, the master name and the sentinels; for a cluster, its
-    // seeds.
+    // for Sentinel, the master name and the sentinels.
     let server = if sentinel {
         client.server()
     } else {
@@ -116,7 +115,7 @@ fn is_cluster_url(url: &str) -> bool {
     })
 }
 
-/// Registers the password of a Sentinel or Cluster URL (raw and decoded): the URL
+/// Registers the password of a Sentinel URL (raw and decoded): the URL
 /// crate cannot parse its list of hosts.
 fn register_sentinel_url_secret(url: &str) {
     let Some((_, rest)) = url.split_once("://") else {
@@ -160,7 +159,7 @@ pub(crate) fn register_url_secrets(args: impl Iterator<Item = std::ffi::OsString
     for arg in args {
         let Some(text) = arg.to_str() else { continue };
         for word in text.split_whitespace().filter(|w| w.contains("://")) {
-            if is_sentinel_url(word) || is_cluster_url(word) {
+            if is_sentinel_url(word) {
                 register_sentinel_url_secret(word);
                 continue;
             }

@@ -47,7 +47,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use child::{ChildProcess, ChildTest, child_role, hear, say};
-pub use cluster::{RedisCluster, key_slot};
+pub use cluster::RedisCluster;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 pub use logs::{capture_logs, logged_lines};
 #[allow(
