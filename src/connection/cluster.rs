@@ -126,10 +126,16 @@ fn host_port(addr: &ConnectionAddr) -> String {
     }
 }
 
-/// One node: its address and its pool.
+/// One node: its address, its pool, and how its sharded pub/sub
+/// connections are made.
 struct Node {
     addr: String,
     pool: Pool,
+    /// RESP3 (pub/sub frames arrive as pushes). redis-rs takes any RESP2
+    /// reply read after a read that timed out for the late reply to that
+    /// read and drops it; a reader polling with short timeouts would so
+    /// lose `smessage`s after every quiet spell. Pushes are never dropped.
+    sharded: Pool,
 }
 
 /// The connections of one Redis Cluster.
@@ -244,6 +250,17 @@ impl Cluster {
             _ => return Err(Error::invalid("Redis Cluster seeds must be TCP addresses")),
         }
         let info = self.seeds[0].clone().set_addr(node_addr);
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let sharded = Pool::new(
+            info.clone().set_redis_settings(resp3),
+            &self.options.tls,
+            1,
+            self.options.connect_timeout,
+            self.options.response_timeout,
+        )?;
         let pool = Pool::new(
             info,
             &self.options.tls,
@@ -258,6 +275,7 @@ impl Cluster {
         nodes.push(Arc::new(Node {
             addr: addr.to_owned(),
             pool,
+            sharded,
         }));
         Ok(nodes.len() - 1)
     }
@@ -441,6 +459,12 @@ impl Cluster {
     /// A new connection to node `node`, outside its pool.
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         self.node(node)?.pool.connect()
+    }
+
+    /// A new RESP3 connection to node `node` for sharded pub/sub (see
+    /// `Node::sharded`).
+    pub(crate) fn sharded_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        self.node(node)?.sharded.connect()
     }
 
     /// A new connection to any reachable node, for classic pub/sub: a

@@ -192,6 +192,15 @@ impl Source {
         }
     }
 
+    /// A dedicated new connection to node `node` for sharded pub/sub: RESP3
+    /// on a cluster, so that no frame is lost after a read that timed out.
+    pub(crate) fn sharded_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        match self {
+            Source::Cluster(cluster) => cluster.sharded_connection(node),
+            _ => self.node_connection(node),
+        }
+    }
+
     /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Source::Cluster(_))

@@ -278,7 +278,7 @@ impl NodeThread {
 
     fn subscribe(&mut self, channel: &[u8]) -> crate::Result<()> {
         if self.conn.is_none() {
-            self.conn = Some(self.source.node_connection(self.node)?);
+            self.conn = Some(self.source.sharded_connection(self.node)?);
         }
         let conn = self.conn.as_mut().expect("set above");
         conn.set_read_timeout(Some(self.timeout))
