@@ -200,7 +200,22 @@ pub(crate) fn is_redirect(e: &Error) -> bool {
     )
 }
 
+/// `true` when `e` is a refused connection: the node is gone (a `kill -9`
+/// before its replica's promotion) and the slot map must be asked for again
+/// before the call is worth sending elsewhere.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    matches!(redirect(e), Some(Redirect::Unreachable))
+}
+
 impl Cluster {
+    /// Asks the cluster for its slot map now (at most once per 50 ms), for
+    /// callers outside [`Cluster::with_conn`] that met a gone node.
+    pub(crate) fn refresh_map(&self) {
+        if let Err(e) = self.refresh(false) {
+            log::debug!("redguard cluster: slot map refresh failed: {e}");
+        }
+    }
+
     pub(crate) fn new(seeds: &[ConnectionInfo], options: &ConnectOptions) -> Result<Cluster> {
         let cluster = Cluster {
             seeds: seeds.to_vec(),

@@ -201,6 +201,14 @@ impl Source {
         }
     }
 
+    /// Asks a cluster for its slot map again (after a node refused a
+    /// connection); nothing for the other deployments.
+    pub(crate) fn refresh_topology(&self) {
+        if let Source::Cluster(cluster) = self {
+            cluster.refresh_map();
+        }
+    }
+
     /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Source::Cluster(_))

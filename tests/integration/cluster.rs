@@ -695,9 +695,30 @@ fn f2_automatic_failover(bed: &mut RedisCluster) {
                 .unwrap()
         })
     }));
+    // A third lock the replica never gets: it is frozen and its link
+    // dropped first (RELIABILITY E2's recipe), and resumed after the kill.
+    let unreplicated_name = name_on(bed, master, "f2-unreplicated");
+    bed.node(replica).sigstop();
+    let _: i64 = bed
+        .node(master)
+        .cmd("CLIENT", &[b"KILL", b"TYPE", b"replica"]);
+    let unreplicated = long.lock(&unreplicated_name).lock().unwrap();
     let t = Instant::now();
-    let promoted = bed.kill_master(master);
+    let promoted = bed.kill_master_then(master, |bed| bed.node(replica).sigcont());
     eprintln!("F2: replica promoted after {:?}", t.elapsed());
+    // The lock lost by asynchronous replication: the holder is told at the
+    // first renewal on the new master (its 9 s lease has not run out).
+    // Within a few renewal retries of the promotion, well before the 9 s
+    // lease runs out (renewals refused by the dead node used to go on
+    // until then, and took the replicated lock down with them).
+    assert!(wait_until(Duration::from_secs(6), || unreplicated
+        .check()
+        .is_err()));
+    assert!(unreplicated.check().unwrap_err().is_lock_lost());
+    eprintln!(
+        "F2: unreplicated lock reported lost {:?} after the kill",
+        t.elapsed()
+    );
     // The short lease ran out during the window: the holder is told.
     assert!(wait_until(Duration::from_secs(10), || lost
         .check()
@@ -716,7 +737,11 @@ fn f2_automatic_failover(bed: &mut RedisCluster) {
     );
     assert!(field, "kept lock not held on the new master");
     kept.unlock().unwrap();
-    eprintln!("F2: long lease kept and unlocked on the new master; short lease reported lost");
+    assert!(unreplicated.unlock().unwrap_err().is_lock_lost());
+    eprintln!(
+        "F2: long lease kept and unlocked on the new master; short lease and unreplicated \
+         lock reported lost"
+    );
 }
 
 /// `redguard exec` with a `redis+cluster://` URL.
