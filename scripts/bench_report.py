@@ -6,7 +6,7 @@ and an SVG chart. Standard library only.
     python3 scripts/bench_report.py --merge RUN_DIR
 
 Each RUN_DIR holds one repetition: redguard.json and floor.json (raw driver
-JSON of examples/bench.rs, the shared peers format) and meta.json; the first
+JSON of the driver benches/bench/, the shared peers format) and meta.json; the first
 RUN_DIR may also hold w1.json and w2.json. Statistics use exactly the
 definitions of ../shared/bench/analyze.py (nearest-rank percentiles, same
 S2 handoff / release-to-other / overlap rules), so rows are comparable with

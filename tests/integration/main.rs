@@ -33,4 +33,5 @@ mod watchdog_threads;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_sync;
+#[cfg(feature = "tls")]
 mod tls;

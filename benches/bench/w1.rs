@@ -1,0 +1,230 @@
+//! W1: the watchdog at scale: one client holding N locks for a few renewal
+//! periods while every key's PTTL is sampled.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redguard::{Client, Lock};
+use serde_json::{Value, json};
+
+use crate::ab::{process_cpu_ns, thread_cpu_ns};
+use crate::observe::{admin, cmd_calls, rss_kib, thread_cpu};
+
+// W1: the watchdog at scale
+
+pub(crate) struct W1Config {
+    n: usize,
+    watchdog: Duration,
+    batch: usize,
+    periods: u32,
+}
+
+/// Samples PTTL of the first `acquired` keys round robin, in pipelines, until
+/// `stop`; returns (lowest pttl seen in ms, samples, keys seen missing).
+pub(crate) fn pttl_sampler(
+    url: String,
+    names: Arc<Vec<String>>,
+    acquired: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    lowest: Arc<AtomicI64>,
+    cpu_ns: Arc<AtomicU64>,
+) -> (u64, u64, u64) {
+    let mut con = admin(&url);
+    let chunk = 500;
+    let mut samples = 0u64;
+    let mut missing = 0u64;
+    let mut sweeps = 0u64;
+    let mut i = 0usize;
+    while !stop.load(Ordering::Acquire) {
+        let upto = acquired.load(Ordering::Acquire);
+        if upto == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        if i >= upto {
+            i = 0;
+            sweeps += 1;
+        }
+        let end = (i + chunk).min(upto);
+        let mut pipe = redis::pipe();
+        for name in &names[i..end] {
+            pipe.cmd("PTTL").arg(name);
+        }
+        let Ok(replies) = pipe.query::<Vec<i64>>(&mut con) else {
+            break;
+        };
+        for ms in replies {
+            samples += 1;
+            if ms < 0 {
+                missing += 1;
+            } else {
+                lowest.fetch_min(ms, Ordering::AcqRel);
+            }
+        }
+        i = end;
+        cpu_ns.store(thread_cpu_ns(), Ordering::Release);
+        // At most ~50 000 PTTL/s: the sampler must not be what slows Redis.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (samples, missing, sweeps)
+}
+
+pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
+    let response_timeout = (cfg.watchdog / 3).min(Duration::from_secs(3));
+    let client = Client::builder()
+        .url(url)
+        .watchdog_timeout(cfg.watchdog)
+        .response_timeout(response_timeout)
+        .renew_batch(cfg.batch)
+        .build()
+        .expect("client");
+    let mut con = admin(url);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flushall");
+    // Warm the client (connection, script cache) and the watchdog thread.
+    {
+        let warm = client.lock("bench:w1:warm");
+        drop(warm.lock().expect("warm-up lock"));
+    }
+    let names: Arc<Vec<String>> = Arc::new((0..cfg.n).map(|i| format!("bench:w1:k{i}")).collect());
+    let rss_before = rss_kib();
+    let locks: Vec<Lock> = names.iter().map(|n| client.lock(n)).collect();
+    let rss_locks = rss_kib();
+
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let lowest = Arc::new(AtomicI64::new(i64::MAX));
+    let sampler_cpu = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (url, acquired, stop, lowest, cpu) = (
+            url.to_owned(),
+            acquired.clone(),
+            stop.clone(),
+            lowest.clone(),
+            sampler_cpu.clone(),
+        );
+        std::thread::spawn(move || pttl_sampler(url, names, acquired, stop, lowest, cpu))
+    };
+
+    let t0 = Instant::now();
+    let mut guards = Vec::with_capacity(cfg.n);
+    let mut errors = 0u64;
+    for lock in &locks {
+        match lock.lock() {
+            Ok(g) => guards.push(g),
+            Err(e) => {
+                errors += 1;
+                eprintln!("w1: lock failed: {e}");
+            }
+        }
+        acquired.fetch_add(1, Ordering::Release);
+    }
+    let acquire_s = t0.elapsed().as_secs_f64();
+    let rss_held = rss_kib();
+
+    // Hold for `periods` renewal periods, counting from the last acquisition.
+    let interval = cfg.watchdog / 3;
+    let hold = interval * cfg.periods;
+    let stats0 = client.stats();
+    let evalsha0 = cmd_calls(&mut con, "evalsha");
+    // The watchdog is a scheduling thread ("redguard-watchdog", shown as
+    // "redguard-watchd") plus short-lived renewal I/O threads
+    // ("redguard-renew") whose time only the process total keeps: count
+    // the process minus this thread and the sampler.
+    let sched0 = thread_cpu("redguard-watch");
+    let (proc0, main0, samp0) = (
+        process_cpu_ns(),
+        thread_cpu_ns(),
+        sampler_cpu.load(Ordering::Acquire),
+    );
+    let th0 = Instant::now();
+    std::thread::sleep(hold);
+    let hold_s = th0.elapsed().as_secs_f64();
+    let (proc1, main1, samp1) = (
+        process_cpu_ns(),
+        thread_cpu_ns(),
+        sampler_cpu.load(Ordering::Acquire),
+    );
+    let sched1 = thread_cpu("redguard-watch");
+    let evalsha1 = cmd_calls(&mut con, "evalsha");
+    let stats1 = client.stats();
+    let rss_end = rss_kib();
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    stop.store(true, Ordering::Release);
+    let (samples, missing, sweeps) = sampler.join().unwrap_or((0, 0, 0));
+    let low = lowest.load(Ordering::Acquire);
+
+    let tr = Instant::now();
+    let mut release_errors = 0u64;
+    for g in guards.drain(..) {
+        if g.unlock().is_err() {
+            release_errors += 1;
+        }
+    }
+    let release_s = tr.elapsed().as_secs_f64();
+    let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap_or(0);
+    drop(guards);
+    drop(locks);
+
+    let rt = stats1.renewal_round_trips - stats0.renewal_round_trips;
+    let rn = stats1.renewals - stats0.renewals;
+    let ticks = stats1.renewal_ticks - stats0.renewal_ticks;
+    let periods_f = hold_s / interval.as_secs_f64();
+    let cpu = proc1
+        .saturating_sub(proc0)
+        .saturating_sub(main1 - main0)
+        .saturating_sub(samp1 - samp0) as f64
+        / 1e9;
+    let sched_cpu = sched1.saturating_sub(sched0).as_secs_f64();
+    let lease_ms = cfg.watchdog.as_millis() as f64;
+    let per_lock = |kib: u64, from: u64| (kib.saturating_sub(from) as f64 * 1024.0) / cfg.n as f64;
+    json!({
+        "n": cfg.n, "watchdog_s": cfg.watchdog.as_secs_f64(), "renew_batch": cfg.batch,
+        "response_timeout_s": response_timeout.as_secs_f64(),
+        "acquire_s": acquire_s, "acquire_errors": errors,
+        "hold_s": hold_s, "periods": periods_f,
+        "renewals": rn, "evalsha_calls": evalsha1 - evalsha0,
+        "round_trips": rt, "ticks": ticks,
+        "round_trips_per_period": rt as f64 / periods_f,
+        "renewals_per_period": rn as f64 / periods_f,
+        "ceil_n_over_batch": cfg.n.div_ceil(cfg.batch),
+        "round_trips_per_tick": if ticks > 0 { rt as f64 / ticks as f64 } else { 0.0 },
+        "renewals_per_round_trip": if rt > 0 { rn as f64 / rt as f64 } else { 0.0 },
+        "min_pttl_ms": if low == i64::MAX { Value::Null } else { json!(low) },
+        "min_pttl_frac": if low == i64::MAX { Value::Null } else { json!(low as f64 / lease_ms) },
+        "pttl_samples": samples, "pttl_missing": missing, "pttl_sweeps": sweeps,
+        "watchdog_cpu_s": cpu, "watchdog_cpu_frac": cpu / hold_s,
+        "watchdog_sched_thread_cpu_frac": sched_cpu / hold_s,
+        "rss_before_kib": rss_before, "rss_locks_kib": rss_locks, "rss_held_kib": rss_held,
+        "rss_end_kib": rss_end,
+        "rss_per_lock_b": per_lock(rss_held, rss_before),
+        "rss_per_hold_b": per_lock(rss_held, rss_locks),
+        "lost_guards": lost,
+        "release_s": release_s, "release_errors": release_errors, "keys_left": left,
+    })
+}
+
+pub(crate) fn run_w1(
+    url: &str,
+    ns: &[usize],
+    watchdogs: &[Duration],
+    batch: usize,
+    periods: u32,
+) -> Value {
+    let mut cases = Vec::new();
+    for &n in ns {
+        for &watchdog in watchdogs {
+            let cfg = W1Config {
+                n,
+                watchdog,
+                batch,
+                periods,
+            };
+            eprintln!("w1: n={n} watchdog={watchdog:?} batch={batch}");
+            let case = run_w1_case(url, &cfg);
+            eprintln!("w1: {case}");
+            cases.push(case);
+        }
+    }
+    json!({"w1": cases})
+}
