@@ -99,12 +99,39 @@ pub struct Stats {
 }
 
 impl Client {
-    /// A client for the server at `url`, with default settings (see
+    /// A client for the deployment at `url`, with default settings (see
     /// [`Builder`]). No connection is made until the first lock operation.
+    ///
+    /// | URL | deployment |
+    /// | --- | --- |
+    /// | `redis://[[user]:password@]host[:port][/db]` | one server (port 6379 by default) |
+    /// | `rediss://…` | one server over TLS |
+    /// | `redis+unix:///path` | one server on a Unix socket |
+    /// | `redis+sentinel://[[user]:password@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[?db=N]` | the master a Redis Sentinel deployment names `MASTER_NAME` (sentinel port 26379 by default) |
+    /// | `rediss+sentinel://…` | the same over TLS, to sentinels and data nodes |
+    ///
+    /// In a Sentinel URL the credentials are the data nodes' (the master's);
+    /// the sentinels' own password is set with
+    /// [`Builder::sentinel_password`] (the CLI reads
+    /// `REDIS_SENTINEL_PASSWORD`), because real deployments often differ.
+    /// Percent-encode reserved characters in passwords and names (`%40` for
+    /// `@`). Passwords are never printed. See the README's "Deployments" for
+    /// what a failover means for a held lock.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the URL cannot be parsed.
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed (the message
+    /// never repeats the URL).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let single = redguard::Client::open("redis://:secret@127.0.0.1:6379/0")?;
+    /// let sentinel = redguard::Client::open(
+    ///     "redis+sentinel://:secret@10.0.0.1:26379,10.0.0.2:26379/mymaster?db=0",
+    /// )?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
     pub fn open(url: &str) -> Result<Client> {
         Builder::default().url(url).build()
     }

@@ -4,9 +4,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
 pub(crate) const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,6 +72,10 @@ pub struct Builder {
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
     tls: Tls,
+    /// Sentinel deployment: see `connection::sentinel` for its setters.
+    pub(crate) sentinel: SentinelOptions,
+    /// Replica acknowledgement: see `replicas` for its setters.
+    pub(crate) acks: ReplicaAcks,
 }
 
 impl fmt::Debug for Builder {
@@ -87,6 +93,8 @@ impl fmt::Debug for Builder {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
+            .field("sentinel", &self.sentinel)
+            .field("acks", &self.acks)
             .finish()
     }
 }
@@ -104,6 +112,8 @@ impl Default for Builder {
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             tls: Tls::default(),
+            sentinel: SentinelOptions::default(),
+            acks: ReplicaAcks::default(),
         }
     }
 }
@@ -111,7 +121,10 @@ impl Default for Builder {
 impl Builder {
     /// The server to use, as a redis-rs URL: `redis://[user:password@]host[:port][/db]`,
     /// `rediss://…` for TLS (needs a TLS feature of the `redis` crate),
-    /// `redis+unix:///path`. Default: `redis://127.0.0.1:6379/`.
+    /// `redis+unix:///path`; or a Sentinel deployment,
+    /// `redis+sentinel://[[user]:password@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[?db=N]`
+    /// (see [`Client::open`](crate::Client::open)). Default:
+    /// `redis://127.0.0.1:6379/`.
     ///
     /// Percent-encoded passwords are decoded by redis-rs; the password is
     /// never printed by redguard (`Debug` shows only host and port).
@@ -216,8 +229,10 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let deployment =
-            Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?;
+        let deployment = self.sentinel.resolve(Deployment::parse(
+            self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"),
+        )?)?;
+        self.acks.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -286,6 +301,7 @@ impl Builder {
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
             tls: self.tls,
+            acks: self.acks,
         })
     }
 }
@@ -303,6 +319,7 @@ pub(crate) struct Config {
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) tls: Tls,
+    pub(crate) acks: ReplicaAcks,
 }
 
 impl Config {
@@ -321,6 +338,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("server", &self.deployment.label())
+            .field("acks", &self.acks)
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)

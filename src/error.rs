@@ -69,6 +69,27 @@ pub enum Error {
     /// Any other error reported by Redis.
     #[error("Redis error: {0}")]
     Redis(#[source] RedisCause),
+    /// Fewer replicas than [`Builder::min_replica_acks`] acknowledged a
+    /// grant (or a fencing token) within the replica ack timeout (Redis's
+    /// `WAIT`), so a failover could lose it. The grant was undone; nothing
+    /// is held. Redisson reports the same case as "None of slaves were
+    /// synced" (`checkLockSyncedSlaves`).
+    ///
+    /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
+    #[error(
+        "lock {name:?} was granted but only {acked} of the {wanted} replica acknowledgements \
+         required arrived in time; the grant was undone"
+    )]
+    NotReplicated {
+        /// The lock name (lossy UTF-8).
+        name: String,
+        /// Replicas that acknowledged the write.
+        acked: u64,
+        /// Replicas required ([`Builder::min_replica_acks`]).
+        ///
+        /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
+        wanted: u64,
+    },
     /// The operating system's random number generator failed (drawing a
     /// one-use [`Token`](crate::Token)). Nothing was stored.
     #[error("the OS random number generator failed: {0}")]
@@ -119,6 +140,12 @@ impl Error {
         matches!(self, Error::NotHeld { .. })
     }
 
+    /// `true` for [`Error::NotReplicated`]: a grant too few replicas
+    /// acknowledged, undone.
+    pub fn is_not_replicated(&self) -> bool {
+        matches!(self, Error::NotReplicated { .. })
+    }
+
     /// `true` for [`Error::Shutdown`].
     pub fn is_shutdown(&self) -> bool {
         matches!(self, Error::Shutdown)
@@ -160,14 +187,26 @@ impl Error {
         }
     }
 
-    /// Classifies a Redis error met while operating on `key`.
+    /// Classifies a Redis error met while operating on `key`. A `NOPERM`
+    /// names the key: Redis's own message about a script does not say which
+    /// key or channel the ACL refused.
     pub(crate) fn from_redis(err: redis::RedisError, key: &[u8]) -> Error {
         if err.code() == Some("WRONGTYPE") {
             return Error::WrongType {
                 key: String::from_utf8_lossy(key).into_owned(),
             };
         }
-        Error::redis(err)
+        match Error::redis(err) {
+            Error::Permission(cause) => Error::Permission(RedisCause(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "NOPERM",
+                format!(
+                    "{cause} (key {:?}, or a key or channel named after it)",
+                    String::from_utf8_lossy(key)
+                ),
+            )))),
+            other => other,
+        }
     }
 
     /// `true` when the error means the connection it happened on must not be
@@ -191,6 +230,11 @@ impl RedisCause {
     /// ...), if the failure came from the server.
     pub fn code(&self) -> Option<&str> {
         self.0.code()
+    }
+
+    /// The driver's classification of the failure.
+    pub(crate) fn kind(&self) -> redis::ErrorKind {
+        self.0.kind()
     }
 }
 
@@ -235,7 +279,12 @@ impl Error {
             _ if err.code() == Some("NOPERM")
                 || err
                     .detail()
-                    .is_some_and(|d| d.contains("can't access at least one of the")) =>
+                    // A script refused by the ACL: a key it declared, or
+                    // a channel it publishes to.
+                    .is_some_and(|d| {
+                        d.contains("can't access at least one of the")
+                            || d.contains("user executing the script can't")
+                    }) =>
             {
                 Error::Permission(cause(err))
             }

@@ -123,6 +123,7 @@ mod lease;
 mod lock;
 mod multi;
 mod once;
+mod replicas;
 mod scripts;
 mod semaphore;
 mod subscriber;

@@ -3,6 +3,7 @@
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
 pub(crate) mod pool;
+pub(crate) mod sentinel;
 
 use redis::IntoConnectionInfo;
 
@@ -17,6 +18,9 @@ pub(crate) enum Deployment {
     /// One server (or a proxy in front of one): `redis://`, `rediss://`,
     /// `redis+unix://`.
     Single(redis::ConnectionInfo),
+    /// A master found through Sentinel: `redis+sentinel://`,
+    /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
+    Sentinel(sentinel::SentinelSpec),
 }
 
 impl Deployment {
@@ -27,6 +31,9 @@ impl Deployment {
     /// [`Error::InvalidArgument`] when the URL does not parse; the message
     /// never repeats the URL (it may hold a password).
     pub(crate) fn parse(url: &str) -> Result<Deployment> {
+        if sentinel::is_sentinel_url(url) {
+            return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
+        }
         url.into_connection_info()
             .map(Deployment::Single)
             .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
@@ -38,6 +45,7 @@ impl Deployment {
             Deployment::Single(info) => {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
+            Deployment::Sentinel(spec) => spec.label(),
         }
     }
 
@@ -47,6 +55,7 @@ impl Deployment {
             Deployment::Single(info) => {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
+            Deployment::Sentinel(spec) => spec.tls,
         }
     }
 }
@@ -68,9 +77,15 @@ impl Tls {
 
 /// The connections of one Redis deployment.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one Source per client, made once and kept behind an Arc"
+)]
 pub(crate) enum Source {
     /// One server (or a proxy in front of one), through a pool.
     Single(Pool),
+    /// The master of a Sentinel deployment, followed across failovers.
+    Sentinel(sentinel::Sentinel),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -102,6 +117,10 @@ impl Source {
                 options.connect_timeout,
                 options.response_timeout,
             )?)),
+            Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
+                spec.clone(),
+                options.clone(),
+            )?)),
         }
     }
 
@@ -113,13 +132,14 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
     /// The node that owns `key`.
     pub(crate) fn node_of(&self, _key: &[u8]) -> NodeId {
         match self {
-            Source::Single(_) => 0,
+            Source::Single(_) | Source::Sentinel(_) => 0,
         }
     }
 
@@ -132,6 +152,7 @@ impl Source {
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
+            Source::Sentinel(sentinel) => sentinel.with_conn(op),
         }
     }
 
@@ -139,6 +160,7 @@ impl Source {
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         match self {
             Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
         }
     }
 
@@ -146,6 +168,24 @@ impl Source {
     pub(crate) fn open_connections(&self) -> usize {
         match self {
             Source::Single(pool) => pool.open_connections(),
+            Source::Sentinel(sentinel) => sentinel.open_connections(),
+        }
+    }
+
+    /// `true` when a connection failure may be a failover that the source
+    /// recovers from by itself (a new master found through Sentinel): a
+    /// call with a deadline then keeps trying until it.
+    pub(crate) fn rides_out_failovers(&self) -> bool {
+        matches!(self, Source::Sentinel(_))
+    }
+
+    /// Changes whenever the node serving the deployment changes (a Sentinel
+    /// failover): a long-lived connection (pub/sub) made under another
+    /// value should reconnect. Always 0 for a single server.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Source::Single(_) => 0,
+            Source::Sentinel(sentinel) => sentinel.generation(),
         }
     }
 }

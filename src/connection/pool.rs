@@ -16,7 +16,7 @@ use crate::connection::Tls;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "tls")]
-fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Client> {
+pub(crate) fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Client> {
     let certs = redis::TlsCertificates {
         client_tls: tls
             .client
@@ -32,7 +32,7 @@ fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Clien
 }
 
 #[cfg(not(feature = "tls"))]
-fn build_with_tls(_info: redis::ConnectionInfo, _tls: &Tls) -> Result<redis::Client> {
+pub(crate) fn build_with_tls(_info: redis::ConnectionInfo, _tls: &Tls) -> Result<redis::Client> {
     Err(Error::invalid(
         "TLS certificates need redguard's `tls` feature",
     ))
@@ -49,6 +49,10 @@ pub(crate) struct Pool {
     /// Bumped by [`Pool::flush`]; connections of an older generation are
     /// closed when they come back.
     generation: AtomicU64,
+    /// Whether every new connection must find a master (`ROLE`) before it
+    /// is used: set for a master found through Sentinel, which may have
+    /// been demoted since.
+    master_only: bool,
 }
 
 struct State {
@@ -103,7 +107,16 @@ impl Pool {
             connect_timeout,
             response_timeout,
             generation: AtomicU64::new(0),
+            master_only: false,
         })
+    }
+
+    /// The same pool, checking with `ROLE` that every new connection
+    /// reaches a master; one that reaches a replica fails with a `READONLY`
+    /// error (see [`is_not_master`]) and is closed.
+    pub(crate) fn master_only(mut self) -> Pool {
+        self.master_only = true;
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -121,6 +134,16 @@ impl Pool {
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(self.response_timeout))
             .map_err(Error::redis)?;
+        if self.master_only {
+            let mut conn = conn;
+            let role: redis::Role = redis::cmd("ROLE").query(&mut conn).map_err(Error::redis)?;
+            if !matches!(role, redis::Role::Primary { .. }) {
+                return Err(not_master(
+                    &self.client.get_connection_info().addr().to_string(),
+                ));
+            }
+            return Ok(conn);
+        }
         Ok(conn)
     }
 
@@ -252,4 +275,26 @@ impl Pool {
     pub(crate) fn open_connections(&self) -> usize {
         self.state().open
     }
+}
+
+/// The error of a connection that reached a replica where a master was
+/// expected: classified as `READONLY`, as a write to a replica would be.
+fn not_master(addr: &str) -> Error {
+    Error::redis(redis::RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+        "not a master",
+        format!("{addr} answers ROLE as a replica"),
+    )))
+}
+
+/// `true` for an error that shows the node is not (or no longer) the
+/// master: a `READONLY` reply, or a new connection whose `ROLE` check found
+/// a replica.
+pub(crate) fn is_not_master(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Redis(cause)
+            if cause.code() == Some("READONLY")
+                || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+    )
 }

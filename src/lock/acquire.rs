@@ -212,18 +212,25 @@ impl Lock {
     }
 
     /// Runs this kind's acquire script once; sets `sent_script` once a
-    /// connection was had (the script may have run from then on).
+    /// connection was had (the script may have run from then on). With
+    /// replica acknowledgement asked for, a grant is followed by `WAIT` on
+    /// the same connection and `short_acks` gets the count when it falls
+    /// short.
     fn run_acquire(
         &self,
         holder: &str,
         ms: u64,
         enqueue: bool,
         sent_script: &mut bool,
+        short_acks: &mut Option<u64>,
     ) -> Result<Acquire> {
+        let acks = self.replica_acks();
+        acks.validate()?;
+        let response_timeout = self.client.config().response_timeout;
         self.client
             .with_conn(&self.name, |conn| {
                 *sent_script = true;
-                match &self.kind {
+                let (reply, acked) = acks.run(conn, response_timeout, |conn| match &self.kind {
                     Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
                     Kind::Fenced { token } => {
                         scripts::fenced_acquire(conn, &self.name, token, holder, ms)
@@ -243,7 +250,13 @@ impl Lock {
                         let wait_ms = lease_ms(*wait_timeout)?;
                         scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
                     }
+                })?;
+                if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
+                    && acked < u64::from(acks.min)
+                {
+                    *short_acks = Some(acked);
                 }
+                Ok(reply)
             })
             .map(|reply| match (&self.kind, reply) {
                 // A queued waiter must attempt again well before its
@@ -270,7 +283,19 @@ impl Lock {
     ) -> Result<Attempt<Granted>> {
         let sent = Instant::now();
         let mut sent_script = false;
-        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script);
+        let mut short_acks = None;
+        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
+        if let (Ok(Acquire::Acquired { .. }), Some(acked)) = (&reply, short_acks) {
+            // Too few replicas have the grant: a failover could hand the
+            // lock (or the fencing token) to someone else. Undo it, as
+            // Redisson's syncedEval does, and say why.
+            self.release_one(holder, ms);
+            return Err(Error::NotReplicated {
+                name: String::from_utf8_lossy(&self.name).into_owned(),
+                acked,
+                wanted: u64::from(self.replica_acks().min),
+            });
+        }
         self.settle(reply, sent_script, holder, lease, ms, renew, sent)
     }
 
@@ -341,6 +366,8 @@ impl Lock {
                 state: state.clone(),
                 source: self.client.source().clone(),
                 counters: self.client.counters().clone(),
+                acks: self.replica_acks(),
+                response_timeout: self.client.config().response_timeout,
             };
             let due = if renew { sent + lease / 3 } else { valid_until };
             watchdog::register(entry, due);
@@ -380,6 +407,9 @@ impl Lock {
     }
 }
 
+/// Pause between two attempts of a call that met a failover.
+const FAILOVER_RETRY: Duration = Duration::from_millis(50);
+
 /// The waiter loop shared by every lock kind: attempt; when busy, register
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
@@ -418,9 +448,21 @@ pub(crate) fn wait_loop<T>(
         }
     }
     loop {
-        let hint = match attempt()? {
-            Attempt::Acquired(granted) => return Ok(Some(granted)),
-            Attempt::Busy(hint) => hint,
+        let hint = match attempt() {
+            Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
+            Ok(Attempt::Busy(hint)) => hint,
+            // A failover in progress (Sentinel): the source asks for the
+            // new master on every try, so a call with a deadline keeps
+            // trying until it instead of failing in the middle.
+            Err(e)
+                if e.is_transient()
+                    && client.source().rides_out_failovers()
+                    && deadline.is_some_and(|d| Instant::now() + FAILOVER_RETRY < d) =>
+            {
+                log::debug!("redguard: attempt failed during a failover ({e}); retrying");
+                Some(FAILOVER_RETRY)
+            }
+            Err(e) => return Err(e),
         };
         let now = Instant::now();
         let left = match deadline {

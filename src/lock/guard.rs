@@ -174,8 +174,11 @@ impl LockGuard {
     /// [`Error::InvalidArgument`] for a zero or too long lease,
     /// [`Error::LockLost`] when the lease is already known lost,
     /// [`Error::NotHeld`] when Redis says this holder no longer holds the
-    /// lock (the guard is then marked lost), and connection, timeout and
-    /// server errors.
+    /// lock (the guard is then marked lost), [`Error::NotReplicated`] when
+    /// fewer replicas than the lock's
+    /// [`min_replica_acks`](crate::Lock::min_replica_acks) acknowledged the
+    /// extension (the master has it, but the guard's lease is not counted
+    /// as extended), and connection, timeout and server errors.
     pub fn extend(&self, lease: Duration) -> Result<()> {
         let ms = lease_ms(lease)?;
         if self.state.is_marked_lost() {

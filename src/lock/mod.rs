@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::Pttl;
+use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
 
@@ -81,6 +82,10 @@ pub struct Lock {
     channel: Arc<[u8]>,
     lease: Option<Duration>,
     kind: Kind,
+    /// Replica acknowledgement of this handle's writes; the client's
+    /// ([`Builder::min_replica_acks`](crate::Builder::min_replica_acks))
+    /// when `None`.
+    acks: Option<ReplicaAcks>,
 }
 
 /// Which acquire and release scripts a [`Lock`] runs. Everything else (the
@@ -149,6 +154,7 @@ impl Lock {
             client,
             lease: None,
             kind: Kind::Reentrant,
+            acks: None,
         }
     }
 
@@ -239,6 +245,41 @@ impl Lock {
             lease: Some(lease),
             ..self.clone()
         }
+    }
+
+    /// The same lock, whose grants, extensions and fencing tokens need
+    /// `replicas` acknowledgements (Redis's `WAIT`) instead of the client's
+    /// [`Builder::min_replica_acks`](crate::Builder::min_replica_acks);
+    /// 0 turns the check off for this handle. Checked when used: above 1000
+    /// is [`Error::InvalidArgument`].
+    pub fn min_replica_acks(&self, replicas: u32) -> Lock {
+        Lock {
+            acks: Some(ReplicaAcks {
+                min: replicas,
+                ..self.replica_acks()
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The same lock, waiting at most `timeout` for its replica
+    /// acknowledgements instead of the client's
+    /// [`Builder::replica_ack_timeout`](crate::Builder::replica_ack_timeout).
+    /// Checked when used: outside 1 ms ..= 1 day is
+    /// [`Error::InvalidArgument`].
+    pub fn replica_ack_timeout(&self, timeout: Duration) -> Lock {
+        Lock {
+            acks: Some(ReplicaAcks {
+                timeout,
+                ..self.replica_acks()
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The replica acknowledgement this handle's writes need.
+    pub(crate) fn replica_acks(&self) -> ReplicaAcks {
+        self.acks.unwrap_or(self.client.config().acks)
     }
 
     acquire_methods! {
@@ -521,13 +562,27 @@ impl Lock {
     }
 
     /// Sets the lease of `holder`'s hold to `ms` from now: `false` when it
-    /// no longer holds the lock.
+    /// no longer holds the lock; [`Error::NotReplicated`] when it was
+    /// extended on the master but too few replicas acknowledged it.
     pub(crate) fn renew(&self, holder: &HolderId, ms: u64) -> Result<bool> {
         if self.is_read_write() {
             return self.rw_renew(holder.as_str(), ms);
         }
-        self.client.with_conn(&self.name, |conn| {
-            scripts::renew(conn, &self.name, holder.as_str(), ms)
-        })
+        let acks = self.replica_acks();
+        acks.validate()?;
+        let response_timeout = self.client.config().response_timeout;
+        let (renewed, acked) = self.client.with_conn(&self.name, |conn| {
+            acks.run(conn, response_timeout, |conn| {
+                scripts::renew(conn, &self.name, holder.as_str(), ms)
+            })
+        })?;
+        if renewed && acks.short(acked) {
+            return Err(Error::NotReplicated {
+                name: String::from_utf8_lossy(&self.name).into_owned(),
+                acked: acked.unwrap_or(0),
+                wanted: u64::from(acks.min),
+            });
+        }
+        Ok(renewed)
     }
 }

@@ -169,6 +169,7 @@ impl Lock {
             client,
             lease: None,
             kind,
+            acks: None,
         }
     }
 
@@ -234,7 +235,7 @@ impl Lock {
 
     pub(crate) fn rw_acquire(
         &self,
-        conn: &mut redis::Connection,
+        conn: &mut dyn redis::ConnectionLike,
         holder: &str,
         ms: u64,
     ) -> Result<crate::scripts::Acquire> {

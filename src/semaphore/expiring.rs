@@ -366,6 +366,9 @@ impl ExpiringSemaphore {
             state: state.clone(),
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
+            // Permits are not covered by replica acknowledgement (yet).
+            acks: crate::replicas::ReplicaAcks::default(),
+            response_timeout: self.client.config().response_timeout,
             sync: Some(SyncHold::Permit {
                 timeouts: self.timeouts.clone(),
                 id: id.0,

@@ -254,6 +254,9 @@ impl Worker {
                     Ok(_) => continue,
                 }
             }
+            // Read before connecting: a master change after this makes the
+            // connection reconnect, never listen to a demoted node.
+            let generation = self.source.generation();
             let mut conn = match self.source.pubsub_connection() {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -268,7 +271,7 @@ impl Worker {
                 }
             };
             self.shared.connections.fetch_add(1, Ordering::Relaxed);
-            let exit = self.serve(&mut conn, &mut backoff);
+            let exit = self.serve(&mut conn, &mut backoff, generation);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             drop(conn);
             match exit {
@@ -302,7 +305,7 @@ impl Worker {
         }
     }
 
-    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration) -> Exit {
+    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration, generation: u64) -> Exit {
         let mut pubsub = conn.as_pubsub();
         let mut subscribed: std::collections::HashSet<Vec<u8>> = Default::default();
         let timeout = self.response_timeout;
@@ -310,7 +313,7 @@ impl Worker {
         // (Re)subscribe everything waiters want, then tell them.
         for channel in self.shared.registry().channels() {
             if let Err(e) = pubsub.subscribe(&channel[..]) {
-                log::debug!("redguard subscriber: subscribe failed: {e}");
+                subscribe_failed(&channel, &e);
                 return Exit::Reconnect;
             }
             subscribed.insert(channel);
@@ -324,6 +327,11 @@ impl Worker {
         *backoff = Duration::from_millis(10);
 
         loop {
+            // The deployment moved to another node (a Sentinel failover):
+            // unlocks are published there now.
+            if self.source.generation() != generation {
+                return Exit::Reconnect;
+            }
             // Control first, so that a SUBSCRIBE asked for before a message
             // was read is in place before that message is dispatched.
             loop {
@@ -376,7 +384,7 @@ impl Worker {
                         if wanted {
                             let _ = pubsub.set_read_timeout(Some(timeout));
                             if let Err(e) = pubsub.subscribe(&channel[..]) {
-                                log::debug!("redguard subscriber: subscribe failed: {e}");
+                                subscribe_failed(&channel, &e);
                                 return Exit::Reconnect;
                             }
                             subscribed.insert(channel.clone());
@@ -407,5 +415,21 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// Logs a failed `SUBSCRIBE`. A channel the ACL refuses does not come here:
+/// redis-rs takes the `NOPERM` reply to a `SUBSCRIBE` as done, so such a
+/// channel's waiters poll (every poll interval) while the other channels
+/// keep their wake-ups; the README's ACL line grants the channels.
+fn subscribe_failed(channel: &[u8], err: &redis::RedisError) {
+    if err.code() == Some("NOPERM") {
+        log::warn!(
+            "redguard subscriber: the Redis ACL refuses channel {:?} ({err}); waiters on it \
+             poll instead of being woken (grant it with an `&` pattern)",
+            String::from_utf8_lossy(channel)
+        );
+    } else {
+        log::debug!("redguard subscriber: subscribe failed: {err}");
     }
 }

@@ -42,6 +42,7 @@ use crate::connection::{NodeId, Source};
 use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
+use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, SyncHold};
 use schedule::Schedule;
 use worker::{Done, Job, Report};
@@ -63,6 +64,10 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// Replica acknowledgement a renewal needs before the holder's lease
+    /// counts as extended, and the response timeout `WAIT` adds to.
+    pub(crate) acks: ReplicaAcks,
+    pub(crate) response_timeout: Duration,
     /// `None` for a lock-hash field (renewed by multi-key batches); for the
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.

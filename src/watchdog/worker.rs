@@ -244,15 +244,46 @@ impl Worker {
                     .renewals
                     .fetch_add(chunk.len() as u64, Ordering::Relaxed);
                 counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                let replies = source
-                    .with_node_conn(node, |conn| scripts::renew_batch(conn, &renewals, per_call));
+                // One WAIT after the batch, on its connection, for the most
+                // any of its locks asks (see `replicas`).
+                let acks = chunk
+                    .iter()
+                    .map(|e| e.acks)
+                    .max_by_key(|a| (a.min, a.timeout))
+                    .unwrap_or_default();
+                let response_timeout = first_response_timeout(&chunk);
+                let replies = source.with_node_conn(node, |conn| {
+                    let replies = scripts::renew_batch(conn, &renewals, per_call)?;
+                    let acked = acks.wait(conn, response_timeout)?;
+                    Ok((replies, acked))
+                });
                 drop(renewals);
-                results.extend(outcomes(chunk, replies, |renewed| {
+                let (replies, acked) = match replies {
+                    Ok((replies, acked)) => (Ok(replies), acked),
+                    Err(e) => (Err(e), None),
+                };
+                let renewed = outcomes(chunk, replies, |renewed| {
                     if renewed {
                         Outcome::Renewed
                     } else {
                         Outcome::Gone
                     }
+                });
+                results.extend(renewed.into_iter().map(|(entry, outcome)| {
+                    // Extended on the master only: a failover could bring
+                    // back the shorter lease, so the holder's lease does not
+                    // count as extended; the renewal is retried.
+                    let outcome = match outcome {
+                        Outcome::Renewed if entry.acks.short(acked) => {
+                            Outcome::Failed(Arc::new(Error::NotReplicated {
+                                name: String::from_utf8_lossy(&entry.key).into_owned(),
+                                acked: acked.unwrap_or(0),
+                                wanted: u64::from(entry.acks.min),
+                            }))
+                        }
+                        other => other,
+                    };
+                    (entry, outcome)
                 }));
             }
             if !fixed.is_empty() {
@@ -380,6 +411,16 @@ impl Worker {
     fn suspect(&self) {
         let _ = self.reports.send(Report::Suspect(self.server));
     }
+}
+
+/// The response timeout `WAIT` adds to (the same for every entry of one
+/// client; entries of one server may come from several clients).
+fn first_response_timeout(entries: &[Entry]) -> std::time::Duration {
+    entries
+        .iter()
+        .map(|e| e.response_timeout)
+        .max()
+        .unwrap_or(std::time::Duration::from_secs(3))
 }
 
 /// Pairs entries with the replies of their round trip. A round trip that

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod acl;
 mod bad_input;
 mod config_bounds;
 mod fair_lock;
@@ -25,6 +26,7 @@ mod renew_batch;
 mod rw_lock;
 mod script_cache;
 mod semaphore;
+mod sentinel;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;

@@ -371,8 +371,11 @@ fn g6_contenders_starting_together_all_win_in_turn() {
 
 /// G7, kept as an executable warning: a master that restarts without
 /// persistence while the lock is held forgets its vote, and another client
-/// reaches a quorum while the first still holds the lock. The RedLock docs
-/// recommend delayed restarts or `appendfsync always`.
+/// reaches a quorum while the first still believes it holds the lock. The
+/// RedLock docs recommend delayed restarts or `appendfsync always`. Since
+/// the watchdog checks every lease on a server that comes back with a new
+/// `run_id`, the first holder is told within about a second; the window
+/// until then remains.
 #[test]
 fn g7_crash_restart_without_persistence_breaks_mutual_exclusion() {
     let mut m = Masters::start(5);
@@ -394,11 +397,15 @@ fn g7_crash_restart_without_persistence_breaks_mutual_exclusion() {
         .try_lock()
         .unwrap()
         .expect("the violation: B reaches 3 of 5 (masters 2, 3, 4)");
-    // Both believe they hold the lock, at the same time.
-    a.check().unwrap();
     b.check().unwrap();
-    assert!(a.validity() > Duration::ZERO && b.validity() > Duration::ZERO);
+    assert!(b.validity() > Duration::ZERO);
     assert_eq!(b.guards().len(), 3);
+    // A is told: the restarted master's new run_id makes A's watchdog
+    // check A's hold there, find it gone, and A falls below its quorum.
+    assert!(
+        wait_until(Duration::from_secs(2), || a.is_lost()),
+        "A was never told that its quorum is gone"
+    );
     drop(b);
     drop(a);
 }

@@ -23,9 +23,12 @@ pub(crate) struct Cli {
 /// How to reach Redis and the timings of the client.
 #[derive(Debug, Args)]
 pub(crate) struct ConnArgs {
-    /// Redis URL: redis://[user:password@]host[:port][/db] or
-    /// redis+unix:///path. Prefer $REDIS_URL for passwords: arguments are
-    /// visible to other users in the process list.
+    /// Redis URL: redis://[user:password@]host[:port][/db],
+    /// redis+unix:///path, or a Sentinel deployment
+    /// redis+sentinel://[[user]:password@]host:port[,host:port...]/MASTER[?db=N]
+    /// (rediss:// and rediss+sentinel:// for TLS; the password is the data
+    /// nodes'). Prefer $REDIS_URL for passwords: arguments are visible to
+    /// other users in the process list.
     #[arg(
         long,
         global = true,
@@ -34,6 +37,34 @@ pub(crate) struct ConnArgs {
         hide_env_values = true
     )]
     pub(crate) url: Option<String>,
+
+    /// Password of the sentinels of a redis+sentinel:// URL (their
+    /// requirepass), separate from the data nodes' password in the URL.
+    /// Prefer $REDIS_SENTINEL_PASSWORD.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PASSWORD",
+        env = "REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub(crate) sentinel_password: Option<String>,
+
+    /// Replicas that must acknowledge each grant, lease renewal and fencing
+    /// token (Redis WAIT) [default: 0]. A grant too few acknowledge is
+    /// undone and reported (exit 69), so that a failover cannot hand the
+    /// lock to someone else.
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        env = "REDGUARD_MIN_REPLICA_ACKS"
+    )]
+    pub(crate) min_replica_acks: Option<u32>,
+
+    /// Longest wait for those acknowledgements [default: 1s].
+    #[arg(long, global = true, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) replica_ack_timeout: Option<Duration>,
 
     /// Longest wait for one Redis reply [default: 3s, or a third of
     /// --watchdog-timeout when that is shorter].

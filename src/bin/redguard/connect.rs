@@ -28,20 +28,36 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         .filter(|u| !u.trim().is_empty())
         .unwrap_or(DEFAULT_URL)
         .trim();
+    if let Some(pw) = &args.sentinel_password {
+        out::add_secret(pw);
+    }
+    let sentinel = is_sentinel_url(url);
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
-    if let Some(parsed) = redis::parse_redis_url(url)
-        && let Some(pw) = parsed.password()
-    {
-        out::add_secret(pw);
+    if sentinel {
+        register_sentinel_url_secret(url);
+    } else {
+        if let Some(parsed) = redis::parse_redis_url(url)
+            && let Some(pw) = parsed.password()
+        {
+            out::add_secret(pw);
+        }
+        let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
+        if let Some(pw) = info.redis_settings().password() {
+            out::add_secret(pw);
+        }
     }
-    let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
-    if let Some(pw) = info.redis_settings().password() {
-        out::add_secret(pw);
-    }
-    let server = info.addr().to_string();
 
     let mut builder = redguard::Client::builder().url(url);
+    if let Some(pw) = &args.sentinel_password {
+        builder = builder.sentinel_password(pw);
+    }
+    if let Some(n) = args.min_replica_acks {
+        builder = builder.min_replica_acks(n);
+    }
+    if let Some(timeout) = args.replica_ack_timeout {
+        builder = builder.replica_ack_timeout(timeout);
+    }
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);
     }
@@ -68,7 +84,63 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     let client = builder
         .build()
         .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
+    // `host:port` of a single server (the library's label adds the db);
+    // for Sentinel, the master name and the sentinels.
+    let server = if sentinel {
+        client.server()
+    } else {
+        client
+            .server()
+            .rsplit_once('/')
+            .map_or_else(|| client.server(), |(addr, _)| addr.to_owned())
+    };
     Ok(Connection { client, server })
+}
+
+/// `true` for `redis+sentinel://` and `rediss+sentinel://` URLs.
+fn is_sentinel_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis+sentinel")
+            || scheme.eq_ignore_ascii_case("rediss+sentinel")
+    })
+}
+
+/// Registers the password of a Sentinel URL (raw and decoded): the URL
+/// crate cannot parse its list of hosts.
+fn register_sentinel_url_secret(url: &str) {
+    let Some((_, rest)) = url.split_once("://") else {
+        return;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return;
+    };
+    let secret = userinfo.split_once(':').map_or(userinfo, |(_, pw)| pw);
+    out::add_secret(secret);
+    out::add_secret(&percent_decode(secret));
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Registers the password of every argument that is a Redis URL, so that
@@ -77,6 +149,10 @@ pub(crate) fn register_url_secrets(args: impl Iterator<Item = std::ffi::OsString
     for arg in args {
         let Some(text) = arg.to_str() else { continue };
         for word in text.split_whitespace().filter(|w| w.contains("://")) {
+            if is_sentinel_url(word) {
+                register_sentinel_url_secret(word);
+                continue;
+            }
             let Some(url) = redis::parse_redis_url(word) else {
                 continue;
             };

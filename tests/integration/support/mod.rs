@@ -34,6 +34,7 @@ mod child;
 mod context;
 mod logs;
 mod proxy;
+mod sentinel;
 mod server;
 #[cfg(feature = "tls")]
 mod tls;
@@ -56,6 +57,11 @@ pub use logs::{capture_logs, logged_lines};
     reason = "benches `#[path]`-include this module and may not use every re-export"
 )]
 pub use proxy::{FaultProxy, GARBAGE, Mode, ReplyFault};
+#[allow(
+    unused_imports,
+    reason = "benches `#[path]`-include this module and may not use every re-export"
+)]
+pub use sentinel::{BedOptions, SentinelBed, Switch};
 pub use server::RedisServer;
 
 /// Environment variable naming the `redis-server` binary to spawn.

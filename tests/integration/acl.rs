@@ -1,0 +1,242 @@
+//! Least privilege (RELIABILITY.md J1, J2): the ACL line the README gives
+//! (read from README.md itself, so the two cannot drift apart) is enough
+//! for every lock kind's whole cycle, and a name outside its patterns is
+//! `Err(Permission)` naming it, never "busy".
+
+use std::time::{Duration, Instant};
+
+use crate::support::{RedisServer, TEST_WATCHDOG, ms, sleep, test_builder, test_client};
+
+const PW: &str = "j1-acl-pw-77c2";
+
+/// The README's `ACL SETUSER redguard …` line, with the password filled
+/// in, split into the arguments after `ACL`.
+fn readme_acl_args() -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER redguard "))
+        .expect("README.md has an `ACL SETUSER redguard ...` line");
+    line.split_whitespace()
+        .skip(1)
+        .map(|w| w.replace(">CHANGE-ME", &format!(">{PW}")))
+        .collect()
+}
+
+fn server_with_acl_user() -> RedisServer {
+    let server = RedisServer::start();
+    let args = readme_acl_args();
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let () = server.cmd("ACL", &args);
+    server
+}
+
+fn user_url(server: &RedisServer) -> String {
+    format!("redis://redguard:{PW}@127.0.0.1:{}/", server.port())
+}
+
+/// J1: as the README's user, the whole cycle of every lock kind works:
+/// acquire, re-enter, watchdog renewal past a lease, inspection, a waiter
+/// woken by the unlock message, fair queueing, fencing tokens, and `WAIT`.
+#[test]
+fn j1_readme_acl_user_runs_the_whole_lock_cycle() {
+    let server = server_with_acl_user();
+    let url = user_url(&server);
+    let client = test_client(&url);
+    let other = test_client(&url);
+
+    let lock = client.lock("rg:j1");
+    let guard = lock.lock().unwrap();
+    let again = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    sleep(TEST_WATCHDOG + ms(300));
+    guard.check().unwrap();
+    assert!(lock.is_locked().unwrap());
+    assert_eq!(lock.holders().unwrap().len(), 1);
+    assert!(lock.remaining_ttl().unwrap().is_some());
+    lock.inspect().unwrap();
+
+    // A waiter on another client is woken by the unlock message (well
+    // before its 200 ms poll interval would have it retry).
+    let waiter = std::thread::spawn({
+        let lock = other.lock("rg:j1");
+        move || {
+            let guard = lock.try_lock_for(Duration::from_secs(5)).unwrap();
+            let at = Instant::now();
+            assert!(guard.is_some(), "J1: the waiter never got the lock");
+            at
+        }
+    });
+    sleep(ms(400));
+    drop(again);
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let acquired = waiter.join().unwrap();
+    assert!(
+        acquired.saturating_duration_since(released) < ms(2000),
+        "J1: woken {:?} after the unlock",
+        acquired.saturating_duration_since(released)
+    );
+
+    // Fair lock: queue, hand-over, inspection of the queue.
+    let fair = client.fair_lock("rg:j1-fair");
+    let fair_guard = fair.lock().unwrap();
+    let queued = std::thread::spawn({
+        let fair = other.fair_lock("rg:j1-fair");
+        move || fair.try_lock_for(Duration::from_secs(5)).unwrap().is_some()
+    });
+    sleep(ms(300));
+    fair_guard.unlock().unwrap();
+    assert!(
+        queued.join().unwrap(),
+        "J1: the queued fair waiter never got the lock"
+    );
+
+    // Fenced lock: tokens.
+    let fenced = client.fenced_lock("rg:j1-fenced");
+    let first = fenced.lock().unwrap().fencing_token().unwrap();
+    let second = fenced.lock().unwrap().fencing_token().unwrap();
+    assert!(second > first);
+
+    // WAIT is allowed: a server without replicas answers it with 0.
+    let err = client
+        .lock("rg:j1-acked")
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(50))
+        .try_lock()
+        .unwrap_err();
+    assert!(err.is_not_replicated(), "J1: {err:?}");
+    assert!(!client.lock("rg:j1-acked").is_locked().unwrap());
+
+    // Force unlock.
+    let held = client.lock("rg:j1-force").lock().unwrap();
+    assert!(other.lock("rg:j1-force").force_unlock().unwrap());
+    drop(held);
+}
+
+/// J2: a lock whose key (and so its channel) lies outside the user's
+/// patterns is `Err(Permission)` whose message names it, from `try_lock`,
+/// `lock` and `try_lock_for` alike: never `Ok(None)` ("held by someone
+/// else") and never a wait. A user whose channel grants lack the lock's
+/// channel gets `Err(Permission)` naming the lock from the unlock that
+/// publishes on it.
+#[test]
+fn j2_outside_the_acl_patterns_is_permission_naming_the_key() {
+    let server = server_with_acl_user();
+    let client = test_client(&user_url(&server));
+    for name in ["other:j2", "rg-j2", "{rg:j2}"] {
+        let lock = client.lock(name);
+        let err = lock.try_lock().unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::Permission(_)),
+            "{name}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains(name),
+            "J2: {err} does not name {name}"
+        );
+        let started = Instant::now();
+        let err = lock.try_lock_for(Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
+        assert!(started.elapsed() < ms(2000), "J2: waited on a refused key");
+    }
+
+    // Keys granted, channels not.
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            b"keysonly",
+            b"on",
+            b">k-only-pw",
+            b"resetkeys",
+            b"~*",
+            b"resetchannels",
+            b"+@all",
+        ],
+    );
+    let url = format!("redis://keysonly:k-only-pw@127.0.0.1:{}/", server.port());
+    let client = test_builder(&url).build().unwrap();
+    let guard = client.lock("rg:j2-channel").lock().unwrap();
+    let err = guard.unlock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
+    assert!(err.to_string().contains("rg:j2-channel"), "J2: {err}");
+}
+
+/// J2 for pub/sub: a channel the ACL refuses costs only its own waiters
+/// their wake-ups (they poll); waiters on granted channels of the same
+/// client are still woken by the unlock message, not by polling.
+#[test]
+fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[
+            &b"SETUSER"[..],
+            b"waiter",
+            b"on",
+            b">j2-chan-pw",
+            b"~*",
+            b"resetchannels",
+            b"&redisson_lock__channel:{rg:granted}",
+            b"+@all",
+        ],
+    );
+    let poll = Duration::from_secs(3);
+    let waiters = test_builder(&format!(
+        "redis://waiter:j2-chan-pw@127.0.0.1:{}/",
+        server.port()
+    ))
+    .poll_interval(poll)
+    .build()
+    .unwrap();
+    let holder = test_client(&server.url());
+    let refused = holder.lock("rg:refused").lock().unwrap();
+    let granted = holder.lock("rg:granted").lock().unwrap();
+
+    let wait_on = |name: &'static str| {
+        let lock = waiters.lock(name);
+        std::thread::spawn(move || {
+            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+            let at = Instant::now();
+            assert!(got.is_some(), "{name}: never acquired");
+            at
+        })
+    };
+    let on_refused = wait_on("rg:refused");
+    let on_granted = wait_on("rg:granted");
+    assert!(
+        crate::support::wait_until(Duration::from_secs(5), || waiters.stats().waiters == 2),
+        "both threads wait"
+    );
+    // The refusal does not cost the subscriber its connection: one and the
+    // same pub/sub connection of the waiters' user all along.
+    let pubsub_ids = || -> Vec<String> {
+        let list: String = server.cmd("CLIENT", &[&b"LIST"[..], b"TYPE", b"pubsub"]);
+        list.lines()
+            .filter(|l| l.contains("user=waiter"))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect()
+    };
+    let first = pubsub_ids();
+    for _ in 0..10 {
+        sleep(ms(100));
+        assert_eq!(pubsub_ids(), first, "the subscriber reconnected");
+    }
+    assert_eq!(first.len(), 1, "one pub/sub connection: {first:?}");
+    let released = Instant::now();
+    drop(granted);
+    drop(refused);
+    let granted_at = on_granted.join().unwrap();
+    let refused_at = on_refused.join().unwrap();
+    let woken = granted_at.saturating_duration_since(released);
+    assert!(
+        woken < ms(500),
+        "the granted channel's waiter polled ({woken:?}, poll interval {poll:?})"
+    );
+    assert!(
+        refused_at.saturating_duration_since(released) < poll + ms(1000),
+        "the refused channel's waiter still gets the lock by polling"
+    );
+}
