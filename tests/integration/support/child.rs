@@ -40,9 +40,33 @@ impl ChildTest {
     ///
     /// If `role` is empty or the process cannot be started.
     pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> ChildTest {
+        ChildTest::spawn_under(&[], test, role, env)
+    }
+
+    /// [`spawn`](Self::spawn) under a launcher: `launcher` is a command and
+    /// its arguments, to which the test binary and its arguments are
+    /// appended (e.g. `["faketime", "-f", "+1h"]`). An empty launcher runs
+    /// the binary directly.
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn).
+    pub fn spawn_under(
+        launcher: &[&str],
+        test: &str,
+        role: &str,
+        env: &[(&str, &str)],
+    ) -> ChildTest {
         assert!(!role.is_empty(), "a child test needs a non-empty role");
         let exe = std::env::current_exe().expect("path of the test binary");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match launcher.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         cmd.args([
             "--exact",
             test,
