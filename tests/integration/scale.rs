@@ -35,7 +35,7 @@ fn w1_ten_thousand_held_locks_stay_above_half_their_lease() {
     // Every key read once per sweep, in pipelines of 1,000.
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (names, stop) = (names.clone(), stop.clone());
+        let stop = stop.clone();
         let mut conn = ctx.server.conn();
         std::thread::spawn(move || {
             let (mut lowest, mut missing, mut sweeps) = (i64::MAX, 0_u64, 0_u64);
