@@ -102,14 +102,18 @@ fn b3_no_renewal_and_no_orphan_after_1000_waits_cancelled_at_the_moment_of_succe
     const LANES: usize = 20;
     const PER_LANE: usize = 50;
     let ctx = TestContext::new();
-    let lease = ms(300);
+    let lease = ms(600);
     let client = test_builder(&ctx.server.url())
         .watchdog_timeout(lease)
-        .response_timeout(ms(100))
+        .response_timeout(ms(200))
         .poll_interval(ms(50))
         .build()
         .unwrap();
-    let holder = ctx.other_client();
+    let holder = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let prefix = unique_name("b3");
     let won = Arc::new(AtomicUsize::new(0));
     let lanes: Vec<_> = (0..LANES)
