@@ -1,39 +1,33 @@
-//! The A/B mode: S1 and S3 with redguard and the floor interleaved in one
-//! process, so that both sides of each ratio see the same minute of a
-//! shared machine.
+//! A/B: a library and the raw floor interleaved in one process, so that
+//! both sides of a ratio see the same seconds of a shared machine. Not part
+//! of the peers protocol; it sharpens ratios where the run-to-run spread of
+//! separate runs is ±20 %.
 
 use std::time::Duration;
 
-use redguard::Client;
 use serde_json::{Value, json};
 
-use crate::peers::{
-    FloorWorker, GuardWorker, S1_WARMUP, S3_NAMES_PER_WORKER, S3_WORKERS, Worker, now_ns, s3_name,
-    sleep_until_ns,
+use crate::observe::thread_cpu_ns;
+use crate::protocol::{
+    S1_WARMUP, S3_NAMES_PER_WORKER, S3_WORKERS, now_ns, s3_name, sleep_until_ns,
 };
-
-// A/B: redguard and the floor interleaved in one process
-
-/// Median and quartiles of `v` (sorted in place).
-pub(crate) fn quartiles(v: &mut [f64]) -> Value {
-    if v.is_empty() {
-        return Value::Null;
-    }
-    v.sort_by(f64::total_cmp);
-    let q = |p: f64| v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
-    json!({"median": q(0.5), "p25": q(0.25), "p75": q(0.75), "min": v[0], "max": v[v.len() - 1], "n": v.len()})
-}
+use crate::stats::quartiles;
+use crate::workers::{Factory, Worker};
 
 /// S1 as A/B blocks: one thread alternates blocks of `block` uncontended
-/// cycles with redguard and with the floor (ABBA order), so that both sides
-/// of each ratio see the same minute of a shared machine. Not part of the
-/// peers protocol; it sharpens the S1 ratio where run-to-run spread is ±20 %.
-pub(crate) fn run_ab_s1(client: &Client, url: &str, rounds: usize, block: usize) -> Value {
-    let names = ["bench:ab:s1".to_owned()];
-    let mut guard: Box<dyn Worker> = Box::new(GuardWorker::new(client, &names));
-    let mut floor: Box<dyn Worker> = match FloorWorker::new(url, 0, &names) {
-        Ok(f) => Box::new(f),
-        Err(e) => return json!({"error": e}),
+/// cycles of `sut` (reported as "redguard") and of `floor` on the name
+/// `name`, in ABBA order. Ratio = sut / floor per pair of blocks.
+pub(crate) fn run_ab_s1(
+    sut: &Factory,
+    floor: &Factory,
+    name: &str,
+    rounds: usize,
+    block: usize,
+) -> Value {
+    let names = [name.to_owned()];
+    let (mut guard, mut floor) = match (sut(0, &names), floor(0, &names)) {
+        (Ok(g), Ok(f)) => (g, f),
+        (Err(e), _) | (_, Err(e)) => return json!({"error": e}),
     };
     for _ in 0..S1_WARMUP {
         let _ = guard.cycle(0);
@@ -76,45 +70,20 @@ pub(crate) fn run_ab_s1(client: &Client, url: &str, rounds: usize, block: usize)
            "floor_thread_cpu_us_per_cycle": quartiles(&mut f_cpu)})
 }
 
-/// CPU time (user + system) of the whole process, exited threads included,
-/// in ns.
-pub(crate) fn process_cpu_ns() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ut: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let st: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    (ut + st) * 10_000_000 // USER_HZ = 100
-}
-
-/// CPU time of the calling thread, in ns.
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// S3 as A/B phases: 8 threads, each with its own 1000 names, a redguard
-/// worker and a floor worker; all threads switch library together every
+/// S3 as A/B phases: 8 threads, each with its own 1000 names, a `sut`
+/// worker and a `floor` worker; all threads switch library together every
 /// `phase` (ABBA order). Ratio per pair of phases.
-pub(crate) fn run_ab_s3(client: &Client, url: &str, rounds: usize, phase: Duration) -> Value {
+pub(crate) fn run_ab_s3(sut: &Factory, floor: &Factory, rounds: usize, phase: Duration) -> Value {
     let phases = rounds * 2;
     let t0 = now_ns() + 200_000_000;
     let phase_ns = phase.as_nanos() as u64;
     let handles: Vec<_> = (0..S3_WORKERS)
         .map(|w| {
-            let client = client.clone();
-            let url = url.to_owned();
+            let (sut, floor) = (sut.clone(), floor.clone());
             std::thread::spawn(move || -> Result<Vec<u64>, String> {
                 let names: Vec<String> = (0..S3_NAMES_PER_WORKER).map(|i| s3_name(w, i)).collect();
-                let mut guard = GuardWorker::new(&client, &names);
-                let mut floor = FloorWorker::new(&url, w, &names)?;
+                let mut guard = sut(w, &names)?;
+                let mut floor = floor(w, &names)?;
                 let _ = guard.cycle_named(&format!("bench:warm:w{w}"));
                 let _ = floor.cycle_named(&format!("bench:warm:w{w}"));
                 let mut counts = vec![0u64; phases];

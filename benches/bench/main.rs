@@ -1,14 +1,17 @@
 //! Benchmark driver: redguard beside the raw-Redis floor, plus redguard's
-//! own scale scenarios. `scripts/bench` starts a private redis-server and
-//! runs everything; by hand:
+//! own scale and synchronizer scenarios. Needs a running `redis-server`:
+//! `scripts/bench` starts a private one, builds this target and runs every
+//! mode (see BENCHMARKS.md).
 //!
 //! ```text
-//! cargo bench --bench bench -- --port P                 redguard row: S1/S2/S3 raw driver JSON
-//! cargo bench --bench bench -- --port P --floor         raw-Redis floor row, same JSON
-//! cargo bench --bench bench -- --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s]
-//! cargo bench --bench bench -- --port P --w2 [--w2-threads 1000] [--w2-locks 100]
-//! cargo bench --bench bench -- --port P --ab [--ab-rounds 20]
-//! cargo bench --bench bench -- --port P --only s1,s2
+//! bench --port P                 redguard row: S1/S2/S3 raw driver JSON (../shared/bench protocol)
+//! bench --port P --floor         raw-Redis floor row (two EVALSHA round trips per cycle), same JSON
+//! bench --port P --ab [--ab-rounds 20]   S1/S3 ratios from redguard and the floor interleaved
+//! bench --port P --rw [--rw-read-percent 90] [--rw-rounds 2]   read-write lock vs reentrant lock, S2-style
+//! bench --port P --sem [--sem-rounds 20] semaphore cycles vs the floor, interleaved
+//! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
+//! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
+//! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
 //! ```
 //!
 //! S1/S2/S3 follow the shared peers protocol exactly (scenario constants,
@@ -19,14 +22,13 @@
 //! re-implemented here: one blocking `redis::Connection` per worker and two
 //! `EVALSHA` round trips per cycle with the protocol's floor scripts.
 //!
-//! The scale scenarios print their own JSON document (`{"w1": [...]}` /
-//! `{"w2": {...}}`); `scripts/bench` renders the report.
-//!
-//! Files: `peers.rs` (S1/S2/S3 and the two rows), `ab.rs` (the A/B mode),
-//! `w1.rs` and `w2.rs` (scale), `observe.rs` (process and server readings).
+//! The other modes print their own JSON document (`{"ab": ..}`, `{"rw": ..}`,
+//! `{"sem": ..}`, `{"w1": [..]}`, `{"w2": ..}`); `scripts/bench` renders
+//! the report.
 
 // A benchmark paces itself: common start instants, hold periods, release
-// gaps and a sampler's rate are all sleeps by design.
+// gaps and a sampler's rate are sleeps by design (clippy.toml bans them in
+// the library).
 #![allow(
     clippy::disallowed_methods,
     reason = "the driver's pacing (start instants, holds, gaps) is made of sleeps"
@@ -34,110 +36,145 @@
 
 mod ab;
 mod observe;
-mod peers;
-mod w1;
-mod w2;
+mod protocol;
+mod scale;
+mod scenarios;
+mod stats;
+mod sync;
+mod workers;
 
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgGroup, Parser, ValueEnum};
 use redguard::Client;
 use serde_json::{Value, json};
 
-/// The driver's command line (see the module docs).
+use crate::protocol::{LOCK_TTL_MS, now_ns};
+use crate::workers::{Factory, floor_factory, guard_factory};
+
+/// One of the peers protocol's scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    S1,
+    S2,
+    S3,
+}
+
+/// redguard's benchmark driver (the default mode prints redguard's row of
+/// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(
-    name = "bench",
-    about = "redguard's benchmark driver (scripts/bench runs it)"
-)]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2"])))]
 struct Args {
-    /// Port of the redis-server on 127.0.0.1 to benchmark against. Without
-    /// it the driver does nothing (so `cargo test --all-targets` passes).
+    /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
     port: Option<u16>,
-    /// The raw-Redis floor row instead of redguard's.
-    #[arg(long, conflicts_with_all = ["w1", "w2", "ab"])]
+    /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
+    /// trips per cycle, spinning in S2.
+    #[arg(long)]
     floor: bool,
-    /// W1, the watchdog at scale.
-    #[arg(long, conflicts_with_all = ["w2", "ab"])]
-    w1: bool,
-    /// W2, waiter fan-out.
-    #[arg(long, conflicts_with = "ab")]
-    w2: bool,
+    /// Only these scenarios of the row (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Scenario>,
+
     /// S1 and S3 with redguard and the floor interleaved in one process
-    /// (blocks of 1,000 cycles / phases of 500 ms).
+    /// (S1: blocks of 1,000 cycles; S3: 500 ms phases; ABBA order).
     #[arg(long)]
     ab: bool,
-    /// Rounds of the A/B mode.
+    /// A/B: S1 blocks per library (S3 phase pairs: half as many).
     #[arg(long, default_value_t = 20)]
     ab_rounds: usize,
-    /// A subset of S1/S2/S3, e.g. `s1,s3` (profiling).
-    #[arg(long, value_delimiter = ',')]
-    only: Vec<String>,
-    /// W1: numbers of held locks, one case each.
-    #[arg(long, value_delimiter = ',', default_values_t = [10_000_usize, 100_000])]
+
+    /// The read-write lock under S2-style contention (8 threads, 5 s per
+    /// phase), beside the reentrant lock in alternating phases.
+    #[arg(long)]
+    rw: bool,
+    /// Share of read-lock acquisitions, in percent.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(0..=100))]
+    rw_read_percent: u32,
+    /// Pairs of phases (reentrant, read-write), ABBA order.
+    #[arg(long, default_value_t = 2)]
+    rw_rounds: usize,
+
+    /// Semaphore acquire/release cycles beside the floor, interleaved: one
+    /// thread on 1 permit, then 8 threads on 8 permits.
+    #[arg(long)]
+    sem: bool,
+    /// Semaphore A/B: 1-thread blocks per side (8-thread phase pairs: half
+    /// as many).
+    #[arg(long, default_value_t = 20)]
+    sem_rounds: usize,
+
+    /// W1, the watchdog at scale: one client, one thread holding N locks
+    /// for a few renewal periods; one case per N and lease.
+    #[arg(long)]
+    w1: bool,
+    /// W1: numbers of held locks.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
     w1_n: Vec<usize>,
-    /// W1: watchdog timeouts (leases), one case each: `30s`, `3s`, `1500ms`.
-    #[arg(long, value_delimiter = ',', value_parser = parse_duration, default_values = ["30s", "3s"])]
+    /// W1: watchdog leases (e.g. 30s,3s).
+    #[arg(long, value_delimiter = ',', value_parser = humantime::parse_duration, default_values = ["30s", "3s"])]
     w1_watchdog: Vec<Duration>,
-    /// W1: renewals per script call (`Builder::renew_batch`).
+    /// W1: renewals per script call.
     #[arg(long, default_value_t = 100)]
     w1_batch: usize,
     /// W1: renewal periods to hold for.
     #[arg(long, default_value_t = 3)]
     w1_periods: u32,
+
+    /// W2, waiter fan-out: threads block on locks held by another client,
+    /// which releases them one by one.
+    #[arg(long)]
+    w2: bool,
     /// W2: waiting threads.
     #[arg(long, default_value_t = 1000)]
     w2_threads: usize,
     /// W2: locks they wait on.
     #[arg(long, default_value_t = 100)]
     w2_locks: usize,
-    /// W2: pause between the holder's releases, in ms.
-    #[arg(long = "w2-gap-ms", default_value_t = 20)]
+    /// W2: milliseconds between two releases of the holder.
+    #[arg(long, default_value_t = 20)]
     w2_gap_ms: u64,
+
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
-    /// Test-name filters passed by `cargo test` / `cargo bench`; ignored.
-    #[arg(hide = true)]
-    filters: Vec<String>,
 }
 
-/// `30s`, `1.5s`, `1500ms` or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let secs = |v: &str| {
-        v.parse::<f64>()
-            .ok()
-            .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| format!("not a duration: {s:?}"))
+fn main() -> ExitCode {
+    let port_given = std::env::args().any(|a| a == "--port" || a.starts_with("--port="));
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // `cargo test` (`--all-targets`, as CI runs it) starts bench targets
+        // too, with the test harness's arguments (filters, --test-threads):
+        // without a server there is nothing to measure, which is no failure.
+        Err(e) if !port_given && e.use_stderr() => return nothing_to_measure(),
+        Err(e) => e.exit(),
     };
-    if let Some(ms) = s.strip_suffix("ms") {
-        Ok(Duration::from_secs_f64(secs(ms)? / 1000.0))
-    } else if let Some(v) = s.strip_suffix('s') {
-        Ok(Duration::from_secs_f64(secs(v)?))
-    } else {
-        Ok(Duration::from_secs_f64(secs(s)?))
-    }
-}
-
-fn main() {
-    let args = Args::parse();
     let Some(port) = args.port else {
-        eprintln!("bench: no --port given, nothing to run (scripts/bench runs the benchmarks)");
-        return;
+        return nothing_to_measure();
     };
     let url = format!("redis://127.0.0.1:{port}/");
-    let _ = peers::now_ns();
+    let _ = now_ns();
+    let client = || Client::open(&url).expect("redguard client");
 
     let out = if args.ab {
-        let client = Client::open(&url).expect("redguard client");
+        let (sut, floor) = (guard_factory(&client()), floor_factory(&url));
         json!({"ab": {
-            "s1": ab::run_ab_s1(&client, &url, args.ab_rounds, 1000),
-            "s3": ab::run_ab_s3(&client, &url, args.ab_rounds / 2, Duration::from_millis(500)),
+            "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&sut, &floor, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
+    } else if args.rw {
+        sync::run_rw(
+            &client(),
+            args.rw_read_percent,
+            args.rw_rounds,
+            Duration::from_nanos(protocol::S2_DURATION_NS),
+        )
+    } else if args.sem {
+        sync::run_sem(&client(), &url, args.sem_rounds)
     } else if args.w1 {
-        w1::run_w1(
+        scale::run_w1(
             &url,
             &args.w1_n,
             &args.w1_watchdog,
@@ -145,26 +182,25 @@ fn main() {
             args.w1_periods,
         )
     } else if args.w2 {
-        w2::run_w2(
+        scale::run_w2(
             &url,
             args.w2_threads,
             args.w2_locks,
             Duration::from_millis(args.w2_gap_ms),
         )
     } else if args.floor {
-        let (s1, s2, s3) = peers::run_row(&peers::floor_factory(&url), &args.only);
+        let (s1, s2, s3) = run_row(&floor_factory(&url), &args.only);
         json!({
             "lang": "rust", "library": "raw-redis-floor (sync)", "version": "redis crate 1.8.1",
             "client": "redguard benches/bench --floor",
             "concurrency": "8 OS threads (std::thread), one sync redis::Connection each",
             "defaults": {"retry": "S2 spins: re-sends the lock EVALSHA immediately, no sleep",
-                         "lock_ttl_ms": peers::LOCK_TTL_MS,
+                         "lock_ttl_ms": LOCK_TTL_MS,
                          "commands_per_cycle": "EVALSHA lock + EVALSHA unlock (2 round trips, no pipelining)"},
             "s1": s1, "s2": s2, "s2_tuned": Value::Null, "s3": s3,
         })
     } else {
-        let client = Client::open(&url).expect("redguard client");
-        let (s1, s2, s3) = peers::run_row(&peers::guard_factory(&client), &args.only);
+        let (s1, s2, s3) = run_row(&guard_factory(&client()), &args.only);
         json!({
             "lang": "rust", "library": "redguard", "version": env!("CARGO_PKG_VERSION"),
             "client": format!("redguard::Client (pool {})", 16),
@@ -179,4 +215,28 @@ fn main() {
         })
     };
     println!("{out}");
+    ExitCode::SUCCESS
+}
+
+/// Run without `--port` (plain `cargo bench`, `cargo test --all-targets`):
+/// says how to run it and succeeds.
+fn nothing_to_measure() -> ExitCode {
+    eprintln!(
+        "bench: nothing measured without --port P of a running redis-server; \
+         scripts/bench starts one and runs every mode (see --help)"
+    );
+    ExitCode::SUCCESS
+}
+
+/// The row's scenarios (`only` empty: all three); `null` for the others.
+fn run_row(factory: &Factory, only: &[Scenario]) -> (Value, Value, Value) {
+    let want = |s: Scenario| only.is_empty() || only.contains(&s);
+    let run = |s: Scenario, f: fn(&Factory) -> Value| {
+        if want(s) { f(factory) } else { Value::Null }
+    };
+    (
+        run(Scenario::S1, scenarios::run_s1),
+        run(Scenario::S2, scenarios::run_s2),
+        run(Scenario::S3, scenarios::run_s3),
+    )
 }

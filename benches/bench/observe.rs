@@ -1,11 +1,31 @@
-//! What the scale scenarios read from the process (`/proc/self`) and from
-//! the server (`INFO commandstats`, `CLIENT LIST`), and small statistics.
+//! What the process and the server say about themselves: CPU time, memory,
+//! command counts and connections.
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+/// CPU time (user + system) of the whole process, exited threads included,
+/// in ns.
+pub(crate) fn process_cpu_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let st: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (ut + st) * 10_000_000 // USER_HZ = 100
+}
 
-// Process and server observations
+/// CPU time of the calling thread, in ns.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Resident set size of this process, in KiB.
 pub(crate) fn rss_kib() -> u64 {
@@ -83,16 +103,4 @@ pub(crate) fn connections(con: &mut redis::Connection) -> (usize, usize) {
         })
         .count();
     (lines.len().saturating_sub(1), pubsub)
-}
-
-pub(crate) fn pct(sorted: &[u64], p: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let k = ((p / 100.0 * sorted.len() as f64).ceil() as usize).max(1);
-    Some(sorted[k.min(sorted.len()) - 1])
-}
-
-pub(crate) fn us(ns: Option<u64>) -> Value {
-    ns.map_or(Value::Null, |n| json!((n as f64 / 100.0).round() / 10.0))
 }

@@ -358,7 +358,7 @@ impl Lock {
                     std::borrow::Cow::Owned(field) => Arc::from(field),
                     std::borrow::Cow::Borrowed(_) => holder.clone(),
                 },
-                sync: self.sync_hold(holder),
+                sync: self.sync_hold(holder).map(Box::new),
                 lease,
                 renew,
                 renew_batch: self.client.config().renew_batch,

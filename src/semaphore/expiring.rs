@@ -369,10 +369,10 @@ impl ExpiringSemaphore {
             // Permits are not covered by replica acknowledgement (yet).
             acks: crate::replicas::ReplicaAcks::default(),
             response_timeout: self.client.config().response_timeout,
-            sync: Some(SyncHold::Permit {
+            sync: Some(Box::new(SyncHold::Permit {
                 timeouts: self.timeouts.clone(),
                 id: id.0,
-            }),
+            })),
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

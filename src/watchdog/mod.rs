@@ -71,7 +71,7 @@ pub(crate) struct Entry {
     /// `None` for a lock-hash field (renewed by multi-key batches); for the
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.
-    pub(crate) sync: Option<SyncHold>,
+    pub(crate) sync: Option<Box<SyncHold>>,
 }
 
 impl Entry {

@@ -461,7 +461,7 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for e in entries {
-        match &e.sync {
+        match e.sync.as_deref() {
             // A permit is held while its id is in the lease set.
             Some(scripts::SyncHold::Permit { timeouts, id }) => {
                 pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
