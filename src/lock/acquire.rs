@@ -167,12 +167,12 @@ pub(crate) enum Attempt<T> {
 impl Lock {
     /// The lease to apply and whether the watchdog renews it.
     fn lease_mode(&self) -> Result<(Duration, bool)> {
-        match self.lease {
+        match self.inner.lease {
             Some(lease) => {
                 lease_ms(lease)?;
                 Ok((lease, false))
             }
-            None => Ok((self.client.watchdog_timeout(), true)),
+            None => Ok((self.inner.client.watchdog_timeout(), true)),
         }
     }
 
@@ -181,10 +181,10 @@ impl Lock {
     /// attempts. The guard owns a clone of this handle.
     pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
         self.check_name()?;
-        self.client.check_open()?;
+        self.inner.client.check_open()?;
         let (lease, renew) = self.lease_mode()?;
         let ms = lease_ms(lease)?;
-        let holder = self.client.holder_id();
+        let holder = self.inner.client.holder_id();
         let holder_str: Arc<str> = holder.as_arc().clone();
         if self.is_write() && self.reads_here() {
             return Err(Error::invalid(
@@ -199,10 +199,14 @@ impl Lock {
             None => {
                 // A re-entry never queues: it would wait for itself.
                 let queue_first =
-                    holds::current(self.client.id().as_u128(), self.hold_key()).is_none();
-                wait_loop(&self.client, &self.channel, deadline, queue_first, || {
-                    self.attempt(&holder_str, lease, ms, renew, false)
-                })
+                    holds::current(self.inner.client.id().as_u128(), self.hold_key()).is_none();
+                wait_loop(
+                    &self.inner.client,
+                    &self.inner.channel,
+                    deadline,
+                    queue_first,
+                    || self.attempt(&holder_str, lease, ms, renew, false),
+                )
             }
         }?;
         if granted.is_some() && self.is_read() {
@@ -226,31 +230,33 @@ impl Lock {
     ) -> Result<Acquire> {
         let acks = self.replica_acks();
         acks.validate()?;
-        let response_timeout = self.client.config().response_timeout;
-        self.client
-            .with_conn(&self.name, |conn| {
+        let response_timeout = self.inner.client.config().response_timeout;
+        self.inner
+            .client
+            .with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) = acks.run(conn, response_timeout, |conn| match &self.kind {
-                    Kind::Reentrant => scripts::acquire(conn, &self.name, holder, ms),
-                    Kind::Fenced { token } => {
-                        scripts::fenced_acquire(conn, &self.name, token, holder, ms)
-                    }
-                    Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
-                    Kind::Fair {
-                        queue,
-                        timeouts,
-                        wait_timeout,
-                    } => {
-                        let keys = FairKeys {
-                            key: &self.name,
+                let (reply, acked) =
+                    acks.run(conn, response_timeout, |conn| match &self.inner.kind {
+                        Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
+                        Kind::Fenced { token } => {
+                            scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
+                        }
+                        Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
+                        Kind::Fair {
                             queue,
                             timeouts,
-                            channel: &self.channel,
-                        };
-                        let wait_ms = lease_ms(*wait_timeout)?;
-                        scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
-                    }
-                })?;
+                            wait_timeout,
+                        } => {
+                            let keys = FairKeys {
+                                key: &self.inner.name,
+                                queue,
+                                timeouts,
+                                channel: &self.inner.channel,
+                            };
+                            let wait_ms = lease_ms(*wait_timeout)?;
+                            scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+                        }
+                    })?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -258,7 +264,7 @@ impl Lock {
                 }
                 Ok(reply)
             })
-            .map(|reply| match (&self.kind, reply) {
+            .map(|reply| match (&self.inner.kind, reply) {
                 // A queued waiter must attempt again well before its
                 // deadline, or the others prune it as dead.
                 (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
@@ -291,7 +297,7 @@ impl Lock {
             // Redisson's syncedEval does, and say why.
             self.release_one(holder, ms);
             return Err(Error::NotReplicated {
-                name: String::from_utf8_lossy(&self.name).into_owned(),
+                name: String::from_utf8_lossy(&self.inner.name).into_owned(),
                 acked,
                 wanted: u64::from(self.replica_acks().min),
             });
@@ -319,7 +325,7 @@ impl Lock {
         renew: bool,
         sent: Instant,
     ) -> Result<Attempt<Granted>> {
-        let client_id = self.client.id().as_u128();
+        let client_id = self.inner.client.id().as_u128();
         let token = match reply {
             Ok(Acquire::Acquired { token }) => token,
             Ok(Acquire::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
@@ -339,21 +345,21 @@ impl Lock {
         };
         let valid_until = lease::valid_until(sent, lease);
         let now = Instant::now();
-        if self.client.is_shut_down() || now >= valid_until {
+        if self.inner.client.is_shut_down() || now >= valid_until {
             // Granted too late to be of use (the reply took longer than the
             // lease), or the client shut down meanwhile: give it back.
             self.release_one(holder, ms);
-            self.client.check_open()?;
+            self.inner.client.check_open()?;
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
-        let counters = self.client.counters().clone();
+        let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
             Arc::new(LeaseState::new(valid_until, counters))
         });
         if fresh {
             let entry = watchdog::Entry {
-                key: self.name.clone(),
-                channel: self.channel.clone(),
+                key: self.inner.name.clone(),
+                channel: self.inner.channel.clone(),
                 holder: match self.holder_field(holder) {
                     std::borrow::Cow::Owned(field) => Arc::from(field),
                     std::borrow::Cow::Borrowed(_) => holder.clone(),
@@ -361,13 +367,13 @@ impl Lock {
                 sync: self.sync_hold(holder).map(Box::new),
                 lease,
                 renew,
-                renew_batch: self.client.config().renew_batch,
+                renew_batch: self.inner.client.config().renew_batch,
                 queue: self.queue_key().map(Arc::from),
                 state: state.clone(),
-                source: self.client.source().clone(),
-                counters: self.client.counters().clone(),
+                source: self.inner.client.source().clone(),
+                counters: self.inner.client.counters().clone(),
                 acks: self.replica_acks(),
-                response_timeout: self.client.config().response_timeout,
+                response_timeout: self.inner.client.config().response_timeout,
             };
             let due = if renew { sent + lease / 3 } else { valid_until };
             watchdog::register(entry, due);
@@ -384,7 +390,7 @@ impl Lock {
         if let Err(e) = released {
             log::warn!(
                 "redguard: could not give back lock {:?}: {e}; it expires with its lease",
-                String::from_utf8_lossy(&self.name)
+                String::from_utf8_lossy(&self.inner.name)
             );
         }
     }
@@ -394,9 +400,9 @@ impl Lock {
     /// trip to a server that just failed to answer.
     fn release_unknown(&self, holder: &Arc<str>) {
         watchdog::undo_grant(watchdog::Undo {
-            source: self.client.source().clone(),
-            key: self.name.clone(),
-            channel: self.channel.clone(),
+            source: self.inner.client.source().clone(),
+            key: self.inner.name.clone(),
+            channel: self.inner.channel.clone(),
             queue: self.queue_key().map(Arc::<[u8]>::from),
             holder: match self.holder_field(holder) {
                 std::borrow::Cow::Owned(field) => Arc::from(field),

@@ -28,14 +28,18 @@ impl Drop for QueueSeat<'_> {
         let Some(keys) = self.lock.fair_keys() else {
             return;
         };
-        let left = self.lock.client.with_conn(&self.lock.name, |conn| {
-            scripts::fair_leave(conn, keys, self.holder)
-        });
+        let left = self
+            .lock
+            .inner
+            .client
+            .with_conn(&self.lock.inner.name, |conn| {
+                scripts::fair_leave(conn, keys, self.holder)
+            });
         if let Err(e) = left {
             log::warn!(
                 "redguard: could not leave the queue of fair lock {:?}: {e}; \
                  the entry is pruned after the fair wait timeout",
-                String::from_utf8_lossy(&self.lock.name)
+                String::from_utf8_lossy(&self.lock.inner.name)
             );
         }
     }
@@ -52,13 +56,13 @@ impl Lock {
         deadline: Option<Instant>,
         mut attempt: impl FnMut(bool) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
-        let channel = keys::fair_channel(&self.name, holder);
+        let channel = keys::fair_channel(&self.inner.name, holder);
         let mut seat = QueueSeat {
             lock: self,
             holder,
             armed: false,
         };
-        wait_loop(&self.client, &channel, deadline, false, || {
+        wait_loop(&self.inner.client, &channel, deadline, false, || {
             // Once the deadline has passed this is the last attempt: do not
             // join the queue only to leave it again.
             let enqueue = deadline.is_none_or(|d| Instant::now() < d);

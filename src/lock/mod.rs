@@ -77,15 +77,23 @@ pub use read_write::ReadWriteLock;
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    client: Client,
-    name: Arc<[u8]>,
-    channel: Arc<[u8]>,
-    lease: Option<Duration>,
-    kind: Kind,
+    // One pointer: every guard owns a clone of its handle, so a held lock
+    // costs a pointer here, not a copy of the handle.
+    inner: Arc<Inner>,
+}
+
+/// What a [`Lock`] handle is; shared by its clones and its guards.
+#[derive(Clone)]
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) name: Arc<[u8]>,
+    pub(crate) channel: Arc<[u8]>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) kind: Kind,
     /// Replica acknowledgement of this handle's writes; the client's
     /// ([`Builder::min_replica_acks`](crate::Builder::min_replica_acks))
     /// when `None`.
-    acks: Option<ReplicaAcks>,
+    pub(crate) acks: Option<ReplicaAcks>,
 }
 
 /// Which acquire and release scripts a [`Lock`] runs. Everything else (the
@@ -139,57 +147,68 @@ impl fmt::Debug for Kind {
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("name", &String::from_utf8_lossy(&self.name))
-            .field("kind", &self.kind)
-            .field("lease", &self.lease)
+            .field("name", &String::from_utf8_lossy(&self.inner.name))
+            .field("kind", &self.inner.kind)
+            .field("lease", &self.inner.lease)
             .finish_non_exhaustive()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: &[u8]) -> Lock {
+    pub(crate) fn from_inner(inner: Inner) -> Lock {
         Lock {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A new handle: this one with `change` applied.
+    pub(crate) fn with_inner(&self, change: impl FnOnce(&mut Inner)) -> Lock {
+        let mut inner = Inner::clone(&self.inner);
+        change(&mut inner);
+        Lock::from_inner(inner)
+    }
+
+    pub(crate) fn new(client: Client, name: &[u8]) -> Lock {
+        Lock::from_inner(Inner {
             channel: keys::channel(name).into(),
             name: name.into(),
             client,
             lease: None,
             kind: Kind::Reentrant,
             acks: None,
-        }
+        })
     }
 
     /// A fair lock: see [`Client::fair_lock`].
     pub(crate) fn new_fair(client: Client, name: &[u8]) -> Lock {
         let wait_timeout = client.config().fair_wait_timeout;
-        Lock {
-            kind: Kind::Fair {
+        Lock::new(client, name).with_inner(|inner| {
+            inner.kind = Kind::Fair {
                 queue: keys::fair_queue(name).into(),
                 timeouts: keys::fair_timeouts(name).into(),
                 wait_timeout,
-            },
-            ..Lock::new(client, name)
-        }
+            };
+        })
     }
 
     /// A fenced lock: see [`Client::fenced_lock`].
     pub(crate) fn new_fenced(client: Client, name: &[u8]) -> Lock {
-        Lock {
-            kind: Kind::Fenced {
+        Lock::new(client, name).with_inner(|inner| {
+            inner.kind = Kind::Fenced {
                 token: keys::token(name).into(),
-            },
-            ..Lock::new(client, name)
-        }
+            };
+        })
     }
 
     /// `true` for a fair lock ([`Client::fair_lock`]).
     pub fn is_fair(&self) -> bool {
-        matches!(self.kind, Kind::Fair { .. })
+        matches!(self.inner.kind, Kind::Fair { .. })
     }
 
     /// `true` for a fenced lock ([`Client::fenced_lock`]): its guards carry
     /// a fencing token.
     pub fn is_fenced(&self) -> bool {
-        matches!(self.kind, Kind::Fenced { .. })
+        matches!(self.inner.kind, Kind::Fenced { .. })
     }
 
     /// For a fair lock, how long a queued waiter may go without an attempt
@@ -198,7 +217,7 @@ impl Lock {
     ///
     /// [`Builder::fair_wait_timeout`]: crate::Builder::fair_wait_timeout
     pub fn fair_wait_timeout(&self) -> Option<Duration> {
-        match self.kind {
+        match self.inner.kind {
             Kind::Fair { wait_timeout, .. } => Some(wait_timeout),
             _ => None,
         }
@@ -206,17 +225,17 @@ impl Lock {
 
     /// The lock name: the Redis key of the lock hash.
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.inner.name
     }
 
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
-        &self.client
+        &self.inner.client
     }
 
     /// The explicit lease set by [`Lock::with_lease`], if any.
     pub fn lease(&self) -> Option<Duration> {
-        self.lease
+        self.inner.lease
     }
 
     /// The same lock, acquired with a fixed `lease`: the key expires `lease`
@@ -241,10 +260,7 @@ impl Lock {
     /// # Ok::<(), redguard::Error>(())
     /// ```
     pub fn with_lease(&self, lease: Duration) -> Lock {
-        Lock {
-            lease: Some(lease),
-            ..self.clone()
-        }
+        self.with_inner(|inner| inner.lease = Some(lease))
     }
 
     /// The same lock, whose grants, extensions and fencing tokens need
@@ -253,13 +269,11 @@ impl Lock {
     /// 0 turns the check off for this handle. Checked when used: above 1000
     /// is [`Error::InvalidArgument`].
     pub fn min_replica_acks(&self, replicas: u32) -> Lock {
-        Lock {
-            acks: Some(ReplicaAcks {
-                min: replicas,
-                ..self.replica_acks()
-            }),
-            ..self.clone()
-        }
+        let acks = ReplicaAcks {
+            min: replicas,
+            ..self.replica_acks()
+        };
+        self.with_inner(|inner| inner.acks = Some(acks))
     }
 
     /// The same lock, waiting at most `timeout` for its replica
@@ -268,18 +282,16 @@ impl Lock {
     /// Checked when used: outside 1 ms ..= 1 day is
     /// [`Error::InvalidArgument`].
     pub fn replica_ack_timeout(&self, timeout: Duration) -> Lock {
-        Lock {
-            acks: Some(ReplicaAcks {
-                timeout,
-                ..self.replica_acks()
-            }),
-            ..self.clone()
-        }
+        let acks = ReplicaAcks {
+            timeout,
+            ..self.replica_acks()
+        };
+        self.with_inner(|inner| inner.acks = Some(acks))
     }
 
     /// The replica acknowledgement this handle's writes need.
     pub(crate) fn replica_acks(&self) -> ReplicaAcks {
-        self.acks.unwrap_or(self.client.config().acks)
+        self.inner.acks.unwrap_or(self.inner.client.config().acks)
     }
 
     acquire_methods! {
@@ -310,9 +322,9 @@ impl Lock {
     /// ```
     pub fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
-        self.client.with_conn(&self.name, |conn| {
+        self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("EXISTS")
-                .arg(&self.name[..])
+                .arg(&self.inner.name[..])
                 .query::<bool>(conn)
                 .map_err(Error::redis)
         })
@@ -356,15 +368,15 @@ impl Lock {
     /// ```
     pub fn hold_count(&self) -> Result<u64> {
         self.check_name()?;
-        let holder = self.client.holder_id();
+        let holder = self.inner.client.holder_id();
         let field = self.holder_field(holder.as_str());
-        self.client.with_conn(&self.name, |conn| {
+        self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("HGET")
-                .arg(&self.name[..])
+                .arg(&self.inner.name[..])
                 .arg(&*field)
                 .query::<Option<u64>>(conn)
                 .map(Option::unwrap_or_default)
-                .map_err(|e| Error::from_redis(e, &self.name))
+                .map_err(|e| Error::from_redis(e, &self.inner.name))
         })
     }
 
@@ -389,11 +401,11 @@ impl Lock {
         if self.is_read_write() {
             return self.rw_holders();
         }
-        self.client.with_conn(&self.name, |conn| {
+        self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("HGETALL")
-                .arg(&self.name[..])
+                .arg(&self.inner.name[..])
                 .query::<Vec<(String, u64)>>(conn)
-                .map_err(|e| Error::from_redis(e, &self.name))
+                .map_err(|e| Error::from_redis(e, &self.inner.name))
         })
     }
 
@@ -416,9 +428,9 @@ impl Lock {
     /// ```
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.check_name()?;
-        let pttl: i64 = self.client.with_conn(&self.name, |conn| {
+        let pttl: i64 = self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("PTTL")
-                .arg(&self.name[..])
+                .arg(&self.inner.name[..])
                 .query(conn)
                 .map_err(Error::redis)
         })?;
@@ -443,12 +455,17 @@ impl Lock {
     /// ```
     pub fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
-        self.client.check_open()?;
+        self.inner.client.check_open()?;
         if self.is_read_write() {
             return self.rw_force_unlock();
         }
-        self.client.with_conn(&self.name, |conn| {
-            scripts::force_unlock(conn, &self.name, &self.channel, self.queue_key())
+        self.inner.client.with_conn(&self.inner.name, |conn| {
+            scripts::force_unlock(
+                conn,
+                &self.inner.name,
+                &self.inner.channel,
+                self.queue_key(),
+            )
         })
     }
 
@@ -476,8 +493,8 @@ impl Lock {
     /// ```
     pub fn last_fencing_token(&self) -> Result<Option<FencingToken>> {
         self.check_name()?;
-        let counter = keys::token(&self.name);
-        let raw: Option<String> = self.client.with_conn(&self.name, |conn| {
+        let counter = keys::token(&self.inner.name);
+        let raw: Option<String> = self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("GET")
                 .arg(&counter[..])
                 .query(conn)
@@ -492,14 +509,14 @@ impl Lock {
     }
 
     pub(crate) fn fair_keys(&self) -> Option<FairKeys<'_>> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Fair {
                 queue, timeouts, ..
             } => Some(FairKeys {
-                key: &self.name,
+                key: &self.inner.name,
                 queue,
                 timeouts,
-                channel: &self.channel,
+                channel: &self.inner.channel,
             }),
             _ => None,
         }
@@ -507,11 +524,11 @@ impl Lock {
 
     /// The unlock channel, `redisson_lock__channel:{name}`.
     pub(crate) fn channel(&self) -> &[u8] {
-        &self.channel
+        &self.inner.channel
     }
 
     pub(crate) fn queue_key(&self) -> Option<&[u8]> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Fair { queue, .. } => Some(queue),
             _ => None,
         }
@@ -521,14 +538,14 @@ impl Lock {
     /// except for the read side of a read-write lock, whose holds are
     /// counted apart from the write side's.
     pub(crate) fn hold_key(&self) -> &Arc<[u8]> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Read { hold_key, .. } => hold_key,
-            _ => &self.name,
+            _ => &self.inner.name,
         }
     }
 
     pub(crate) fn check_name(&self) -> Result<()> {
-        keys::validate_name(&self.name).map_err(Error::InvalidArgument)
+        keys::validate_name(&self.inner.name).map_err(Error::InvalidArgument)
     }
 
     /// Releases one hold of `holder`: the guard's unlock.
@@ -540,10 +557,11 @@ impl Lock {
         if self.is_read_write() {
             return self.rw_release(holder, ms, false);
         }
-        self.client
-            .with_conn(&self.name, |conn| match self.fair_keys() {
+        self.inner
+            .client
+            .with_conn(&self.inner.name, |conn| match self.fair_keys() {
                 Some(keys) => scripts::fair_release(conn, keys, holder, ms),
-                None => scripts::release(conn, &self.name, &self.channel, holder, ms),
+                None => scripts::release(conn, &self.inner.name, &self.inner.channel, holder, ms),
             })
     }
 
@@ -556,8 +574,14 @@ impl Lock {
         if self.is_read_write() {
             return Ok(self.rw_release(holder, 1, true)? != Release::NotHeld);
         }
-        self.client.with_conn(&self.name, |conn| {
-            scripts::release_holder(conn, &self.name, &self.channel, self.queue_key(), holder)
+        self.inner.client.with_conn(&self.inner.name, |conn| {
+            scripts::release_holder(
+                conn,
+                &self.inner.name,
+                &self.inner.channel,
+                self.queue_key(),
+                holder,
+            )
         })
     }
 
@@ -570,15 +594,15 @@ impl Lock {
         }
         let acks = self.replica_acks();
         acks.validate()?;
-        let response_timeout = self.client.config().response_timeout;
-        let (renewed, acked) = self.client.with_conn(&self.name, |conn| {
+        let response_timeout = self.inner.client.config().response_timeout;
+        let (renewed, acked) = self.inner.client.with_conn(&self.inner.name, |conn| {
             acks.run(conn, response_timeout, |conn| {
-                scripts::renew(conn, &self.name, holder.as_str(), ms)
+                scripts::renew(conn, &self.inner.name, holder.as_str(), ms)
             })
         })?;
         if renewed && acks.short(acked) {
             return Err(Error::NotReplicated {
-                name: String::from_utf8_lossy(&self.name).into_owned(),
+                name: String::from_utf8_lossy(&self.inner.name).into_owned(),
                 acked: acked.unwrap_or(0),
                 wanted: u64::from(acks.min),
             });

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::lock::{Kind, Lock};
+use crate::lock::{Inner, Kind, Lock};
 use crate::scripts::rwlock::{self, ReadKeys};
 use crate::scripts::{Release, SyncHold};
 
@@ -155,22 +155,22 @@ impl ReadWriteLock {
         self.read.check_name()?;
         self.read.client().check_open()?;
         let lock = &self.read;
-        lock.client.with_conn(&lock.name, |conn| {
-            rwlock::force_unlock(conn, &lock.name, &lock.channel, None)
+        lock.inner.client.with_conn(&lock.inner.name, |conn| {
+            rwlock::force_unlock(conn, &lock.inner.name, &lock.inner.channel, None)
         })
     }
 }
 
 impl Lock {
     fn new_rw(client: Client, name: &[u8], kind: Kind) -> Lock {
-        Lock {
+        Lock::from_inner(Inner {
             channel: keys::rw_channel(name).into(),
             name: name.into(),
             client,
             lease: None,
             kind,
             acks: None,
-        }
+        })
     }
 
     /// The read side of a read-write lock: see [`ReadWriteLock`].
@@ -190,13 +190,13 @@ impl Lock {
     /// `true` for the read side of a read-write lock
     /// ([`ReadWriteLock::read`]).
     pub fn is_read(&self) -> bool {
-        matches!(self.kind, Kind::Read { .. })
+        matches!(self.inner.kind, Kind::Read { .. })
     }
 
     /// `true` for the write side of a read-write lock
     /// ([`ReadWriteLock::write`]).
     pub fn is_write(&self) -> bool {
-        matches!(self.kind, Kind::Write)
+        matches!(self.inner.kind, Kind::Write)
     }
 
     pub(crate) fn is_read_write(&self) -> bool {
@@ -206,7 +206,7 @@ impl Lock {
     /// The hash field under which `holder` holds this lock: the holder id,
     /// or `<holder id>:write` for the write side of a read-write lock.
     pub(crate) fn holder_field<'a>(&self, holder: &'a str) -> Cow<'a, str> {
-        match self.kind {
+        match self.inner.kind {
             Kind::Write => Cow::Owned(keys::write_field(holder)),
             _ => Cow::Borrowed(holder),
         }
@@ -215,9 +215,9 @@ impl Lock {
     /// What the watchdog must know to renew and release `holder`'s hold,
     /// for the kinds with scripts of their own.
     pub(crate) fn sync_hold(&self, holder: &str) -> Option<SyncHold> {
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Read { key_prefix, .. } => Some(SyncHold::Read {
-                timeout_prefix: keys::rw_timeout_prefix(&self.name, holder).into(),
+                timeout_prefix: keys::rw_timeout_prefix(&self.inner.name, holder).into(),
                 key_prefix: key_prefix.clone(),
             }),
             Kind::Write => Some(SyncHold::Write),
@@ -229,8 +229,8 @@ impl Lock {
     /// read-write lock through this client (a write attempt would wait for
     /// itself).
     pub(crate) fn reads_here(&self) -> bool {
-        let read_key = read_hold_key(&self.name);
-        crate::lock::holds::current(self.client.id().as_u128(), &read_key).is_some()
+        let read_key = read_hold_key(&self.inner.name);
+        crate::lock::holds::current(self.inner.client.id().as_u128(), &read_key).is_some()
     }
 
     pub(crate) fn rw_acquire(
@@ -240,55 +240,67 @@ impl Lock {
         ms: u64,
     ) -> Result<crate::scripts::Acquire> {
         let field = keys::write_field(holder);
-        match &self.kind {
+        match &self.inner.kind {
             Kind::Read { .. } => {
-                let prefix = keys::rw_timeout_prefix(&self.name, holder);
-                rwlock::read_acquire(conn, &self.name, &prefix, holder, &field, ms)
+                let prefix = keys::rw_timeout_prefix(&self.inner.name, holder);
+                rwlock::read_acquire(conn, &self.inner.name, &prefix, holder, &field, ms)
             }
-            _ => rwlock::write_acquire(conn, &self.name, &field, ms),
+            _ => rwlock::write_acquire(conn, &self.inner.name, &field, ms),
         }
     }
 
     pub(crate) fn rw_release(&self, holder: &str, ms: u64, all: bool) -> Result<Release> {
-        self.client.with_conn(&self.name, |conn| match &self.kind {
-            Kind::Read { key_prefix, .. } => {
-                let prefix = keys::rw_timeout_prefix(&self.name, holder);
-                let keys = ReadKeys {
-                    key: &self.name,
-                    channel: &self.channel,
-                    timeout_prefix: &prefix,
-                    key_prefix,
-                };
-                rwlock::read_release(conn, keys, holder, all)
-            }
-            _ => {
-                let field = keys::write_field(holder);
-                rwlock::write_release(conn, &self.name, &self.channel, &field, ms, all)
-            }
-        })
+        self.inner
+            .client
+            .with_conn(&self.inner.name, |conn| match &self.inner.kind {
+                Kind::Read { key_prefix, .. } => {
+                    let prefix = keys::rw_timeout_prefix(&self.inner.name, holder);
+                    let keys = ReadKeys {
+                        key: &self.inner.name,
+                        channel: &self.inner.channel,
+                        timeout_prefix: &prefix,
+                        key_prefix,
+                    };
+                    rwlock::read_release(conn, keys, holder, all)
+                }
+                _ => {
+                    let field = keys::write_field(holder);
+                    rwlock::write_release(
+                        conn,
+                        &self.inner.name,
+                        &self.inner.channel,
+                        &field,
+                        ms,
+                        all,
+                    )
+                }
+            })
     }
 
     pub(crate) fn rw_renew(&self, holder: &str, ms: u64) -> Result<bool> {
-        self.client.with_conn(&self.name, |conn| match &self.kind {
-            Kind::Read { .. } => {
-                let prefix = keys::rw_timeout_prefix(&self.name, holder);
-                rwlock::read_renew(conn, &self.name, &prefix, holder, ms)
-            }
-            _ => {
-                let field = keys::write_field(holder);
-                crate::scripts::renew(conn, &self.name, &field, ms)
-            }
-        })
+        self.inner
+            .client
+            .with_conn(&self.inner.name, |conn| match &self.inner.kind {
+                Kind::Read { .. } => {
+                    let prefix = keys::rw_timeout_prefix(&self.inner.name, holder);
+                    rwlock::read_renew(conn, &self.inner.name, &prefix, holder, ms)
+                }
+                _ => {
+                    let field = keys::write_field(holder);
+                    crate::scripts::renew(conn, &self.inner.name, &field, ms)
+                }
+            })
     }
 
     /// Holders of a read-write lock, the `mode` field left out.
     pub(crate) fn rw_holders(&self) -> Result<Vec<(String, u64)>> {
-        let fields: Vec<(String, String)> = self.client.with_conn(&self.name, |conn| {
-            redis::cmd("HGETALL")
-                .arg(&self.name[..])
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, &self.name))
-        })?;
+        let fields: Vec<(String, String)> =
+            self.inner.client.with_conn(&self.inner.name, |conn| {
+                redis::cmd("HGETALL")
+                    .arg(&self.inner.name[..])
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, &self.inner.name))
+            })?;
         Ok(fields
             .into_iter()
             .filter(|(field, _)| field != "mode")
@@ -300,16 +312,16 @@ impl Lock {
     /// is in this side's mode.
     pub(crate) fn rw_force_unlock(&self) -> Result<bool> {
         let mode = if self.is_read() { "read" } else { "write" };
-        self.client.with_conn(&self.name, |conn| {
-            rwlock::force_unlock(conn, &self.name, &self.channel, Some(mode))
+        self.inner.client.with_conn(&self.inner.name, |conn| {
+            rwlock::force_unlock(conn, &self.inner.name, &self.inner.channel, Some(mode))
         })
     }
 
     /// After a read grant: wakes the next waiter of this client, since
     /// another reader may get in too (a writer woken so just waits again).
     pub(crate) fn pass_read_wake(&self) {
-        if let Some(sub) = self.client.running_subscriber() {
-            sub.wake_next(&self.channel);
+        if let Some(sub) = self.inner.client.running_subscriber() {
+            sub.wake_next(&self.inner.channel);
         }
     }
 }
