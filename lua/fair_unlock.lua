@@ -37,5 +37,8 @@ end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then
     redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
+    -- servers and ACL users without SPUBLISH just skip it).
+    redis.pcall('spublish', KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -63,6 +63,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 #[derive(Clone)]
 pub struct Builder {
     url: Option<String>,
+    /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
+    cluster: Option<Vec<String>>,
     pool_size: usize,
     watchdog_timeout: Duration,
     response_timeout: Duration,
@@ -83,6 +85,7 @@ impl fmt::Debug for Builder {
         // The URL may carry a password: show only where it points.
         f.debug_struct("Builder")
             .field("url_set", &self.url.is_some())
+            .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
@@ -103,6 +106,7 @@ impl Default for Builder {
     fn default() -> Builder {
         Builder {
             url: None,
+            cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -130,6 +134,26 @@ impl Builder {
     /// never printed by redguard (`Debug` shows only host and port).
     pub fn url(mut self, url: &str) -> Builder {
         self.url = Some(url.to_owned());
+        self
+    }
+
+    /// Use a Redis Cluster, found through `seeds`: node URLs
+    /// (`redis://[[user]:password@]host:port` or `rediss://...`, all alike),
+    /// of which one reachable node is enough; the rest of the topology is
+    /// discovered (`CLUSTER SLOTS`). Same as a
+    /// `redis+cluster://[[user]:password@]H:P[,H:P...]/` URL; replaces
+    /// [`url`](Builder::url).
+    ///
+    /// On a Cluster every key of one lock must share a hash slot: names
+    /// whose derived keys cannot (see the README's "Deployments") are
+    /// rejected with [`Error::InvalidArgument`] when used. Bad seed URLs are
+    /// reported by [`build`](Builder::build).
+    pub fn cluster<I, S>(mut self, seeds: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.cluster = Some(seeds.into_iter().map(|s| s.as_ref().to_owned()).collect());
         self
     }
 
@@ -229,9 +253,11 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
-        let deployment = self.sentinel.resolve(Deployment::parse(
-            self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"),
-        )?)?;
+        let parsed = match &self.cluster {
+            Some(seeds) => Deployment::Cluster(crate::connection::cluster::seeds(seeds)?),
+            None => Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?,
+        };
+        let deployment = self.sentinel.resolve(parsed)?;
         self.acks.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),

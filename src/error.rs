@@ -292,6 +292,17 @@ impl Error {
         }
     }
 
+    /// The driver's error behind a connection, authentication, permission
+    /// or server error.
+    pub(crate) fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::Connection(c) | Error::Auth(c) | Error::Permission(c) | Error::Redis(c) => {
+                Some(&c.0)
+            }
+            _ => None,
+        }
+    }
+
     /// Classifies a socket failure.
     pub(crate) fn io(err: io::Error) -> Error {
         Error::redis(redis::RedisError::from(err))

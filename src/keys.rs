@@ -37,6 +37,64 @@ pub(crate) fn validate_name(name: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the
+/// bytes between the first `{` and the first `}` after it, when not empty),
+/// else of the whole key, modulo [`SLOTS`]. Redis's and redis-rs's rule.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).unwrap_or(key)) % SLOTS
+}
+
+/// The hash tag of `key`, if it has a non-empty one.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+/// Why the keys derived from `name` for a lock, a fair, fenced or
+/// read-write lock, a semaphore, a run-once key or a token scope would not
+/// all hash to one cluster slot under Redisson's layout; `None` when they
+/// do. Only a Cluster needs this: one server keeps every name.
+///
+/// Redisson derives `prefix:{name}` from a name without `{`, and
+/// `prefix:name` from a name with one. Both share the name's slot exactly
+/// when the name has no brace at all, or when its first `{` opens a
+/// non-empty hash tag closed by a later `}`.
+pub(crate) fn cluster_conflict(name: &[u8]) -> Option<String> {
+    match name.iter().position(|&b| b == b'{') {
+        Some(_) if hash_tag(name).is_none() => Some(format!(
+            "lock name {:?} cannot be used on a Redis Cluster: its first `{{` opens an empty \
+             or unclosed hash tag, so each of its keys (lock, channel, queue, ...) would hash \
+             to a different slot; give the name a non-empty `{{tag}}` or no braces",
+            String::from_utf8_lossy(name)
+        )),
+        None if name.contains(&b'}') => Some(format!(
+            "lock name {:?} cannot be used on a Redis Cluster: it holds `}}` without `{{`, so \
+             Redisson's derived keys (`prefix:{{name}}`) would end their hash tag at that `}}` \
+             and hash to another slot than the name; remove the `}}` or add a `{{tag}}`",
+            String::from_utf8_lossy(name)
+        )),
+        _ => None,
+    }
+}
+
+/// Like [`cluster_conflict`], for a count-down latch, whose channel
+/// (`redisson_countdownlatch__channel__{name}`) is braced whatever the
+/// name: it shares the name's slot only when the name has no brace.
+pub(crate) fn latch_cluster_conflict(name: &[u8]) -> Option<String> {
+    name.iter().any(|&b| b == b'{' || b == b'}').then(|| {
+        format!(
+            "latch name {:?} cannot be used on a Redis Cluster: Redisson's latch channel \
+             wraps the whole name in `{{...}}`, which shares the name's slot only when the \
+             name holds no `{{` or `}}`",
+            String::from_utf8_lossy(name)
+        )
+    })
+}
+
 /// `prefix:{name}`, or `prefix:name` when the name already contains `{`
 /// (Redisson's `prefixName`): the braces make the derived key hash to the
 /// same cluster slot as the lock key.
@@ -216,5 +274,112 @@ mod tests {
         assert!(validate_name(b"a").is_ok());
         assert!(validate_name(&vec![b'x'; MAX_NAME_LEN]).is_ok());
         assert!(validate_name(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
+    }
+
+    /// Every key derived from `name` for a lock-like handle (and the token
+    /// scope and run-once layouts, which reuse them).
+    fn derived(name: &[u8]) -> Vec<Vec<u8>> {
+        let holder = "6f1c:7";
+        let mut read_timeout = rw_timeout_prefix(name, holder);
+        read_timeout.extend_from_slice(b":1");
+        vec![
+            name.to_vec(),
+            channel(name),
+            fair_queue(name),
+            fair_timeouts(name),
+            fair_channel(name, holder),
+            token(name),
+            tagged(name),
+            rw_channel(name),
+            read_timeout,
+            semaphore_channel(name),
+            permit_timeouts(name),
+            one_use_token(name, b"00ff"),
+        ]
+    }
+
+    fn redis_rs_slot(key: &[u8]) -> redis::cluster_routing::Slot {
+        redis::cluster_routing::Slot::for_key(key)
+    }
+
+    /// A name of 0 to 11 bytes, mostly braces and a few letters, so that
+    /// every brace arrangement comes up.
+    fn random_name(rng: &mut impl rand::Rng) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"{}{}ab:x";
+        let len = rng.random_range(0..12);
+        (0..len)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())])
+            .collect()
+    }
+
+    #[test]
+    fn slot_agrees_with_redis_rs() {
+        let mut rng = rand::rng();
+        for _ in 0..10_000 {
+            let key = random_name(&mut rng);
+            let ours = redis::cluster_routing::Slot::new(slot(&key)).unwrap();
+            assert_eq!(
+                ours,
+                redis_rs_slot(&key),
+                "{:?}",
+                String::from_utf8_lossy(&key)
+            );
+        }
+        // CLUSTER KEYSLOT on a real server (RELIABILITY.md, 3.7).
+        assert_eq!(slot(b"orders:42"), 11414);
+        assert_eq!(slot(b"{orders}:42"), 105);
+        assert_eq!(slot(b"a}b{c"), 13587);
+    }
+
+    #[test]
+    fn f4_accepted_names_never_cross_slots() {
+        let mut rng = rand::rng();
+        let (mut accepted, mut braced) = (0, 0);
+        for _ in 0..10_000 {
+            let name = random_name(&mut rng);
+            if validate_name(&name).is_err() || cluster_conflict(&name).is_some() {
+                continue;
+            }
+            accepted += 1;
+            braced += usize::from(name.contains(&b'{'));
+            let home = redis_rs_slot(&name);
+            for key in derived(&name) {
+                assert_eq!(
+                    redis_rs_slot(&key),
+                    home,
+                    "{:?} -> {:?}",
+                    String::from_utf8_lossy(&name),
+                    String::from_utf8_lossy(&key)
+                );
+            }
+            if latch_cluster_conflict(&name).is_none() {
+                assert_eq!(redis_rs_slot(&latch_channel(&name)), home);
+            }
+        }
+        // The sample is not degenerate: many names pass, braced ones too.
+        assert!(
+            accepted > 2_000 && braced > 500,
+            "{accepted} accepted, {braced} braced"
+        );
+    }
+
+    #[test]
+    fn f4_names_from_the_catalogue() {
+        for bad in [&b"}abc"[..], b"a}b{c", b"x{}y", b"{}", b"a}b", b"{open"] {
+            let why = cluster_conflict(bad).expect("rejected");
+            assert!(why.contains("Redis Cluster"), "{why}");
+        }
+        for good in [&b"orders:42"[..], b"{orders}:42", b"x}{a}", b"{o}{}"] {
+            assert_eq!(
+                cluster_conflict(good),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(good)
+            );
+            let home = slot(good);
+            assert!(derived(good).iter().all(|k| slot(k) == home));
+        }
+        assert!(latch_cluster_conflict(b"{l}").is_some());
+        assert!(latch_cluster_conflict(b"l:1").is_none());
     }
 }

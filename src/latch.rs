@@ -74,6 +74,7 @@ impl CountDownLatch {
 
     fn check(&self) -> Result<()> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
+        self.client.source().check_latch_name(&self.name)?;
         self.client.check_open()
     }
 

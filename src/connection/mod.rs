@@ -2,6 +2,7 @@
 //! sees the deployment: a single server today, through the crate's own
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
+pub(crate) mod cluster;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 
@@ -21,6 +22,9 @@ pub(crate) enum Deployment {
     /// A master found through Sentinel: `redis+sentinel://`,
     /// `rediss+sentinel://`, or [`Builder::sentinel`](crate::Builder::sentinel).
     Sentinel(sentinel::SentinelSpec),
+    /// A Redis Cluster, from its seed nodes: `redis+cluster://`,
+    /// `rediss+cluster://`, or [`Builder::cluster`](crate::Builder::cluster).
+    Cluster(Vec<redis::ConnectionInfo>),
 }
 
 impl Deployment {
@@ -31,6 +35,9 @@ impl Deployment {
     /// [`Error::InvalidArgument`] when the URL does not parse; the message
     /// never repeats the URL (it may hold a password).
     pub(crate) fn parse(url: &str) -> Result<Deployment> {
+        if let Some(seeds) = cluster::parse_url(url)? {
+            return Ok(Deployment::Cluster(seeds));
+        }
         if sentinel::is_sentinel_url(url) {
             return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
         }
@@ -46,6 +53,14 @@ impl Deployment {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
             Deployment::Sentinel(spec) => spec.label(),
+            Deployment::Cluster(seeds) => format!(
+                "cluster {}",
+                seeds
+                    .iter()
+                    .map(|s| s.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         }
     }
 
@@ -56,6 +71,9 @@ impl Deployment {
                 matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
             }
             Deployment::Sentinel(spec) => spec.tls,
+            Deployment::Cluster(seeds) => seeds
+                .iter()
+                .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
 }
@@ -86,6 +104,8 @@ pub(crate) enum Source {
     Single(Pool),
     /// The master of a Sentinel deployment, followed across failovers.
     Sentinel(sentinel::Sentinel),
+    /// A Redis Cluster: one pool per node, routed by slot.
+    Cluster(cluster::Cluster),
 }
 
 /// Identifies the server a key lives on, so that renewals of keys on the
@@ -121,25 +141,30 @@ impl Source {
                 spec.clone(),
                 options.clone(),
             )?)),
+            Deployment::Cluster(seeds) => {
+                Ok(Source::Cluster(cluster::Cluster::new(seeds, options)?))
+            }
         }
     }
 
     /// Runs `op` on a connection to the server that owns `key`.
     pub(crate) fn with_conn<T>(
         &self,
-        _key: &[u8],
+        key: &[u8],
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_conn(key, op),
         }
     }
 
     /// The node that owns `key`.
-    pub(crate) fn node_of(&self, _key: &[u8]) -> NodeId {
+    pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
         match self {
             Source::Single(_) | Source::Sentinel(_) => 0,
+            Source::Cluster(cluster) => cluster.node_of(key),
         }
     }
 
@@ -147,12 +172,43 @@ impl Source {
     /// [`Source::node_of`]).
     pub(crate) fn with_node_conn<T>(
         &self,
-        _node: NodeId,
+        node: NodeId,
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_conn(op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
+            Source::Cluster(cluster) => cluster.with_node_conn(node, op),
+        }
+    }
+
+    /// A dedicated new connection to node `node` (the watchdog's watch
+    /// connection of that node).
+    pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        match self {
+            Source::Single(pool) => pool.connect(),
+            Source::Sentinel(sentinel) => sentinel.connect(),
+            Source::Cluster(cluster) => cluster.node_connection(node),
+        }
+    }
+
+    /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster(_))
+    }
+
+    /// Checks that a count-down latch's keys share a slot on a Cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] saying why, on a Cluster only.
+    pub(crate) fn check_latch_name(&self, name: &[u8]) -> Result<()> {
+        match self {
+            Source::Cluster(_) => match crate::keys::latch_cluster_conflict(name) {
+                Some(why) => Err(Error::InvalidArgument(why)),
+                None => Ok(()),
+            },
+            Source::Single(_) | Source::Sentinel(_) => Ok(()),
         }
     }
 
@@ -161,6 +217,7 @@ impl Source {
         match self {
             Source::Single(pool) => pool.connect(),
             Source::Sentinel(sentinel) => sentinel.connect(),
+            Source::Cluster(cluster) => cluster.pubsub_connection(),
         }
     }
 
@@ -169,14 +226,16 @@ impl Source {
         match self {
             Source::Single(pool) => pool.open_connections(),
             Source::Sentinel(sentinel) => sentinel.open_connections(),
+            Source::Cluster(cluster) => cluster.open_connections(),
         }
     }
 
     /// `true` when a connection failure may be a failover that the source
     /// recovers from by itself (a new master found through Sentinel): a
-    /// call with a deadline then keeps trying until it.
+    /// call with a deadline then keeps trying until it. A Cluster promotes a
+    /// replica by itself too.
     pub(crate) fn rides_out_failovers(&self) -> bool {
-        matches!(self, Source::Sentinel(_))
+        matches!(self, Source::Sentinel(_) | Source::Cluster(_))
     }
 
     /// Changes whenever the node serving the deployment changes (a Sentinel
@@ -184,7 +243,8 @@ impl Source {
     /// value should reconnect. Always 0 for a single server.
     pub(crate) fn generation(&self) -> u64 {
         match self {
-            Source::Single(_) => 0,
+            // A cluster's pub/sub connection breaks with its node.
+            Source::Single(_) | Source::Cluster(_) => 0,
             Source::Sentinel(sentinel) => sentinel.generation(),
         }
     }

@@ -244,6 +244,12 @@ impl SentinelOptions {
         };
         Ok(match parsed {
             Deployment::Single(info) => Deployment::Single(self.apply_data_credentials(info)),
+            Deployment::Cluster(seeds) => Deployment::Cluster(
+                seeds
+                    .into_iter()
+                    .map(|info| self.apply_data_credentials(info))
+                    .collect(),
+            ),
             Deployment::Sentinel(mut spec) => {
                 if self.sentinel_username.is_some() {
                     spec.sentinel_username.clone_from(&self.sentinel_username);

@@ -377,16 +377,28 @@ fn query_pipeline(
 /// forth once per call. Both are what lets one server keep 100 000 leases of
 /// a few seconds renewed. Every key must live on the connection's server
 /// (for a cluster: the keys of one call in one slot).
+///
+/// With `by_slot` (a cluster), `batch` comes sorted by hash slot and no call
+/// mixes two slots: a multi-key script may not cross slots.
 pub(crate) fn renew_batch(
     conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
+    by_slot: bool,
 ) -> Result<Vec<Result<bool>>> {
     let per_call = per_call.max(1);
-    let calls = batch.len().div_ceil(per_call);
+    let groups: Vec<&[Renewal<'_>]> = if by_slot {
+        batch
+            .chunk_by(|a, b| crate::keys::slot(a.key) == crate::keys::slot(b.key))
+            .flat_map(|group| group.chunks(per_call))
+            .collect()
+    } else {
+        batch.chunks(per_call).collect()
+    };
+    let calls = groups.len();
     let build = || {
         let mut pipe = redis::pipe();
-        for call in batch.chunks(per_call) {
+        for call in groups.iter().copied() {
             let cmd = pipe
                 .cmd("EVALSHA")
                 .arg(RENEW_MANY.get_hash())
@@ -418,7 +430,7 @@ pub(crate) fn renew_batch(
         )));
     }
     let mut out = Vec::with_capacity(batch.len());
-    for (reply, call) in replies.into_iter().zip(batch.chunks(per_call)) {
+    for (reply, call) in replies.into_iter().zip(groups.iter().copied()) {
         match reply {
             Value::Array(items) if items.len() == call.len() => {
                 for (item, r) in items.iter().zip(call) {

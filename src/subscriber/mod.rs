@@ -16,6 +16,7 @@
 //! there are checked at once.
 
 mod registry;
+mod sharded;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -229,6 +230,17 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// Wakes the waiters of `channel` for a message: one for an unlock message
+/// (unless the channel wakes all), all for anything else.
+fn dispatch(shared: &Shared, channel: &[u8], payload: &[u8]) {
+    let mut registry = shared.registry();
+    if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(channel) {
+        registry.wake_one(channel);
+    } else {
+        registry.wake_all(channel, Event::Unlocked);
+    }
+}
+
 struct Worker {
     shared: Arc<Shared>,
     source: Arc<Source>,
@@ -309,12 +321,26 @@ impl Worker {
         let mut pubsub = conn.as_pubsub();
         let mut subscribed: std::collections::HashSet<Vec<u8>> = Default::default();
         let timeout = self.response_timeout;
+        // On a cluster, Redisson 3.2x's sharded unlocks are listened to as
+        // well.
+        let pairing = Arc::new(Mutex::new(sharded::Pairing::default()));
+        let mut sharded = self.source.is_cluster().then(|| {
+            sharded::Router::new(
+                self.source.clone(),
+                self.shared.clone(),
+                pairing.clone(),
+                timeout,
+            )
+        });
 
         // (Re)subscribe everything waiters want, then tell them.
         for channel in self.shared.registry().channels() {
             if let Err(e) = pubsub.subscribe(&channel[..]) {
                 subscribe_failed(&channel, &e);
                 return Exit::Reconnect;
+            }
+            if let Some(sh) = sharded.as_mut() {
+                sh.subscribe(&channel);
             }
             subscribed.insert(channel);
         }
@@ -348,6 +374,10 @@ impl Worker {
                             let _ = pubsub.set_read_timeout(Some(timeout));
                             let r = pubsub.subscribe(&channel[..]);
                             if r.is_ok() {
+                                sharded::lock(&pairing).reset(&channel);
+                                if let Some(sh) = sharded.as_mut() {
+                                    sh.subscribe(&channel);
+                                }
                                 subscribed.insert(channel.clone());
                             }
                             r.map(|()| Some(channel))
@@ -358,6 +388,10 @@ impl Worker {
                     Control::Unsubscribe(channel) => {
                         let wanted = self.shared.registry().is_wanted(&channel);
                         if !wanted && subscribed.remove(&channel) {
+                            if let Some(sh) = sharded.as_mut() {
+                                sh.unsubscribe(&channel);
+                            }
+                            sharded::lock(&pairing).reset(&channel);
                             let _ = pubsub.set_read_timeout(Some(timeout));
                             pubsub.unsubscribe(&channel[..]).map(|()| None)
                         } else {
@@ -387,6 +421,10 @@ impl Worker {
                                 subscribe_failed(&channel, &e);
                                 return Exit::Reconnect;
                             }
+                            sharded::lock(&pairing).reset(&channel);
+                            if let Some(sh) = sharded.as_mut() {
+                                sh.subscribe(&channel);
+                            }
                             subscribed.insert(channel.clone());
                             self.shared.registry().confirm(&channel);
                         }
@@ -401,11 +439,10 @@ impl Worker {
                 Ok(msg) => {
                     let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
                     let payload: Vec<u8> = msg.get_payload().unwrap_or_default();
-                    let mut registry = self.shared.registry();
-                    if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(&channel) {
-                        registry.wake_one(&channel);
-                    } else {
-                        registry.wake_all(&channel, Event::Unlocked);
+                    if sharded.is_none()
+                        || sharded::lock(&pairing).admit(&channel, sharded::Kind::Classic)
+                    {
+                        dispatch(&self.shared, &channel, &payload);
                     }
                 }
                 Err(e) if e.is_timeout() => {}
@@ -413,6 +450,9 @@ impl Worker {
                     log::debug!("redguard subscriber: connection lost: {e}");
                     return Exit::Reconnect;
                 }
+            }
+            if let Some(sh) = sharded.as_mut() {
+                sh.tick(|channel| subscribed.contains(channel));
             }
         }
     }

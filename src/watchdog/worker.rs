@@ -192,6 +192,12 @@ impl Worker {
         let source = first.source.clone();
         let counters = first.counters.clone();
         let node = self.server.1;
+        let cluster = source.is_cluster();
+        let mut entries = entries;
+        if cluster {
+            // One script call per slot: neighbours in slot order share it.
+            entries.sort_by_cached_key(|e| crate::keys::slot(&e.key));
+        }
         let mut entries = entries.into_iter().peekable();
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
@@ -253,7 +259,7 @@ impl Worker {
                     .unwrap_or_default();
                 let response_timeout = first_response_timeout(&chunk);
                 let replies = source.with_node_conn(node, |conn| {
-                    let replies = scripts::renew_batch(conn, &renewals, per_call)?;
+                    let replies = scripts::renew_batch(conn, &renewals, per_call, cluster)?;
                     let acked = acks.wait(conn, response_timeout)?;
                     Ok((replies, acked))
                 });
@@ -291,6 +297,9 @@ impl Worker {
                 results.extend(outcomes(fixed, replies, |held| {
                     if held { Outcome::Held } else { Outcome::Gone }
                 }));
+            }
+            if cluster {
+                results = reroute(&source, results);
             }
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
@@ -361,7 +370,7 @@ impl Worker {
         let Some(source) = self.source.upgrade() else {
             return;
         };
-        let opened = source.pubsub_connection().and_then(|mut conn| {
+        let opened = source.node_connection(self.server.1).and_then(|mut conn| {
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query(&mut conn)
@@ -410,6 +419,56 @@ impl Worker {
 
     fn suspect(&self) {
         let _ = self.reports.send(Report::Suspect(self.server));
+    }
+}
+
+/// Sends again, one by one through the cluster's routing, the renewals and
+/// checks that a slot move or a failover redirected (`MOVED`, `ASK`,
+/// `TRYAGAIN`): only the affected keys, so that a resharding costs no
+/// failed renewal.
+fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outcome)> {
+    results
+        .into_iter()
+        .map(|(entry, outcome)| match outcome {
+            Outcome::Failed(e) if crate::connection::cluster::is_redirect(&e) => {
+                let outcome = source
+                    .with_conn(&entry.key, |conn| renew_one(conn, &entry))
+                    .unwrap_or_else(|e| Outcome::Failed(Arc::new(e)));
+                (entry, outcome)
+            }
+            other => (entry, other),
+        })
+        .collect()
+}
+
+/// One entry's renewal (or check, for a fixed lease) on its own.
+fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
+    let answer = |held: bool, yes: Outcome| if held { yes } else { Outcome::Gone };
+    let reply = if !e.renew {
+        still_held(conn, std::slice::from_ref(e))?
+            .pop()
+            .map(|r| r.map(|held| answer(held, Outcome::Held)))
+    } else if let Some(hold) = &e.sync {
+        let one = [SyncRenewal {
+            hold,
+            key: &e.key,
+            holder: &e.holder,
+            lease_ms: e.lease_ms(),
+        }];
+        scripts::renew_sync_batch(conn, &one)?
+            .pop()
+            .map(|r| r.map(|renewed| answer(renewed, Outcome::Renewed)))
+    } else {
+        Some(
+            scripts::renew(conn, &e.key, &e.holder, e.lease_ms())
+                .map(|renewed| answer(renewed, Outcome::Renewed)),
+        )
+    };
+    match reply {
+        Some(Ok(outcome)) => Ok(outcome),
+        Some(Err(Error::WrongType { .. })) => Ok(Outcome::Gone),
+        Some(Err(e)) => Err(e),
+        None => Err(Error::Protocol("no reply to a renewal".into())),
     }
 }
 

@@ -6,6 +6,7 @@ mod support;
 mod acl;
 mod bad_input;
 mod clock;
+mod cluster;
 mod config_bounds;
 mod fair_lock;
 mod faults;

@@ -31,7 +31,9 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     if let Some(pw) = &args.sentinel_password {
         out::add_secret(pw);
     }
-    let sentinel = is_sentinel_url(url);
+    // Sentinel and Cluster URLs list several hosts: the URL crate cannot
+    // parse them; the library does.
+    let sentinel = is_sentinel_url(url) || is_cluster_url(url);
     // Register the password before anything can print it, even when the
     // URL then fails to parse.
     if sentinel {
@@ -102,6 +104,14 @@ fn is_sentinel_url(url: &str) -> bool {
     url.split_once("://").is_some_and(|(scheme, _)| {
         scheme.eq_ignore_ascii_case("redis+sentinel")
             || scheme.eq_ignore_ascii_case("rediss+sentinel")
+    })
+}
+
+/// `true` for `redis+cluster://` and `rediss+cluster://` URLs.
+fn is_cluster_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis+cluster")
+            || scheme.eq_ignore_ascii_case("rediss+cluster")
     })
 }
 

@@ -31,6 +31,7 @@
 )]
 
 mod child;
+mod cluster;
 mod context;
 mod logs;
 mod proxy;
@@ -50,6 +51,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use child::{ChildTest, child_env, child_role, hear, say};
+pub use cluster::RedisCluster;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 pub use logs::{capture_logs, logged_lines};
 #[allow(

@@ -1,0 +1,614 @@
+//! Redis Cluster: seeds, the slot map, one pool per node, and redirections.
+//!
+//! The topology comes from `CLUSTER SLOTS`, asked of any reachable node;
+//! the slot of a key is computed as Redis and redis-rs do
+//! ([`keys::slot`]). Each node gets the crate's own pool, so that connect
+//! and authentication errors stay typed. A call for a key goes to the
+//! master of its slot; `MOVED` records the new owner (and refreshes the
+//! whole map), `ASK` is followed once with `ASKING` on the target,
+//! `TRYAGAIN` and `CLUSTERDOWN` are retried with backoff within the
+//! response timeout. None of these reaches the caller while the cluster is
+//! healthy or resharding.
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+
+use super::pool::Pool;
+use super::{ConnectOptions, NodeId};
+use crate::error::{Error, Result};
+use crate::keys;
+
+/// Attempts of one call, redirections and retries together: a bound beside
+/// the time budget, against a redirection loop between two nodes that
+/// disagree.
+const MAX_ATTEMPTS: usize = 100;
+/// First pause before retrying `TRYAGAIN` / `CLUSTERDOWN` or an
+/// unreachable master; doubled each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_millis(50);
+/// Least time between two slot-map refreshes: many callers meeting the same
+/// `MOVED` refresh once.
+const REFRESH_EVERY: Duration = Duration::from_millis(50);
+/// Least time a call keeps following redirections and retrying.
+const MIN_BUDGET: Duration = Duration::from_secs(2);
+/// No node owns the slot (yet).
+const UNOWNED: u32 = u32::MAX;
+
+/// The schemes of a cluster URL and the scheme of its nodes' URLs.
+const SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
+
+/// Parses `redis+cluster://[[user]:password@]H:P[,H:P...]/` (or
+/// `rediss+cluster://`) into its seeds; `None` for another scheme.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for a malformed URL, no host, or a database
+/// other than 0 (a cluster has only database 0). The message never repeats
+/// the URL.
+pub(crate) fn parse_url(url: &str) -> Result<Option<Vec<ConnectionInfo>>> {
+    let Some((rest, node_scheme)) = SCHEMES
+        .iter()
+        .find_map(|(scheme, node)| url.strip_prefix(scheme).map(|rest| (rest, *node)))
+    else {
+        return Ok(None);
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (&authority[..=i], &authority[i + 1..]),
+        None => ("", authority),
+    };
+    let urls: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| format!("{node_scheme}{userinfo}{host}{tail}"))
+        .collect();
+    if urls.is_empty() {
+        return Err(Error::invalid("bad Redis Cluster URL: no host"));
+    }
+    seeds(&urls).map(Some)
+}
+
+/// The seeds of a cluster from node URLs (`redis://` or `rediss://`).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for no URL, a bad URL, a Unix socket, mixed
+/// TLS and plain seeds, or a database other than 0.
+pub(crate) fn seeds<S: AsRef<str>>(urls: &[S]) -> Result<Vec<ConnectionInfo>> {
+    if urls.is_empty() {
+        return Err(Error::invalid(
+            "a Redis Cluster needs at least one seed URL",
+        ));
+    }
+    let mut out = Vec::with_capacity(urls.len());
+    for url in urls {
+        let info = url
+            .as_ref()
+            .into_connection_info()
+            .map_err(|e| Error::invalid(format!("bad Redis Cluster seed URL: {}", e.category())))?;
+        if !matches!(
+            info.addr(),
+            ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. }
+        ) {
+            return Err(Error::invalid("Redis Cluster seeds must be TCP addresses"));
+        }
+        if info.redis_settings().db() != 0 {
+            return Err(Error::invalid(
+                "a Redis Cluster has only database 0; remove the /<db> from the URL",
+            ));
+        }
+        out.push(info);
+    }
+    let tls = |i: &ConnectionInfo| matches!(i.addr(), ConnectionAddr::TcpTls { .. });
+    if out.iter().any(tls) && !out.iter().all(tls) {
+        return Err(Error::invalid(
+            "Redis Cluster seeds must all use TLS (rediss://) or none",
+        ));
+    }
+    Ok(out)
+}
+
+/// `host:port` of an address.
+fn host_port(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// One node: its address and its pool.
+struct Node {
+    addr: String,
+    pool: Pool,
+}
+
+/// The connections of one Redis Cluster.
+pub(crate) struct Cluster {
+    seeds: Vec<ConnectionInfo>,
+    options: ConnectOptions,
+    /// Every node ever seen, in the order first seen: a [`NodeId`] indexes
+    /// it and stays valid for the life of the client.
+    nodes: RwLock<Vec<Arc<Node>>>,
+    /// Slot -> index in `nodes` of its master, or [`UNOWNED`].
+    slots: RwLock<Vec<u32>>,
+    /// When the slot map was last refreshed.
+    refreshed: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = self.nodes().iter().map(|n| n.addr.clone()).collect();
+        f.debug_struct("Cluster")
+            .field("nodes", &nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a failed call asks for.
+enum Redirect {
+    /// The slot lives on `addr` now.
+    Moved(u16, String),
+    /// Ask `addr` this once (the slot is migrating).
+    Ask(String),
+    /// Wait and try again (`TRYAGAIN`, `CLUSTERDOWN`).
+    Retry,
+    /// The master could not be reached: the map may be stale.
+    Unreachable,
+}
+
+fn redirect(e: &Error) -> Option<Redirect> {
+    let err = e.redis_error()?;
+    if let Some((addr, slot)) = err.redirect_node() {
+        return Some(match err.kind() {
+            redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => Redirect::Ask(addr.into()),
+            _ => Redirect::Moved(slot, addr.into()),
+        });
+    }
+    match err.kind() {
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
+        ) => Some(Redirect::Retry),
+        // Refused: nothing was sent, so trying elsewhere is safe.
+        _ if err.is_connection_refusal() => Some(Redirect::Unreachable),
+        _ => None,
+    }
+}
+
+/// `true` when `e` is a cluster redirection or a transient cluster state
+/// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the call did not run and
+/// may be sent again through [`Cluster::with_conn`].
+pub(crate) fn is_redirect(e: &Error) -> bool {
+    matches!(
+        redirect(e),
+        Some(Redirect::Moved(..) | Redirect::Ask(_) | Redirect::Retry)
+    )
+}
+
+impl Cluster {
+    pub(crate) fn new(seeds: &[ConnectionInfo], options: &ConnectOptions) -> Result<Cluster> {
+        let cluster = Cluster {
+            seeds: seeds.to_vec(),
+            options: options.clone(),
+            nodes: RwLock::new(Vec::new()),
+            slots: RwLock::new(vec![UNOWNED; usize::from(keys::SLOTS)]),
+            refreshed: Mutex::new(None),
+        };
+        // Seeds are nodes too: their pools exist before the first map, and
+        // bad TLS material is reported now.
+        for seed in seeds {
+            cluster.intern(&host_port(seed.addr()))?;
+        }
+        Ok(cluster)
+    }
+
+    fn nodes(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Node>>> {
+        self.nodes.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn node(&self, id: NodeId) -> Result<Arc<Node>> {
+        self.nodes()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::Protocol(format!("no cluster node {id}")))
+    }
+
+    /// The id of the node at `addr` (`host:port`), adding it when new.
+    fn intern(&self, addr: &str) -> Result<NodeId> {
+        if let Some(id) = self.nodes().iter().position(|n| n.addr == addr) {
+            return Ok(id);
+        }
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| Error::Protocol(format!("bad cluster node address {addr:?}")))?;
+        // Credentials and TLS settings are the first seed's.
+        let mut node_addr = self.seeds[0].addr().clone();
+        match &mut node_addr {
+            ConnectionAddr::Tcp(h, p)
+            | ConnectionAddr::TcpTls {
+                host: h, port: p, ..
+            } => {
+                *h = host;
+                *p = port;
+            }
+            _ => return Err(Error::invalid("Redis Cluster seeds must be TCP addresses")),
+        }
+        let info = self.seeds[0].clone().set_addr(node_addr);
+        let pool = Pool::new(
+            info,
+            &self.options.tls,
+            self.options.pool_size,
+            self.options.connect_timeout,
+            self.options.response_timeout,
+        )?;
+        let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
+            return Ok(id);
+        }
+        nodes.push(Arc::new(Node {
+            addr: addr.to_owned(),
+            pool,
+        }));
+        Ok(nodes.len() - 1)
+    }
+
+    fn owner(&self, slot: u16) -> Option<NodeId> {
+        let id = self.slots.read().unwrap_or_else(PoisonError::into_inner)[usize::from(slot)];
+        (id != UNOWNED).then_some(id as NodeId)
+    }
+
+    fn set_owner(&self, slot: u16, id: NodeId) {
+        self.slots.write().unwrap_or_else(PoisonError::into_inner)[usize::from(slot)] = id as u32;
+    }
+
+    /// Reloads the slot map from the first node that answers `CLUSTER
+    /// SLOTS`: known nodes first, then the seeds. At most once per
+    /// [`REFRESH_EVERY`] unless `force`.
+    fn refresh(&self, force: bool) -> Result<()> {
+        let mut refreshed = self
+            .refreshed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !force && refreshed.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
+            return Ok(());
+        }
+        let candidates: Vec<Arc<Node>> = self.nodes().clone();
+        let mut last = None;
+        for node in candidates {
+            let reply = node.pool.with_conn(|conn| {
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query::<Value>(conn)
+                    .map_err(Error::redis)
+            });
+            match reply.and_then(|r| self.apply(&node.addr, &r)) {
+                Ok(()) => {
+                    *refreshed = Some(Instant::now());
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
+    }
+
+    /// Applies a `CLUSTER SLOTS` reply got from the node at `from`.
+    fn apply(&self, from: &str, reply: &Value) -> Result<()> {
+        let bad = || Error::Protocol("unexpected CLUSTER SLOTS reply".into());
+        let Value::Array(ranges) = reply else {
+            return Err(bad());
+        };
+        let mut table = vec![UNOWNED; usize::from(keys::SLOTS)];
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return Err(bad());
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return Err(bad());
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+                Some(Value::SimpleString(h)) => h.clone(),
+                _ => return Err(bad()),
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return Err(bad());
+            };
+            // An empty host means "the node you asked".
+            let addr = if host.is_empty() || host == "?" {
+                let from_host = from.rsplit_once(':').map_or(from, |(h, _)| h);
+                format!("{from_host}:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            let id = self.intern(&addr)? as u32;
+            let (start, end) = (*start as usize, *end as usize);
+            if start > end || end >= table.len() {
+                return Err(bad());
+            }
+            table[start..=end].fill(id);
+        }
+        *self.slots.write().unwrap_or_else(PoisonError::into_inner) = table;
+        Ok(())
+    }
+
+    /// The master of `slot`, loading the map when the slot has no owner yet.
+    fn route(&self, slot: u16) -> Result<NodeId> {
+        if let Some(id) = self.owner(slot) {
+            return Ok(id);
+        }
+        self.refresh(false)?;
+        self.owner(slot).ok_or_else(|| {
+            let reply = format!("-CLUSTERDOWN no node serves hash slot {slot}\r\n");
+            match redis::parse_redis_value(reply.as_bytes()) {
+                Ok(Value::ServerError(e)) => Error::redis(e.into()),
+                _ => Error::Protocol(format!("no node serves hash slot {slot}")),
+            }
+        })
+    }
+
+    /// Runs `op` on a connection to the master of `key`'s slot, following
+    /// redirections (see the module docs).
+    pub(crate) fn with_conn<T>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&mut redis::Connection) -> Result<T>,
+    ) -> Result<T> {
+        if let Some(why) = keys::cluster_conflict(key) {
+            return Err(Error::InvalidArgument(why));
+        }
+        let slot = keys::slot(key);
+        let started = Instant::now();
+        // A slot move or a failover takes about a second: wait for it within
+        // the time a call may take anyway (connect + response).
+        let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
+        let mut backoff = FIRST_BACKOFF;
+        let mut ask: Option<NodeId> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let asking = ask.is_some();
+            let node = match ask.take() {
+                Some(id) => id,
+                None => self.route(slot)?,
+            };
+            let result = self.node(node)?.pool.with_conn(|conn| {
+                if asking {
+                    redis::cmd("ASKING")
+                        .query::<()>(conn)
+                        .map_err(Error::redis)?;
+                }
+                op(conn)
+            });
+            let Err(e) = &result else {
+                return result;
+            };
+            let Some(redirect) = redirect(e) else {
+                return result;
+            };
+            if attempt >= MAX_ATTEMPTS || started.elapsed() > budget {
+                return result;
+            }
+            match redirect {
+                Redirect::Moved(moved, addr) => {
+                    let id = self.intern(&addr)?;
+                    self.set_owner(moved, id);
+                    // Other slots have likely moved with it.
+                    let _ = self.refresh(false);
+                    self.set_owner(moved, id);
+                }
+                Redirect::Ask(addr) => ask = Some(self.intern(&addr)?),
+                Redirect::Retry | Redirect::Unreachable => {
+                    if started.elapsed() + backoff > budget {
+                        return result;
+                    }
+                    #[allow(
+                        clippy::disallowed_methods,
+                        reason = "a bounded back-off before retrying TRYAGAIN/CLUSTERDOWN: no event to wait on"
+                    )]
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    if matches!(redirect, Redirect::Unreachable) || attempt % 4 == 0 {
+                        let _ = self.refresh(false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node that serves `key` now (as far as this client knows).
+    pub(crate) fn node_of(&self, key: &[u8]) -> NodeId {
+        self.owner(keys::slot(key)).unwrap_or(0)
+    }
+
+    /// Runs `op` on a pooled connection to node `node`.
+    pub(crate) fn with_node_conn<T>(
+        &self,
+        node: NodeId,
+        op: impl FnMut(&mut redis::Connection) -> Result<T>,
+    ) -> Result<T> {
+        self.node(node)?.pool.with_conn(op)
+    }
+
+    /// A new connection to node `node`, outside its pool.
+    pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        self.node(node)?.pool.connect()
+    }
+
+    /// A new connection to any reachable node, for classic pub/sub: a
+    /// cluster forwards every `PUBLISH` to all of its nodes.
+    pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
+        let _ = self.refresh(false);
+        let masters: Vec<NodeId> = {
+            let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+            let mut ids: Vec<NodeId> = slots
+                .iter()
+                .filter(|&&id| id != UNOWNED)
+                .map(|&id| id as NodeId)
+                .collect();
+            ids.dedup();
+            ids
+        };
+        let all: Vec<NodeId> = masters.into_iter().chain(0..self.nodes().len()).collect();
+        let mut last = None;
+        for id in all {
+            match self.node(id).and_then(|n| n.pool.connect()) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
+    }
+
+    /// Open pooled connections over every node.
+    pub(crate) fn open_connections(&self) -> usize {
+        self.nodes().iter().map(|n| n.pool.open_connections()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_parse_into_seeds() {
+        let seeds = parse_url("redis+cluster://u:p%40ss@127.0.0.1:7000,127.0.0.1:7001/")
+            .unwrap()
+            .unwrap();
+        assert_eq!(seeds.len(), 2);
+        assert_eq!(host_port(seeds[1].addr()), "127.0.0.1:7001");
+        assert_eq!(seeds[1].redis_settings().username(), Some("u"));
+        assert_eq!(seeds[1].redis_settings().password(), Some("p@ss"));
+        let seeds = parse_url("redis+cluster://127.0.0.1:7000")
+            .unwrap()
+            .unwrap();
+        assert_eq!(seeds[0].redis_settings().password(), None);
+        assert!(parse_url("redis://127.0.0.1:7000/").unwrap().is_none());
+    }
+
+    fn options() -> ConnectOptions {
+        ConnectOptions {
+            tls: super::super::Tls::default(),
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn server_error(resp: &str) -> Error {
+        match redis::parse_redis_value(resp.as_bytes()).unwrap() {
+            Value::ServerError(e) => Error::redis(e.into()),
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn slot_map_comes_from_cluster_slots() {
+        let seeds = parse_url("redis+cluster://127.0.0.1:7000/")
+            .unwrap()
+            .unwrap();
+        let cluster = Cluster::new(&seeds, &options()).unwrap();
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, master: Value| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                master,
+                node("127.0.0.1", 9),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(0, 5460, node("127.0.0.1", 7000)),
+            // An empty host is the node that answered.
+            range(5461, 10922, node("", 7001)),
+            range(10923, 16383, node("127.0.0.1", 7002)),
+        ]);
+        cluster.apply("127.0.0.1:7000", &reply).unwrap();
+        let addr = |slot: u16| {
+            cluster
+                .node(cluster.owner(slot).unwrap())
+                .unwrap()
+                .addr
+                .clone()
+        };
+        assert_eq!(addr(0), "127.0.0.1:7000");
+        assert_eq!(addr(5461), "127.0.0.1:7001");
+        assert_eq!(addr(16383), "127.0.0.1:7002");
+        // Node ids stay put when the map changes.
+        let before = cluster.owner(16383);
+        cluster
+            .apply(
+                "127.0.0.1:7000",
+                &Value::Array(vec![range(0, 16383, node("127.0.0.1", 7002))]),
+            )
+            .unwrap();
+        assert_eq!(cluster.owner(0), before);
+        assert_eq!(cluster.node_of(b"anything"), before.unwrap());
+        assert!(cluster.apply("x:1", &Value::Int(3)).is_err());
+        assert!(
+            cluster
+                .apply("x:1", &Value::Array(vec![range(9, 16384, node("h", 1))]))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn redirections_are_classified() {
+        let moved = server_error("-MOVED 3999 127.0.0.1:7001\r\n");
+        assert!(
+            matches!(redirect(&moved), Some(Redirect::Moved(3999, a)) if a == "127.0.0.1:7001")
+        );
+        let ask = server_error("-ASK 3999 127.0.0.1:7002\r\n");
+        assert!(matches!(redirect(&ask), Some(Redirect::Ask(a)) if a == "127.0.0.1:7002"));
+        for retry in [
+            "-TRYAGAIN Multiple keys\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+        ] {
+            assert!(matches!(
+                redirect(&server_error(retry)),
+                Some(Redirect::Retry)
+            ));
+            assert!(is_redirect(&server_error(retry)));
+        }
+        let refused = Error::io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "no",
+        ));
+        assert!(matches!(redirect(&refused), Some(Redirect::Unreachable)));
+        assert!(!is_redirect(&refused));
+        assert!(redirect(&server_error("-WRONGTYPE no\r\n")).is_none());
+        assert!(redirect(&Error::invalid("x")).is_none());
+    }
+
+    #[test]
+    fn bad_cluster_urls_are_rejected_without_echo() {
+        for url in [
+            "redis+cluster:///",
+            "redis+cluster://u:secret@127.0.0.1:7000/3",
+            "redis+cluster://u:secret@:notaport/",
+        ] {
+            let e = parse_url(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{url}: {e:?}");
+            assert!(!e.to_string().contains("secret"), "{e}");
+        }
+        assert!(seeds::<&str>(&[]).is_err());
+    }
+}
