@@ -27,6 +27,14 @@
 //! `{"sem": ..}`, `{"w1": [..]}`, `{"w2": ..}`); `scripts/bench` renders
 //! the report.
 
+// A benchmark paces itself: common start instants, hold periods, release
+// gaps and a sampler's rate are sleeps by design (clippy.toml bans them in
+// the library).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the driver's pacing (start instants, holds, gaps) is made of sleeps"
+)]
+
 mod ab;
 mod cluster;
 mod observe;

@@ -447,6 +447,10 @@ impl Cluster {
                     if started.elapsed() + backoff > budget {
                         return result;
                     }
+                    #[allow(
+                        clippy::disallowed_methods,
+                        reason = "a bounded back-off before retrying TRYAGAIN/CLUSTERDOWN: no event to wait on"
+                    )]
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     if matches!(redirect, Redirect::Unreachable) || attempt % 4 == 0 {

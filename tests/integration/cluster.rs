@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use redguard::{Client, Error};
 
 use crate::support::{
-    ChildProcess, RedisCluster, capture_logs, logged_lines, ms, unique_name, wait_until,
+    ChildTest, RedisCluster, capture_logs, child_env, child_role, logged_lines, ms, say,
+    unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -274,20 +275,19 @@ fn hammer(url: &str, names: &[String], seeds: Vec<String>) -> usize {
 #[test]
 #[ignore = "child process of cluster_bed_f4_a1_d_f1_f3_f2_cli"]
 fn a1_cluster_child_worker() {
-    let url = std::env::var("RG_URL").unwrap();
-    let names: Vec<String> = std::env::var("RG_NAMES")
-        .unwrap()
+    let Some(_) = child_role() else { return };
+    let url = child_env("RG_URL");
+    let names: Vec<String> = child_env("RG_NAMES")
         .split(' ')
         .map(str::to_owned)
         .collect();
-    let seeds: Vec<String> = std::env::var("RG_SEEDS")
-        .unwrap()
+    let seeds: Vec<String> = child_env("RG_SEEDS")
         .split(' ')
         .map(str::to_owned)
         .collect();
-    println!("STARTED");
+    say("STARTED");
     let overlaps = hammer(&url, &names, seeds);
-    println!("OVERLAPS {overlaps}");
+    say(&format!("OVERLAPS {overlaps}"));
     assert_eq!(overlaps, 0);
 }
 
@@ -296,21 +296,19 @@ fn a1_on_cluster(bed: &RedisCluster) {
     let started = Instant::now();
     let names = names_on_every_master(bed, "a1c");
     let seeds: Vec<String> = (0..6).map(|i| bed.node(i).url()).collect();
-    let mut child = ChildProcess::spawn(
+    let (url, joined_names, joined_seeds) = (bed.url(), names.join(" "), seeds.join(" "));
+    let mut child = ChildTest::spawn(
         "cluster::a1_cluster_child_worker",
+        "a1c",
         &[
-            ("RG_URL", bed.url()),
-            ("RG_NAMES", names.join(" ")),
-            ("RG_SEEDS", seeds.join(" ")),
+            ("RG_URL", &url),
+            ("RG_NAMES", &joined_names),
+            ("RG_SEEDS", &joined_seeds),
         ],
     );
-    assert!(child.wait_for_line("STARTED", Duration::from_secs(10)));
+    child.expect_line("STARTED", Duration::from_secs(10));
     let overlaps = hammer(&bed.url(), &names, seeds);
-    assert_eq!(
-        child.wait(Duration::from_secs(120)),
-        Some(true),
-        "child failed"
-    );
+    assert!(child.wait_success(Duration::from_secs(120)), "child failed");
     assert_eq!(overlaps, 0);
     let mut conn = admin(bed);
     let mut total = 0;
