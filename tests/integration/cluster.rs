@@ -80,6 +80,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     kinds_on_cluster(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
+    d_subscriptions_follow_slots(&bed);
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
@@ -766,4 +767,72 @@ fn cli_exec_on_cluster(bed: &RedisCluster) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+}
+
+/// Shard subscribers of `name`'s unlock channel on node `i`.
+fn shard_subscribers(bed: &RedisCluster, i: usize, name: &str) -> i64 {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let reply: Vec<redis::Value> = bed
+        .node(i)
+        .cmd("PUBSUB", &[b"SHARDNUMSUB", channel.as_bytes()]);
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Subscriptions follow their slots: a waiter's shard subscription moves
+/// to the new owner when its slot migrates and when its master fails over
+/// (`CLUSTER FAILOVER`), so that a Redisson 3.2x release there (`DEL`,
+/// then `SPUBLISH` only: heard only on that node) still wakes it by
+/// message, though it polls every 10 s and the holder's lease is 10 s.
+fn d_subscriptions_follow_slots(bed: &RedisCluster) {
+    let waiters = builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut report = Vec::new();
+    for how in ["slot migration", "manual failover"] {
+        let masters = bed.masters();
+        let from = masters[0];
+        let name = name_on(bed, from, "d-follow");
+        let s = slot(name.as_bytes());
+        let () = bed
+            .node(from)
+            .cmd("HSET", &[name.as_bytes(), b"foreign-3.2x:1", b"1"]);
+        let _: bool = bed.node(from).cmd("PEXPIRE", &[name.as_bytes(), b"10000"]);
+        let lock = waiters.lock(&name);
+        let waiter = std::thread::spawn(move || {
+            let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
+            let at = Instant::now();
+            g.expect("not woken").unlock().unwrap();
+            at
+        });
+        assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
+            bed, from, &name
+        ) == 1));
+        let to = if how == "slot migration" {
+            bed.migrate_slot(s, masters[1]);
+            masters[1]
+        } else {
+            let replica = bed.replica_of(from);
+            bed.failover(replica);
+            replica
+        };
+        let moved = Instant::now();
+        assert!(
+            wait_until(Duration::from_secs(5), || shard_subscribers(bed, to, &name)
+                == 1),
+            "{how}: the shard subscription did not follow slot {s}"
+        );
+        let followed = moved.elapsed();
+        let _: i64 = bed.node(to).cmd("DEL", &[name.as_bytes()]);
+        let released = Instant::now();
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let _: i64 = bed.node(to).cmd("SPUBLISH", &[channel.as_bytes(), b"0"]);
+        let woke = waiter.join().unwrap().saturating_duration_since(released);
+        assert!(woke < Duration::from_secs(2), "{how}: woken after {woke:?}");
+        report.push((how, followed, woke));
+    }
+    eprintln!("D follow: (case, subscription moved after, woken after release) {report:?}");
 }
