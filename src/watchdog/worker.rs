@@ -55,8 +55,6 @@ pub(super) enum Job {
         entries: Vec<Entry>,
         done: Option<Sender<()>>,
     },
-    /// Undo a grant whose reply was lost.
-    Undo(super::Undo),
     /// Keep (or stop keeping) a watch connection open.
     Watch(bool),
 }
@@ -169,7 +167,6 @@ impl Worker {
                 release_gone(entries);
                 drop(done);
             }
-            Job::Undo(undo) => undo.run(),
             Job::Watch(on) => {
                 self.watch.wanted = on;
                 if on {

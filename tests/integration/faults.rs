@@ -451,3 +451,36 @@ fn a_leaked_guard_keeps_its_client_until_shutdown_releases_it() {
         .is_locked()
         .unwrap()));
 }
+
+/// I9/C3 regression: a grant whose reply was garbled is undone before the
+/// error returns, never later. Were it undone in the background, the same
+/// thread's next acquire (same holder id) could be deleted by the late undo
+/// while its guard lives, and a rival would take the lock: two owners.
+#[test]
+fn i9_a_lost_grant_is_undone_before_the_next_acquire_of_the_same_thread() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url()).build().unwrap();
+    let rival = test_builder(&server.url()).build().unwrap();
+    let name = unique_name("undo-race");
+    let lock = client.lock(&name);
+    lock.lock().unwrap().unlock().unwrap();
+    let mut doubles = 0;
+    for _ in 0..50 {
+        assert!(wait_until(Duration::from_secs(2), || !server.exists(&name)));
+        proxy.fault_replies_to(name.as_bytes(), ReplyFault::Garbage, 1);
+        assert!(lock.try_lock().is_err(), "the garbled grant is an error");
+        let Some(guard) = lock.try_lock_for(Duration::from_secs(1)).unwrap() else {
+            continue;
+        };
+        // Time for a background undo to land, were there one.
+        crate::support::sleep(ms(30));
+        if let Some(r) = rival.lock(&name).try_lock().unwrap() {
+            doubles += 1;
+            drop(r);
+        }
+        assert!(!guard.is_lost());
+        guard.unlock().unwrap();
+    }
+    assert_eq!(doubles, 0, "a late undo deleted a live grant");
+}
