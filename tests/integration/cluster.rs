@@ -71,6 +71,7 @@ fn admin(bed: &RedisCluster) -> redis::cluster::ClusterConnection {
 
 #[test]
 fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
+    let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let started = Instant::now();
     let mut bed = RedisCluster::start();

@@ -108,6 +108,7 @@ fn a1_child_worker() {
 /// the occupancy probe never saw two holders.
 #[test]
 fn a1_mutual_exclusion_two_processes_eight_threads_each() {
+    let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     let name = unique_name("a1");
     let url = ctx.server.url();
@@ -213,6 +214,7 @@ fn monotonic_ns() -> u64 {
 /// external `SETNX` probe never found the marker taken.
 #[test]
 fn a2_interval_overlap_across_64_processes() {
+    let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     let name = unique_name("a2");
     let url = ctx.server.url();

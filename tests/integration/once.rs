@@ -188,6 +188,7 @@ impl Scripts {
 /// Every library case of the area on one server, in sequence.
 #[test]
 fn once_and_tokens() {
+    let _heavy = crate::support::cpu_heavy();
     let server = RedisServer::start();
     let mut s = Scripts::new(&server);
     claim_then_complete_records_and_wakes(&server, &mut s);

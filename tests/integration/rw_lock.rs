@@ -29,6 +29,7 @@ fn timeout_key(name: &str, holder: &str, n: u32) -> String {
 
 #[test]
 fn rw1_rw2_read_write_lock_bed() {
+    let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     layout_reentry_and_downgrade(&ctx);
     readers_share_and_writers_exclude(&ctx);

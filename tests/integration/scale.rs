@@ -12,6 +12,7 @@ use crate::support::{TestContext, ms, test_builder};
 
 #[test]
 fn w1_ten_thousand_held_locks_stay_above_half_their_lease() {
+    let _heavy = crate::support::cpu_heavy();
     const N: usize = 10_000;
     const LEASE: Duration = Duration::from_millis(1500);
     let ctx = TestContext::new();

@@ -22,6 +22,7 @@ fn deaf_client(url: &str) -> redguard::Client {
 
 #[test]
 fn sem1_sem2_semaphore_bed() {
+    let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     layout_and_messages(&ctx);
     bad_input_is_refused_and_counters_stay_intact(&ctx);

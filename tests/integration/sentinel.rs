@@ -34,6 +34,7 @@ fn builder(bed: &SentinelBed) -> redguard::Builder {
 
 #[test]
 fn sentinel_e1_e2_e3_e4_h5_j1_cli_on_one_bed() {
+    let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let mut bed = bed();
     e4_discovery_with_separate_passwords(&bed);

@@ -34,6 +34,7 @@ fn catalogue_client(url: &str) -> redguard::Client {
 /// below 0.6 × L.
 #[test]
 fn b2_watchdog_keeps_the_lock_for_10x_the_lease_under_contention() {
+    let _heavy = crate::support::cpu_heavy();
     const CONTENDERS: usize = 8;
     let ctx = TestContext::new();
     let name = unique_name("b2");

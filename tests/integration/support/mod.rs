@@ -131,6 +131,16 @@ pub fn redis_server_bin() -> String {
 /// parallel tests cannot take each other's ports in those windows.
 static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
+/// Taken for its whole run by each test that keeps both cores of a CI
+/// machine busy (many processes or threads, a six-node cluster, a
+/// failover bed) or that measures the watchdog's punctuality: such tests
+/// run one at a time, so that none starves another's watchdog. Other tests
+/// still run beside them.
+pub fn cpu_heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Marks `port` as owned; `false` if another server or proxy of this process
 /// owns it already.
 fn reserve_port(port: u16) -> bool {
