@@ -12,6 +12,7 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
+//! bench --cluster-seeds P1,P2,P3 [--floor | --ab | --w1 ...]   the same on a Redis Cluster
 //! ```
 //!
 //! S1/S2/S3 follow the shared peers protocol exactly (scenario constants,
@@ -27,6 +28,7 @@
 //! the report.
 
 mod ab;
+mod cluster;
 mod observe;
 mod protocol;
 mod scale;
@@ -42,8 +44,9 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use redguard::Client;
 use serde_json::{Value, json};
 
+use crate::cluster::Target;
 use crate::protocol::{LOCK_TTL_MS, now_ns};
-use crate::workers::{Factory, floor_factory, guard_factory};
+use crate::workers::{Factory, guard_factory};
 
 /// One of the peers protocol's scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -61,6 +64,12 @@ struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
     port: Option<u16>,
+    /// Ports (on 127.0.0.1) of Redis Cluster nodes, instead of `--port`:
+    /// redguard opens a `redis+cluster://` URL with them as seeds, and the
+    /// floor uses redis-rs's `ClusterConnection`. For S1/S2/S3, `--ab` and
+    /// `--w1`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "port")]
+    cluster_seeds: Vec<u16>,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -134,7 +143,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let port_given = std::env::args().any(|a| a == "--port" || a.starts_with("--port="));
+    let port_given =
+        std::env::args().any(|a| a.starts_with("--port") || a.starts_with("--cluster-seeds"));
     let args = match Args::try_parse() {
         Ok(args) => args,
         // `cargo test` (`--all-targets`, as CI runs it) starts bench targets
@@ -143,15 +153,27 @@ fn main() -> ExitCode {
         Err(e) if !port_given && e.use_stderr() => return nothing_to_measure(),
         Err(e) => e.exit(),
     };
-    let Some(port) = args.port else {
-        return nothing_to_measure();
+    let target = match (args.port, args.cluster_seeds.is_empty()) {
+        (Some(port), _) => Target::single(port),
+        (None, false) => match Target::cluster(&args.cluster_seeds) {
+            Ok(target) => target,
+            Err(e) => {
+                eprintln!("bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, true) => return nothing_to_measure(),
     };
-    let url = format!("redis://127.0.0.1:{port}/");
+    if target.cluster && (args.rw || args.sem || args.w2) {
+        eprintln!("bench: --rw, --sem and --w2 take --port (one server)");
+        return ExitCode::FAILURE;
+    }
+    let url = target.client_url.clone();
     let _ = now_ns();
     let client = || Client::open(&url).expect("redguard client");
 
     let out = if args.ab {
-        let (sut, floor) = (guard_factory(&client()), floor_factory(&url));
+        let (sut, floor) = (guard_factory(&client()), target.floor_factory());
         json!({"ab": {
             "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", args.ab_rounds, 1000),
             "s3": ab::run_ab_s3(&sut, &floor, args.ab_rounds / 2, Duration::from_millis(500)),
@@ -167,7 +189,7 @@ fn main() -> ExitCode {
         sync::run_sem(&client(), &url, args.sem_rounds)
     } else if args.w1 {
         scale::run_w1(
-            &url,
+            &target,
             &args.w1_n,
             &args.w1_watchdog,
             args.w1_batch,
@@ -181,11 +203,22 @@ fn main() -> ExitCode {
             Duration::from_millis(args.w2_gap_ms),
         )
     } else if args.floor {
-        let (s1, s2, s3) = run_row(&floor_factory(&url), &args.only);
+        let (s1, s2, s3) = run_row(&target.floor_factory(), &args.only);
+        let (library, concurrency) = if target.cluster {
+            (
+                "raw-redis-floor (sync, cluster)",
+                "8 OS threads (std::thread), one sync redis::cluster::ClusterConnection each",
+            )
+        } else {
+            (
+                "raw-redis-floor (sync)",
+                "8 OS threads (std::thread), one sync redis::Connection each",
+            )
+        };
         json!({
-            "lang": "rust", "library": "raw-redis-floor (sync)", "version": "redis crate 1.8.1",
+            "lang": "rust", "library": library, "version": "redis crate 1.8.1",
             "client": "redguard benches/bench --floor",
-            "concurrency": "8 OS threads (std::thread), one sync redis::Connection each",
+            "concurrency": concurrency,
             "defaults": {"retry": "S2 spins: re-sends the lock EVALSHA immediately, no sleep",
                          "lock_ttl_ms": LOCK_TTL_MS,
                          "commands_per_cycle": "EVALSHA lock + EVALSHA unlock (2 round trips, no pipelining)"},
@@ -194,7 +227,9 @@ fn main() -> ExitCode {
     } else {
         let (s1, s2, s3) = run_row(&guard_factory(&client()), &args.only);
         json!({
-            "lang": "rust", "library": "redguard", "version": env!("CARGO_PKG_VERSION"),
+            "lang": "rust",
+            "library": if target.cluster { "redguard (cluster)" } else { "redguard" },
+            "version": env!("CARGO_PKG_VERSION"),
             "client": format!("redguard::Client (pool {})", 16),
             "concurrency": "8 OS threads (std::thread), one shared redguard::Client, one Lock handle each",
             "defaults": {"blocking_api": "Lock::lock(): waits for the unlock message (pub/sub), no polling",
