@@ -18,6 +18,10 @@ pub(crate) struct Target {
     pub(crate) nodes: Vec<String>,
     /// `true` for a cluster.
     pub(crate) cluster: bool,
+    /// The cluster floor's unlock also `PUBLISH`es, as redguard's (and
+    /// Redisson's) unlock does: on a cluster that message goes to every
+    /// node over the cluster bus.
+    pub(crate) floor_publish: bool,
 }
 
 impl Target {
@@ -28,6 +32,7 @@ impl Target {
             client_url: url.clone(),
             nodes: vec![url],
             cluster: false,
+            floor_publish: false,
         }
     }
 
@@ -53,6 +58,7 @@ impl Target {
             client_url: format!("redis+cluster://{}/", hosts.join(",")),
             nodes: masters,
             cluster: true,
+            floor_publish: false,
         })
     }
 
@@ -86,7 +92,7 @@ impl Target {
     /// The raw floor's workers on this target.
     pub(crate) fn floor_factory(&self) -> Factory {
         if self.cluster {
-            cluster_floor_factory(&self.nodes)
+            cluster_floor_factory(&self.nodes, self.floor_publish)
         } else {
             crate::workers::floor_factory(&self.nodes[0])
         }
@@ -141,7 +147,20 @@ struct ClusterFloorWorker {
 }
 
 impl ClusterFloorWorker {
-    fn new(nodes: &[String], w: usize, names: &[String]) -> Result<ClusterFloorWorker, String> {
+    fn new(
+        nodes: &[String],
+        publish: bool,
+        w: usize,
+        names: &[String],
+    ) -> Result<ClusterFloorWorker, String> {
+        let unlock = if publish {
+            FLOOR_UNLOCK_LUA.replace(
+                "redis.call('del', KEYS[1]);",
+                "redis.call('del', KEYS[1]); redis.call('publish', KEYS[1], '0');",
+            )
+        } else {
+            FLOOR_UNLOCK_LUA.to_owned()
+        };
         // The scripts are loaded on every master, as a cluster client's
         // script cache would be after its first call on each.
         let (mut lock_sha, mut unlock_sha) = (String::new(), String::new());
@@ -154,7 +173,7 @@ impl ClusterFloorWorker {
                 .map_err(|e| e.to_string())?;
             unlock_sha = redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(FLOOR_UNLOCK_LUA)
+                .arg(&unlock)
                 .query(&mut con)
                 .map_err(|e| e.to_string())?;
         }
@@ -227,9 +246,9 @@ impl Worker for ClusterFloorWorker {
     }
 }
 
-fn cluster_floor_factory(nodes: &[String]) -> Factory {
+fn cluster_floor_factory(nodes: &[String], publish: bool) -> Factory {
     let nodes = nodes.to_vec();
     std::sync::Arc::new(move |w, names| {
-        ClusterFloorWorker::new(&nodes, w, names).map(|f| Box::new(f) as Box<dyn Worker>)
+        ClusterFloorWorker::new(&nodes, publish, w, names).map(|f| Box::new(f) as Box<dyn Worker>)
     })
 }

@@ -70,6 +70,11 @@ struct Args {
     /// `--w1`.
     #[arg(long, value_delimiter = ',', conflicts_with = "port")]
     cluster_seeds: Vec<u16>,
+    /// With `--cluster-seeds`: the floor's unlock script also `PUBLISH`es
+    /// (one message, as redguard's unlock sends), to tell the cost of a
+    /// cluster-wide publish from the rest (not part of the protocol).
+    #[arg(long, requires = "cluster_seeds")]
+    floor_publish: bool,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -153,7 +158,7 @@ fn main() -> ExitCode {
         Err(e) if !port_given && e.use_stderr() => return nothing_to_measure(),
         Err(e) => e.exit(),
     };
-    let target = match (args.port, args.cluster_seeds.is_empty()) {
+    let mut target = match (args.port, args.cluster_seeds.is_empty()) {
         (Some(port), _) => Target::single(port),
         (None, false) => match Target::cluster(&args.cluster_seeds) {
             Ok(target) => target,
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
         },
         (None, true) => return nothing_to_measure(),
     };
+    target.floor_publish = args.floor_publish;
     if target.cluster && (args.rw || args.sem || args.w2) {
         eprintln!("bench: --rw, --sem and --w2 take --port (one server)");
         return ExitCode::FAILURE;
