@@ -50,6 +50,10 @@ impl CardNetwork {
     /// newer run of the same payment charged already.
     fn charge(&self, payment: &str, cents: u64, token: FencingToken) -> Option<String> {
         // A real charge takes a while: long enough for retries to pile up.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "stands in for a slow remote call"
+        )]
         thread::sleep(Duration::from_millis(30));
         let mut charges = self.charges.lock().unwrap_or_else(|e| e.into_inner());
         let entry = charges.entry(payment.to_owned()).or_insert((0, token));

@@ -1,144 +1,39 @@
-//! Where the driver's load goes: one redis-server, or a Redis Cluster given
-//! by seed ports. A cluster's floor is the same two-script cycle through
-//! redis-rs's blocking `ClusterConnection` (each script has one key, so
-//! every call is routed by that key's slot).
+//! The Cluster row: S1/S2/S3 on a private 3-master cluster (the test bed of
+//! `tests/integration/support/cluster.rs`), redguard beside a raw redis-rs
+//! cluster floor (`redis::cluster::ClusterConnection` per worker, the same
+//! two floor scripts), plus S1/S3 A/B ratios and W1 on the cluster.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use redguard::Client;
+use serde_json::{Value, json};
+
+use crate::ab;
 use crate::protocol::{FLOOR_LOCK_LUA, FLOOR_UNLOCK_LUA, LOCK_TTL_MS, now_ns};
-use crate::workers::{Factory, Worker};
+use crate::scenarios;
+use crate::stats::{pct, quartiles};
+use crate::support::RedisCluster;
 
-/// The server(s) under test.
-#[derive(Clone, Debug)]
-pub(crate) struct Target {
-    /// The URL redguard's client opens (`redis://` or `redis+cluster://`).
-    pub(crate) client_url: String,
-    /// Plain `redis://` URLs of the nodes that hold data: the one server,
-    /// or the cluster's masters.
-    pub(crate) nodes: Vec<String>,
-    /// `true` for a cluster.
-    pub(crate) cluster: bool,
-    /// The cluster floor's unlock also `PUBLISH`es, as redguard's (and
-    /// Redisson's) unlock does: on a cluster that message goes to every
-    /// node over the cluster bus.
-    pub(crate) floor_publish: bool,
-}
-
-impl Target {
-    /// One redis-server on 127.0.0.1:`port`.
-    pub(crate) fn single(port: u16) -> Target {
-        let url = format!("redis://127.0.0.1:{port}/");
-        Target {
-            client_url: url.clone(),
-            nodes: vec![url],
-            cluster: false,
-            floor_publish: false,
-        }
-    }
-
-    /// A cluster from seed ports on 127.0.0.1: every seed is asked for its
-    /// role, and the masters among them hold the data.
-    pub(crate) fn cluster(seeds: &[u16]) -> Result<Target, String> {
-        let hosts: Vec<String> = seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let mut masters = Vec::new();
-        for host in &hosts {
-            let url = format!("redis://{host}/");
-            let mut con = crate::observe::admin(&url);
-            let role: Vec<redis::Value> = redis::cmd("ROLE")
-                .query(&mut con)
-                .map_err(|e| format!("ROLE on {host}: {e}"))?;
-            if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
-                masters.push(url);
-            }
-        }
-        if masters.is_empty() {
-            return Err("no master among the cluster seeds".into());
-        }
-        Ok(Target {
-            client_url: format!("redis+cluster://{}/", hosts.join(",")),
-            nodes: masters,
-            cluster: true,
-            floor_publish: false,
+/// The hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole
+/// key, modulo 16 384).
+fn key_slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+            (len > 0).then(|| &key[open + 1..open + 1 + len])
         })
-    }
-
-    /// Empties every data node.
-    pub(crate) fn flushall(&self) {
-        for url in &self.nodes {
-            let mut con = crate::observe::admin(url);
-            let _: redis::RedisResult<()> = redis::cmd("FLUSHALL").query(&mut con);
-        }
-    }
-
-    /// `calls` of `cmd` summed over the data nodes.
-    pub(crate) fn cmd_calls(&self, cmd: &str) -> u64 {
-        self.nodes
-            .iter()
-            .map(|url| crate::observe::cmd_calls(&mut crate::observe::admin(url), cmd))
-            .sum()
-    }
-
-    /// A connection that answers `PTTL` for any key.
-    pub(crate) fn sampler(&self) -> Sampler {
-        if self.cluster {
-            Sampler::Cluster(Box::new(
-                cluster_connection(&self.nodes).expect("cluster connection"),
-            ))
-        } else {
-            Sampler::Single(crate::observe::admin(&self.nodes[0]))
-        }
-    }
-
-    /// The raw floor's workers on this target.
-    pub(crate) fn floor_factory(&self) -> Factory {
-        if self.cluster {
-            cluster_floor_factory(&self.nodes, self.floor_publish)
-        } else {
-            crate::workers::floor_factory(&self.nodes[0])
-        }
-    }
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16_384
 }
+use crate::workers::{Factory, Worker, guard_factory};
 
-/// A connection for `PTTL` look-ups.
-pub(crate) enum Sampler {
-    Single(redis::Connection),
-    Cluster(Box<redis::cluster::ClusterConnection>),
-}
-
-impl Sampler {
-    /// `PTTL` of each name, in one pipeline (a cluster pipeline: one per
-    /// node).
-    pub(crate) fn pttls(&mut self, names: &[String]) -> redis::RedisResult<Vec<i64>> {
-        match self {
-            Sampler::Single(con) => {
-                let mut pipe = redis::pipe();
-                for name in names {
-                    pipe.cmd("PTTL").arg(name);
-                }
-                pipe.query(con)
-            }
-            Sampler::Cluster(con) => {
-                let mut pipe = redis::cluster::cluster_pipe();
-                for name in names {
-                    pipe.cmd("PTTL").arg(name);
-                }
-                pipe.query(con.as_mut())
-            }
-        }
-    }
-}
-
-fn cluster_connection(nodes: &[String]) -> redis::RedisResult<redis::cluster::ClusterConnection> {
-    redis::cluster::ClusterClient::builder(nodes.to_vec())
-        .connection_timeout(Duration::from_secs(3))
-        .response_timeout(Duration::from_secs(10))
-        .build()?
-        .get_connection()
-}
-
-/// The floor on a cluster: one `ClusterConnection` per worker, two
-/// `EVALSHA` round trips per cycle, each routed by its one key.
-struct ClusterFloorWorker {
+/// The floor on a cluster: one redis-rs `ClusterConnection` per worker,
+/// two `EVALSHA` round trips per cycle, routed by redis-rs.
+struct ClusterFloor {
     con: redis::cluster::ClusterConnection,
     token: String,
     lock_sha: String,
@@ -146,52 +41,8 @@ struct ClusterFloorWorker {
     names: Vec<String>,
 }
 
-impl ClusterFloorWorker {
-    fn new(
-        nodes: &[String],
-        publish: bool,
-        w: usize,
-        names: &[String],
-    ) -> Result<ClusterFloorWorker, String> {
-        let unlock = if publish {
-            FLOOR_UNLOCK_LUA.replace(
-                "redis.call('del', KEYS[1]);",
-                "redis.call('del', KEYS[1]); redis.call('publish', KEYS[1], '0');",
-            )
-        } else {
-            FLOOR_UNLOCK_LUA.to_owned()
-        };
-        // The scripts are loaded on every master, as a cluster client's
-        // script cache would be after its first call on each.
-        let (mut lock_sha, mut unlock_sha) = (String::new(), String::new());
-        for url in nodes {
-            let mut con = crate::observe::admin(url);
-            lock_sha = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(FLOOR_LOCK_LUA)
-                .query(&mut con)
-                .map_err(|e| e.to_string())?;
-            unlock_sha = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&unlock)
-                .query(&mut con)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(ClusterFloorWorker {
-            con: cluster_connection(nodes).map_err(|e| e.to_string())?,
-            token: format!("floor:{}:w{w}", std::process::id()),
-            lock_sha,
-            unlock_sha,
-            names: names.to_vec(),
-        })
-    }
-
-    fn call(&mut self, sha_lock: bool, name: &str) -> Result<Option<i64>, String> {
-        let sha = if sha_lock {
-            &self.lock_sha
-        } else {
-            &self.unlock_sha
-        };
+impl ClusterFloor {
+    fn eval(&mut self, sha: &str, name: &str) -> Result<Option<i64>, String> {
         redis::cmd("EVALSHA")
             .arg(sha)
             .arg(1)
@@ -202,38 +53,32 @@ impl ClusterFloorWorker {
             .map_err(|e| e.to_string())
     }
 
-    fn try_lock_named(&mut self, name: &str) -> Result<bool, String> {
-        Ok(self.call(true, name)?.is_none())
-    }
-
-    fn unlock_named(&mut self, name: &str) -> Result<(), String> {
-        self.call(false, name)?
+    fn cycle_on(&mut self, name: &str) -> Result<(), String> {
+        let (lock, unlock) = (self.lock_sha.clone(), self.unlock_sha.clone());
+        if self.eval(&lock, name)?.is_some() {
+            return Err("lock busy".into());
+        }
+        self.eval(&unlock, name)?
             .map(|_| ())
             .ok_or_else(|| "unlock: not owner".into())
     }
-
-    fn name(&self, i: usize) -> String {
-        self.names[i % self.names.len()].clone()
-    }
 }
 
-impl Worker for ClusterFloorWorker {
+impl Worker for ClusterFloor {
     fn cycle(&mut self, i: usize) -> Result<(), String> {
-        let name = self.name(i);
-        self.cycle_named(&name)
+        let name = self.names[i % self.names.len()].clone();
+        self.cycle_on(&name)
     }
 
     fn cycle_named(&mut self, name: &str) -> Result<(), String> {
-        if !self.try_lock_named(name)? {
-            return Err("lock busy".into());
-        }
-        self.unlock_named(name)
+        self.cycle_on(name)
     }
 
     fn contended(&mut self, hard: u64, held: &mut dyn FnMut()) -> Result<bool, String> {
-        let name = self.name(0);
+        let name = self.names[0].clone();
+        let lock = self.lock_sha.clone();
         loop {
-            if self.try_lock_named(&name)? {
+            if self.eval(&lock, &name)?.is_none() {
                 break;
             }
             if now_ns() >= hard {
@@ -241,14 +86,181 @@ impl Worker for ClusterFloorWorker {
             }
         }
         held();
-        self.unlock_named(&name)?;
+        let unlock = self.unlock_sha.clone();
+        self.eval(&unlock, &name)?;
         Ok(true)
     }
 }
 
-fn cluster_floor_factory(nodes: &[String], publish: bool) -> Factory {
-    let nodes = nodes.to_vec();
-    std::sync::Arc::new(move |w, names| {
-        ClusterFloorWorker::new(&nodes, publish, w, names).map(|f| Box::new(f) as Box<dyn Worker>)
+fn floor_factory(bed: &RedisCluster) -> Factory {
+    let seeds = bed.seeds();
+    // The floor scripts on every master, once.
+    let mut shas = (String::new(), String::new());
+    for master in bed.masters() {
+        let mut con = bed.node(master).conn();
+        shas = (
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(FLOOR_LOCK_LUA)
+                .query(&mut con)
+                .expect("SCRIPT LOAD"),
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(FLOOR_UNLOCK_LUA)
+                .query(&mut con)
+                .expect("SCRIPT LOAD"),
+        );
+    }
+    Arc::new(move |w, names| {
+        let con = redis::cluster::ClusterClient::new(seeds.clone())
+            .and_then(|c| c.get_connection())
+            .map_err(|e| e.to_string())?;
+        Ok(Box::new(ClusterFloor {
+            con,
+            token: format!("floor:{}:w{w}", std::process::id()),
+            lock_sha: shas.0.clone(),
+            unlock_sha: shas.1.clone(),
+            names: names.to_vec(),
+        }) as Box<dyn Worker>)
     })
+}
+
+/// Cycles per second and median latency of an S1 or S3 document.
+fn summary(doc: &Value) -> Value {
+    let mut lat: Vec<u64> = doc["lat_ns"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    lat.sort_unstable();
+    let elapsed = doc["elapsed_ns"]
+        .as_u64()
+        .or_else(|| Some(doc["t_end_ns"].as_u64()? - doc["t_start_ns"].as_u64()?))
+        .unwrap_or(1)
+        .max(1);
+    json!({"cycles": lat.len(), "cycles_per_s": lat.len() as f64 / (elapsed as f64 / 1e9),
+           "p50_us": pct(&lat, 0.50).map(|n| n as f64 / 1000.0),
+           "p99_us": pct(&lat, 0.99).map(|n| n as f64 / 1000.0),
+           "errors": doc["errors"]})
+}
+
+/// Acquisitions per second of an S2 document.
+fn s2_summary(doc: &Value) -> Value {
+    let events = doc["events"].as_array().map_or(0, Vec::len);
+    let span = doc["t_end_ns"].as_u64().unwrap_or(1) - doc["t_start_ns"].as_u64().unwrap_or(0);
+    json!({"acquisitions": events, "per_s": events as f64 / (span.max(1) as f64 / 1e9),
+           "errors": doc["errors"], "acquire_failures": doc["acquire_failures"]})
+}
+
+/// W1 on the cluster: one client holds `n` locks spread over the masters
+/// with a `lease` watchdog for three renewal periods; the lowest PTTL seen
+/// per master and the renewal round trips per master per tick.
+fn w1(bed: &RedisCluster, n: usize, lease: Duration) -> Value {
+    let client = Client::builder()
+        .url(&bed.url())
+        .watchdog_timeout(lease)
+        .response_timeout((lease / 3).min(Duration::from_secs(3)))
+        .build()
+        .expect("client");
+    let names: Vec<String> = (0..n).map(|i| format!("bench:cw1:k{i}")).collect();
+    let t0 = Instant::now();
+    let guards: Vec<_> = names
+        .iter()
+        .filter_map(|n| client.lock(n).lock().ok())
+        .collect();
+    let acquire_s = t0.elapsed().as_secs_f64();
+    let held = guards.len();
+    // Names by master (port), for per-master PTTL sampling.
+    let mut by_master: HashMap<u16, Vec<&String>> = HashMap::new();
+    for name in &names {
+        let master = bed.master_of_slot(key_slot(name.as_bytes()));
+        by_master
+            .entry(bed.node(master).port())
+            .or_default()
+            .push(name);
+    }
+    let stats0 = client.stats();
+    let hold = lease; // three renewal periods
+    let until = Instant::now() + hold;
+    let mut lowest: HashMap<u16, i64> = HashMap::new();
+    let mut missing = 0u64;
+    let mut conns: HashMap<u16, redis::Connection> = by_master
+        .keys()
+        .map(|&port| (port, bed.node(bed.index_of_port(port)).conn()))
+        .collect();
+    while Instant::now() < until {
+        for (master, keys) in &by_master {
+            let con = conns.get_mut(master).expect("connection");
+            for chunk in keys.chunks(500) {
+                let mut pipe = redis::pipe();
+                for k in chunk {
+                    pipe.cmd("PTTL").arg(k.as_str());
+                }
+                let replies: Vec<i64> = pipe.query(con).unwrap_or_default();
+                for ms in replies {
+                    if ms < 0 {
+                        missing += 1;
+                    } else {
+                        let low = lowest.entry(*master).or_insert(i64::MAX);
+                        *low = (*low).min(ms);
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats1 = client.stats();
+    let ticks = (stats1.renewal_ticks - stats0.renewal_ticks).max(1);
+    let trips = stats1.renewal_round_trips - stats0.renewal_round_trips;
+    let masters = by_master.len().max(1);
+    let lease_ms = lease.as_millis() as f64;
+    let min_ratio = lowest
+        .values()
+        .map(|&l| l as f64 / lease_ms)
+        .fold(f64::INFINITY, f64::min);
+    drop(guards);
+    json!({"n": n, "held": held, "lease_ms": lease.as_millis() as u64, "acquire_s": acquire_s,
+           "masters": masters,
+           "keys_per_master": by_master.iter().map(|(m, k)| (m.to_string(), k.len())).collect::<HashMap<_, _>>(),
+           "lowest_pttl_ms_per_master": lowest.iter().map(|(m, l)| (m.to_string(), *l)).collect::<HashMap<_, _>>(),
+           "min_pttl_over_lease": min_ratio, "missing_samples": missing,
+           "renewals": stats1.renewals - stats0.renewals, "renewal_ticks": ticks,
+           "renewal_round_trips": trips,
+           "round_trips_per_master_per_tick": trips as f64 / ticks as f64 / masters as f64})
+}
+
+/// Runs the whole Cluster row on a private bed.
+pub(crate) fn run(ab_rounds: usize, w1_n: usize) -> Value {
+    let bed = RedisCluster::start();
+    let url = bed.url();
+    let client = Client::open(&url).expect("cluster client");
+    let (sut, floor) = (guard_factory(&client), floor_factory(&bed));
+    let row = |f: &Factory| {
+        json!({"s1": summary(&scenarios::run_s1(f)),
+               "s2": s2_summary(&scenarios::run_s2(f)),
+               "s3": summary(&scenarios::run_s3(f))})
+    };
+    let redguard = row(&sut);
+    let raw = row(&floor);
+    let ab = json!({
+        "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", ab_rounds, 1000),
+        "s3": ab::run_ab_s3(&sut, &floor, ab_rounds / 2, Duration::from_millis(500)),
+    });
+    let pubsub = client.stats().pubsub_connections;
+    let mut ratios = Vec::new();
+    for s in ["s1", "s3"] {
+        if let (Some(a), Some(b)) = (
+            redguard[s]["cycles_per_s"].as_f64(),
+            raw[s]["cycles_per_s"].as_f64(),
+        ) {
+            ratios.push((s, a / b));
+        }
+    }
+    let mut r: Vec<f64> = ratios.iter().map(|(_, r)| *r).collect();
+    let w1 = w1(&bed, w1_n, Duration::from_secs(3));
+    json!({"cluster": {
+        "masters": bed.masters().len(), "redguard": redguard, "floor": raw,
+        "separate_run_ratios": ratios.into_iter().collect::<HashMap<_, _>>(),
+        "separate_run_ratio_quartiles": quartiles(&mut r),
+        "ab": ab, "pubsub_connections": pubsub, "w1": w1,
+    }})
 }

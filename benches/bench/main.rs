@@ -12,7 +12,8 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
-//! bench --cluster-seeds P1,P2,P3 [--floor | --ab | --w1 ...]   the same on a Redis Cluster
+//! bench --cluster [--cluster-w1-n 30000]   the Cluster row on a private 3-master cluster (no --port)
+//! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running cluster
 //! ```
 //!
 //! S1/S2/S3 follow the shared peers protocol exactly (scenario constants,
@@ -27,6 +28,14 @@
 //! `{"sem": ..}`, `{"w1": [..]}`, `{"w2": ..}`); `scripts/bench` renders
 //! the report.
 
+// A benchmark paces itself: common start instants, hold periods, release
+// gaps and a sampler's rate are sleeps by design (clippy.toml bans them in
+// the library).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the driver's pacing (start instants, holds, gaps) is made of sleeps"
+)]
+
 mod ab;
 mod cluster;
 mod observe;
@@ -35,7 +44,16 @@ mod scale;
 mod scenarios;
 mod stats;
 mod sync;
+mod target;
 mod workers;
+
+// The integration tests' support code, for its private Redis Cluster bed.
+#[allow(
+    unused_imports,
+    reason = "the bench uses only the cluster bed of the tests' support code"
+)]
+#[path = "../../tests/integration/support/mod.rs"]
+mod support;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,8 +62,8 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use redguard::Client;
 use serde_json::{Value, json};
 
-use crate::cluster::Target;
 use crate::protocol::{LOCK_TTL_MS, now_ns};
+use crate::target::Target;
 use crate::workers::{Factory, guard_factory};
 
 /// One of the peers protocol's scenarios.
@@ -59,7 +77,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2", "cluster"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -142,6 +160,16 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     w2_gap_ms: u64,
 
+    /// The Cluster row: starts a private 3-master, 3-replica cluster on
+    /// loopback and runs S1/S2/S3 for redguard and a raw redis-rs cluster
+    /// floor, S1/S3 A/B ratios (`--ab-rounds`) and W1 on the cluster.
+    /// Needs no `--port`.
+    #[arg(long)]
+    cluster: bool,
+    /// Cluster W1: held locks, spread over the masters (3 s lease).
+    #[arg(long, default_value_t = 30_000)]
+    cluster_w1_n: usize,
+
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -149,7 +177,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let port_given =
-        std::env::args().any(|a| a.starts_with("--port") || a.starts_with("--cluster-seeds"));
+        std::env::args().any(|a| a.starts_with("--port") || a.starts_with("--cluster"));
     let args = match Args::try_parse() {
         Ok(args) => args,
         // `cargo test` (`--all-targets`, as CI runs it) starts bench targets
@@ -158,6 +186,10 @@ fn main() -> ExitCode {
         Err(e) if !port_given && e.use_stderr() => return nothing_to_measure(),
         Err(e) => e.exit(),
     };
+    if args.cluster {
+        println!("{}", cluster::run(args.ab_rounds, args.cluster_w1_n));
+        return ExitCode::SUCCESS;
+    }
     let mut target = match (args.port, args.cluster_seeds.is_empty()) {
         (Some(port), _) => Target::single(port),
         (None, false) => match Target::cluster(&args.cluster_seeds) {

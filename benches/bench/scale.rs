@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use redguard::{Client, Lock};
 use serde_json::{Value, json};
 
-use crate::cluster::Target;
 use crate::observe::{admin, connections, process_cpu_ns, rss_kib, thread_cpu, thread_cpu_ns};
 use crate::protocol::now_ns;
 use crate::stats::{pct, us};
+use crate::target::Target;
 
 // ============================================================================
 // W1: the watchdog at scale

@@ -70,6 +70,10 @@ pub(crate) fn redis_url() -> Result<(String, Option<EmbeddedRedis>), String> {
                 "redis-server on port {port} did not answer PING within 5 s"
             ));
         }
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "polling a child process's port; there is nothing to wait on"
+        )]
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -126,10 +126,16 @@ fn host_port(addr: &ConnectionAddr) -> String {
     }
 }
 
-/// One node: its address and its pool.
+/// One node: its address, its pool, and how its sharded pub/sub
+/// connections are made.
 struct Node {
     addr: String,
     pool: Pool,
+    /// RESP3 (pub/sub frames arrive as pushes). redis-rs takes any RESP2
+    /// reply read after a read that timed out for the late reply to that
+    /// read and drops it; a reader polling with short timeouts would so
+    /// lose `smessage`s after every quiet spell. Pushes are never dropped.
+    sharded: Pool,
 }
 
 /// The connections of one Redis Cluster.
@@ -194,7 +200,22 @@ pub(crate) fn is_redirect(e: &Error) -> bool {
     )
 }
 
+/// `true` when `e` is a refused connection: the node is gone (a `kill -9`
+/// before its replica's promotion) and the slot map must be asked for again
+/// before the call is worth sending elsewhere.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    matches!(redirect(e), Some(Redirect::Unreachable))
+}
+
 impl Cluster {
+    /// Asks the cluster for its slot map now (at most once per 50 ms), for
+    /// callers outside [`Cluster::with_conn`] that met a gone node.
+    pub(crate) fn refresh_map(&self) {
+        if let Err(e) = self.refresh(false) {
+            log::debug!("redguard cluster: slot map refresh failed: {e}");
+        }
+    }
+
     pub(crate) fn new(seeds: &[ConnectionInfo], options: &ConnectOptions) -> Result<Cluster> {
         let cluster = Cluster {
             seeds: seeds.to_vec(),
@@ -244,6 +265,17 @@ impl Cluster {
             _ => return Err(Error::invalid("Redis Cluster seeds must be TCP addresses")),
         }
         let info = self.seeds[0].clone().set_addr(node_addr);
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let sharded = Pool::new(
+            info.clone().set_redis_settings(resp3),
+            &self.options.tls,
+            1,
+            self.options.connect_timeout,
+            self.options.response_timeout,
+        )?;
         let pool = Pool::new(
             info,
             &self.options.tls,
@@ -258,6 +290,7 @@ impl Cluster {
         nodes.push(Arc::new(Node {
             addr: addr.to_owned(),
             pool,
+            sharded,
         }));
         Ok(nodes.len() - 1)
     }
@@ -414,6 +447,10 @@ impl Cluster {
                     if started.elapsed() + backoff > budget {
                         return result;
                     }
+                    #[allow(
+                        clippy::disallowed_methods,
+                        reason = "a bounded back-off before retrying TRYAGAIN/CLUSTERDOWN: no event to wait on"
+                    )]
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     if matches!(redirect, Redirect::Unreachable) || attempt % 4 == 0 {
@@ -441,6 +478,12 @@ impl Cluster {
     /// A new connection to node `node`, outside its pool.
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         self.node(node)?.pool.connect()
+    }
+
+    /// A new RESP3 connection to node `node` for sharded pub/sub (see
+    /// `Node::sharded`).
+    pub(crate) fn sharded_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        self.node(node)?.sharded.connect()
     }
 
     /// A new connection to any reachable node, for classic pub/sub: a

@@ -192,6 +192,23 @@ impl Source {
         }
     }
 
+    /// A dedicated new connection to node `node` for sharded pub/sub: RESP3
+    /// on a cluster, so that no frame is lost after a read that timed out.
+    pub(crate) fn sharded_connection(&self, node: NodeId) -> Result<redis::Connection> {
+        match self {
+            Source::Cluster(cluster) => cluster.sharded_connection(node),
+            _ => self.node_connection(node),
+        }
+    }
+
+    /// Asks a cluster for its slot map again (after a node refused a
+    /// connection); nothing for the other deployments.
+    pub(crate) fn refresh_topology(&self) {
+        if let Source::Cluster(cluster) = self {
+            cluster.refresh_map();
+        }
+    }
+
     /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Source::Cluster(_))

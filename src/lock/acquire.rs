@@ -395,21 +395,33 @@ impl Lock {
         }
     }
 
-    /// Undoes a grant whose reply was lost, on the server's watchdog
-    /// worker, so the caller's deadline is not stretched by a second round
-    /// trip to a server that just failed to answer.
+    /// Undoes a grant whose reply was lost (the acquire script may or may
+    /// not have run) by releasing every hold of `holder`, before the
+    /// attempt's error reaches the caller. It must not run later: by then
+    /// the same thread may have acquired again under the same holder id,
+    /// and a late undo would delete that grant while its guard lives (two
+    /// owners). It costs the failing call at most one more round trip.
     fn release_unknown(&self, holder: &Arc<str>) {
-        watchdog::undo_grant(watchdog::Undo {
-            source: self.inner.client.source().clone(),
-            key: self.inner.name.clone(),
-            channel: self.inner.channel.clone(),
-            queue: self.queue_key().map(Arc::<[u8]>::from),
-            holder: match self.holder_field(holder) {
-                std::borrow::Cow::Owned(field) => Arc::from(field),
-                std::borrow::Cow::Borrowed(_) => holder.clone(),
-            },
-            sync: self.sync_hold(holder),
+        let field = match self.holder_field(holder) {
+            std::borrow::Cow::Owned(field) => Arc::from(field),
+            std::borrow::Cow::Borrowed(_) => holder.clone(),
+        };
+        let sync = self.sync_hold(holder);
+        let (key, channel) = (&self.inner.name, &self.inner.channel);
+        let released = self.inner.client.with_conn(key, |conn| match &sync {
+            Some(hold) => scripts::release_sync_hold(conn, hold, key, channel, &field),
+            None => scripts::release_holder(conn, key, channel, self.queue_key(), &field),
         });
+        match released {
+            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "redguard: acquire of {:?} has an unknown outcome and could not be undone \
+                 ({e}); a grant, if any, expires with its lease (and is dropped by this \
+                 thread's next release of the lock)",
+                String::from_utf8_lossy(key)
+            ),
+        }
     }
 }
 

@@ -165,6 +165,10 @@ impl Router {
             return;
         }
         self.next_retry = None;
+        // Their slots may have moved (the reason most were lost): ask the
+        // cluster where they live now, or they would be subscribed again
+        // on the node that just dropped them.
+        self.source.refresh_topology();
         let pending: Vec<Vec<u8>> = self.pending.drain().collect();
         for channel in pending {
             if wanted(&channel) {
@@ -254,7 +258,11 @@ impl NodeThread {
                             "redguard subscriber: SSUBSCRIBE {:?} failed ({e}); trying again later",
                             String::from_utf8_lossy(&channel)
                         );
-                        self.lose_all();
+                        // A refusal (`MOVED`: the slot lives elsewhere)
+                        // leaves the connection and its other channels be.
+                        if e.breaks_connection() || e.redis_error().is_none() {
+                            self.lose_all();
+                        }
                         false
                     }
                 };
@@ -278,7 +286,7 @@ impl NodeThread {
 
     fn subscribe(&mut self, channel: &[u8]) -> crate::Result<()> {
         if self.conn.is_none() {
-            self.conn = Some(self.source.node_connection(self.node)?);
+            self.conn = Some(self.source.sharded_connection(self.node)?);
         }
         let conn = self.conn.as_mut().expect("set above");
         conn.set_read_timeout(Some(self.timeout))

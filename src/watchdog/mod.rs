@@ -43,7 +43,7 @@ use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::replicas::ReplicaAcks;
-use crate::scripts::{self, SyncHold};
+use crate::scripts::SyncHold;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -132,45 +132,6 @@ enum Outcome {
 /// be reused by another source while the key is in use.
 type Server = (usize, NodeId);
 
-/// A grant whose reply was lost: the acquire script may or may not have
-/// run. Undone by releasing every hold of `holder`.
-pub(crate) struct Undo {
-    pub(crate) source: Arc<Source>,
-    pub(crate) key: Arc<[u8]>,
-    pub(crate) channel: Arc<[u8]>,
-    /// The wait queue of a fair lock; `None` for other kinds.
-    pub(crate) queue: Option<Arc<[u8]>>,
-    pub(crate) holder: Arc<str>,
-    /// For read-write locks: the script that drops the holder's holds.
-    pub(crate) sync: Option<SyncHold>,
-}
-
-impl Undo {
-    fn run(self) {
-        let released = self.source.with_conn(&self.key, |conn| match &self.sync {
-            Some(hold) => {
-                scripts::release_sync_hold(conn, hold, &self.key, &self.channel, &self.holder)
-            }
-            None => scripts::release_holder(
-                conn,
-                &self.key,
-                &self.channel,
-                self.queue.as_deref(),
-                &self.holder,
-            ),
-        });
-        match released {
-            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
-            Ok(false) => {}
-            Err(e) => log::warn!(
-                "redguard: acquire of {:?} has an unknown outcome and could not be undone \
-                 ({e}); a grant, if any, expires with its lease",
-                String::from_utf8_lossy(&self.key)
-            ),
-        }
-    }
-}
-
 enum Command {
     /// New entries are waiting in the pending list.
     Wake,
@@ -182,8 +143,6 @@ enum Command {
     },
     /// The last client went: the thread looks whether it should end.
     Detached,
-    /// Undo a lost grant on its server's worker.
-    Undo(Undo),
     /// The pub/sub connection of the source at this address broke: check
     /// every lease held on its servers.
     Suspect(usize),
@@ -301,23 +260,6 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
-    }
-}
-
-/// Undoes a grant whose reply was lost (the acquire script may have run):
-/// releases every hold of `undo.holder` on the lock's server worker, off the
-/// caller's thread, so that the caller's deadline is not stretched by a
-/// second round trip to a server that just failed to answer, and without a
-/// thread per lost reply.
-pub(crate) fn undo_grant(undo: Undo) {
-    let shared: &'static Shared = &WATCHDOG;
-    if shared.ensure_running() {
-        let _ = shared.commands.send(Command::Undo(undo));
-    } else {
-        log::warn!(
-            "redguard: acquire of {:?} has an unknown outcome; a grant, if any, expires with its lease",
-            String::from_utf8_lossy(&undo.key)
-        );
     }
 }
 
@@ -449,14 +391,6 @@ impl Watchdog {
                     self.drop_client(&counters, done);
                 }
                 Ok(Command::Detached) => {}
-                Ok(Command::Undo(undo)) => {
-                    let server = (
-                        Arc::as_ptr(&undo.source) as usize,
-                        undo.source.node_of(&undo.key),
-                    );
-                    let source = undo.source.clone();
-                    self.send(server, &source, Job::Undo(undo));
-                }
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers

@@ -55,8 +55,6 @@ pub(super) enum Job {
         entries: Vec<Entry>,
         done: Option<Sender<()>>,
     },
-    /// Undo a grant whose reply was lost.
-    Undo(super::Undo),
     /// Keep (or stop keeping) a watch connection open.
     Watch(bool),
 }
@@ -169,7 +167,6 @@ impl Worker {
                 release_gone(entries);
                 drop(done);
             }
-            Job::Undo(undo) => undo.run(),
             Job::Watch(on) => {
                 self.watch.wanted = on;
                 if on {
@@ -426,7 +423,17 @@ impl Worker {
 /// checks that a slot move or a failover redirected (`MOVED`, `ASK`,
 /// `TRYAGAIN`): only the affected keys, so that a resharding costs no
 /// failed renewal.
+/// A node that refused the connection is gone (killed, its replica not yet
+/// promoted, or promoted already): the slot map is asked for again, once,
+/// so that the watchdog's next retry of those renewals goes to the new
+/// owner instead of the dead node until the leases run out.
 fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outcome)> {
+    let gone = results.iter().any(
+        |(_, o)| matches!(o, Outcome::Failed(e) if crate::connection::cluster::is_unreachable(e)),
+    );
+    if gone {
+        source.refresh_topology();
+    }
     results
         .into_iter()
         .map(|(entry, outcome)| match outcome {

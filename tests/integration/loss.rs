@@ -28,10 +28,6 @@ fn watched(server: &RedisServer) -> bool {
     clients.contains("cmd=info")
 }
 
-fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server.cmd("PTTL", &[name.as_bytes()])
-}
-
 #[test]
 fn b4_restart_without_persistence_is_seen_within_1s() {
     let mut server = RedisServer::start();
@@ -91,7 +87,7 @@ fn b4_a_fixed_lease_lost_in_a_restart_is_seen_within_1s() {
     let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
     crate::support::sleep(ms(500));
     held.check().unwrap();
-    assert!(pttl(&server, &kept) <= 4_600, "extended by the check");
+    assert!(server.pttl(&kept) <= 4_600, "extended by the check");
     drop(held);
 }
 
@@ -113,7 +109,7 @@ fn b5_locks_still_there_after_an_aof_restart_are_kept() {
     assert!(wait_until(Duration::from_secs(2), || watched(&server)));
     let before = client.stats().renewals;
     server.restart();
-    assert!(pttl(&server, &name) > 0, "the AOF did not keep the lock");
+    assert!(server.pttl(&name) > 0, "the AOF did not keep the lock");
     // The restart is noticed and the lease checked (renewed), well before
     // the first regular renewal 10 s away.
     assert!(
@@ -122,9 +118,9 @@ fn b5_locks_still_there_after_an_aof_restart_are_kept() {
     );
     crate::support::sleep(ms(500));
     guard.check().unwrap();
-    assert!(pttl(&server, &name) > 20_000, "the check renewed the lease");
+    assert!(server.pttl(&name) > 20_000, "the check renewed the lease");
     guard.unlock().unwrap();
-    assert_eq!(pttl(&server, &name), -2);
+    assert_eq!(server.pttl(&name), -2);
 }
 
 #[test]
@@ -165,7 +161,7 @@ fn b5_locks_are_kept_across_a_mere_reconnect() {
     );
     crate::support::sleep(ms(300));
     guard.check().unwrap();
-    assert!(pttl(&server, &name) > 20_000);
+    assert!(server.pttl(&name) > 20_000);
     assert!(waiter.join().unwrap());
     drop(busy_guard);
     guard.unlock().unwrap();
@@ -187,10 +183,10 @@ fn b4_exec_exits_70_within_1500ms_of_a_restart() {
         .unwrap();
     // Held by the CLI, with its default 30 s watchdog timeout.
     assert!(
-        wait_until(Duration::from_secs(10), || pttl(&server, &name) > 0),
+        wait_until(Duration::from_secs(10), || server.pttl(&name) > 0),
         "the CLI did not take the lock"
     );
-    let lease = pttl(&server, &name);
+    let lease = server.pttl(&name);
     assert!(lease > 20_000, "PTTL {lease}");
     assert!(wait_until(Duration::from_secs(2), || watched(&server)));
     let t0 = Instant::now();

@@ -5,12 +5,14 @@ mod support;
 
 mod acl;
 mod bad_input;
+mod clock;
 mod cluster;
 mod config_bounds;
 mod fair_lock;
 mod faults;
 mod fenced_lock;
 mod foreign;
+mod identity;
 mod latch;
 mod layout;
 mod local_fairness;
@@ -20,11 +22,13 @@ mod multi_lock;
 mod mutual_exclusion;
 mod once;
 mod ownership;
+mod persistence;
 mod pool_contention;
 mod red_lock;
 mod reentrant;
 mod renew_batch;
 mod rw_lock;
+mod scale;
 mod script_cache;
 mod semaphore;
 mod sentinel;
@@ -36,4 +40,5 @@ mod watchdog_threads;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_sync;
+#[cfg(feature = "tls")]
 mod tls;

@@ -35,11 +35,6 @@ fn two() -> Two {
     Two { servers, clients }
 }
 
-/// `true` when `name` exists on `server`.
-fn exists(server: &RedisServer, name: &str) -> bool {
-    server.cmd::<bool>("EXISTS", &[name.as_bytes()])
-}
-
 /// Holds `lock` on a thread of its own until the returned sender is used
 /// (or dropped); returns once it is held.
 fn hold_elsewhere(lock: redguard::Lock) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
@@ -66,23 +61,23 @@ fn multi_lock_takes_all_and_releases_all() {
     ]);
     let guard = multi.lock().unwrap();
     assert_eq!(guard.guards().len(), 3);
-    assert!(exists(&t.servers[0], &a));
-    assert!(exists(&t.servers[1], &b));
-    assert!(exists(&t.servers[1], &c));
+    assert!(t.servers[0].exists(&a));
+    assert!(t.servers[1].exists(&b));
+    assert!(t.servers[1].exists(&c));
     guard.check().unwrap();
     assert!(guard.valid_for() > Duration::ZERO);
     for lock in multi.locks() {
         assert_eq!(lock.hold_count().unwrap(), 1);
     }
     guard.unlock().unwrap();
-    assert!(!exists(&t.servers[0], &a));
-    assert!(!exists(&t.servers[1], &b));
-    assert!(!exists(&t.servers[1], &c));
+    assert!(!t.servers[0].exists(&a));
+    assert!(!t.servers[1].exists(&b));
+    assert!(!t.servers[1].exists(&c));
 
     // Dropping releases too.
     drop(multi.lock().unwrap());
-    assert!(!exists(&t.servers[0], &a));
-    assert!(!exists(&t.servers[1], &c));
+    assert!(!t.servers[0].exists(&a));
+    assert!(!t.servers[1].exists(&c));
 }
 
 /// Two multi-locks over {a, b} and {b, a} (on two servers), 4 threads each:
@@ -149,8 +144,8 @@ fn multi_lock_opposite_orders_never_deadlock() {
     let total: u64 = t.servers[0].cmd("GET", &[counter.as_bytes()]);
     assert_eq!(total, THREADS as u64 * ROUNDS);
     assert_eq!(max_occupancy.load(Ordering::Relaxed), 1);
-    assert!(!exists(&t.servers[0], &a));
-    assert!(!exists(&t.servers[1], &b));
+    assert!(!t.servers[0].exists(&a));
+    assert!(!t.servers[1].exists(&b));
     eprintln!(
         "multi-lock: {} acquisitions over 2 servers in {:?}",
         THREADS as u64 * ROUNDS,
@@ -292,8 +287,8 @@ fn multi_lock_reports_loss_and_unlock_failures() {
         }
         other => panic!("expected Error::Unlock, got {other:?}"),
     }
-    assert!(!exists(&t.servers[0], &names[0]));
-    assert!(!exists(&t.servers[1], &names[2]));
+    assert!(!t.servers[0].exists(&names[0]));
+    assert!(!t.servers[1].exists(&names[2]));
 }
 
 #[test]
@@ -312,5 +307,5 @@ fn multi_lock_refuses_the_same_lock_through_two_clients() {
     let guard = twice.try_lock().unwrap().unwrap();
     assert_eq!(t.clients[0].lock(&name).hold_count().unwrap(), 2);
     guard.unlock().unwrap();
-    assert!(!exists(&t.servers[0], &name));
+    assert!(!t.servers[0].exists(&name));
 }

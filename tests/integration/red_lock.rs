@@ -2,8 +2,6 @@
 //! masters restarted empty, mutual exclusion across two processes, and the
 //! documented violation without persistence (RELIABILITY.md, G1–G7).
 
-use std::fs;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -11,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use redguard::{Client, Error, RedLock};
 
-use crate::support::{RedisServer, ms, test_builder, unique_name, wait_until};
+use crate::support::{
+    ChildTest, RedisServer, child_env, child_role, hear, ms, say, test_builder, unique_name,
+    wait_until,
+};
 
 /// Per-master connect and response timeout of the RedLock clients.
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -59,7 +60,7 @@ impl Masters {
     fn holding(&self, name: &str) -> usize {
         self.servers
             .iter()
-            .filter(|s| s.is_running() && s.cmd::<bool>("EXISTS", &[name.as_bytes()]))
+            .filter(|s| s.is_running() && s.exists(name))
             .count()
     }
 }
@@ -409,20 +410,15 @@ fn g7_crash_restart_without_persistence_breaks_mutual_exclusion() {
     drop(a);
 }
 
-const CHILD_URLS: &str = "REDGUARD_TEST_RED_URLS";
-const CHILD_NAME: &str = "REDGUARD_TEST_RED_NAME";
 const THREADS_PER_PROCESS: usize = 4;
 const ROUNDS_PER_THREAD: u64 = 50;
 
-/// The key names of the shared counter, the occupancy probe, and the
-/// start handshake (the child sets `ready`, the parent answers `go`).
+/// The key names of the shared counter and the occupancy probe.
 struct Keys {
     counter: String,
     /// A list of the pid of each holder, in order of entry.
     trace: String,
     occupancy: String,
-    ready: String,
-    go: String,
 }
 
 fn keys(name: &str) -> Keys {
@@ -430,8 +426,6 @@ fn keys(name: &str) -> Keys {
         counter: format!("{name}:n"),
         trace: format!("{name}:trace"),
         occupancy: format!("{name}:occ"),
-        ready: format!("{name}:ready"),
-        go: format!("{name}:go"),
     }
 }
 
@@ -445,7 +439,6 @@ fn count_under_red_lock(urls: &[String], name: &str) {
         counter,
         occupancy,
         trace,
-        ..
     } = keys(name);
     let workers: Vec<_> = (0..THREADS_PER_PROCESS)
         .map(|_| {
@@ -491,35 +484,15 @@ fn mutual_exclusion_across_two_processes() {
     let name = unique_name("xproc");
     let urls: Vec<String> = m.servers.iter().map(RedisServer::url).collect();
     let keys = keys(&name);
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "red_lock::red_lock_child_process",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(CHILD_URLS, urls.join(","))
-        .env(CHILD_NAME, &name)
-        .stdin(Stdio::null())
-        .stdout(out.reopen().unwrap())
-        .stderr(out.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let child_log = || fs::read_to_string(out.path()).unwrap_or_default();
+    let joined = urls.join(",");
+    let mut child = ChildTest::spawn(
+        "red_lock::red_lock_child_process",
+        "red",
+        &[("RG_URLS", &joined), ("RG_NAME", &name)],
+    );
     // Start together: the child says it is ready and waits for the go.
-    let ready = wait_until(Duration::from_secs(10), || {
-        m.servers[0].cmd::<bool>("EXISTS", &[keys.ready.as_bytes()])
-    });
-    if !ready {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "the child process never got ready\n--- child ---\n{}",
-            child_log()
-        );
-    }
-    let () = m.servers[0].cmd("SET", &[keys.go.as_bytes(), b"1"]);
+    child.expect_line("READY", Duration::from_secs(10));
+    child.send_line("GO");
     let started = Instant::now();
     count_under_red_lock(&urls, &name);
     eprintln!(
@@ -527,28 +500,10 @@ fn mutual_exclusion_across_two_processes() {
         THREADS_PER_PROCESS as u64 * ROUNDS_PER_THREAD,
         started.elapsed()
     );
-
-    let exited = wait_until(Duration::from_secs(30), || {
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "the child process did not finish\n--- child ---\n{}",
-            child_log()
-        );
-    }
-    let status = child.wait().unwrap();
     assert!(
-        status.success(),
-        "child failed: {status}\n--- child ---\n{}",
-        child_log()
-    );
-    assert!(
-        child_log().contains("1 passed"),
-        "the child test did not run\n--- child ---\n{}",
-        child_log()
+        child.wait_success(Duration::from_secs(30)),
+        "the child failed: {:?}",
+        child.transcript()
     );
     let total: u64 = m.servers[0].cmd("GET", &[keys.counter.as_bytes()]);
     assert_eq!(total, 2 * THREADS_PER_PROCESS as u64 * ROUNDS_PER_THREAD);
@@ -567,29 +522,10 @@ fn mutual_exclusion_across_two_processes() {
 #[test]
 #[ignore = "run as a child process by mutual_exclusion_across_two_processes"]
 fn red_lock_child_process() {
-    let (Ok(urls), Ok(name)) = (std::env::var(CHILD_URLS), std::env::var(CHILD_NAME)) else {
-        eprintln!("{CHILD_URLS} / {CHILD_NAME} not set: nothing to do");
-        return;
-    };
-    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
-    let keys = keys(&name);
-    let mut conn = redis::Client::open(urls[0].as_str())
-        .unwrap()
-        .get_connection_with_timeout(ms(2000))
-        .unwrap();
-    let () = redis::cmd("SET")
-        .arg(&keys.ready)
-        .arg(1)
-        .query(&mut conn)
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            redis::cmd("EXISTS")
-                .arg(&keys.go)
-                .query::<bool>(&mut conn)
-                .unwrap()
-        }),
-        "never told to start"
-    );
+    let Some(_) = child_role() else { return };
+    let urls: Vec<String> = child_env("RG_URLS").split(',').map(str::to_owned).collect();
+    let name = child_env("RG_NAME");
+    say("READY");
+    assert_eq!(hear(), "GO");
     count_under_red_lock(&urls, &name);
 }

@@ -3,11 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{TEST_WATCHDOG, TestContext, test_builder, unique_name, wait_until};
-
-fn pttl(ctx: &TestContext, key: &str) -> i64 {
-    ctx.server.cmd("PTTL", &[key.as_bytes()])
-}
+use crate::support::{TestContext, test_builder, unique_name, wait_until};
 
 #[test]
 fn b2_many_locks_stay_renewed_in_batches() {
@@ -24,7 +20,7 @@ fn b2_many_locks_stay_renewed_in_batches() {
     assert!(wait_until(Duration::from_secs(5), || {
         client.stats().renewals >= before.renewals + 2 * 35
     }));
-    let lowest = names.iter().map(|n| pttl(&ctx, n)).min().unwrap();
+    let lowest = names.iter().map(|n| ctx.server.pttl(n)).min().unwrap();
     assert!(lowest > 0, "a key lost its expiry or expired: {lowest}");
     assert!(guards.iter().all(|g| !g.is_lost()));
     let stats = client.stats();
@@ -56,21 +52,9 @@ fn i7_wrong_type_in_a_batch_loses_only_that_lock() {
         .renewals
         >= renewals + 4));
     assert!(!guards[0].is_lost() && !guards[2].is_lost());
-    assert!(pttl(&ctx, &names[0]) > 0 && pttl(&ctx, &names[2]) > 0);
+    assert!(ctx.server.pttl(&names[0]) > 0 && ctx.server.pttl(&names[2]) > 0);
     let value: String = ctx.server.cmd("GET", &[names[1].as_bytes()]);
     assert_eq!(value, "x", "the foreign value is left alone");
-}
-
-#[test]
-fn h3_deleted_key_in_a_batch_is_reported_lost() {
-    let ctx = TestContext::new();
-    let names: Vec<String> = (0..3).map(|_| unique_name("batch-del")).collect();
-    let locks: Vec<_> = names.iter().map(|n| ctx.client.lock(n)).collect();
-    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
-    let _: () = ctx.server.cmd("DEL", &[names[0].as_bytes()]);
-    // Notified within one renewal period plus a round trip (generously).
-    assert!(wait_until(TEST_WATCHDOG * 3, || guards[0].is_lost()));
-    assert!(!guards[1].is_lost() && !guards[2].is_lost());
 }
 
 #[test]
@@ -92,5 +76,5 @@ fn renewals_survive_a_script_cache_flush() {
         .renewals
         >= renewals + 2));
     assert!(!guard.is_lost());
-    assert!(pttl(&ctx, &name) > 0);
+    assert!(ctx.server.pttl(&name) > 0);
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+
 use crate::support::{TestContext, ms, test_builder, unique_name, wait_until};
 
 fn pubsub_clients(server: &crate::support::RedisServer) -> usize {
@@ -218,17 +220,190 @@ fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
     assert!(took >= ms(700) && took < ms(700) + ms(400), "{took:?}");
     // When the foreign key goes away, a waiter notices within one poll
     // interval (200 ms here) although no unlock message is published.
+    let client = ctx.client.clone();
     let t = std::thread::spawn(move || {
         let t0 = Instant::now();
         let g = lock.try_lock_for(Duration::from_secs(5)).unwrap();
         (g.is_some(), t0.elapsed())
     });
-    crate::support::sleep(ms(300));
+    assert!(wait_until(Duration::from_secs(3), || client
+        .stats()
+        .waiters
+        == 1));
     ctx.server.cmd::<i64>("DEL", &[name.as_bytes()]);
     let deleted = Instant::now();
     let (got, _) = t.join().unwrap();
     assert!(got);
     assert!(deleted.elapsed() < ms(600));
+}
+
+/// D2 at the catalogue's size: 10,000 releases that land while the waiter
+/// is between its first attempt, its `SUBSCRIBE` and its second attempt
+/// (a random 0-400 µs after it starts, over four locks at once). With a
+/// 30 s lease and a 30 s poll interval, only the unlock message or the
+/// attempt after the subscription can wake it; a lost wake-up would show
+/// as a wait of 30 s (bounded here by a 3 s deadline).
+#[test]
+fn d2_releases_racing_the_subscription_never_lose_a_wake_up() {
+    const LANES: usize = 4;
+    const TRIES: usize = 2_500;
+    let ctx = TestContext::new();
+    let slow = || {
+        test_builder(&ctx.server.url())
+            .watchdog_timeout(Duration::from_secs(30))
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (slow(), slow());
+    let t0 = Instant::now();
+    let lanes: Vec<_> = (0..LANES)
+        .map(|lane| {
+            let name = unique_name(&format!("d2-race-{lane}"));
+            let hold = holder.lock(&name);
+            let want = waiter.lock(&name);
+            std::thread::spawn(move || {
+                let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+                let (done_tx, done_rx) = crossbeam_channel::bounded::<Option<Instant>>(1);
+                let w = std::thread::spawn(move || {
+                    while go_rx.recv().is_ok() {
+                        let got = want.try_lock_for(Duration::from_secs(3)).unwrap();
+                        let at = got.map(|g| {
+                            let at = Instant::now();
+                            g.unlock().unwrap();
+                            at
+                        });
+                        done_tx.send(at).unwrap();
+                    }
+                });
+                let mut rng = rand::rng();
+                let mut waits = Vec::with_capacity(TRIES);
+                for _ in 0..TRIES {
+                    let g = hold.try_lock_for(Duration::from_secs(3)).unwrap().unwrap();
+                    go_tx.send(()).unwrap();
+                    let spin = Duration::from_micros(rng.random_range(0..400));
+                    let start = Instant::now();
+                    while start.elapsed() < spin {
+                        std::hint::spin_loop();
+                    }
+                    g.unlock().unwrap();
+                    let released = Instant::now();
+                    let at = done_rx.recv().unwrap();
+                    waits.push(at.map(|at| at.saturating_duration_since(released)));
+                }
+                drop(go_tx);
+                w.join().unwrap();
+                waits
+            })
+        })
+        .collect();
+    let mut waits: Vec<Option<Duration>> = Vec::new();
+    for lane in lanes {
+        waits.extend(lane.join().unwrap());
+    }
+    let lost = waits.iter().filter(|w| w.is_none()).count();
+    let mut got: Vec<Duration> = waits.into_iter().flatten().collect();
+    got.sort();
+    let pct = |p: usize| got[(got.len() * p / 100).min(got.len() - 1)];
+    eprintln!(
+        "D2: {} releases racing the subscription in {:?}: {lost} lost wake-ups; wake-up after release p50 {:?} p99 {:?} max {:?}",
+        LANES * TRIES,
+        t0.elapsed(),
+        pct(50),
+        pct(99),
+        got.last().unwrap()
+    );
+    assert_eq!(lost, 0, "lost wake-ups");
+    assert!(*got.last().unwrap() < Duration::from_secs(1));
+}
+
+/// D3: the server drops the shared pub/sub connection for exceeding its
+/// output buffer (`client-output-buffer-limit pubsub 1kb 0 0`, flooded on
+/// a channel the waiters share); the 8 waiters still all acquire once the
+/// holder releases, promptly (30 s lease, 10 s poll interval).
+#[test]
+fn d3_pubsub_connection_killed_for_its_output_buffer_waiters_all_acquire() {
+    let ctx = TestContext::new();
+    let name = unique_name("d3");
+    let holder = ctx.other_client();
+    let hold = holder.lock(&name);
+    let g = hold.lock().unwrap();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = client.lock(&name);
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let g = lock.try_lock_for(Duration::from_secs(20)).unwrap();
+                assert!(g.is_some());
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || {
+        let s = client.stats();
+        s.waiters == 8 && s.subscribed_channels == 1
+    }));
+    let pubsub_ids = || -> Vec<String> {
+        let list: String = ctx.server.cmd("CLIENT", &[b"LIST", b"TYPE", b"pubsub"]);
+        list.lines()
+            .filter_map(|l| Some(l.split(' ').next()?.to_owned()))
+            .collect()
+    };
+    let first = pubsub_ids();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let () = ctx.server.cmd(
+        "CONFIG",
+        &[b"SET", b"client-output-buffer-limit", b"pubsub 1kb 0 0"],
+    );
+    // The waiters share the lock's channel; a burst of big messages on it
+    // overflows the subscriber's 1 kB buffer.
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let flood = vec![b'x'; 64 * 1024];
+    let mut conn = ctx.server.conn();
+    let mut pipe = redis::pipe();
+    for _ in 0..16 {
+        pipe.cmd("PUBLISH").arg(&channel).arg(&flood).ignore();
+    }
+    let () = pipe.query(&mut conn).unwrap();
+    let () = ctx.server.cmd(
+        "CONFIG",
+        &[b"SET", b"client-output-buffer-limit", b"pubsub 32mb 8mb 60"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || ctx
+            .server
+            .log()
+            .contains("for overcoming of output buffer limits")),
+        "the subscriber was not disconnected:\n{}",
+        ctx.server.log()
+    );
+    // Resubscribed on a new connection.
+    assert!(wait_until(Duration::from_secs(3), || {
+        let now = pubsub_ids();
+        now.len() == 1 && now != first
+    }));
+    crate::support::sleep(ms(100));
+    let released = Instant::now();
+    g.unlock().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 8);
+    eprintln!(
+        "D3: 8 waiters acquired within {:?} of the release",
+        released.elapsed()
+    );
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
 }
 
 #[test]

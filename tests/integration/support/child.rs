@@ -2,121 +2,32 @@
 //! itself with `--exact <name> --ignored`, so the child's body is an
 //! `#[ignore]`d test that only runs when a parent asks for it.
 //!
-//! [`ChildProcess`] reads marker lines from the child. [`ChildTest`] also
-//! talks back (lines on the child's stdin), bounds every read by a deadline
-//! (a reader thread), and selects the child test by an environment
-//! variable ([`child_role`]); the child side uses [`say`] and [`hear`].
+//! The parent holds a [`ChildTest`]: it reads the child's lines with a
+//! deadline (a reader thread), writes lines to the child's stdin, signals,
+//! kills and reaps it. The parent sets [`CHILD_ENV`] to a role; the child
+//! side reads it with [`child_role`], which is `None` when the test runs on
+//! its own (`cargo test -- --include-ignored`): the child test then returns
+//! at once and passes. The child talks with [`say`] and [`hear`].
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A child test process, killed and reaped on drop.
-#[derive(Debug)]
-pub struct ChildProcess {
-    child: Option<Child>,
-    stdout: Option<BufReader<ChildStdout>>,
-}
-
-impl ChildProcess {
-    /// Runs the `#[ignore]`d test `name` (its full path, e.g.
-    /// `mutual_exclusion::child_worker`) in a new process with `envs` set.
-    pub fn spawn(name: &str, envs: &[(&str, String)]) -> ChildProcess {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .stdin(Stdio::null());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().map(BufReader::new);
-        ChildProcess {
-            child: Some(child),
-            stdout,
-        }
-    }
-
-    /// The child's pid.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// Reads the child's stdout until a line equal to `marker` appears, for
-    /// at most `timeout`. `true` when it appeared.
-    pub fn wait_for_line(&mut self, marker: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let Some(out) = self.stdout.as_mut() else {
-            return false;
-        };
-        // Reads block; the child prints its marker promptly or dies, and the
-        // deadline is checked between lines.
-        let mut line = String::new();
-        while Instant::now() < deadline {
-            line.clear();
-            match out.read_line(&mut line) {
-                Ok(0) | Err(_) => return false,
-                Ok(_) if line.trim_end() == marker => return true,
-                Ok(_) => {}
-            }
-        }
-        false
-    }
-
-    /// Sends `signal` (e.g. `libc::SIGKILL`) to the child.
-    pub fn signal(&self, signal: i32) {
-        if let Some(child) = &self.child {
-            // SAFETY: kill(2) on a pid we spawned and have not reaped.
-            unsafe {
-                libc::kill(child.id() as i32, signal);
-            }
-        }
-    }
-
-    /// Waits for the child to exit, at most `timeout`; `Some(success)`.
-    pub fn wait(&mut self, timeout: Duration) -> Option<bool> {
-        let deadline = Instant::now() + timeout;
-        let child = self.child.as_mut()?;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status.success());
-            }
-            super::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Environment variable that switches an `#[ignore]`d child test on; its
-/// value is free for the test's own use.
+/// value (the role) is free for the test's own use.
 pub const CHILD_ENV: &str = "REDGUARD_TEST_CHILD";
 
-/// A running child half of a test.
+/// A running child half of a test; killed and reaped on drop.
 #[derive(Debug)]
 pub struct ChildTest {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
+    /// Every line the child printed so far, for failure messages and for
+    /// checking that the child test really ran.
+    transcript: Arc<Mutex<Vec<String>>>,
     name: String,
 }
 
@@ -127,10 +38,35 @@ impl ChildTest {
     ///
     /// # Panics
     ///
-    /// If the process cannot be started.
+    /// If `role` is empty or the process cannot be started.
     pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> ChildTest {
+        ChildTest::spawn_under(&[], test, role, env)
+    }
+
+    /// [`spawn`](Self::spawn) under a launcher: `launcher` is a command and
+    /// its arguments, to which the test binary and its arguments are
+    /// appended (e.g. `["faketime", "-f", "+1h"]`). An empty launcher runs
+    /// the binary directly.
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn).
+    pub fn spawn_under(
+        launcher: &[&str],
+        test: &str,
+        role: &str,
+        env: &[(&str, &str)],
+    ) -> ChildTest {
+        assert!(!role.is_empty(), "a child test needs a non-empty role");
         let exe = std::env::current_exe().expect("path of the test binary");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match launcher.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         cmd.args([
             "--exact",
             test,
@@ -149,18 +85,28 @@ impl ChildTest {
         let stdout = child.stdout.take().expect("child stdout is piped");
         let stdin = child.stdin.take();
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+        let transcript = Arc::new(Mutex::new(Vec::new()));
+        {
+            let transcript = Arc::clone(&transcript);
+            // Ends when the child's stdout closes (exit or kill).
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    transcript
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(line.clone());
+                    // The parent may have stopped listening; keep draining
+                    // so the child never blocks on a full pipe.
+                    let _ = tx.send(line);
                 }
-            }
-        });
+            });
+        }
         ChildTest {
             child,
             stdin,
             lines,
+            transcript,
             name: test.to_owned(),
         }
     }
@@ -170,15 +116,22 @@ impl ChildTest {
         self.child.id() as libc::pid_t
     }
 
+    /// Every line the child printed so far.
+    pub fn transcript(&self) -> Vec<String> {
+        self.transcript
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Waits at most `timeout` for a line starting with `prefix` and
-    /// returns the rest of it (other lines are skipped).
+    /// returns the rest of it, trimmed (other lines are skipped).
     ///
     /// # Panics
     ///
     /// When no such line arrives in time or the child's stdout closes.
     pub fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
-        let mut skipped = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -186,15 +139,16 @@ impl ChildTest {
                     if let Some(rest) = line.strip_prefix(prefix) {
                         return rest.trim().to_owned();
                     }
-                    skipped.push(line);
                 }
                 Err(RecvTimeoutError::Timeout) => panic!(
-                    "child {} printed no {prefix:?} line within {timeout:?}; it printed {skipped:?}",
-                    self.name
+                    "child {} printed no {prefix:?} line within {timeout:?}; it printed {:?}",
+                    self.name,
+                    self.transcript()
                 ),
                 Err(RecvTimeoutError::Disconnected) => panic!(
-                    "child {} exited before printing {prefix:?}; it printed {skipped:?}",
-                    self.name
+                    "child {} exited before printing {prefix:?}; it printed {:?}",
+                    self.name,
+                    self.transcript()
                 ),
             }
         }
@@ -234,16 +188,24 @@ impl ChildTest {
     }
 
     /// Waits at most `timeout` for the child to exit; `true` when it exited
-    /// successfully.
+    /// successfully **and** its test really ran (the harness reported one
+    /// test passed: a misspelt test path runs nothing and exits 0).
     pub fn wait_success(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        loop {
+        let status = loop {
             match self.child.try_wait() {
-                Ok(Some(status)) => return status.success(),
+                Ok(Some(status)) => break status,
                 Ok(None) if Instant::now() < deadline => super::sleep(super::ms(10)),
                 _ => return false,
             }
+        };
+        if !status.success() {
+            return false;
         }
+        // The reader thread may still be reading the last lines.
+        super::wait_until(Duration::from_secs(2), || {
+            self.transcript().iter().any(|l| l.contains(" 1 passed"))
+        })
     }
 }
 
@@ -257,6 +219,15 @@ impl Drop for ChildTest {
 /// runs on its own (then it should return at once).
 pub fn child_role() -> Option<String> {
     std::env::var(CHILD_ENV).ok().filter(|s| !s.is_empty())
+}
+
+/// In a child test: a variable the parent set.
+///
+/// # Panics
+///
+/// If it is missing: call this only after [`child_role`] returned a role.
+pub fn child_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("the parent test did not set ${name}"))
 }
 
 /// In a child test: prints one line for the parent, flushed. It starts on a

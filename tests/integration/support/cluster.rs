@@ -238,8 +238,24 @@ impl RedisCluster {
     ///
     /// If no promotion happens within 20 s.
     pub fn kill_master(&mut self, master: usize) -> usize {
+        self.kill_master_then(master, |_| {})
+    }
+
+    /// [`kill_master`](Self::kill_master), running `after_kill` between the
+    /// kill and the wait for the promotion (e.g. to resume a replica that
+    /// was frozen so that it missed the master's last writes).
+    ///
+    /// # Panics
+    ///
+    /// As [`kill_master`](Self::kill_master).
+    pub fn kill_master_then(
+        &mut self,
+        master: usize,
+        after_kill: impl FnOnce(&RedisCluster),
+    ) -> usize {
         let replica = self.replica_of(master);
         self.nodes[master].kill();
+        after_kill(self);
         let port = self.nodes[replica].port();
         let promoted = wait_until(SETTLE, || {
             self.alive().all(|(i, _)| {

@@ -3,6 +3,8 @@
 //!
 //! * [`RedisServer`] spawns `redis-server` on a free loopback port, restarts
 //!   it on the same port, freezes it (`SIGSTOP`) and kills it on drop.
+//!   [`RedisServer::start_tls`] is the same with TLS only.
+//! * [`ChildTest`] runs the `#[ignore]`d half of a test in another process.
 //! * [`FaultProxy`] sits between a client and a server on loopback and can
 //!   delay, blackhole, reset or refuse traffic at runtime.
 //! * [`unique_name`], [`wait_until`], [`ms`] and [`sleep`] keep tests short
@@ -35,18 +37,20 @@ mod logs;
 mod proxy;
 mod sentinel;
 mod server;
+#[cfg(feature = "tls")]
+mod tls;
 
 #[cfg(test)]
 mod selftest;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, TcpListener};
 use std::process;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use child::{ChildProcess, ChildTest, child_role, hear, say};
+pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
 pub use logs::{capture_logs, logged_lines};
@@ -54,7 +58,7 @@ pub use logs::{capture_logs, logged_lines};
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"
 )]
-pub use proxy::{FaultProxy, Mode};
+pub use proxy::{FaultProxy, GARBAGE, Mode, ReplyFault};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"
@@ -160,6 +164,60 @@ fn bind_reserved() -> TcpListener {
         }
     }
     panic!("bind 127.0.0.1:0 kept returning ports owned by other test servers");
+}
+
+/// One line of `INFO commandstats`: how often the server ran a command
+/// (`calls`), refused it before running it (`rejected_calls`, e.g. no
+/// permission) and ran it to an error (`failed_calls`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommandStat {
+    /// `calls=`.
+    pub calls: u64,
+    /// `rejected_calls=`.
+    pub rejected: u64,
+    /// `failed_calls=`.
+    pub failed: u64,
+}
+
+impl CommandStat {
+    /// Every time the command reached the server, run or not.
+    pub fn reached(&self) -> u64 {
+        self.calls + self.rejected + self.failed
+    }
+}
+
+/// Parses the text of `INFO commandstats`: command name (lower case, e.g.
+/// `evalsha`, `client|list`) to its counts.
+pub fn commandstats(info: &str) -> BTreeMap<String, CommandStat> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let mut stat = CommandStat::default();
+            for kv in fields.split(',') {
+                let Some((k, v)) = kv.split_once('=') else {
+                    continue;
+                };
+                let slot = match k {
+                    "calls" => &mut stat.calls,
+                    "rejected_calls" => &mut stat.rejected,
+                    "failed_calls" => &mut stat.failed,
+                    _ => continue,
+                };
+                *slot = v.parse().unwrap_or(0);
+            }
+            Some((name.to_owned(), stat))
+        })
+        .collect()
+}
+
+/// The sum of `calls` of `commands` (lower case, e.g. `["evalsha"]`) in
+/// the text of `INFO commandstats`; 0 for a command never run.
+pub fn command_calls(info: &str, commands: &[&str]) -> u64 {
+    commandstats(info)
+        .iter()
+        .filter(|(name, _)| commands.contains(&name.as_str()))
+        .map(|(_, stat)| stat.calls)
+        .sum()
 }
 
 /// The read-modify-write a lock must protect: `GET counter`, then `SET` it

@@ -44,6 +44,29 @@ pub enum Mode {
     Refuse,
 }
 
+/// What happens to the reply of a request that matched
+/// [`FaultProxy::fault_replies_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyFault {
+    /// The request reaches the server; its reply does not reach the client:
+    /// both sockets are shut down instead (the outcome is unknown to the
+    /// client, RELIABILITY C3).
+    Cut,
+    /// The reply is replaced by bytes that are not RESP (I9).
+    Garbage,
+}
+
+/// The bytes [`ReplyFault::Garbage`] sends instead of a reply.
+pub const GARBAGE: &[u8] = b"?!garbage\x00\xff\r\n";
+
+/// A pending reply fault: requests containing `pattern` arm it, `left`
+/// more times.
+struct ReplyFaultPlan {
+    pattern: Vec<u8>,
+    fault: ReplyFault,
+    left: usize,
+}
+
 /// A TCP proxy on `127.0.0.1:<port>` forwarding to `127.0.0.1:<target>`,
 /// whose [`Mode`] can be changed at runtime.
 ///
@@ -82,6 +105,18 @@ struct Shared {
     open: AtomicUsize,
     /// Connection threads, joined on drop.
     threads: Mutex<Vec<JoinHandle<()>>>,
+    reply_fault: Mutex<Option<ReplyFaultPlan>>,
+    /// Replies cut or garbled so far.
+    reply_faults_done: AtomicUsize,
+}
+
+/// Which way a pump copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Client to server: requests.
+    Up,
+    /// Server to client: replies.
+    Down,
 }
 
 struct Conn {
@@ -135,6 +170,8 @@ impl FaultProxy {
             next_id: AtomicU64::new(0),
             open: AtomicUsize::new(0),
             threads: Mutex::new(Vec::new()),
+            reply_fault: Mutex::new(None),
+            reply_faults_done: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -207,6 +244,22 @@ impl FaultProxy {
                 *lock(&self.shared.mode) = mode;
             }
         }
+    }
+
+    /// From now on, the next `times` requests (chunks read from a client)
+    /// that contain `pattern` are forwarded, and the reply to each is
+    /// subjected to `fault`. Replaces any plan still pending.
+    pub fn fault_replies_to(&self, pattern: &[u8], fault: ReplyFault, times: usize) {
+        *lock(&self.shared.reply_fault) = Some(ReplyFaultPlan {
+            pattern: pattern.to_vec(),
+            fault,
+            left: times,
+        });
+    }
+
+    /// How many replies were cut or garbled so far.
+    pub fn reply_faults_done(&self) -> usize {
+        self.shared.reply_faults_done.load(Ordering::SeqCst)
     }
 
     /// The number of proxied connections currently open.
@@ -385,13 +438,17 @@ fn run_connection(
         shared.open.fetch_add(1, Ordering::SeqCst);
     }
 
+    // The fault the next reply on this connection gets, armed by a
+    // matching request.
+    let armed = Arc::new(Mutex::new(None));
     let up = {
         let shared = Arc::clone(shared);
+        let armed = Arc::clone(&armed);
         thread::Builder::new()
             .name(thread_name("p", port))
-            .spawn(move || pump(&shared, c_read, u_write))
+            .spawn(move || pump(&shared, c_read, u_write, Direction::Up, &armed))
     };
-    pump(shared, upstream, client);
+    pump(shared, upstream, client, Direction::Down, &armed);
     if let Ok(up) = up {
         let _ = up.join();
     }
@@ -403,10 +460,30 @@ fn run_connection(
     shared.open.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Arms `armed` when `chunk` (a request) matches the pending reply fault.
+fn arm_reply_fault(shared: &Shared, chunk: &[u8], armed: &Mutex<Option<ReplyFault>>) {
+    let mut plan = lock(&shared.reply_fault);
+    let Some(p) = plan.as_mut() else { return };
+    if p.left == 0 || p.pattern.is_empty() {
+        return;
+    }
+    if chunk.windows(p.pattern.len()).any(|w| w == p.pattern) {
+        p.left -= 1;
+        *lock(armed) = Some(p.fault);
+    }
+}
+
 /// Copies `from` to `to` according to the current mode until EOF, an error
 /// or the stop flag. On EOF the write half of `to` is closed so the peer
-/// sees it; on error both sockets are shut down.
-fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream) {
+/// sees it; on error both sockets are shut down. Requests going up may arm
+/// a reply fault, which the next reply coming down then suffers.
+fn pump(
+    shared: &Shared,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    direction: Direction,
+    armed: &Mutex<Option<ReplyFault>>,
+) {
     let mut buf = vec![0_u8; 16 * 1024];
     while !shared.stop.load(Ordering::SeqCst) {
         let n = match from.read(&mut buf) {
@@ -428,7 +505,22 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream) {
             }
             Mode::Pass | Mode::Refuse | Mode::ResetAll => {}
         }
-        if write_all(shared, &mut to, &buf[..n]).is_err() {
+        let mut chunk = &buf[..n];
+        match direction {
+            Direction::Up => arm_reply_fault(shared, chunk, armed),
+            Direction::Down => match lock(armed).take() {
+                Some(ReplyFault::Cut) => {
+                    shared.reply_faults_done.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                Some(ReplyFault::Garbage) => {
+                    shared.reply_faults_done.fetch_add(1, Ordering::SeqCst);
+                    chunk = GARBAGE;
+                }
+                None => {}
+            },
+        }
+        if write_all(shared, &mut to, chunk).is_err() {
             break;
         }
     }

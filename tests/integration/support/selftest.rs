@@ -437,3 +437,95 @@ fn proxy_drop_stops_all_threads() {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     assert!(TcpStream::connect_timeout(&addr, ms(500)).is_err());
 }
+
+#[test]
+fn commandstats_parses_calls_rejected_and_failed() {
+    let info = "# Commandstats\r\n\
+        cmdstat_evalsha:calls=7,usec=70,usec_per_call=10.00,rejected_calls=1,failed_calls=2\r\n\
+        cmdstat_client|list:calls=3,usec=9,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_eval:calls=5,usec=1,usec_per_call=0.20\r\n";
+    let stats = super::commandstats(info);
+    assert_eq!(stats["evalsha"].calls, 7);
+    assert_eq!(stats["evalsha"].reached(), 10);
+    assert_eq!(stats["client|list"].calls, 3);
+    assert_eq!(super::command_calls(info, &["eval", "evalsha"]), 12);
+    assert_eq!(super::command_calls(info, &["get"]), 0);
+    let server = RedisServer::start();
+    let before = server.command_calls(&["ping"]);
+    let _: String = server.cmd("PING", &[]);
+    assert_eq!(server.command_calls(&["ping"]), before + 1);
+}
+
+#[test]
+fn server_pttl_and_exists() {
+    let server = RedisServer::start();
+    assert!(!server.exists("k"));
+    assert_eq!(server.pttl("k"), -2);
+    let () = server.cmd("SET", &[b"k", b"v"]);
+    assert!(server.exists("k"));
+    assert_eq!(server.pttl("k"), -1);
+    let () = server.cmd("SET", &[b"k", b"v", b"PX", b"5000"]);
+    assert!((4000..=5000).contains(&server.pttl("k")));
+}
+
+#[test]
+fn server_restart_keeping_data_keeps_the_aof() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let () = server.cmd("SET", &[b"k", b"v"]);
+    let pid = server.pid();
+    server.restart_keeping_data();
+    assert_ne!(server.pid(), pid);
+    assert!(server.exists("k"));
+    server.restart();
+    assert!(!server.exists("k"), "restart() starts empty");
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_server_answers_over_tls_only() {
+    let mut server = RedisServer::start_tls();
+    assert!(server.url().starts_with("rediss://127.0.0.1:"));
+    assert_eq!(server.cmd::<String>("PING", &[]), "PONG");
+    // Plaintext to the TLS port gets no PONG.
+    let mut raw = raw_connect(server.port(), ms(500));
+    assert!(!matches!(raw_ping(&mut raw), Ok(reply) if reply == PONG));
+    server.restart();
+    assert_eq!(server.cmd::<String>("PING", &[]), "PONG");
+}
+
+#[test]
+fn proxy_cuts_or_garbles_the_reply_to_a_matching_request() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let mut conn = redis_conn(&proxy.url(), ms(1000));
+    assert_eq!(ping(&mut conn).unwrap(), "PONG");
+
+    proxy.fault_replies_to(b"marker-1", super::ReplyFault::Cut, 1);
+    let err = redis::cmd("SET")
+        .arg("marker-1")
+        .arg("v")
+        .query::<()>(&mut conn)
+        .unwrap_err();
+    assert!(!err.is_timeout(), "cut, not silent: {err}");
+    // The request reached the server.
+    assert!(server.exists("marker-1"));
+    assert_eq!(proxy.reply_faults_done(), 1);
+    // Used up: the next one passes.
+    let mut conn = redis_conn(&proxy.url(), ms(1000));
+    let () = redis::cmd("SET")
+        .arg("marker-1")
+        .arg("w")
+        .query(&mut conn)
+        .unwrap();
+
+    proxy.fault_replies_to(b"marker-2", super::ReplyFault::Garbage, 1);
+    assert!(
+        redis::cmd("SET")
+            .arg("marker-2")
+            .arg("v")
+            .query::<()>(&mut conn)
+            .is_err()
+    );
+    assert!(server.exists("marker-2"));
+    assert_eq!(proxy.reply_faults_done(), 2);
+}

@@ -1,5 +1,6 @@
 //! A private `redis-server` on a free loopback port, one per test.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io;
@@ -9,7 +10,12 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::{REDIS_SERVER_ENV, bind_reserved, ms, redis_server_bin, release_port, sleep};
+#[cfg(feature = "tls")]
+use super::tls::TestCerts;
+use super::{
+    CommandStat, REDIS_SERVER_ENV, bind_reserved, command_calls, commandstats, ms,
+    redis_server_bin, release_port, sleep,
+};
 
 /// Attempts [`RedisServer::start`] makes, each on a new port.
 const START_ATTEMPTS: usize = 5;
@@ -25,15 +31,21 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// A `redis-server` child process on `127.0.0.1`, with its own temporary
 /// directory and log file.
 ///
-/// Persistence is off (`--save "" --appendonly no`). Dropping the value
-/// resumes the process if it was frozen, kills it, waits for it and removes
-/// the directory.
+/// Persistence is off (`--save "" --appendonly no`) unless `extra_args`
+/// turn it on. Dropping the value resumes the process if it was frozen,
+/// kills it, waits for it and removes the directory.
+///
+/// [`start_tls`](Self::start_tls) makes the TLS variant: the same port
+/// reservation, restarts and readiness check (a real `PING` over TLS),
+/// with the plaintext port closed.
 pub struct RedisServer {
     /// The running process; `None` after [`kill`](Self::kill) or
     /// [`stop_nosave`](Self::stop_nosave).
     child: Option<Child>,
     port: u16,
     extra_args: Vec<String>,
+    #[cfg(feature = "tls")]
+    tls: Option<TestCerts>,
     dir: TempDir,
 }
 
@@ -43,6 +55,7 @@ impl fmt::Debug for RedisServer {
             .field("port", &self.port)
             .field("pid", &self.child.as_ref().map(Child::id))
             .field("extra_args", &self.extra_args)
+            .field("tls", &self.is_tls())
             .field("dir", &self.dir.path())
             .finish()
     }
@@ -78,21 +91,65 @@ impl RedisServer {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(extra_args: &[&str]) -> Self {
+        Self::launch(Self::unstarted(extra_args))
+    }
+
+    /// Starts a TLS-only server (`--port 0 --tls-port P`) with a fresh CA,
+    /// server and client certificates ([`certs`](Self::certs)); clients
+    /// must present the client certificate (`tls-auth-clients` keeps its
+    /// default, `yes`). Ready means a `PING` over TLS answered.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), or if `openssl` cannot make the
+    /// certificates.
+    #[cfg(feature = "tls")]
+    pub fn start_tls() -> Self {
+        let mut server = Self::unstarted(&[]);
+        server.tls = Some(TestCerts::make());
+        Self::launch(server)
+    }
+
+    /// The TLS files of a server from [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// For a plaintext server.
+    #[cfg(feature = "tls")]
+    pub fn certs(&self) -> &TestCerts {
+        self.tls.as_ref().expect("not a TLS server")
+    }
+
+    /// Whether clients must use TLS (`rediss://`).
+    pub fn is_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        return false;
+    }
+
+    fn unstarted(extra_args: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("redguard-redis-")
             .tempdir()
             .expect("create a temporary directory for redis-server");
-        let mut server = Self {
+        Self {
             child: None,
             port: 0,
             extra_args: extra_args.iter().map(|&s| s.to_owned()).collect(),
+            #[cfg(feature = "tls")]
+            tls: None,
             dir,
-        };
+        }
+    }
+
+    /// Makes up to 5 attempts, each on a fresh reserved port.
+    fn launch(mut server: Self) -> Self {
         let mut failures = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
             let mut child = server.spawn(port);
-            match wait_ready(&mut child, port, server_password(extra_args), READY_TIMEOUT) {
+            match wait_ready(&mut child, &server.admin_client(port), READY_TIMEOUT) {
                 Ok(()) => {
                     server.port = port;
                     server.child = Some(child);
@@ -118,9 +175,11 @@ impl RedisServer {
         self.port
     }
 
-    /// The connection URL, `redis://127.0.0.1:<port>/`.
+    /// The connection URL, `redis://127.0.0.1:<port>/` (`rediss://` for a
+    /// TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.is_tls() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// The process id of the running server.
@@ -156,8 +215,7 @@ impl RedisServer {
     ///
     /// If the connection cannot be made; the message includes the log.
     pub fn conn(&self) -> redis::Connection {
-        let url = admin_url(self.port, self.password());
-        let result = redis::Client::open(url).and_then(|client| {
+        let result = self.admin_client(self.port).and_then(|client| {
             let conn = client.get_connection_with_timeout(ADMIN_TIMEOUT)?;
             conn.set_read_timeout(Some(ADMIN_TIMEOUT))?;
             conn.set_write_timeout(Some(ADMIN_TIMEOUT))?;
@@ -194,6 +252,46 @@ impl RedisServer {
         })
     }
 
+    /// `PTTL key` in ms: -2 when the key does not exist, -1 when it has no
+    /// expiry.
+    ///
+    /// # Panics
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub fn pttl(&self, key: impl AsRef<[u8]>) -> i64 {
+        self.cmd("PTTL", &[key.as_ref()])
+    }
+
+    /// Whether `key` exists.
+    ///
+    /// # Panics
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub fn exists(&self, key: impl AsRef<[u8]>) -> bool {
+        self.cmd::<i64>("EXISTS", &[key.as_ref()]) == 1
+    }
+
+    /// How many times the server ran any of `commands` (lower case, e.g.
+    /// `["eval", "evalsha"]`), from `INFO commandstats`.
+    ///
+    /// # Panics
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub fn command_calls(&self, commands: &[&str]) -> u64 {
+        let info: String = self.cmd("INFO", &[b"commandstats"]);
+        command_calls(&info, commands)
+    }
+
+    /// Every line of `INFO commandstats`, parsed.
+    ///
+    /// # Panics
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub fn commandstats(&self) -> BTreeMap<String, CommandStat> {
+        let info: String = self.cmd("INFO", &[b"commandstats"]);
+        commandstats(&info)
+    }
+
     /// Kills the server with `SIGKILL` and waits for it. The port is kept
     /// for [`restart`](Self::restart) / [`start_again`](Self::start_again).
     /// Does nothing if the server is not running.
@@ -215,6 +313,19 @@ impl RedisServer {
     /// includes the log.
     pub fn restart(&mut self) {
         self.kill();
+        self.remove_data();
+        self.start_on_same_port();
+    }
+
+    /// Stops the server cleanly (`SHUTDOWN`, which writes what persistence
+    /// is configured) and starts it again on the same port, keeping its
+    /// data files: with `--appendonly yes` the dataset survives.
+    ///
+    /// # Panics
+    ///
+    /// As [`stop_nosave`](Self::stop_nosave) and [`restart`](Self::restart).
+    pub fn restart_keeping_data(&mut self) {
+        self.shutdown_with("SAVE");
         self.start_on_same_port();
     }
 
@@ -225,19 +336,23 @@ impl RedisServer {
     /// If the server is not running or does not exit within 5 s (it is then
     /// killed before the panic).
     pub fn stop_nosave(&mut self) {
+        self.shutdown_with("NOSAVE");
+    }
+
+    fn shutdown_with(&mut self, how: &str) {
         let mut conn = self.conn();
         // The server closes the connection instead of replying, so the
         // result is an I/O error on success; only the exit below counts.
-        let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").exec(&mut conn);
+        let _ = redis::cmd("SHUTDOWN").arg(how).exec(&mut conn);
         drop(conn);
         let mut child = self
             .child
             .take()
-            .expect("stop_nosave: redis-server is not running");
+            .expect("shutdown: redis-server is not running");
         if let Err(status) = wait_exit(&mut child, EXIT_TIMEOUT) {
             kill_and_wait(&mut child);
             panic!(
-                "redis-server did not exit within {EXIT_TIMEOUT:?} after SHUTDOWN NOSAVE \
+                "redis-server did not exit within {EXIT_TIMEOUT:?} after SHUTDOWN {how} \
                  ({status})\n--- log ---\n{}",
                 self.log()
             );
@@ -257,6 +372,7 @@ impl RedisServer {
             "start_again: redis-server is still running (pid {}); use restart()",
             self.pid()
         );
+        self.remove_data();
         self.start_on_same_port();
     }
 
@@ -304,6 +420,34 @@ impl RedisServer {
         server_password(&self.extra_args)
     }
 
+    /// A redis-rs client for admin connections to `port`: the server's
+    /// password, and over TLS with the test client certificate.
+    fn admin_client(&self, port: u16) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.tls {
+            let url = admin_url("rediss", port, self.password());
+            return redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: certs.read("client.crt"),
+                        client_key: certs.read("client.key"),
+                    }),
+                    root_cert: Some(certs.read("ca.crt")),
+                },
+            );
+        }
+        redis::Client::open(admin_url("redis", port, self.password()))
+    }
+
+    /// Removes every data file, so the next start begins empty.
+    fn remove_data(&self) {
+        for file in ["dump.rdb", "appendonly.aof"] {
+            let _ = fs::remove_file(self.dir.path().join(file));
+        }
+        let _ = fs::remove_dir_all(self.dir.path().join("appendonlydir"));
+    }
+
     fn log_path(&self) -> std::path::PathBuf {
         self.dir.path().join("redis.log")
     }
@@ -312,9 +456,23 @@ impl RedisServer {
     fn spawn(&self, port: u16) -> Child {
         let bin = redis_server_bin();
         let mut command = Command::new(&bin);
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.tls {
+            command
+                .args(["--port", "0", "--tls-port"])
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(certs.path("server.crt"))
+                .arg("--tls-key-file")
+                .arg(certs.path("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(certs.path("ca.crt"));
+        } else {
+            command.arg("--port").arg(port.to_string());
+        }
+        #[cfg(not(feature = "tls"))]
+        command.arg("--port").arg(port.to_string());
         command
-            .arg("--port")
-            .arg(port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -336,20 +494,14 @@ impl RedisServer {
     /// Spawns on `self.port` until a server answers, for about 5 s.
     fn start_on_same_port(&mut self) {
         debug_assert!(self.child.is_none());
-        // An empty dataset: nothing may be loaded from an earlier run.
-        for file in ["dump.rdb", "appendonly.aof"] {
-            let _ = fs::remove_file(self.dir.path().join(file));
-        }
-        let _ = fs::remove_dir_all(self.dir.path().join("appendonlydir"));
-
         let deadline = Instant::now() + RESTART_TIMEOUT;
         let mut failures = Vec::new();
         // Bounded by the deadline; the count is a second, independent bound.
         for attempt in 1..=100 {
             let mut child = self.spawn(self.port);
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let password = self.password();
-            match wait_ready(&mut child, self.port, password, remaining.max(ms(500))) {
+            let admin = self.admin_client(self.port);
+            match wait_ready(&mut child, &admin, remaining.max(ms(500))) {
                 Ok(()) => {
                     self.child = Some(child);
                     return;
@@ -418,7 +570,7 @@ fn server_password<S: AsRef<str>>(args: &[S]) -> Option<&str> {
 }
 
 /// A URL for admin connections, with the server's password when it has one.
-fn admin_url(port: u16, password: Option<&str>) -> String {
+fn admin_url(scheme: &str, port: u16, password: Option<&str>) -> String {
     match password {
         Some(pw) => {
             let pw: String = pw
@@ -431,9 +583,9 @@ fn admin_url(port: u16, password: Option<&str>) -> String {
                     }
                 })
                 .collect();
-            format!("redis://:{pw}@127.0.0.1:{port}/")
+            format!("{scheme}://:{pw}@127.0.0.1:{port}/")
         }
-        None => format!("redis://127.0.0.1:{port}/"),
+        None => format!("{scheme}://127.0.0.1:{port}/"),
     }
 }
 
@@ -445,8 +597,7 @@ fn admin_url(port: u16, password: Option<&str>) -> String {
 /// the race for the port while the child was still starting.
 fn wait_ready(
     child: &mut Child,
-    port: u16,
-    password: Option<&str>,
+    admin: &redis::RedisResult<redis::Client>,
     timeout: Duration,
 ) -> Result<(), NotReady> {
     let deadline = Instant::now() + timeout;
@@ -454,7 +605,11 @@ fn wait_ready(
         if let Ok(Some(status)) = child.try_wait() {
             return Err(NotReady::Exited(status.to_string()));
         }
-        match answering_pid(&admin_url(port, password), ms(250)) {
+        let pid = admin
+            .as_ref()
+            .ok()
+            .and_then(|client| answering_pid(client, ms(250)));
+        match pid {
             Some(pid) if pid == child.id() => return Ok(()),
             Some(pid) => return Err(NotReady::Foreign(pid)),
             None => {}
@@ -466,10 +621,9 @@ fn wait_ready(
     }
 }
 
-/// The `process_id` of the redis-server answering `PING` on `port`, or
-/// `None` if nothing answers.
-fn answering_pid(url: &str, timeout: Duration) -> Option<u32> {
-    let client = redis::Client::open(url).ok()?;
+/// The `process_id` of the redis-server answering `PING` through
+/// `client`, or `None` if nothing answers.
+fn answering_pid(client: &redis::Client, timeout: Duration) -> Option<u32> {
     let mut conn = client.get_connection_with_timeout(timeout).ok()?;
     conn.set_read_timeout(Some(timeout)).ok()?;
     conn.set_write_timeout(Some(timeout)).ok()?;

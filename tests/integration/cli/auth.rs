@@ -1,0 +1,137 @@
+//! Passwords: a wrong one fails closed (J3), none is ever printed (J7).
+use super::*;
+
+/// An ACL user with a password that needs percent-encoding in a URL.
+const USER: &str = "rguser";
+const PASSWORD: &str = "s3cr%t@pw:x";
+const PASSWORD_ENCODED: &str = "s3cr%25t%40pw%3Ax";
+
+fn server_with_user() -> RedisServer {
+    let server = RedisServer::start();
+    let pw = format!(">{PASSWORD}");
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            USER.as_bytes(),
+            b"on",
+            pw.as_bytes(),
+            b"~*",
+            b"&*",
+            b"+@all",
+        ],
+    );
+    server
+}
+
+fn url_with(server: &RedisServer, password: &str) -> String {
+    format!("redis://{USER}:{password}@127.0.0.1:{}/", server.port())
+}
+
+fn assert_no_password(out: &Outcome, what: &str) {
+    for secret in [PASSWORD, PASSWORD_ENCODED, "s3cr"] {
+        assert!(
+            !out.stdout.contains(secret) && !out.stderr.contains(secret),
+            "{what}: the password leaked: {out:?}"
+        );
+    }
+}
+
+/// J3: a wrong password fails closed: exit 77, CMD not run, nothing written.
+#[test]
+fn j3_wrong_password_fails_closed() {
+    let server = server_with_user();
+    let name = unique_name("j3");
+    let dir = scratch();
+    let marker = dir.path().join("ran");
+    let mut cmd = redguard(&url_with(&server, "wrong%40pw"));
+    cmd.args(["exec", &name, "--", "touch", path_str(&marker)]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(77), "{out:?}");
+    assert_one_line_error(&out);
+    assert!(out.stderr.contains("authentication"), "{}", out.stderr);
+    assert!(!out.stderr.contains("wrong"), "{}", out.stderr);
+    assert!(!marker.exists());
+    assert!(!server.exists(&name));
+
+    // The right password works.
+    let mut cmd = redguard(&url_with(&server, PASSWORD_ENCODED));
+    cmd.args(["exec", &name, "--", "touch", path_str(&marker)]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(marker.exists());
+}
+
+/// J7: the password never appears in any output: success, busy, errors,
+/// status, unlock, help, usage errors; from --url and from $REDIS_URL.
+#[test]
+fn j7_no_password_in_any_output() {
+    let server = server_with_user();
+    let url = url_with(&server, PASSWORD_ENCODED);
+    let name = unique_name("j7");
+    let holder_client = test_builder(&url).build().unwrap();
+    let lock = holder_client.lock(&name);
+
+    let mut runs: Vec<(String, Outcome)> = Vec::new();
+    let mut go = |what: &str, cmd: Command| runs.push((what.to_owned(), run(cmd)));
+
+    let mut cmd = redguard(&url);
+    cmd.args(["exec", &name, "--", "sh", "-c", "echo $REDGUARD_LOCK"]);
+    go("exec ok", cmd);
+    let mut cmd = redguard(&url);
+    cmd.args(["status", &name]);
+    go("status", cmd);
+
+    let guard = lock.lock().unwrap();
+    let mut cmd = redguard(&url);
+    cmd.args(["exec", "-n", &name, "--", "true"]);
+    go("busy", cmd);
+    let mut cmd = redguard_bare();
+    cmd.env("REDIS_URL", &url).args(["status", "--json", &name]);
+    go("status json via env", cmd);
+    let mut cmd = redguard(&url);
+    cmd.args(["unlock", "--force", &name]);
+    go("unlock", cmd);
+    drop(guard);
+
+    let mut cmd = redguard(&url_with(&server, "wrong-s3cr-pw"));
+    cmd.args(["status", &name]);
+    go("wrong password", cmd);
+    let dead = format!("redis://{USER}:{PASSWORD_ENCODED}@127.0.0.1:1/");
+    let mut cmd = redguard(&dead);
+    cmd.args(["exec", &name, "--", "true"]);
+    go("unreachable", cmd);
+    let bad = format!("redis://{USER}:{PASSWORD_ENCODED}@127.0.0.1:notaport/");
+    let mut cmd = redguard(&bad);
+    cmd.args(["status", &name]);
+    go("bad url", cmd);
+    let tls = format!("rediss://{USER}:{PASSWORD_ENCODED}@127.0.0.1:1/");
+    let mut cmd = redguard(&tls);
+    cmd.args(["status", &name]);
+    go("tls url", cmd);
+    let mut cmd = redguard_bare();
+    cmd.env("REDIS_URL", &url).args(["exec", "--help"]);
+    go("help with env", cmd);
+    let mut cmd = redguard_bare();
+    cmd.env("REDIS_URL", &url)
+        .args(["exec", "--wait", &url, &name, "true"]);
+    go("url as a bad duration", cmd);
+    let mut cmd = redguard_bare();
+    cmd.args(["--url", &url, "exec", &name, "--bogus", "--", "true"]);
+    go("usage error", cmd);
+
+    assert_eq!(runs.len(), 12);
+    for (what, out) in &runs {
+        assert_no_password(out, what);
+    }
+    // The runs did what they should (so the check covered real output).
+    let code = |what: &str| runs.iter().find(|(w, _)| w == what).unwrap().1.code;
+    assert_eq!(code("exec ok"), Some(0));
+    assert_eq!(code("busy"), Some(75));
+    assert_eq!(code("unlock"), Some(0));
+    assert_eq!(code("wrong password"), Some(77));
+    assert_eq!(code("unreachable"), Some(69));
+    assert_eq!(code("bad url"), Some(64));
+    assert_eq!(code("help with env"), Some(0));
+    assert_eq!(code("url as a bad duration"), Some(64));
+}
