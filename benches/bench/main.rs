@@ -13,6 +13,7 @@
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
 //! bench --cluster [--cluster-w1-n 30000]   the Cluster row on a private 3-master cluster (no --port)
+//! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running cluster
 //! ```
 //!
 //! S1/S2/S3 follow the shared peers protocol exactly (scenario constants,
@@ -43,6 +44,7 @@ mod scale;
 mod scenarios;
 mod stats;
 mod sync;
+mod target;
 mod workers;
 
 // The integration tests' support code, for its private Redis Cluster bed.
@@ -61,7 +63,8 @@ use redguard::Client;
 use serde_json::{Value, json};
 
 use crate::protocol::{LOCK_TTL_MS, now_ns};
-use crate::workers::{Factory, floor_factory, guard_factory};
+use crate::target::Target;
+use crate::workers::{Factory, guard_factory};
 
 /// One of the peers protocol's scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,6 +82,17 @@ struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
     port: Option<u16>,
+    /// Ports (on 127.0.0.1) of Redis Cluster nodes, instead of `--port`:
+    /// redguard opens a `redis+cluster://` URL with them as seeds, and the
+    /// floor uses redis-rs's `ClusterConnection`. For S1/S2/S3, `--ab` and
+    /// `--w1`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "port")]
+    cluster_seeds: Vec<u16>,
+    /// With `--cluster-seeds`: the floor's unlock script also `PUBLISH`es
+    /// (one message, as redguard's unlock sends), to tell the cost of a
+    /// cluster-wide publish from the rest (not part of the protocol).
+    #[arg(long, requires = "cluster_seeds")]
+    floor_publish: bool,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -163,7 +177,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let port_given =
-        std::env::args().any(|a| a == "--port" || a.starts_with("--port=") || a == "--cluster");
+        std::env::args().any(|a| a.starts_with("--port") || a.starts_with("--cluster"));
     let args = match Args::try_parse() {
         Ok(args) => args,
         // `cargo test` (`--all-targets`, as CI runs it) starts bench targets
@@ -176,15 +190,28 @@ fn main() -> ExitCode {
         println!("{}", cluster::run(args.ab_rounds, args.cluster_w1_n));
         return ExitCode::SUCCESS;
     }
-    let Some(port) = args.port else {
-        return nothing_to_measure();
+    let mut target = match (args.port, args.cluster_seeds.is_empty()) {
+        (Some(port), _) => Target::single(port),
+        (None, false) => match Target::cluster(&args.cluster_seeds) {
+            Ok(target) => target,
+            Err(e) => {
+                eprintln!("bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, true) => return nothing_to_measure(),
     };
-    let url = format!("redis://127.0.0.1:{port}/");
+    target.floor_publish = args.floor_publish;
+    if target.cluster && (args.rw || args.sem || args.w2) {
+        eprintln!("bench: --rw, --sem and --w2 take --port (one server)");
+        return ExitCode::FAILURE;
+    }
+    let url = target.client_url.clone();
     let _ = now_ns();
     let client = || Client::open(&url).expect("redguard client");
 
     let out = if args.ab {
-        let (sut, floor) = (guard_factory(&client()), floor_factory(&url));
+        let (sut, floor) = (guard_factory(&client()), target.floor_factory());
         json!({"ab": {
             "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", args.ab_rounds, 1000),
             "s3": ab::run_ab_s3(&sut, &floor, args.ab_rounds / 2, Duration::from_millis(500)),
@@ -200,7 +227,7 @@ fn main() -> ExitCode {
         sync::run_sem(&client(), &url, args.sem_rounds)
     } else if args.w1 {
         scale::run_w1(
-            &url,
+            &target,
             &args.w1_n,
             &args.w1_watchdog,
             args.w1_batch,
@@ -214,11 +241,22 @@ fn main() -> ExitCode {
             Duration::from_millis(args.w2_gap_ms),
         )
     } else if args.floor {
-        let (s1, s2, s3) = run_row(&floor_factory(&url), &args.only);
+        let (s1, s2, s3) = run_row(&target.floor_factory(), &args.only);
+        let (library, concurrency) = if target.cluster {
+            (
+                "raw-redis-floor (sync, cluster)",
+                "8 OS threads (std::thread), one sync redis::cluster::ClusterConnection each",
+            )
+        } else {
+            (
+                "raw-redis-floor (sync)",
+                "8 OS threads (std::thread), one sync redis::Connection each",
+            )
+        };
         json!({
-            "lang": "rust", "library": "raw-redis-floor (sync)", "version": "redis crate 1.8.1",
+            "lang": "rust", "library": library, "version": "redis crate 1.8.1",
             "client": "redguard benches/bench --floor",
-            "concurrency": "8 OS threads (std::thread), one sync redis::Connection each",
+            "concurrency": concurrency,
             "defaults": {"retry": "S2 spins: re-sends the lock EVALSHA immediately, no sleep",
                          "lock_ttl_ms": LOCK_TTL_MS,
                          "commands_per_cycle": "EVALSHA lock + EVALSHA unlock (2 round trips, no pipelining)"},
@@ -227,7 +265,9 @@ fn main() -> ExitCode {
     } else {
         let (s1, s2, s3) = run_row(&guard_factory(&client()), &args.only);
         json!({
-            "lang": "rust", "library": "redguard", "version": env!("CARGO_PKG_VERSION"),
+            "lang": "rust",
+            "library": if target.cluster { "redguard (cluster)" } else { "redguard" },
+            "version": env!("CARGO_PKG_VERSION"),
             "client": format!("redguard::Client (pool {})", 16),
             "concurrency": "8 OS threads (std::thread), one shared redguard::Client, one Lock handle each",
             "defaults": {"blocking_api": "Lock::lock(): waits for the unlock message (pub/sub), no polling",

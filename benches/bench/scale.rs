@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 use redguard::{Client, Lock};
 use serde_json::{Value, json};
 
-use crate::observe::{
-    admin, cmd_calls, connections, process_cpu_ns, rss_kib, thread_cpu, thread_cpu_ns,
-};
+use crate::observe::{admin, connections, process_cpu_ns, rss_kib, thread_cpu, thread_cpu_ns};
 use crate::protocol::now_ns;
 use crate::stats::{pct, us};
+use crate::target::Target;
 
 // ============================================================================
 // W1: the watchdog at scale
@@ -29,14 +28,14 @@ pub(crate) struct W1Config {
 /// Samples PTTL of the first `acquired` keys round robin, in pipelines, until
 /// `stop`; returns (lowest pttl seen in ms, samples, keys seen missing).
 pub(crate) fn pttl_sampler(
-    url: String,
+    target: Target,
     names: Arc<Vec<String>>,
     acquired: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     lowest: Arc<AtomicI64>,
     cpu_ns: Arc<AtomicU64>,
 ) -> (u64, u64, u64) {
-    let mut con = admin(&url);
+    let mut con = target.sampler();
     let chunk = 500;
     let mut samples = 0u64;
     let mut missing = 0u64;
@@ -53,11 +52,7 @@ pub(crate) fn pttl_sampler(
             sweeps += 1;
         }
         let end = (i + chunk).min(upto);
-        let mut pipe = redis::pipe();
-        for name in &names[i..end] {
-            pipe.cmd("PTTL").arg(name);
-        }
-        let Ok(replies) = pipe.query::<Vec<i64>>(&mut con) else {
+        let Ok(replies) = con.pttls(&names[i..end]) else {
             break;
         };
         for ms in replies {
@@ -76,7 +71,8 @@ pub(crate) fn pttl_sampler(
     (samples, missing, sweeps)
 }
 
-pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
+pub(crate) fn run_w1_case(target: &Target, cfg: &W1Config) -> Value {
+    let url = target.client_url.as_str();
     let response_timeout = (cfg.watchdog / 3).min(Duration::from_secs(3));
     let client = Client::builder()
         .url(url)
@@ -85,8 +81,7 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
         .renew_batch(cfg.batch)
         .build()
         .expect("client");
-    let mut con = admin(url);
-    let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("flushall");
+    target.flushall();
     // Warm the client (connection, script cache) and the watchdog thread.
     {
         let warm = client.lock("bench:w1:warm");
@@ -102,14 +97,14 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let lowest = Arc::new(AtomicI64::new(i64::MAX));
     let sampler_cpu = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (url, acquired, stop, lowest, cpu) = (
-            url.to_owned(),
+        let (target, acquired, stop, lowest, cpu) = (
+            target.clone(),
             acquired.clone(),
             stop.clone(),
             lowest.clone(),
             sampler_cpu.clone(),
         );
-        std::thread::spawn(move || pttl_sampler(url, names, acquired, stop, lowest, cpu))
+        std::thread::spawn(move || pttl_sampler(target, names, acquired, stop, lowest, cpu))
     };
 
     let t0 = Instant::now();
@@ -132,7 +127,7 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let interval = cfg.watchdog / 3;
     let hold = interval * cfg.periods;
     let stats0 = client.stats();
-    let evalsha0 = cmd_calls(&mut con, "evalsha");
+    let evalsha0 = target.cmd_calls("evalsha");
     // The watchdog is a scheduling thread ("redguard-watchdog", shown as
     // "redguard-watchd") plus short-lived renewal I/O threads
     // ("redguard-renew") whose time only the process total keeps: count
@@ -152,7 +147,7 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
         sampler_cpu.load(Ordering::Acquire),
     );
     let sched1 = thread_cpu("redguard-watch");
-    let evalsha1 = cmd_calls(&mut con, "evalsha");
+    let evalsha1 = target.cmd_calls("evalsha");
     let stats1 = client.stats();
     let rss_end = rss_kib();
     let lost = guards.iter().filter(|g| g.is_lost()).count();
@@ -168,7 +163,15 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
         }
     }
     let release_s = tr.elapsed().as_secs_f64();
-    let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap_or(0);
+    let left: u64 = target
+        .nodes
+        .iter()
+        .map(|node| {
+            redis::cmd("DBSIZE")
+                .query::<u64>(&mut admin(node))
+                .unwrap_or(0)
+        })
+        .sum();
     drop(guards);
     drop(locks);
 
@@ -185,6 +188,7 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
     let lease_ms = cfg.watchdog.as_millis() as f64;
     let per_lock = |kib: u64, from: u64| (kib.saturating_sub(from) as f64 * 1024.0) / cfg.n as f64;
     json!({
+        "cluster_masters": if target.cluster { json!(target.nodes.len()) } else { Value::Null },
         "n": cfg.n, "watchdog_s": cfg.watchdog.as_secs_f64(), "renew_batch": cfg.batch,
         "response_timeout_s": response_timeout.as_secs_f64(),
         "acquire_s": acquire_s, "acquire_errors": errors,
@@ -218,7 +222,7 @@ pub(crate) fn run_w1_case(url: &str, cfg: &W1Config) -> Value {
 }
 
 pub(crate) fn run_w1(
-    url: &str,
+    target: &Target,
     ns: &[usize],
     watchdogs: &[Duration],
     batch: usize,
@@ -234,7 +238,7 @@ pub(crate) fn run_w1(
                 periods,
             };
             eprintln!("w1: n={n} watchdog={watchdog:?} batch={batch}");
-            let case = run_w1_case(url, &cfg);
+            let case = run_w1_case(target, &cfg);
             eprintln!("w1: {case}");
             cases.push(case);
         }

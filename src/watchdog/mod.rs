@@ -224,8 +224,11 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
 /// few hundred kilobytes, at the cost of one wake-up per this many locks.
 const PENDING_WAKE: usize = 1024;
 
-/// Script calls (of at most `renew_batch` renewals each) sent to one server
-/// in one round trip. A 3 s lease over 100 000 locks means 1 000 calls a
+/// Full script calls' worth of renewals (`renew_batch` each) sent to one
+/// server in one round trip: a round trip carries up to `renew_batch` x
+/// this many renewals, however many calls they take. On a cluster a call
+/// may not cross a slot, so thinly spread locks make many small calls, all
+/// in the same round trip (see `scripts::renew_batch`). A 3 s lease over 100 000 locks means 1 000 calls a
 /// second; one round trip each leaves the renewing thread and the server
 /// waking each other 2 000 times a second, which on a busy machine costs
 /// more than the renewals themselves.
