@@ -285,10 +285,11 @@ impl NodeThread {
     }
 
     fn subscribe(&mut self, channel: &[u8]) -> crate::Result<()> {
-        if self.conn.is_none() {
-            self.conn = Some(self.source.sharded_connection(self.node)?);
-        }
-        let conn = self.conn.as_mut().expect("set above");
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => self.source.sharded_connection(self.node)?,
+        };
+        let conn = self.conn.insert(conn);
         conn.set_read_timeout(Some(self.timeout))
             .map_err(crate::Error::redis)?;
         let cmd = redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command();
@@ -297,12 +298,14 @@ impl NodeThread {
         // Bounded: each read waits at most the response timeout, and a
         // healthy server confirms after the messages queued before.
         for _ in 0..10_000 {
-            let value = self
-                .conn
-                .as_mut()
-                .expect("set above")
-                .recv_response()
-                .map_err(crate::Error::redis)?;
+            // `reply` below never drops the connection; the `else` only
+            // keeps this loop honest if that ever changes.
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(crate::Error::Protocol(
+                    "the sharded pub/sub connection went away".into(),
+                ));
+            };
+            let value = conn.recv_response().map_err(crate::Error::redis)?;
             if matches!(parse(value.clone()), Reply::Subscribed(ref ch) if ch == channel) {
                 log::trace!(
                     "redguard subscriber: SSUBSCRIBE {:?} confirmed by node {}",
