@@ -13,7 +13,7 @@ use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::acquire::{Attempt, wait_loop};
 use crate::scripts::SyncHold;
 use crate::scripts::semaphore::{self as script, PermitAcquire, PermitKeys};
-use crate::semaphore::check_permits;
+use crate::semaphore::Counter;
 use crate::watchdog;
 
 /// The id of one permit of an [`ExpiringSemaphore`]: 16 random bytes,
@@ -159,9 +159,16 @@ impl ExpiringSemaphore {
         }
     }
 
+    fn counter(&self) -> Counter<'_> {
+        Counter {
+            client: &self.client,
+            name: &self.name,
+            channel: &self.channel,
+        }
+    }
+
     fn check(&self) -> Result<()> {
-        keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
-        self.client.check_open()
+        self.counter().check()
     }
 
     /// Sets the number of permits to `permits` if it was never set
@@ -174,11 +181,7 @@ impl ExpiringSemaphore {
     /// name holds something that is not a permit count (left untouched),
     /// [`Error::Shutdown`], connection, timeout and server errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.check()?;
-        check_permits(u64::from(permits))?;
-        self.client.with_conn(&self.name, |conn| {
-            script::try_set(conn, &self.name, &self.channel, permits)
-        })
+        self.counter().try_set(permits)
     }
 
     /// Adds `permits` available permits (Redisson's `addPermits`); a
@@ -188,15 +191,7 @@ impl ExpiringSemaphore {
     ///
     /// As [`ExpiringSemaphore::try_set_permits`].
     pub fn add_permits(&self, permits: i64) -> Result<()> {
-        self.check()?;
-        check_permits(permits.unsigned_abs())?;
-        if permits == 0 {
-            return Ok(());
-        }
-        self.client.with_conn(&self.name, |conn| {
-            script::release(conn, &self.name, &self.channel, permits)
-        })?;
-        Ok(())
+        self.counter().add(permits)
     }
 
     fn counts(&self) -> Result<(i64, u64)> {

@@ -86,13 +86,51 @@ fn kept() -> std::sync::MutexGuard<'static, Kept> {
 }
 
 /// Checks a permit count against [`MAX_PERMITS`].
-pub(crate) fn check_permits(permits: u64) -> Result<()> {
+fn check_permits(permits: u64) -> Result<()> {
     if permits > u64::from(MAX_PERMITS) {
         return Err(Error::invalid(format!(
             "{permits} permits; at most {MAX_PERMITS} (Redisson counts permits in an int)"
         )));
     }
     Ok(())
+}
+
+/// The permit counter both kinds of semaphore keep at their name, with its
+/// channel (Redisson's layout), and the operations they share on it.
+pub(crate) struct Counter<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) name: &'a [u8],
+    pub(crate) channel: &'a [u8],
+}
+
+impl Counter<'_> {
+    /// A valid name on an open client.
+    pub(crate) fn check(&self) -> Result<()> {
+        keys::validate_name(self.name).map_err(Error::InvalidArgument)?;
+        self.client.check_open()
+    }
+
+    /// Sets the count to `permits` unless it was set (`trySetPermits`).
+    pub(crate) fn try_set(&self, permits: u32) -> Result<bool> {
+        self.check()?;
+        check_permits(u64::from(permits))?;
+        self.client.with_conn(self.name, |conn| {
+            script::try_set(conn, self.name, self.channel, permits)
+        })
+    }
+
+    /// Adds `permits` (takes away when negative; `addPermits`).
+    pub(crate) fn add(&self, permits: i64) -> Result<()> {
+        self.check()?;
+        check_permits(permits.unsigned_abs())?;
+        if permits == 0 {
+            return Ok(());
+        }
+        self.client.with_conn(self.name, |conn| {
+            script::release(conn, self.name, self.channel, permits)
+        })?;
+        Ok(())
+    }
 }
 
 /// Reads a permit counter: 0 when absent.
@@ -128,9 +166,16 @@ impl Semaphore {
         &self.name
     }
 
+    fn counter(&self) -> Counter<'_> {
+        Counter {
+            client: &self.client,
+            name: &self.name,
+            channel: &self.channel,
+        }
+    }
+
     fn check(&self) -> Result<()> {
-        keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
-        self.client.check_open()
+        self.counter().check()
     }
 
     /// Sets the number of permits to `permits` if it was never set
@@ -144,11 +189,7 @@ impl Semaphore {
     /// that is not a permit count (left untouched), [`Error::Shutdown`],
     /// connection, timeout and server errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.check()?;
-        check_permits(u64::from(permits))?;
-        self.client.with_conn(&self.name, |conn| {
-            script::try_set(conn, &self.name, &self.channel, permits)
-        })
+        self.counter().try_set(permits)
     }
 
     /// Adds `permits` available permits (Redisson's `addPermits`); a
@@ -162,15 +203,7 @@ impl Semaphore {
     /// As [`Semaphore::try_set_permits`], [`Error::InvalidArgument`] for a
     /// magnitude over [`MAX_PERMITS`].
     pub fn add_permits(&self, permits: i64) -> Result<()> {
-        self.check()?;
-        check_permits(permits.unsigned_abs())?;
-        if permits == 0 {
-            return Ok(());
-        }
-        self.client.with_conn(&self.name, |conn| {
-            script::release(conn, &self.name, &self.channel, permits)
-        })?;
-        Ok(())
+        self.counter().add(permits)
     }
 
     /// The number of permits available now (Redisson's
