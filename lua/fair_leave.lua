@@ -30,10 +30,7 @@ if head == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
     end
     local next = redis.call('lindex', KEYS[2], 0)
     if next then
-        redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
-        -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-        -- servers and ACL users without SPUBLISH just skip it).
-        redis.pcall('spublish', KEYS[4] .. ':' .. next, ARGV[1])
+        notify(KEYS[4] .. ':' .. next, ARGV[1])
     end
 end
 return 1

@@ -36,9 +36,6 @@ for _, id in ipairs(stale) do
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
-    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-    -- servers and ACL users without SPUBLISH just skip it).
-    redis.pcall('spublish', KEYS[4] .. ':' .. head, ARGV[1])
+    notify(KEYS[4] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -21,10 +21,7 @@ if left <= 0 then
     redis.call('del', KEYS[1])
 end
 if left == 0 then
-    redis.call('publish', KEYS[2], ARGV[1])
-    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-    -- servers and ACL users without SPUBLISH just skip it).
-    redis.pcall('spublish', KEYS[2], ARGV[1])
+    notify(KEYS[2], ARGV[1])
 end
 if left < 0 then
     return 0

@@ -15,8 +15,5 @@ if tonumber(value) == nil then
     return redis.error_reply('WRONGTYPE the value at this key is not a latch count')
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[2], ARGV[1])
+notify(KEYS[2], ARGV[1])
 return 1

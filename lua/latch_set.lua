@@ -16,8 +16,5 @@ if value ~= false then
     return 0
 end
 redis.call('set', KEYS[1], ARGV[2])
-redis.call('publish', KEYS[2], ARGV[1])
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[2], ARGV[1])
+notify(KEYS[2], ARGV[1])
 return 1

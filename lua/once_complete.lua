@@ -26,8 +26,5 @@ local at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2])
 redis.call('del', KEYS[1])
 redis.call('hset', KEYS[1], 'outcome', ARGV[2], 'at', at, 'by', ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
-redis.call('publish', KEYS[2], ARGV[4])
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[2], ARGV[4])
+notify(KEYS[2], ARGV[4])
 return tonumber(at)

@@ -21,10 +21,7 @@ if #ended > 0 then
     end
     value = redis.call('incrby', KEYS[1], #ended)
     if value > 0 then
-        redis.call('publish', KEYS[3], value)
-        -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-        -- servers and ACL users without SPUBLISH just skip it).
-        redis.pcall('spublish', KEYS[3], value)
+        notify(KEYS[3], value)
     end
 end
 return {tonumber(value or 0), redis.call('zcard', KEYS[2])}

@@ -14,8 +14,5 @@ if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then
     return 0
 end
 local value = redis.call('incrby', KEYS[1], 1)
-redis.call('publish', KEYS[3], value)
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[3], value)
+notify(KEYS[3], value)
 return 1

@@ -18,15 +18,9 @@ redis.call('del', KEYS[1])
 if KEYS[3] then
     local head = redis.call('lindex', KEYS[3], 0)
     if head then
-        redis.call('publish', KEYS[2] .. ':' .. head, ARGV[1])
-        -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-        -- servers and ACL users without SPUBLISH just skip it).
-        redis.pcall('spublish', KEYS[2] .. ':' .. head, ARGV[1])
+        notify(KEYS[2] .. ':' .. head, ARGV[1])
     end
 else
-    redis.call('publish', KEYS[2], ARGV[1])
-    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-    -- servers and ACL users without SPUBLISH just skip it).
-    redis.pcall('spublish', KEYS[2], ARGV[1])
+    notify(KEYS[2], ARGV[1])
 end
 return 1

@@ -60,8 +60,5 @@ if longest > 0 then
     return mine
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[2], ARGV[1])
+notify(KEYS[2], ARGV[1])
 return mine

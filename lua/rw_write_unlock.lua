@@ -33,8 +33,5 @@ if redis.call('hlen', KEYS[1]) <= 1 then
 else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
-redis.call('publish', KEYS[2], ARGV[1])
--- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
--- servers and ACL users without SPUBLISH just skip it).
-redis.pcall('spublish', KEYS[2], ARGV[1])
+notify(KEYS[2], ARGV[1])
 return 1

@@ -15,9 +15,6 @@ if value ~= false and tonumber(value) == nil then
 end
 local now = redis.call('incrby', KEYS[1], ARGV[1])
 if tonumber(ARGV[1]) > 0 then
-    redis.call('publish', KEYS[2], now)
-    -- Also sharded: Redisson 3.2x waits with SSUBSCRIBE on a Redis 7 Cluster (pcall: older
-    -- servers and ACL users without SPUBLISH just skip it).
-    redis.pcall('spublish', KEYS[2], now)
+    notify(KEYS[2], now)
 end
 return now

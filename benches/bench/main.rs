@@ -12,8 +12,8 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
-//! bench --cluster [--cluster-w1-n 30000]   the Cluster row on a private 3-master cluster (no --port)
-//! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running cluster
+//! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running
+//!                                cluster (CLUSTER=1 scripts/bench starts one)
 //! ```
 //!
 //! S1/S2/S3 follow the shared peers protocol exactly (scenario constants,
@@ -37,7 +37,6 @@
 )]
 
 mod ab;
-mod cluster;
 mod observe;
 mod protocol;
 mod scale;
@@ -46,14 +45,6 @@ mod stats;
 mod sync;
 mod target;
 mod workers;
-
-// The integration tests' support code, for its private Redis Cluster bed.
-#[allow(
-    unused_imports,
-    reason = "the bench uses only the cluster bed of the tests' support code"
-)]
-#[path = "../../tests/integration/support/mod.rs"]
-mod support;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -77,7 +68,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2", "cluster"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -160,16 +151,6 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     w2_gap_ms: u64,
 
-    /// The Cluster row: starts a private 3-master, 3-replica cluster on
-    /// loopback and runs S1/S2/S3 for redguard and a raw redis-rs cluster
-    /// floor, S1/S3 A/B ratios (`--ab-rounds`) and W1 on the cluster.
-    /// Needs no `--port`.
-    #[arg(long)]
-    cluster: bool,
-    /// Cluster W1: held locks, spread over the masters (3 s lease).
-    #[arg(long, default_value_t = 30_000)]
-    cluster_w1_n: usize,
-
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -186,10 +167,6 @@ fn main() -> ExitCode {
         Err(e) if !port_given && e.use_stderr() => return nothing_to_measure(),
         Err(e) => e.exit(),
     };
-    if args.cluster {
-        println!("{}", cluster::run(args.ab_rounds, args.cluster_w1_n));
-        return ExitCode::SUCCESS;
-    }
     let mut target = match (args.port, args.cluster_seeds.is_empty()) {
         (Some(port), _) => Target::single(port),
         (None, false) => match Target::cluster(&args.cluster_seeds) {

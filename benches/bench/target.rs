@@ -1,9 +1,8 @@
 //! Where the driver's load goes with `--port` or `--cluster-seeds`: one
-//! redis-server, or a running Redis Cluster given by seed ports (`--cluster`
-//! starts a private one instead: see `cluster.rs`). A cluster's floor is the
-//! same two-script cycle through
-//! redis-rs's blocking `ClusterConnection` (each script has one key, so
-//! every call is routed by that key's slot).
+//! redis-server, or a running Redis Cluster given by seed ports
+//! (`CLUSTER=1 scripts/bench` starts a 3-master one). A cluster's floor is
+//! the same two-script cycle through redis-rs's blocking `ClusterConnection`
+//! (each script has one key, so every call is routed by that key's slot).
 
 use std::time::Duration;
 

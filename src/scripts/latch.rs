@@ -9,12 +9,9 @@ use super::{evalsha, unexpected};
 use crate::error::{Error, Result};
 use crate::keys::{NEW_COUNT_MESSAGE, ZERO_COUNT_MESSAGE};
 
-static SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/latch_set.lua")));
-static COUNT_DOWN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/latch_count_down.lua")));
-static DELETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/latch_delete.lua")));
+static SET: LazyLock<Script> = LazyLock::new(|| notifying!("latch_set"));
+static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| notifying!("latch_count_down"));
+static DELETE: LazyLock<Script> = LazyLock::new(|| notifying!("latch_delete"));
 
 fn int(what: &str, reply: &Value) -> Result<i64> {
     match reply {

@@ -4,6 +4,18 @@
 //! Every script is a compiled-in constant: names and holder ids travel only
 //! as `KEYS`/`ARGV`, never spliced into script text.
 
+/// A script that wakes waiters: `lua/notify.lua` (its `notify` function
+/// decides how an unlock message is published on this deployment) followed
+/// by `lua/<name>.lua`, which calls `notify` and never PUBLISH itself.
+macro_rules! notifying {
+    ($name:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../../lua/notify.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
+    };
+}
+
 mod holds;
 pub(crate) mod latch;
 pub(crate) mod rwlock;
@@ -24,21 +36,16 @@ pub(crate) use holds::{
 pub(crate) mod once;
 
 static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
-static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("unlock"));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
 static RENEW_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/renew_many.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/force_unlock.lua")));
-static RELEASE_HOLDER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/release_holder.lua")));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("force_unlock"));
+static RELEASE_HOLDER: LazyLock<Script> = LazyLock::new(|| notifying!("release_holder"));
 static FAIR_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fair_lock.lua")));
-static FAIR_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/fair_unlock.lua")));
-static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/fair_leave.lua")));
+static FAIR_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("fair_unlock"));
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| notifying!("fair_leave"));
 static FENCED_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fenced_lock.lua")));
 static FENCED_SET: LazyLock<Script> =
@@ -596,6 +603,31 @@ mod tests {
             assert!(text.contains("KEYS[1]"));
             assert!(text.contains("Returns"));
         }
+    }
+
+    #[test]
+    fn only_notify_publishes() {
+        let notify = include_str!("../../lua/notify.lua");
+        assert!(notify.contains("local function notify(channel, message)"));
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut callers = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap() == "notify.lua" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            assert!(
+                !code.contains("'publish'") && !code.contains("'spublish'"),
+                "{path:?} publishes without notify"
+            );
+            callers += usize::from(code.contains("notify("));
+        }
+        assert_eq!(callers, 17);
     }
 
     #[test]

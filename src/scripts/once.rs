@@ -12,8 +12,7 @@ use crate::lease::Pttl;
 
 static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_claim.lua")));
-static COMPLETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/once_complete.lua")));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| notifying!("once_complete"));
 static FORGET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_forget.lua")));
 

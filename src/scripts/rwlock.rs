@@ -13,14 +13,11 @@ pub(super) static READ_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_lock.lua")));
 static WRITE_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_write_lock.lua")));
-static READ_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_unlock.lua")));
-static WRITE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_write_unlock.lua")));
+static READ_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_read_unlock"));
+static WRITE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_write_unlock"));
 pub(super) static READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_renew.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_force_unlock.lua")));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_force_unlock"));
 
 /// The keys a read hold's scripts name.
 #[derive(Debug, Clone, Copy)]

@@ -12,18 +12,13 @@ use crate::error::{Error, Result};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/semaphore_acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore_release.lua")));
-static SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore_set.lua")));
-static PERMIT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/permit_acquire.lua")));
-static PERMIT_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/permit_release.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| notifying!("semaphore_release"));
+static SET: LazyLock<Script> = LazyLock::new(|| notifying!("semaphore_set"));
+static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| notifying!("permit_acquire"));
+static PERMIT_RELEASE: LazyLock<Script> = LazyLock::new(|| notifying!("permit_release"));
 pub(super) static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/permit_renew.lua")));
-static PERMIT_COUNT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/permit_count.lua")));
+static PERMIT_COUNT: LazyLock<Script> = LazyLock::new(|| notifying!("permit_count"));
 
 /// The keys of an expiring-permit semaphore.
 #[derive(Debug, Clone, Copy)]

@@ -10,10 +10,14 @@
 //! slot moved (the server then sends `sunsubscribe` itself) or whose node's
 //! connection broke is subscribed again where the slot lives now.
 //!
-//! redguard's own unlocks publish both kinds, so one unlock arrives twice.
-//! [`Pairing`] turns such a pair into one wake-up: a message wakes only
-//! when its kind has now seen more messages on the channel than the other
-//! kind.
+//! redguard's unlocks on a Cluster always `SPUBLISH`, and `PUBLISH` too
+//! only when the slot's node counts a classic listener of the channel
+//! (`lua/notify.lua`): these sharded subscriptions are what wakes
+//! redguard's waiters there, so a channel subscribed again after a slot
+//! move or a broken connection wakes its waiters to try again. When one
+//! unlock arrives on both kinds, [`Pairing`] turns the pair into one
+//! wake-up: a message wakes only when its kind has now seen more messages
+//! on the channel than the other kind.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -128,7 +132,15 @@ impl Router {
         });
         if sent && ack_rx.recv_timeout(self.timeout) == Ok(true) {
             self.routes.insert(channel.to_vec(), node);
-            self.pending.remove(channel);
+            if self.pending.remove(channel) {
+                // Unlocks on this channel went unheard while it was not
+                // subscribed here (an unlock publishes the classic kind on
+                // a Cluster only when the slot's node counts a classic
+                // listener): its waiters try again now.
+                self.shared
+                    .registry()
+                    .wake_all(channel, super::Event::Reconnected);
+            }
         } else {
             if !sent {
                 self.nodes.remove(&node);

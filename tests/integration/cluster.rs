@@ -397,6 +397,7 @@ fn d_on_cluster(bed: &RedisCluster) {
     eprintln!("D on cluster: 12 waiters over 3 masters woken; worst wake-up {worst:?} (poll 10 s)");
     assert!(worst < Duration::from_secs(3), "{worst:?}");
     d_sharded_interop(bed, &holder);
+    d_classic_only_to_listeners(bed, &holder);
     d_woken_by_sharded_unlock(bed, &waiters);
 }
 
@@ -488,6 +489,74 @@ fn d_sharded_interop(bed: &RedisCluster, client: &Client) {
             "D sharded: master {i}: SSUBSCRIBE waiter got the unlock after {:?}",
             released.elapsed()
         );
+    }
+}
+
+/// Calls of `command` on node `i` so far.
+fn calls(bed: &RedisCluster, i: usize, command: &str) -> u64 {
+    bed.node(i)
+        .commandstats()
+        .get(command)
+        .map_or(0, |s| s.calls)
+}
+
+/// A Cluster forwards every classic `PUBLISH` to every node, so an unlock
+/// publishes the classic kind only when the slot's master counts a classic
+/// listener of the channel. With none, a release sends `SPUBLISH` alone and
+/// no node sees a `PUBLISH`. An older Redisson waiter, which `SUBSCRIBE`s
+/// on the master of the channel's slot, gets the message, and so does a
+/// classic listener on another node (the cluster forwards it there).
+fn d_classic_only_to_listeners(bed: &RedisCluster, client: &Client) {
+    let masters = bed.masters();
+    for (i, name) in names_on_every_master(bed, "d-classic").iter().enumerate() {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let owner = bed.master_of_slot(slot(channel.as_bytes()));
+        let publishes = |bed: &RedisCluster| -> Vec<u64> {
+            masters.iter().map(|&m| calls(bed, m, "publish")).collect()
+        };
+        let (before, spub) = (publishes(bed), calls(bed, owner, "spublish"));
+        client.lock(name).lock().unwrap().unlock().unwrap();
+        assert_eq!(
+            publishes(bed),
+            before,
+            "master {i}: a PUBLISH nobody listens to"
+        );
+        assert_eq!(calls(bed, owner, "spublish"), spub + 1, "master {i}");
+
+        let other = *masters.iter().find(|&&m| m != owner).unwrap();
+        let mut listeners: Vec<redis::Connection> = [owner, other]
+            .iter()
+            .map(|&n| {
+                let mut c = bed.node(n).conn();
+                c.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&channel).get_packed_command())
+                    .unwrap();
+                let confirm = c.recv_response().unwrap();
+                assert!(format!("{confirm:?}").contains("subscribe"), "{confirm:?}");
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c
+            })
+            .collect();
+        let released = Instant::now();
+        client.lock(name).lock().unwrap().unlock().unwrap();
+        for (which, listener) in ["the slot's master", "another master"]
+            .iter()
+            .zip(&mut listeners)
+        {
+            let msg = listener.recv_response().unwrap();
+            let redis::Value::Array(parts) = msg else {
+                panic!("{msg:?}");
+            };
+            assert_eq!(parts[0], redis::Value::BulkString(b"message".to_vec()));
+            assert_eq!(
+                parts[1],
+                redis::Value::BulkString(channel.clone().into_bytes())
+            );
+            assert_eq!(parts[2], redis::Value::BulkString(b"0".to_vec()));
+            eprintln!(
+                "D classic: master {i}: SUBSCRIBE listener on {which} got the unlock after {:?}",
+                released.elapsed()
+            );
+        }
     }
 }
 

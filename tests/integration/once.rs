@@ -20,9 +20,15 @@ use crate::support::{
 };
 
 const CLAIM: &str = include_str!("../../lua/once_claim.lua");
-const COMPLETE: &str = include_str!("../../lua/once_complete.lua");
+const COMPLETE: &str = concat!(
+    include_str!("../../lua/notify.lua"),
+    include_str!("../../lua/once_complete.lua")
+);
 const FORGET: &str = include_str!("../../lua/once_forget.lua");
-const UNLOCK: &str = include_str!("../../lua/unlock.lua");
+const UNLOCK: &str = concat!(
+    include_str!("../../lua/notify.lua"),
+    include_str!("../../lua/unlock.lua")
+);
 const LOCK: &str = include_str!("../../lua/lock.lua");
 
 /// A holder id as the library writes them.

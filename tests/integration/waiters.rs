@@ -497,3 +497,41 @@ fn registries_are_empty_after_10000_mixed_operations() {
     let keys: Vec<String> = ctx.server.cmd("KEYS", &[b"mixed-*"]);
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+/// Outside a Cluster every release publishes its unlock message, listened
+/// to or not: a waiter may listen on a replica (Redisson's
+/// `subscriptionMode = SLAVE`), where the master cannot count it, and the
+/// replica passes the master's message on to it.
+#[test]
+fn a_listener_on_a_replica_hears_every_unlock() {
+    let master = crate::support::RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let replica = crate::support::RedisServer::start();
+    let port = master.port().to_string();
+    let () = replica.cmd("REPLICAOF", &[b"127.0.0.1", port.as_bytes()]);
+    let synced = wait_until(Duration::from_secs(10), || {
+        let info: String = replica.cmd("INFO", &[b"replication"]);
+        info.contains("master_link_status:up")
+    });
+    assert!(synced, "the replica did not sync within 10 s");
+    let name = unique_name("replica-listener");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let mut listener = replica.conn();
+    listener
+        .send_packed_command(&redis::cmd("SUBSCRIBE").arg(&channel).get_packed_command())
+        .unwrap();
+    let confirm = listener.recv_response().unwrap();
+    assert!(format!("{confirm:?}").contains("subscribe"), "{confirm:?}");
+    listener
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let client = test_builder(&master.url()).build().unwrap();
+    for round in 0..3 {
+        client.lock(&name).lock().unwrap().unlock().unwrap();
+        let msg = listener.recv_response().unwrap();
+        let redis::Value::Array(parts) = msg else {
+            panic!("round {round}: {msg:?}");
+        };
+        assert_eq!(parts[0], redis::Value::BulkString(b"message".to_vec()));
+        assert_eq!(parts[2], redis::Value::BulkString(b"0".to_vec()));
+    }
+}

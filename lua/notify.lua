@@ -1,0 +1,31 @@
+-- notify(channel, message): publish a message for the waiters of every client generation.
+-- Put before the text of every script that wakes waiters; the scripts call it instead of
+-- PUBLISH.
+--
+-- Outside a Cluster: classic PUBLISH, always (waiters may listen on a replica, as Redisson's
+-- `subscriptionMode = SLAVE` does, where this node cannot count them; the publish is cheap).
+--
+-- On a Cluster:
+--   SPUBLISH, always: it reaches this shard only (this master and its replicas), where
+--   Redisson 3.2x and redguard's own waiters SSUBSCRIBE.
+--   PUBLISH only when a client of this node listens on the channel with SUBSCRIBE (older
+--   Redisson subscribes on the master of the channel's slot, which is this node): a Cluster
+--   forwards every classic message to every node, which cost more than the rest of an unlock.
+--   Without sharded pub/sub (Redis < 7, or an ACL without SPUBLISH) or without a readable
+--   subscriber count, classic PUBLISH is sent always, as outside a Cluster.
+local function notify(channel, message)
+    local info = redis.pcall('info', 'cluster')
+    if type(info) ~= 'string' or not string.find(info, 'cluster_enabled:1', 1, true) then
+        redis.call('publish', channel, message)
+        return
+    end
+    local sharded = redis.pcall('spublish', channel, message)
+    if type(sharded) == 'table' and sharded.err then
+        redis.call('publish', channel, message)
+        return
+    end
+    local listeners = redis.pcall('pubsub', 'numsub', channel)
+    if type(listeners) ~= 'table' or listeners.err or listeners[2] ~= 0 then
+        redis.call('publish', channel, message)
+    end
+end
