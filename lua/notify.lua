@@ -1,6 +1,7 @@
 -- notify(channel, message): publish a message for the waiters of every client generation.
--- Put before the text of every script that wakes waiters; the scripts call it instead of
--- PUBLISH.
+-- Put before the text of every script that wakes waiters, after a first line
+-- `local cluster = true` or `local cluster = false` (the client knows its deployment); the
+-- scripts call it instead of PUBLISH.
 --
 -- Outside a Cluster: classic PUBLISH, always (waiters may listen on a replica, as Redisson's
 -- `subscriptionMode = SLAVE` does, where this node cannot count them; the publish is cheap).
@@ -14,8 +15,7 @@
 --   Without sharded pub/sub (Redis < 7, or an ACL without SPUBLISH) or without a readable
 --   subscriber count, classic PUBLISH is sent always, as outside a Cluster.
 local function notify(channel, message)
-    local info = redis.pcall('info', 'cluster')
-    if type(info) ~= 'string' or not string.find(info, 'cluster_enabled:1', 1, true) then
+    if not cluster then
         redis.call('publish', channel, message)
         return
     end

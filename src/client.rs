@@ -336,6 +336,11 @@ impl Client {
         &self.shared.counters
     }
 
+    /// How this client's scripts publish unlock messages.
+    pub(crate) fn publish(&self) -> crate::scripts::Publish {
+        crate::scripts::Publish::on_cluster(self.shared.source.is_cluster())
+    }
+
     /// Runs `op` on a connection to the server that owns `key`.
     pub(crate) fn with_conn<T>(
         &self,

@@ -102,7 +102,13 @@ impl CountDownLatch {
             )));
         }
         self.client.with_conn(&self.name, |conn| {
-            script::try_set(conn, &self.name, &self.channel, count)
+            script::try_set(
+                conn,
+                self.client.publish(),
+                &self.name,
+                &self.channel,
+                count,
+            )
         })
     }
 
@@ -133,7 +139,7 @@ impl CountDownLatch {
     pub fn count_down(&self) -> Result<u64> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::count_down(conn, &self.name, &self.channel)
+            script::count_down(conn, self.client.publish(), &self.name, &self.channel)
         })
     }
 
@@ -173,7 +179,7 @@ impl CountDownLatch {
     pub fn delete(&self) -> Result<bool> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::delete(conn, &self.name, &self.channel)
+            script::delete(conn, self.client.publish(), &self.name, &self.channel)
         })
     }
 

@@ -270,6 +270,7 @@ impl OnceGuard {
             let at = lock.client().with_conn(lock.name(), |conn| {
                 script::complete(
                     conn,
+                    lock.client().publish(),
                     lock.name(),
                     lock.channel(),
                     holder.as_str(),

@@ -409,8 +409,22 @@ impl Lock {
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
         let released = self.inner.client.with_conn(key, |conn| match &sync {
-            Some(hold) => scripts::release_sync_hold(conn, hold, key, channel, &field),
-            None => scripts::release_holder(conn, key, channel, self.queue_key(), &field),
+            Some(hold) => scripts::release_sync_hold(
+                conn,
+                self.inner.client.publish(),
+                hold,
+                key,
+                channel,
+                &field,
+            ),
+            None => scripts::release_holder(
+                conn,
+                self.inner.client.publish(),
+                key,
+                channel,
+                self.queue_key(),
+                &field,
+            ),
         });
         match released {
             Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),

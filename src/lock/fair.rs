@@ -33,7 +33,7 @@ impl Drop for QueueSeat<'_> {
             .inner
             .client
             .with_conn(&self.lock.inner.name, |conn| {
-                scripts::fair_leave(conn, keys, self.holder)
+                scripts::fair_leave(conn, self.lock.inner.client.publish(), keys, self.holder)
             });
         if let Err(e) = left {
             log::warn!(

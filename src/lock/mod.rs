@@ -462,6 +462,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::force_unlock(
                 conn,
+                self.inner.client.publish(),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),
@@ -560,8 +561,17 @@ impl Lock {
         self.inner
             .client
             .with_conn(&self.inner.name, |conn| match self.fair_keys() {
-                Some(keys) => scripts::fair_release(conn, keys, holder, ms),
-                None => scripts::release(conn, &self.inner.name, &self.inner.channel, holder, ms),
+                Some(keys) => {
+                    scripts::fair_release(conn, self.inner.client.publish(), keys, holder, ms)
+                }
+                None => scripts::release(
+                    conn,
+                    self.inner.client.publish(),
+                    &self.inner.name,
+                    &self.inner.channel,
+                    holder,
+                    ms,
+                ),
             })
     }
 
@@ -577,6 +587,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::release_holder(
                 conn,
+                self.inner.client.publish(),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),

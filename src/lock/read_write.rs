@@ -156,7 +156,13 @@ impl ReadWriteLock {
         self.read.client().check_open()?;
         let lock = &self.read;
         lock.inner.client.with_conn(&lock.inner.name, |conn| {
-            rwlock::force_unlock(conn, &lock.inner.name, &lock.inner.channel, None)
+            rwlock::force_unlock(
+                conn,
+                lock.inner.client.publish(),
+                &lock.inner.name,
+                &lock.inner.channel,
+                None,
+            )
         })
     }
 }
@@ -261,12 +267,13 @@ impl Lock {
                         timeout_prefix: &prefix,
                         key_prefix,
                     };
-                    rwlock::read_release(conn, keys, holder, all)
+                    rwlock::read_release(conn, self.inner.client.publish(), keys, holder, all)
                 }
                 _ => {
                     let field = keys::write_field(holder);
                     rwlock::write_release(
                         conn,
+                        self.inner.client.publish(),
                         &self.inner.name,
                         &self.inner.channel,
                         &field,
@@ -313,7 +320,13 @@ impl Lock {
     pub(crate) fn rw_force_unlock(&self) -> Result<bool> {
         let mode = if self.is_read() { "read" } else { "write" };
         self.inner.client.with_conn(&self.inner.name, |conn| {
-            rwlock::force_unlock(conn, &self.inner.name, &self.inner.channel, Some(mode))
+            rwlock::force_unlock(
+                conn,
+                self.inner.client.publish(),
+                &self.inner.name,
+                &self.inner.channel,
+                Some(mode),
+            )
         })
     }
 

@@ -121,6 +121,7 @@ pub(crate) fn renew_batch(
 /// lost): `true` when something was held.
 pub(crate) fn release_all(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     hold: &SyncHold,
     key: &[u8],
     channel: &[u8],
@@ -132,6 +133,7 @@ pub(crate) fn release_all(
             key_prefix,
         } => rwlock::read_release(
             conn,
+            publish,
             ReadKeys {
                 key,
                 channel,
@@ -141,14 +143,14 @@ pub(crate) fn release_all(
             holder,
             true,
         )?,
-        SyncHold::Write => rwlock::write_release(conn, key, channel, holder, 1, true)?,
+        SyncHold::Write => rwlock::write_release(conn, publish, key, channel, holder, 1, true)?,
         SyncHold::Permit { timeouts, id } => {
             let keys = PermitKeys {
                 counter: key,
                 timeouts,
                 channel,
             };
-            return semaphore::permit_release(conn, keys, id);
+            return semaphore::permit_release(conn, publish, keys, id);
         }
     };
     Ok(released != super::Release::NotHeld)

@@ -3,15 +3,15 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use super::{evalsha, unexpected};
 use crate::error::{Error, Result};
 use crate::keys::{NEW_COUNT_MESSAGE, ZERO_COUNT_MESSAGE};
 
-static SET: LazyLock<Script> = LazyLock::new(|| notifying!("latch_set"));
-static COUNT_DOWN: LazyLock<Script> = LazyLock::new(|| notifying!("latch_count_down"));
-static DELETE: LazyLock<Script> = LazyLock::new(|| notifying!("latch_delete"));
+static SET: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("latch_set"));
+static COUNT_DOWN: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("latch_count_down"));
+static DELETE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("latch_delete"));
 
 fn int(what: &str, reply: &Value) -> Result<i64> {
     match reply {
@@ -23,11 +23,12 @@ fn int(what: &str, reply: &Value) -> Result<i64> {
 /// Sets the count unless the latch is set: `true` when set.
 pub(crate) fn try_set(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     counter: &[u8],
     channel: &[u8],
     count: u64,
 ) -> Result<bool> {
-    let reply = evalsha(conn, &SET, &[counter, channel], |cmd| {
+    let reply = evalsha(conn, SET.get(publish), &[counter, channel], |cmd| {
         cmd.arg(NEW_COUNT_MESSAGE).arg(count);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
@@ -37,10 +38,11 @@ pub(crate) fn try_set(
 /// Counts down by one; returns the count left (0 once open).
 pub(crate) fn count_down(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     counter: &[u8],
     channel: &[u8],
 ) -> Result<u64> {
-    let reply = evalsha(conn, &COUNT_DOWN, &[counter, channel], |cmd| {
+    let reply = evalsha(conn, COUNT_DOWN.get(publish), &[counter, channel], |cmd| {
         cmd.arg(ZERO_COUNT_MESSAGE);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
@@ -51,10 +53,11 @@ pub(crate) fn count_down(
 /// Deletes the latch: `true` when there was one.
 pub(crate) fn delete(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     counter: &[u8],
     channel: &[u8],
 ) -> Result<bool> {
-    let reply = evalsha(conn, &DELETE, &[counter, channel], |cmd| {
+    let reply = evalsha(conn, DELETE.get(publish), &[counter, channel], |cmd| {
         cmd.arg(NEW_COUNT_MESSAGE);
     })
     .map_err(|e| Error::from_redis(e, counter))?;

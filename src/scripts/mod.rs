@@ -5,15 +5,65 @@
 //! as `KEYS`/`ARGV`, never spliced into script text.
 
 /// A script that wakes waiters: `lua/notify.lua` (its `notify` function
-/// decides how an unlock message is published on this deployment) followed
-/// by `lua/<name>.lua`, which calls `notify` and never PUBLISH itself.
+/// publishes an unlock message as the deployment needs it) followed by
+/// `lua/<name>.lua`, which calls `notify` and never PUBLISH itself; one
+/// variant per [`Publish`].
 macro_rules! notifying {
     ($name:literal) => {
-        redis::Script::new(concat!(
-            include_str!("../../lua/notify.lua"),
-            include_str!(concat!("../../lua/", $name, ".lua"))
-        ))
+        $crate::scripts::Notifying {
+            classic: redis::Script::new(concat!(
+                "local cluster = false\n",
+                include_str!("../../lua/notify.lua"),
+                include_str!(concat!("../../lua/", $name, ".lua"))
+            )),
+            cluster: redis::Script::new(concat!(
+                "local cluster = true\n",
+                include_str!("../../lua/notify.lua"),
+                include_str!(concat!("../../lua/", $name, ".lua"))
+            )),
+        }
     };
+}
+
+/// How the scripts that wake waiters publish their messages
+/// (`lua/notify.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// One server (or Sentinel's master): a classic `PUBLISH` on every
+    /// release, listened to or not, since a waiter may listen on a replica
+    /// that passes it on.
+    Classic,
+    /// Redis Cluster: `SPUBLISH` always; the classic `PUBLISH`, which the
+    /// cluster forwards to every node, only when the slot's node counts a
+    /// classic listener of the channel.
+    Cluster,
+}
+
+impl Publish {
+    /// The way of a deployment: [`Publish::Cluster`] on a Redis Cluster.
+    pub(crate) fn on_cluster(cluster: bool) -> Publish {
+        if cluster {
+            Publish::Cluster
+        } else {
+            Publish::Classic
+        }
+    }
+}
+
+/// The two variants of a script that wakes waiters.
+pub(crate) struct Notifying {
+    classic: Script,
+    cluster: Script,
+}
+
+impl Notifying {
+    /// The variant for `publish`.
+    pub(crate) fn get(&self, publish: Publish) -> &Script {
+        match publish {
+            Publish::Classic => &self.classic,
+            Publish::Cluster => &self.cluster,
+        }
+    }
 }
 
 mod holds;
@@ -36,16 +86,16 @@ pub(crate) use holds::{
 pub(crate) mod once;
 
 static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
-static UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("unlock"));
+static UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("unlock"));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
 static RENEW_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/renew_many.lua")));
-static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("force_unlock"));
-static RELEASE_HOLDER: LazyLock<Script> = LazyLock::new(|| notifying!("release_holder"));
+static FORCE_UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("force_unlock"));
+static RELEASE_HOLDER: LazyLock<Notifying> = LazyLock::new(|| notifying!("release_holder"));
 static FAIR_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fair_lock.lua")));
-static FAIR_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("fair_unlock"));
-static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| notifying!("fair_leave"));
+static FAIR_UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("fair_unlock"));
+static FAIR_LEAVE: LazyLock<Notifying> = LazyLock::new(|| notifying!("fair_leave"));
 static FENCED_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fenced_lock.lua")));
 static FENCED_SET: LazyLock<Script> =
@@ -216,11 +266,13 @@ fn fair_acquire_reply(reply: &Value) -> Result<Acquire> {
 /// one wakes only the queue head, on its own channel.
 pub(crate) fn fair_release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: Publish,
     keys: FairKeys<'_>,
     holder: &str,
     lease_ms: u64,
 ) -> Result<Release> {
     let reply: Value = FAIR_UNLOCK
+        .get(publish)
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
@@ -238,10 +290,12 @@ pub(crate) fn fair_release(
 /// queued.
 pub(crate) fn fair_leave(
     conn: &mut dyn redis::ConnectionLike,
+    publish: Publish,
     keys: FairKeys<'_>,
     holder: &str,
 ) -> Result<bool> {
     let reply: Value = FAIR_LEAVE
+        .get(publish)
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
@@ -305,12 +359,13 @@ fn fenced_set_reply(reply: &Value) -> Result<FencedSet> {
 /// `lease_ms` while holds remain.
 pub(crate) fn release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: Publish,
     key: &[u8],
     channel: &[u8],
     holder: &str,
     lease_ms: u64,
 ) -> Result<Release> {
-    let reply = evalsha(conn, &UNLOCK, &[key, channel], |cmd| {
+    let reply = evalsha(conn, UNLOCK.get(publish), &[key, channel], |cmd| {
         cmd.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(holder);
     })
     .map_err(|e| Error::from_redis(e, key))?;
@@ -482,11 +537,12 @@ fn script_calls<'b, 'a>(
 /// `queue` of a fair lock, only its head is woken, on its own channel.
 pub(crate) fn force_unlock(
     conn: &mut dyn redis::ConnectionLike,
+    publish: Publish,
     key: &[u8],
     channel: &[u8],
     queue: Option<&[u8]>,
 ) -> Result<bool> {
-    let mut invocation = FORCE_UNLOCK.key(key);
+    let mut invocation = FORCE_UNLOCK.get(publish).key(key);
     invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);
@@ -506,12 +562,13 @@ pub(crate) fn force_unlock(
 /// channel.
 pub(crate) fn release_holder(
     conn: &mut dyn redis::ConnectionLike,
+    publish: Publish,
     key: &[u8],
     channel: &[u8],
     queue: Option<&[u8]>,
     holder: &str,
 ) -> Result<bool> {
-    let mut invocation = RELEASE_HOLDER.key(key);
+    let mut invocation = RELEASE_HOLDER.get(publish).key(key);
     invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);

@@ -12,7 +12,7 @@ use crate::lease::Pttl;
 
 static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_claim.lua")));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| notifying!("once_complete"));
+static COMPLETE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("once_complete"));
 static FORGET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_forget.lua")));
 
@@ -97,13 +97,14 @@ fn text(v: &Value) -> Option<String> {
 /// refused because `holder` no longer holds the key.
 pub(crate) fn complete(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     key: &[u8],
     channel: &[u8],
     holder: &str,
     outcome: &[u8],
     ttl_ms: u64,
 ) -> Result<Option<u64>> {
-    let reply = evalsha(conn, &COMPLETE, &[key, channel], |cmd| {
+    let reply = evalsha(conn, COMPLETE.get(publish), &[key, channel], |cmd| {
         cmd.arg(holder)
             .arg(outcome)
             .arg(ttl_ms)

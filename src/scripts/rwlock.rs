@@ -13,11 +13,11 @@ pub(super) static READ_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_lock.lua")));
 static WRITE_LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_write_lock.lua")));
-static READ_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_read_unlock"));
-static WRITE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_write_unlock"));
+static READ_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_read_unlock"));
+static WRITE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_write_unlock"));
 pub(super) static READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_renew.lua")));
-static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| notifying!("rw_force_unlock"));
+static FORCE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_force_unlock"));
 
 /// The keys a read hold's scripts name.
 #[derive(Debug, Clone, Copy)]
@@ -76,13 +76,14 @@ pub(crate) fn write_acquire(
 /// [`Release::Released`] that its last one went (others may still read).
 pub(crate) fn read_release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     keys: ReadKeys<'_>,
     holder: &str,
     all: bool,
 ) -> Result<Release> {
     let reply = evalsha(
         conn,
-        &READ_UNLOCK,
+        READ_UNLOCK.get(publish),
         &[keys.key, keys.channel, keys.timeout_prefix, keys.key_prefix],
         |cmd| {
             cmd.arg(UNLOCK_MESSAGE)
@@ -98,13 +99,14 @@ pub(crate) fn read_release(
 /// re-applying `lease_ms` while holds remain.
 pub(crate) fn write_release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     key: &[u8],
     channel: &[u8],
     write_field: &str,
     lease_ms: u64,
     all: bool,
 ) -> Result<Release> {
-    let reply = evalsha(conn, &WRITE_UNLOCK, &[key, channel], |cmd| {
+    let reply = evalsha(conn, WRITE_UNLOCK.get(publish), &[key, channel], |cmd| {
         cmd.arg(READ_UNLOCK_MESSAGE)
             .arg(lease_ms)
             .arg(write_field)
@@ -145,11 +147,12 @@ pub(crate) fn read_renew(
 /// something was deleted.
 pub(crate) fn force_unlock(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     key: &[u8],
     channel: &[u8],
     mode: Option<&str>,
 ) -> Result<bool> {
-    let reply = evalsha(conn, &FORCE_UNLOCK, &[key, channel], |cmd| {
+    let reply = evalsha(conn, FORCE_UNLOCK.get(publish), &[key, channel], |cmd| {
         cmd.arg(READ_UNLOCK_MESSAGE).arg(mode.unwrap_or(""));
     })
     .map_err(|e| Error::from_redis(e, key))?;

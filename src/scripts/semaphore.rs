@@ -12,13 +12,13 @@ use crate::error::{Error, Result};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/semaphore_acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| notifying!("semaphore_release"));
-static SET: LazyLock<Script> = LazyLock::new(|| notifying!("semaphore_set"));
-static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| notifying!("permit_acquire"));
-static PERMIT_RELEASE: LazyLock<Script> = LazyLock::new(|| notifying!("permit_release"));
+static RELEASE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("semaphore_release"));
+static SET: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("semaphore_set"));
+static PERMIT_ACQUIRE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("permit_acquire"));
+static PERMIT_RELEASE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("permit_release"));
 pub(super) static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/permit_renew.lua")));
-static PERMIT_COUNT: LazyLock<Script> = LazyLock::new(|| notifying!("permit_count"));
+static PERMIT_COUNT: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("permit_count"));
 
 /// The keys of an expiring-permit semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -55,11 +55,12 @@ pub(crate) fn acquire(
 /// the new count when it grew. Returns the new count.
 pub(crate) fn release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     counter: &[u8],
     channel: &[u8],
     permits: i64,
 ) -> Result<i64> {
-    let reply = evalsha(conn, &RELEASE, &[counter, channel], |cmd| {
+    let reply = evalsha(conn, RELEASE.get(publish), &[counter, channel], |cmd| {
         cmd.arg(permits);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
@@ -69,11 +70,12 @@ pub(crate) fn release(
 /// Sets the counter to `permits` unless it exists: `true` when set.
 pub(crate) fn try_set(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     counter: &[u8],
     channel: &[u8],
     permits: u32,
 ) -> Result<bool> {
-    let reply = evalsha(conn, &SET, &[counter, channel], |cmd| {
+    let reply = evalsha(conn, SET.get(publish), &[counter, channel], |cmd| {
         cmd.arg(permits);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
@@ -94,13 +96,14 @@ pub(crate) enum PermitAcquire {
 /// `lease_ms`.
 pub(crate) fn permit_acquire(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     keys: PermitKeys<'_>,
     lease_ms: u64,
     ids: &[[u8; 16]],
 ) -> Result<PermitAcquire> {
     let reply = evalsha(
         conn,
-        &PERMIT_ACQUIRE,
+        PERMIT_ACQUIRE.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
         |cmd| {
             cmd.arg(lease_ms);
@@ -127,12 +130,13 @@ fn permit_acquire_reply(reply: &Value) -> Result<PermitAcquire> {
 /// Gives back the permit `id`: `true` when it was held.
 pub(crate) fn permit_release(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     keys: PermitKeys<'_>,
     id: &[u8; 16],
 ) -> Result<bool> {
     let reply = evalsha(
         conn,
-        &PERMIT_RELEASE,
+        PERMIT_RELEASE.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
         |cmd| {
             cmd.arg(&id[..]);
@@ -145,11 +149,12 @@ pub(crate) fn permit_release(
 /// Takes back permits whose lease ended, then counts: (available, held).
 pub(crate) fn permit_count(
     conn: &mut dyn redis::ConnectionLike,
+    publish: super::Publish,
     keys: PermitKeys<'_>,
 ) -> Result<(i64, u64)> {
     let reply = evalsha(
         conn,
-        &PERMIT_COUNT,
+        PERMIT_COUNT.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
         |_| {},
     )

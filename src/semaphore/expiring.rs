@@ -196,8 +196,9 @@ impl ExpiringSemaphore {
 
     fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
-        self.client
-            .with_conn(&self.name, |conn| script::permit_count(conn, self.keys()))
+        self.client.with_conn(&self.name, |conn| {
+            script::permit_count(conn, self.client.publish(), self.keys())
+        })
     }
 
     /// The permits available now, after counting back those whose lease
@@ -329,7 +330,7 @@ impl ExpiringSemaphore {
         let mut sent_script = false;
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
-            script::permit_acquire(conn, self.keys(), ms, &[id.0])
+            script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
         });
         match reply {
             Ok(PermitAcquire::Acquired) => {}
@@ -392,7 +393,7 @@ impl ExpiringSemaphore {
     pub fn release(&self, id: &PermitId) -> Result<bool> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_release(conn, self.keys(), &id.0)
+            script::permit_release(conn, self.client.publish(), self.keys(), &id.0)
         })
     }
 }

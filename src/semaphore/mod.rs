@@ -115,7 +115,13 @@ impl Counter<'_> {
         self.check()?;
         check_permits(u64::from(permits))?;
         self.client.with_conn(self.name, |conn| {
-            script::try_set(conn, self.name, self.channel, permits)
+            script::try_set(
+                conn,
+                self.client.publish(),
+                self.name,
+                self.channel,
+                permits,
+            )
         })
     }
 
@@ -127,7 +133,13 @@ impl Counter<'_> {
             return Ok(());
         }
         self.client.with_conn(self.name, |conn| {
-            script::release(conn, self.name, self.channel, permits)
+            script::release(
+                conn,
+                self.client.publish(),
+                self.name,
+                self.channel,
+                permits,
+            )
         })?;
         Ok(())
     }
@@ -351,7 +363,13 @@ impl Semaphore {
 
     fn give_back(&self, permits: u32) -> Result<()> {
         self.client.with_conn(&self.name, |conn| {
-            script::release(conn, &self.name, &self.channel, i64::from(permits))
+            script::release(
+                conn,
+                self.client.publish(),
+                &self.name,
+                &self.channel,
+                i64::from(permits),
+            )
         })?;
         Ok(())
     }

@@ -21,11 +21,13 @@ use crate::support::{
 
 const CLAIM: &str = include_str!("../../lua/once_claim.lua");
 const COMPLETE: &str = concat!(
+    "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
     include_str!("../../lua/once_complete.lua")
 );
 const FORGET: &str = include_str!("../../lua/once_forget.lua");
 const UNLOCK: &str = concat!(
+    "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
     include_str!("../../lua/unlock.lua")
 );
