@@ -132,15 +132,7 @@ impl Router {
         });
         if sent && ack_rx.recv_timeout(self.timeout) == Ok(true) {
             self.routes.insert(channel.to_vec(), node);
-            if self.pending.remove(channel) {
-                // Unlocks on this channel went unheard while it was not
-                // subscribed here (an unlock publishes the classic kind on
-                // a Cluster only when the slot's node counts a classic
-                // listener): its waiters try again now.
-                self.shared
-                    .registry()
-                    .wake_all(channel, super::Event::Reconnected);
-            }
+            self.pending.remove(channel);
         } else {
             if !sent {
                 self.nodes.remove(&node);
@@ -185,6 +177,15 @@ impl Router {
         for channel in pending {
             if wanted(&channel) {
                 self.subscribe(&channel);
+                if self.routes.contains_key(&channel) {
+                    // Unlocks on this channel went unheard while it was not
+                    // subscribed (on a Cluster an unlock publishes the
+                    // classic kind only when the slot's node counts a
+                    // classic listener): its waiters try again now.
+                    self.shared
+                        .registry()
+                        .wake_all(&channel, super::Event::Reconnected);
+                }
             }
         }
     }

@@ -82,6 +82,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
     d_subscriptions_follow_slots(&bed);
+    d_unlock_while_the_subscription_moves(&bed);
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
@@ -849,6 +850,55 @@ fn shard_subscribers(bed: &RedisCluster, i: usize, name: &str) -> i64 {
         Some(redis::Value::Int(n)) => *n,
         _ => 0,
     }
+}
+
+/// A redguard unlock published while a waiter's shard subscription is
+/// moving (its slot just migrated; the new owner has no subscriber yet, so
+/// the `SPUBLISH` goes unheard) still lets the waiter in within a second,
+/// not at its 10 s poll: the subscription made again on the new owner
+/// wakes its waiters to try again.
+fn d_unlock_while_the_subscription_moves(bed: &RedisCluster) {
+    // A 30 s lease: a waiter that missed the unlock would sleep to its
+    // 10 s poll (and give up at 9 s), never wake within a second.
+    let holder = builder(&bed.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiters = builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut report = Vec::new();
+    for round in 0..3 {
+        let masters = bed.masters();
+        let (from, to) = (masters[round % 3], masters[(round + 1) % 3]);
+        let name = name_on(bed, from, "d-moving");
+        let s = slot(name.as_bytes());
+        let guard = holder.lock(&name).lock().unwrap();
+        let lock = waiters.lock(&name);
+        let waiter = std::thread::spawn(move || {
+            let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
+            let at = Instant::now();
+            g.expect("not woken").unlock().unwrap();
+            at
+        });
+        assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
+            bed, from, &name
+        ) == 1));
+        bed.migrate_slot(s, to);
+        let followed_before_release = shard_subscribers(bed, to, &name);
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        let woke = waiter.join().unwrap().saturating_duration_since(released);
+        assert!(
+            woke < Duration::from_secs(1),
+            "round {round}: woken after {woke:?}"
+        );
+        report.push((followed_before_release, woke));
+    }
+    eprintln!(
+        "D moving: (shard subscribers on the new owner at the release, woken after) {report:?}"
+    );
 }
 
 /// Subscriptions follow their slots: a waiter's shard subscription moves
