@@ -852,6 +852,28 @@ fn shard_subscribers(bed: &RedisCluster, i: usize, name: &str) -> i64 {
     }
 }
 
+/// Starts a thread that waits (up to 9 s) for `name` with `waiters` and
+/// returns when it got in; returns once its shard subscription stands on
+/// node `on`.
+fn wait_on(
+    bed: &RedisCluster,
+    waiters: &Client,
+    name: &str,
+    on: usize,
+) -> std::thread::JoinHandle<Instant> {
+    let lock = waiters.lock(name);
+    let waiter = std::thread::spawn(move || {
+        let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
+        let at = Instant::now();
+        g.expect("not woken").unlock().unwrap();
+        at
+    });
+    assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
+        bed, on, name
+    ) == 1));
+    waiter
+}
+
 /// A redguard unlock published while a waiter's shard subscription is
 /// moving (its slot just migrated; the new owner has no subscriber yet, so
 /// the `SPUBLISH` goes unheard) still lets the waiter in within a second,
@@ -875,16 +897,7 @@ fn d_unlock_while_the_subscription_moves(bed: &RedisCluster) {
         let name = name_on(bed, from, "d-moving");
         let s = slot(name.as_bytes());
         let guard = holder.lock(&name).lock().unwrap();
-        let lock = waiters.lock(&name);
-        let waiter = std::thread::spawn(move || {
-            let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
-            let at = Instant::now();
-            g.expect("not woken").unlock().unwrap();
-            at
-        });
-        assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
-            bed, from, &name
-        ) == 1));
+        let waiter = wait_on(bed, &waiters, &name, from);
         bed.migrate_slot(s, to);
         let followed_before_release = shard_subscribers(bed, to, &name);
         let released = Instant::now();
@@ -921,16 +934,7 @@ fn d_subscriptions_follow_slots(bed: &RedisCluster) {
             .node(from)
             .cmd("HSET", &[name.as_bytes(), b"foreign-3.2x:1", b"1"]);
         let _: bool = bed.node(from).cmd("PEXPIRE", &[name.as_bytes(), b"10000"]);
-        let lock = waiters.lock(&name);
-        let waiter = std::thread::spawn(move || {
-            let g = lock.try_lock_for(Duration::from_secs(9)).unwrap();
-            let at = Instant::now();
-            g.expect("not woken").unlock().unwrap();
-            at
-        });
-        assert!(wait_until(Duration::from_secs(5), || shard_subscribers(
-            bed, from, &name
-        ) == 1));
+        let waiter = wait_on(bed, &waiters, &name, from);
         let to = if how == "slot migration" {
             bed.migrate_slot(s, masters[1]);
             masters[1]
