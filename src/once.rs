@@ -329,6 +329,9 @@ impl Client {
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), and for a `ttl` under 5 ms
     /// (zero included) or above 365 days; [`Error::WrongType`] when `key`
     /// holds a Redis value that is not a hash (left untouched);
+    /// [`Error::NotReplicated`] when
+    /// [`Builder::min_replica_acks`](crate::Builder::min_replica_acks) asks
+    /// for more replicas than acknowledged the claim (it was undone);
     /// [`Error::Shutdown`], connection, timeout and server errors.
     pub fn once(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Once> {
         self.claim_once(key.as_ref(), ttl, Some(Instant::now()))
@@ -360,14 +363,34 @@ impl Client {
         let holder = self.holder_id();
         let holder_str: Arc<str> = holder.as_arc().clone();
         let token_key = keys::token(key);
+        let acks = lock.replica_acks();
+        let response_timeout = self.config().response_timeout;
         let mut running = (String::new(), None);
         let found = wait_loop(self, lock.channel(), deadline, false, || {
             let sent = Instant::now();
             let mut sent_script = false;
+            let mut short_acks = None;
             let reply = self.with_conn(key, |conn| {
                 sent_script = true;
-                script::claim(conn, key, &token_key, &holder_str, lease_ms, true)
+                let (reply, acked) = acks.run(conn, response_timeout, |conn| {
+                    script::claim(conn, key, &token_key, &holder_str, lease_ms, true)
+                })?;
+                if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
+                    short_acks = acked;
+                }
+                Ok(reply)
             });
+            if let (Ok(Claim::Run { .. }), Some(acked)) = (&reply, short_acks) {
+                // Too few replicas have the claim: after a failover another
+                // runner could claim the key too. Undo it, as a lock grant
+                // does, and say why.
+                lock.release_one(&holder_str, lease_ms);
+                return Err(Error::NotReplicated {
+                    name: String::from_utf8_lossy(key).into_owned(),
+                    acked,
+                    wanted: u64::from(acks.min),
+                });
+            }
             let (acquire, token) = match reply {
                 Ok(Claim::Run { token }) => (Ok(Acquire::Acquired { token: Some(token) }), token),
                 Ok(Claim::Done {

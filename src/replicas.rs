@@ -196,7 +196,10 @@ impl Builder {
     /// `WAIT`; Redisson's `checkLockSyncedSlaves`, which asks for at least
     /// one). Default 0: no `WAIT`, as on a single server. At most 1000.
     /// [`Lock::min_replica_acks`](crate::Lock::min_replica_acks) overrides
-    /// it per lock.
+    /// it per lock. It covers every lock kind (read-write locks and run-once
+    /// claims included) and the permits of an
+    /// [`ExpiringSemaphore`](crate::ExpiringSemaphore), their grants and
+    /// their renewals alike.
     ///
     /// After the script, on the same connection and in the same write, the
     /// client sends `WAIT n timeout`. When fewer than `n` replicas

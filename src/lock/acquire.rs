@@ -385,7 +385,7 @@ impl Lock {
         Ok(Attempt::Acquired(Granted { state, sent, token }))
     }
 
-    fn release_one(&self, holder: &str, ms: u64) {
+    pub(crate) fn release_one(&self, holder: &str, ms: u64) {
         let released = self.release_str(holder, ms);
         if let Err(e) = released {
             log::warn!(

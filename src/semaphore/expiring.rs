@@ -277,8 +277,11 @@ impl ExpiringSemaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`],
-    /// [`Error::Shutdown`] (also while waiting), connection, timeout and
-    /// server errors.
+    /// [`Error::Shutdown`] (also while waiting), [`Error::NotReplicated`]
+    /// when [`Builder::min_replica_acks`](crate::Builder::min_replica_acks)
+    /// asks for more replicas than acknowledged the permit within the ack
+    /// timeout (the permit was given back), connection, timeout and server
+    /// errors.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_until(None)?
             .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
@@ -328,11 +331,31 @@ impl ExpiringSemaphore {
         let id = PermitId::random();
         let sent = Instant::now();
         let mut sent_script = false;
+        let acks = self.client.config().acks;
+        let response_timeout = self.client.config().response_timeout;
+        let mut short_acks = None;
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
-            script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
+            let (reply, acked) = acks.run(conn, response_timeout, |conn| {
+                script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
+            })?;
+            if reply == PermitAcquire::Acquired && acks.short(acked) {
+                short_acks = acked;
+            }
+            Ok(reply)
         });
         match reply {
+            Ok(PermitAcquire::Acquired) if short_acks.is_some() => {
+                // Too few replicas have the permit: a failover could give
+                // it to someone else. Give it back and say why, as a lock
+                // grant does.
+                let _ = self.release(&id);
+                return Err(Error::NotReplicated {
+                    name: String::from_utf8_lossy(&self.name).into_owned(),
+                    acked: short_acks.unwrap_or(0),
+                    wanted: u64::from(acks.min),
+                });
+            }
             Ok(PermitAcquire::Acquired) => {}
             Ok(PermitAcquire::Busy(hint)) => return Ok(Attempt::Busy(hint)),
             Err(e) => {
@@ -362,8 +385,7 @@ impl ExpiringSemaphore {
             state: state.clone(),
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
-            // Permits are not covered by replica acknowledgement (yet).
-            acks: crate::replicas::ReplicaAcks::default(),
+            acks,
             response_timeout: self.client.config().response_timeout,
             sync: Some(Box::new(SyncHold::Permit {
                 timeouts: self.timeouts.clone(),

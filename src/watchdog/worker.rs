@@ -223,16 +223,15 @@ impl Worker {
                     .renewals
                     .fetch_add(synced.len() as u64, Ordering::Relaxed);
                 counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                let replies =
-                    source.with_node_conn(node, |conn| scripts::renew_sync_batch(conn, &renewals));
+                let (acks, response_timeout) =
+                    (batch_acks(&synced), first_response_timeout(&synced));
+                let replies = source.with_node_conn(node, |conn| {
+                    let replies = scripts::renew_sync_batch(conn, &renewals)?;
+                    let acked = acks.wait(conn, response_timeout)?;
+                    Ok((replies, acked))
+                });
                 drop(renewals);
-                results.extend(outcomes(synced, replies, |renewed| {
-                    if renewed {
-                        Outcome::Renewed
-                    } else {
-                        Outcome::Gone
-                    }
-                }));
+                results.extend(renewal_outcomes(synced, replies));
             }
             if !chunk.is_empty() {
                 let renewals: Vec<Renewal<'_>> = chunk
@@ -247,47 +246,14 @@ impl Worker {
                     .renewals
                     .fetch_add(chunk.len() as u64, Ordering::Relaxed);
                 counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                // One WAIT after the batch, on its connection, for the most
-                // any of its locks asks (see `replicas`).
-                let acks = chunk
-                    .iter()
-                    .map(|e| e.acks)
-                    .max_by_key(|a| (a.min, a.timeout))
-                    .unwrap_or_default();
-                let response_timeout = first_response_timeout(&chunk);
+                let (acks, response_timeout) = (batch_acks(&chunk), first_response_timeout(&chunk));
                 let replies = source.with_node_conn(node, |conn| {
                     let replies = scripts::renew_batch(conn, &renewals, per_call, cluster)?;
                     let acked = acks.wait(conn, response_timeout)?;
                     Ok((replies, acked))
                 });
                 drop(renewals);
-                let (replies, acked) = match replies {
-                    Ok((replies, acked)) => (Ok(replies), acked),
-                    Err(e) => (Err(e), None),
-                };
-                let renewed = outcomes(chunk, replies, |renewed| {
-                    if renewed {
-                        Outcome::Renewed
-                    } else {
-                        Outcome::Gone
-                    }
-                });
-                results.extend(renewed.into_iter().map(|(entry, outcome)| {
-                    // Extended on the master only: a failover could bring
-                    // back the shorter lease, so the holder's lease does not
-                    // count as extended; the renewal is retried.
-                    let outcome = match outcome {
-                        Outcome::Renewed if entry.acks.short(acked) => {
-                            Outcome::Failed(Arc::new(Error::NotReplicated {
-                                name: String::from_utf8_lossy(&entry.key).into_owned(),
-                                acked: acked.unwrap_or(0),
-                                wanted: u64::from(entry.acks.min),
-                            }))
-                        }
-                        other => other,
-                    };
-                    (entry, outcome)
-                }));
+                results.extend(renewal_outcomes(chunk, replies));
             }
             if !fixed.is_empty() {
                 let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
@@ -477,6 +443,54 @@ fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
         Some(Err(e)) => Err(e),
         None => Err(Error::Protocol("no reply to a renewal".into())),
     }
+}
+
+/// One `WAIT` follows a batch of renewals, on its connection (see
+/// `replicas`), for the most any of its entries asks.
+fn batch_acks(entries: &[Entry]) -> crate::replicas::ReplicaAcks {
+    entries
+        .iter()
+        .map(|e| e.acks)
+        .max_by_key(|a| (a.min, a.timeout))
+        .unwrap_or_default()
+}
+
+/// The outcomes of a batch of renewals and of the `WAIT` after it. A
+/// renewal that too few replicas acknowledged extended the lease on the
+/// master only: a failover could bring back the shorter lease, so it fails
+/// (with [`Error::NotReplicated`]) and is retried, and the holder's lease
+/// does not count as extended.
+fn renewal_outcomes(
+    entries: Vec<Entry>,
+    replies: Result<(Vec<Result<bool>>, Option<u64>)>,
+) -> Vec<(Entry, Outcome)> {
+    let (replies, acked) = match replies {
+        Ok((replies, acked)) => (Ok(replies), acked),
+        Err(e) => (Err(e), None),
+    };
+    let renewed = outcomes(entries, replies, |renewed| {
+        if renewed {
+            Outcome::Renewed
+        } else {
+            Outcome::Gone
+        }
+    });
+    renewed
+        .into_iter()
+        .map(|(entry, outcome)| {
+            let outcome = match outcome {
+                Outcome::Renewed if entry.acks.short(acked) => {
+                    Outcome::Failed(Arc::new(Error::NotReplicated {
+                        name: String::from_utf8_lossy(&entry.key).into_owned(),
+                        acked: acked.unwrap_or(0),
+                        wanted: u64::from(entry.acks.min),
+                    }))
+                }
+                other => other,
+            };
+            (entry, outcome)
+        })
+        .collect()
 }
 
 /// The response timeout `WAIT` adds to (the same for every entry of one

@@ -160,29 +160,66 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
     let fixed = client.lock(unique_name("e2-extend")).with_lease(ms(5000));
     let fixed_guard = fixed.lock().unwrap();
     fixed_guard.extend(ms(5000)).unwrap();
+    // The holds with scripts of their own: a read lock and an expiring
+    // permit, renewed by the watchdog too.
+    let read_guard = client
+        .read_write_lock(unique_name("e2-read"))
+        .read()
+        .lock()
+        .unwrap();
+    let permits = client.expiring_semaphore(unique_name("e2-permits"));
+    permits.try_set_permits(2).unwrap();
+    let permit = permits.acquire().unwrap();
     // Renewals acknowledged while the replicas answer: kept past a lease.
     crate::support::sleep(TEST_WATCHDOG + ms(300));
     renewed_guard.check().unwrap();
+    read_guard.check().unwrap();
+    permit.check().unwrap();
 
     bed.sigstop_replicas();
     let stopped = Instant::now();
     let err = fixed_guard.extend(ms(5000)).unwrap_err();
     assert!(err.is_not_replicated(), "extend: {err:?}");
     fixed_guard.check().unwrap();
-    let lost = wait_until(TEST_WATCHDOG * 3, || renewed_guard.check().is_err());
+    // Grants no replica acknowledged are undone and refused.
+    let err = permits.try_acquire().unwrap_err();
+    assert!(err.is_not_replicated(), "permit grant: {err:?}");
+    assert_eq!(
+        permits.acquired_permits().unwrap(),
+        1,
+        "the unacknowledged permit was kept"
+    );
+    let once_key = unique_name("e2-once");
+    let err = client.once(&once_key, ms(60_000)).unwrap_err();
+    assert!(err.is_not_replicated(), "run-once claim: {err:?}");
+    let lost = wait_until(TEST_WATCHDOG * 3, || {
+        renewed_guard.check().is_err() && read_guard.check().is_err() && permit.check().is_err()
+    });
     let after = stopped.elapsed();
     bed.sigcont_all();
-    assert!(lost, "unacknowledged renewals kept the lease alive");
+    assert!(lost, "unacknowledged renewals kept a lease alive");
     assert!(renewed_guard.check().unwrap_err().is_lock_lost());
+    assert!(read_guard.check().unwrap_err().is_lock_lost());
+    assert!(permit.check().unwrap_err().is_lock_lost());
     assert!(
         after < TEST_WATCHDOG + ms(600),
         "LockLost {after:?} after the replicas froze (lease {TEST_WATCHDOG:?})"
     );
     eprintln!(
-        "E2 (renewals): LockLost {after:?} after the replicas froze, lease {TEST_WATCHDOG:?}"
+        "E2 (renewals): lock, read lock and permit lost {after:?} after the replicas froze, \
+         lease {TEST_WATCHDOG:?}"
     );
     drop(renewed_guard);
+    drop(read_guard);
+    drop(permit);
     fixed_guard.unlock().unwrap();
+    assert!(
+        matches!(
+            client.once_status(&once_key).unwrap(),
+            redguard::OnceStatus::NotRun
+        ),
+        "the unacknowledged claim was kept"
+    );
     bed.heal();
 }
 
