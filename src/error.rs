@@ -70,8 +70,9 @@ pub enum Error {
     #[error("Redis error: {0}")]
     Redis(#[source] RedisCause),
     /// Fewer replicas than [`Builder::min_replica_acks`] acknowledged a
-    /// grant (or a fencing token) within the replica ack timeout (Redis's
-    /// `WAIT`), so a failover could lose it. The grant was undone; nothing
+    /// grant (a lock, a fencing token, an expiring permit or a run-once
+    /// claim) or an extension within the replica ack timeout (Redis's
+    /// `WAIT`), so a failover could lose it. A grant was undone; nothing
     /// is held. Redisson reports the same case as "None of slaves were
     /// synced" (`checkLockSyncedSlaves`).
     ///
