@@ -372,9 +372,144 @@ impl fmt::Debug for Config {
     }
 }
 
+// The Sentinel deployment and the data nodes' credentials (the settings
+// `SentinelOptions` keeps until `Builder::build` resolves them).
+impl Builder {
+    /// A Sentinel deployment: the sentinels to ask (each a URL,
+    /// `redis://[user:password@]host:port` or `rediss://…` for TLS, or a
+    /// bare `host[:port]`, port 26379 by default) and the name they monitor
+    /// the master under (`sentinel monitor <name> …`). Replaces
+    /// [`Builder::url`]. Redisson's `useSentinelServers()`
+    /// (`addSentinelAddress`, `setMasterName`).
+    ///
+    /// The client asks any reachable sentinel for the master
+    /// (`SENTINEL get-master-addr-by-name`), checks `ROLE` on every new
+    /// connection, and follows failovers: see the README's "Deployments".
+    /// Credentials in these URLs are the sentinels' own; set the data
+    /// nodes' with [`Builder::username`] and [`Builder::password`], and
+    /// override the sentinels' with [`Builder::sentinel_username`] and
+    /// [`Builder::sentinel_password`]. The same deployment as one URL:
+    /// `redis+sentinel://[[user]:password@]HOST:PORT[,HOST:PORT...]/MASTER[?db=N]`
+    /// (see [`Client::open`](crate::Client::open)).
+    ///
+    /// Checked by [`Builder::build`]: an empty list or master name, an
+    /// unparsable entry, or a mix of TLS and plain sentinels is
+    /// [`Error::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::builder()
+    ///     .sentinel(["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"], "mymaster")
+    ///     .sentinel_password("sentinel-secret")
+    ///     .password("data-secret")
+    ///     .build()?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn sentinel<I, S>(mut self, sentinels: I, master_name: &str) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        self.sentinel.sentinels = Some((urls, master_name.to_owned()));
+        self
+    }
+
+    /// The username the client authenticates to the sentinels with (ACL
+    /// users on Redis 6+). Default: none, or the one in the sentinels' URLs.
+    /// Separate from the data nodes' [`Builder::username`]: real
+    /// deployments often differ. Never printed.
+    pub fn sentinel_username(mut self, username: &str) -> Builder {
+        self.sentinel.sentinel_username = Some(username.to_owned());
+        self
+    }
+
+    /// The password the client authenticates to the sentinels with
+    /// (their `requirepass`, Redisson's `sentinelPassword`). Default: none,
+    /// or the one in the sentinels' URLs. Separate from the data nodes'
+    /// [`Builder::password`]. Never printed: `Debug` shows only whether it
+    /// is set.
+    pub fn sentinel_password(mut self, password: &str) -> Builder {
+        self.sentinel.sentinel_password = Some(password.to_owned());
+        self
+    }
+
+    /// Whether the client listens for the sentinels' `+switch-master`
+    /// (default `true`). Without it a failover is noticed on the next
+    /// error (`READONLY`, a refused connection, a replica's `ROLE`). For
+    /// tests of exactly that path.
+    #[doc(hidden)]
+    pub fn sentinel_switch_listener(mut self, on: bool) -> Builder {
+        self.sentinel.no_switch_listener = !on;
+        self
+    }
+
+    /// The username for the data nodes (the server, or a Sentinel
+    /// deployment's master), overriding one in the URL. Default: the URL's.
+    pub fn username(mut self, username: &str) -> Builder {
+        self.sentinel.username = Some(username.to_owned());
+        self
+    }
+
+    /// The password for the data nodes (the server, or a Sentinel
+    /// deployment's master), overriding one in the URL. Default: the URL's.
+    /// Never printed.
+    pub fn password(mut self, password: &str) -> Builder {
+        self.sentinel.password = Some(password.to_owned());
+        self
+    }
+}
+
+// Replica acknowledgement (`WAIT`; see `replicas`).
+impl Builder {
+    /// How many replicas must acknowledge each lock grant, lease extension
+    /// and fencing-token increment before the call succeeds (Redis's
+    /// `WAIT`; Redisson's `checkLockSyncedSlaves`, which asks for at least
+    /// one). Default 0: no `WAIT`, as on a single server. At most 1000.
+    /// [`Lock::min_replica_acks`](crate::Lock::min_replica_acks) overrides
+    /// it per lock. It covers every lock kind (read-write locks and run-once
+    /// claims included) and the permits of an
+    /// [`ExpiringSemaphore`](crate::ExpiringSemaphore), their grants and
+    /// their renewals alike.
+    ///
+    /// After the script, on the same connection and in the same write, the
+    /// client sends `WAIT n timeout`. When fewer than `n` replicas
+    /// acknowledge within [`Builder::replica_ack_timeout`]:
+    ///
+    /// * a grant (fencing token included) is undone and the call returns
+    ///   [`Error::NotReplicated`]: nothing is held, and a failover cannot
+    ///   hand the same lock or token to someone else afterwards;
+    /// * a watchdog renewal does not extend the lease the holder counts on;
+    ///   it is retried, and if no renewal is acknowledged before the lease
+    ///   runs out the guard reports [`Error::LockLost`].
+    ///
+    /// `WAIT` makes a write survive the failover of the master it was made
+    /// on only if one of the acknowledging replicas is promoted; it does not
+    /// make Redis replication synchronous (see the README's
+    /// "Deployments").
+    pub fn min_replica_acks(mut self, replicas: u32) -> Builder {
+        self.acks.min = replicas;
+        self
+    }
+
+    /// Longest wait for the acknowledgements [`Builder::min_replica_acks`]
+    /// asks for (the `WAIT` timeout; Redisson's `slavesSyncTimeout`).
+    /// Default 1 s; 1 ms ..= 1 day. A call that waits for acknowledgements
+    /// may take up to this much longer than its response timeout.
+    pub fn replica_ack_timeout(mut self, timeout: Duration) -> Builder {
+        self.acks.timeout = timeout;
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connection::sentinel::DEFAULT_SENTINEL_PORT;
 
     #[test]
     fn builder_rejects_nonsense() {
@@ -415,5 +550,56 @@ mod tests {
         let c = b.clone().into_config().unwrap();
         assert!(!format!("{b:?}").contains("s3cret"));
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn builder_sentinel_list_and_credentials() {
+        let config = Builder::default()
+            .sentinel(["redis://:s-pw@10.0.0.1:26379", "10.0.0.2"], "m")
+            .password("d-pw")
+            .username("app")
+            .into_config()
+            .unwrap();
+        let Deployment::Sentinel(spec) = &config.deployment else {
+            panic!("not a Sentinel deployment");
+        };
+        assert_eq!(
+            spec.sentinels,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("10.0.0.2".to_owned(), DEFAULT_SENTINEL_PORT)
+            ]
+        );
+        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
+        assert_eq!(spec.password.as_deref(), Some("d-pw"));
+        assert_eq!(spec.username.as_deref(), Some("app"));
+        for text in [format!("{config:?}"), config.deployment.label()] {
+            assert!(!text.contains("s-pw") && !text.contains("d-pw"), "{text}");
+        }
+
+        // The URL form, with the sentinels' password from the builder.
+        let config = Builder::default()
+            .url("redis+sentinel://:d-pw@h1:1,h2:2/m?db=2")
+            .sentinel_password("s-pw")
+            .into_config()
+            .unwrap();
+        let Deployment::Sentinel(spec) = &config.deployment else {
+            panic!("not a Sentinel deployment");
+        };
+        assert_eq!(spec.db, 2);
+        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
+        assert_eq!(spec.password.as_deref(), Some("d-pw"));
+        assert!(spec.switch_listener);
+
+        let bad = |b: Builder| matches!(b.into_config(), Err(Error::InvalidArgument(_)));
+        assert!(bad(Builder::default().sentinel(["h:1"], "")));
+        assert!(bad(Builder::default().sentinel(Vec::<String>::new(), "m")));
+        assert!(bad(
+            Builder::default().sentinel(["redis://h:1", "rediss://h:2"], "m")
+        ));
+        assert!(bad(Builder::default().sentinel(["h:notaport"], "m")));
+        assert!(bad(Builder::default().min_replica_acks(1001)));
+        assert!(bad(Builder::default().replica_ack_timeout(Duration::ZERO)));
+        assert!(!bad(Builder::default().min_replica_acks(2)));
     }
 }

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Value};
 
-use crate::config::Builder;
 use crate::error::{Error, Result};
 
 /// Default bound on the wait for replica acknowledgements: 1 s (Redisson's
@@ -187,46 +186,5 @@ impl ConnectionLike for Acked<'_> {
 
     fn is_open(&self) -> bool {
         self.conn.is_open()
-    }
-}
-
-impl Builder {
-    /// How many replicas must acknowledge each lock grant, lease extension
-    /// and fencing-token increment before the call succeeds (Redis's
-    /// `WAIT`; Redisson's `checkLockSyncedSlaves`, which asks for at least
-    /// one). Default 0: no `WAIT`, as on a single server. At most 1000.
-    /// [`Lock::min_replica_acks`](crate::Lock::min_replica_acks) overrides
-    /// it per lock. It covers every lock kind (read-write locks and run-once
-    /// claims included) and the permits of an
-    /// [`ExpiringSemaphore`](crate::ExpiringSemaphore), their grants and
-    /// their renewals alike.
-    ///
-    /// After the script, on the same connection and in the same write, the
-    /// client sends `WAIT n timeout`. When fewer than `n` replicas
-    /// acknowledge within [`Builder::replica_ack_timeout`]:
-    ///
-    /// * a grant (fencing token included) is undone and the call returns
-    ///   [`Error::NotReplicated`]: nothing is held, and a failover cannot
-    ///   hand the same lock or token to someone else afterwards;
-    /// * a watchdog renewal does not extend the lease the holder counts on;
-    ///   it is retried, and if no renewal is acknowledged before the lease
-    ///   runs out the guard reports [`Error::LockLost`].
-    ///
-    /// `WAIT` makes a write survive the failover of the master it was made
-    /// on only if one of the acknowledging replicas is promoted; it does not
-    /// make Redis replication synchronous (see the README's
-    /// "Deployments").
-    pub fn min_replica_acks(mut self, replicas: u32) -> Builder {
-        self.acks.min = replicas;
-        self
-    }
-
-    /// Longest wait for the acknowledgements [`Builder::min_replica_acks`]
-    /// asks for (the `WAIT` timeout; Redisson's `slavesSyncTimeout`).
-    /// Default 1 s; 1 ms ..= 1 day. A call that waits for acknowledgements
-    /// may take up to this much longer than its response timeout.
-    pub fn replica_ack_timeout(mut self, timeout: Duration) -> Builder {
-        self.acks.timeout = timeout;
-        self
     }
 }

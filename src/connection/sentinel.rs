@@ -38,7 +38,6 @@ use redis::IntoConnectionInfo;
 
 use super::pool::{Pool, is_not_master};
 use super::{ConnectOptions, Deployment};
-use crate::config::Builder;
 use crate::error::{Error, Result};
 
 /// Port of a sentinel whose address in a `redis+sentinel://` URL names none.
@@ -207,20 +206,20 @@ impl SentinelSpec {
     }
 }
 
-/// The Sentinel settings of a [`Builder`], resolved by
+/// The Sentinel settings of a [`Builder`](crate::Builder), resolved by
 /// [`SentinelOptions::resolve`] when the client is built.
 #[derive(Clone, Default)]
 pub(crate) struct SentinelOptions {
-    /// From [`Builder::sentinel`]: the sentinels' URLs or addresses and the
+    /// From [`Builder::sentinel`](crate::Builder::sentinel): the sentinels' URLs or addresses and the
     /// master name.
-    sentinels: Option<(Vec<String>, String)>,
-    sentinel_username: Option<String>,
-    sentinel_password: Option<String>,
+    pub(crate) sentinels: Option<(Vec<String>, String)>,
+    pub(crate) sentinel_username: Option<String>,
+    pub(crate) sentinel_password: Option<String>,
     /// The data nodes' credentials, overriding any in the URL.
-    username: Option<String>,
-    password: Option<String>,
-    /// Set by the hidden [`Builder::sentinel_switch_listener`].
-    no_switch_listener: bool,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    /// Set by the hidden [`Builder::sentinel_switch_listener`](crate::Builder::sentinel_switch_listener).
+    pub(crate) no_switch_listener: bool,
 }
 
 impl fmt::Debug for SentinelOptions {
@@ -234,7 +233,7 @@ impl fmt::Debug for SentinelOptions {
 }
 
 impl SentinelOptions {
-    /// The deployment the builder describes: [`Builder::sentinel`]'s when
+    /// The deployment the builder describes: [`Builder::sentinel`](crate::Builder::sentinel)'s when
     /// it was called, else `parsed` (from the URL); with the credentials
     /// set on the builder applied.
     pub(crate) fn resolve(&self, parsed: Deployment) -> Result<Deployment> {
@@ -269,7 +268,7 @@ impl SentinelOptions {
         })
     }
 
-    /// `info` with [`Builder::username`] / [`Builder::password`] applied.
+    /// `info` with [`Builder::username`](crate::Builder::username) / [`Builder::password`](crate::Builder::password) applied.
     fn apply_data_credentials(&self, info: redis::ConnectionInfo) -> redis::ConnectionInfo {
         let mut settings = info.redis_settings().clone();
         if let Some(user) = &self.username {
@@ -290,7 +289,7 @@ pub(crate) fn is_sentinel_url(url: &str) -> bool {
     })
 }
 
-/// A spec from [`Builder::sentinel`]'s list: each entry a URL
+/// A spec from [`Builder::sentinel`](crate::Builder::sentinel)'s list: each entry a URL
 /// (`redis://[user:password@]host:port`, `rediss://` for TLS; its
 /// credentials are the sentinels') or a bare `host[:port]`.
 fn spec_from_list(urls: &[String], master_name: &str) -> Result<SentinelSpec> {
@@ -347,96 +346,6 @@ fn spec_from_list(urls: &[String], master_name: &str) -> Result<SentinelSpec> {
         sentinel_password: pw,
         switch_listener: true,
     })
-}
-
-impl Builder {
-    /// A Sentinel deployment: the sentinels to ask (each a URL,
-    /// `redis://[user:password@]host:port` or `rediss://…` for TLS, or a
-    /// bare `host[:port]`, port 26379 by default) and the name they monitor
-    /// the master under (`sentinel monitor <name> …`). Replaces
-    /// [`Builder::url`]. Redisson's `useSentinelServers()`
-    /// (`addSentinelAddress`, `setMasterName`).
-    ///
-    /// The client asks any reachable sentinel for the master
-    /// (`SENTINEL get-master-addr-by-name`), checks `ROLE` on every new
-    /// connection, and follows failovers: see the README's "Deployments".
-    /// Credentials in these URLs are the sentinels' own; set the data
-    /// nodes' with [`Builder::username`] and [`Builder::password`], and
-    /// override the sentinels' with [`Builder::sentinel_username`] and
-    /// [`Builder::sentinel_password`]. The same deployment as one URL:
-    /// `redis+sentinel://[[user]:password@]HOST:PORT[,HOST:PORT...]/MASTER[?db=N]`
-    /// (see [`Client::open`](crate::Client::open)).
-    ///
-    /// Checked by [`Builder::build`]: an empty list or master name, an
-    /// unparsable entry, or a mix of TLS and plain sentinels is
-    /// [`Error::InvalidArgument`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// let client = redguard::Client::builder()
-    ///     .sentinel(["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"], "mymaster")
-    ///     .sentinel_password("sentinel-secret")
-    ///     .password("data-secret")
-    ///     .build()?;
-    /// # Ok::<(), redguard::Error>(())
-    /// ```
-    pub fn sentinel<I, S>(mut self, sentinels: I, master_name: &str) -> Builder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let urls = sentinels
-            .into_iter()
-            .map(|s| s.as_ref().to_owned())
-            .collect();
-        self.sentinel.sentinels = Some((urls, master_name.to_owned()));
-        self
-    }
-
-    /// The username the client authenticates to the sentinels with (ACL
-    /// users on Redis 6+). Default: none, or the one in the sentinels' URLs.
-    /// Separate from the data nodes' [`Builder::username`]: real
-    /// deployments often differ. Never printed.
-    pub fn sentinel_username(mut self, username: &str) -> Builder {
-        self.sentinel.sentinel_username = Some(username.to_owned());
-        self
-    }
-
-    /// The password the client authenticates to the sentinels with
-    /// (their `requirepass`, Redisson's `sentinelPassword`). Default: none,
-    /// or the one in the sentinels' URLs. Separate from the data nodes'
-    /// [`Builder::password`]. Never printed: `Debug` shows only whether it
-    /// is set.
-    pub fn sentinel_password(mut self, password: &str) -> Builder {
-        self.sentinel.sentinel_password = Some(password.to_owned());
-        self
-    }
-
-    /// Whether the client listens for the sentinels' `+switch-master`
-    /// (default `true`). Without it a failover is noticed on the next
-    /// error (`READONLY`, a refused connection, a replica's `ROLE`). For
-    /// tests of exactly that path.
-    #[doc(hidden)]
-    pub fn sentinel_switch_listener(mut self, on: bool) -> Builder {
-        self.sentinel.no_switch_listener = !on;
-        self
-    }
-
-    /// The username for the data nodes (the server, or a Sentinel
-    /// deployment's master), overriding one in the URL. Default: the URL's.
-    pub fn username(mut self, username: &str) -> Builder {
-        self.sentinel.username = Some(username.to_owned());
-        self
-    }
-
-    /// The password for the data nodes (the server, or a Sentinel
-    /// deployment's master), overriding one in the URL. Default: the URL's.
-    /// Never printed.
-    pub fn password(mut self, password: &str) -> Builder {
-        self.sentinel.password = Some(password.to_owned());
-        self
-    }
 }
 
 /// `host:port`, with IPv6 hosts in brackets.
@@ -923,57 +832,6 @@ mod tests {
             assert!(matches!(err, Error::InvalidArgument(_)), "{url}: {err:?}");
             assert!(!err.to_string().contains("s3cr"), "{url}: {err}");
         }
-    }
-
-    #[test]
-    fn builder_sentinel_list_and_credentials() {
-        let config = Builder::default()
-            .sentinel(["redis://:s-pw@10.0.0.1:26379", "10.0.0.2"], "m")
-            .password("d-pw")
-            .username("app")
-            .into_config()
-            .unwrap();
-        let Deployment::Sentinel(spec) = &config.deployment else {
-            panic!("not a Sentinel deployment");
-        };
-        assert_eq!(
-            spec.sentinels,
-            [
-                ("10.0.0.1".to_owned(), 26379),
-                ("10.0.0.2".to_owned(), DEFAULT_SENTINEL_PORT)
-            ]
-        );
-        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
-        assert_eq!(spec.password.as_deref(), Some("d-pw"));
-        assert_eq!(spec.username.as_deref(), Some("app"));
-        for text in [format!("{config:?}"), config.deployment.label()] {
-            assert!(!text.contains("s-pw") && !text.contains("d-pw"), "{text}");
-        }
-
-        // The URL form, with the sentinels' password from the builder.
-        let config = Builder::default()
-            .url("redis+sentinel://:d-pw@h1:1,h2:2/m?db=2")
-            .sentinel_password("s-pw")
-            .into_config()
-            .unwrap();
-        let Deployment::Sentinel(spec) = &config.deployment else {
-            panic!("not a Sentinel deployment");
-        };
-        assert_eq!(spec.db, 2);
-        assert_eq!(spec.sentinel_password.as_deref(), Some("s-pw"));
-        assert_eq!(spec.password.as_deref(), Some("d-pw"));
-        assert!(spec.switch_listener);
-
-        let bad = |b: Builder| matches!(b.into_config(), Err(Error::InvalidArgument(_)));
-        assert!(bad(Builder::default().sentinel(["h:1"], "")));
-        assert!(bad(Builder::default().sentinel(Vec::<String>::new(), "m")));
-        assert!(bad(
-            Builder::default().sentinel(["redis://h:1", "rediss://h:2"], "m")
-        ));
-        assert!(bad(Builder::default().sentinel(["h:notaport"], "m")));
-        assert!(bad(Builder::default().min_replica_acks(1001)));
-        assert!(bad(Builder::default().replica_ack_timeout(Duration::ZERO)));
-        assert!(!bad(Builder::default().min_replica_acks(2)));
     }
 
     #[test]
