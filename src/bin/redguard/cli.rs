@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::fail::{Failure, code};
 
@@ -142,7 +142,7 @@ pub(crate) enum Command {
     /// Exits 0 on success; with --conflict-exit-code (75) when --wait runs
     /// out before the latch opens; with 64 when --count finds the latch set
     /// already.
-    Latch(crate::latch::LatchArgs),
+    Latch(LatchArgs),
 }
 
 /// What to do when the lease is lost while CMD runs.
@@ -367,9 +367,57 @@ pub(crate) fn name_bytes(name: &OsString) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
+/// `redguard latch`'s arguments: a count-down latch for shell pipelines.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("action").required(true).args(["count", "count_down", "wait"])))]
+pub(crate) struct LatchArgs {
+    /// The latch name (the Redis key of its count).
+    #[arg(value_name = "NAME")]
+    pub(crate) name: OsString,
+
+    /// Set the latch to N (N workers will count it down). Fails with 64
+    /// when the latch is set already.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    pub(crate) count: Option<u64>,
+
+    /// Count the latch down by one and print the count left; at zero every
+    /// waiter goes.
+    #[arg(long)]
+    pub(crate) count_down: bool,
+
+    /// Wait until the latch is open (its count is zero, or it was never
+    /// set), at most DUR when given.
+    #[arg(long, value_name = "DUR", num_args = 0..=1, value_parser = parse_duration)]
+    pub(crate) wait: Option<Option<Duration>>,
+
+    /// Exit status when --wait runs out before the latch opens.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = code::TEMPFAIL)]
+    pub(crate) conflict_exit_code: u8,
+
+    /// Print nothing on success.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+}
+
 /// A lock name for messages: quoted, lossy UTF-8.
 pub(crate) fn show_name(name: &[u8]) -> String {
     format!("{:?}", String::from_utf8_lossy(name))
+}
+
+/// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
+pub(crate) fn show_ttl(ttl: Option<Duration>) -> String {
+    match ttl {
+        None => "none".to_owned(),
+        Some(Duration::MAX) => "no expiry".to_owned(),
+        Some(d) => {
+            let ms = Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64);
+            if ms.is_zero() {
+                "0ms".to_owned()
+            } else {
+                humantime::format_duration(ms).to_string()
+            }
+        }
+    }
 }
 
 #[cfg(test)]

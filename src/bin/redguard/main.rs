@@ -4,6 +4,7 @@
 //! Exit statuses are decided in `fail::code`; CMD's own status passes
 //! through `exec`.
 
+mod child;
 mod cli;
 mod connect;
 mod exec;

@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime};
 use redguard::{Once, OnceGuard, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
+use crate::child::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
 use crate::cli::{OnLost, OnceArgs, name_bytes, show_name};
 use crate::connect::Connection;
-use crate::exec::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;

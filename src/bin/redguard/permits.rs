@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use redguard::{ExpiringSemaphore, PermitGuard};
 
+use crate::child::{CmdEnd, OnLoss, lost_reason, run_cmd, signal_exit, signal_name};
 use crate::cli::{ExecArgs, OnLost, show_name};
 use crate::connect::Connection;
-use crate::exec::{CmdEnd, OnLoss, lost_reason, run_cmd, signal_exit, signal_name};
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;

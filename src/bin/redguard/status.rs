@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redguard::{LockInfo, LockKind};
 use serde_json::{Value, json};
 
-use crate::cli::{StatusArgs, UnlockArgs, name_bytes, show_name};
+use crate::cli::{StatusArgs, UnlockArgs, name_bytes, show_name, show_ttl};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 
@@ -92,22 +92,6 @@ pub(crate) fn describe_holder(info: &LockInfo) -> String {
         (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
         (_, [(holder, _), rest @ ..]) => {
             format!("held by {holder} and {} more (ttl {ttl})", rest.len())
-        }
-    }
-}
-
-/// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
-pub(crate) fn show_ttl(ttl: Option<Duration>) -> String {
-    match ttl {
-        None => "none".to_owned(),
-        Some(Duration::MAX) => "no expiry".to_owned(),
-        Some(d) => {
-            let ms = Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64);
-            if ms.is_zero() {
-                "0ms".to_owned()
-            } else {
-                humantime::format_duration(ms).to_string()
-            }
         }
     }
 }

@@ -6,10 +6,9 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
-use crate::cli::show_name;
+use crate::cli::{show_name, show_ttl};
 use crate::connect::Connection;
 use crate::fail::Failure;
-use crate::status::show_ttl;
 
 /// What a counter at a name is, for people and for `--json`; `None` when
 /// the name holds no integer counter.
