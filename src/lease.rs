@@ -117,6 +117,25 @@ impl LeaseState {
         instant(self.valid_until.load(Ordering::Acquire))
     }
 
+    /// How much longer the lease is known to be valid on our clock; zero
+    /// once lost.
+    pub(crate) fn valid_for(&self) -> Duration {
+        let now = Instant::now();
+        if self.is_lost_at(now) {
+            return Duration::ZERO;
+        }
+        self.valid_until().saturating_duration_since(now)
+    }
+
+    /// `Ok(())` while the lease is held; [`Error::LockLost`] naming `name`
+    /// once it is lost or ran out on our clock.
+    pub(crate) fn check(&self, name: &[u8]) -> Result<()> {
+        if self.is_lost_at(Instant::now()) {
+            return Err(Error::lost(name));
+        }
+        Ok(())
+    }
+
     /// Moves the validity forward to `until` (never backward).
     pub(crate) fn extend_to(&self, until: Instant) {
         self.valid_until.fetch_max(nanos(until), Ordering::AcqRel);

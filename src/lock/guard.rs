@@ -142,11 +142,7 @@ impl LockGuard {
     /// clock: the last successful renewal's send time + lease − drift
     /// (1 % + 2 ms), minus now. Zero once lost.
     pub fn valid_for(&self) -> Duration {
-        let now = Instant::now();
-        if self.state.is_lost_at(now) {
-            return Duration::ZERO;
-        }
-        self.state.valid_until().saturating_duration_since(now)
+        self.state.valid_for()
     }
 
     /// `Ok(())` while the lease is held.
@@ -158,10 +154,7 @@ impl LockGuard {
     /// or when the client was shut down and released it. Purely local: no
     /// round trip.
     pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            return Err(Error::lost(self.lock.name()));
-        }
-        Ok(())
+        self.state.check(self.lock.name())
     }
 
     /// Sets the lease to `lease` from now, if this holder still holds the

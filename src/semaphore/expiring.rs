@@ -474,11 +474,7 @@ impl PermitGuard {
     /// How much longer the permit is known to be held on this client's
     /// clock (zero once lost).
     pub fn valid_for(&self) -> Duration {
-        let now = Instant::now();
-        if self.state.is_lost_at(now) {
-            return Duration::ZERO;
-        }
-        self.state.valid_until().saturating_duration_since(now)
+        self.state.valid_for()
     }
 
     /// `Ok(())` while the permit is held. Purely local: no round trip.
@@ -489,10 +485,7 @@ impl PermitGuard {
     /// permit gone, renewals failed until its lease ran out, a fixed lease
     /// ended, or the client was shut down.
     pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            return Err(Error::lost(&self.semaphore.name));
-        }
-        Ok(())
+        self.state.check(&self.semaphore.name)
     }
 
     /// Gives the permit back now and reports the outcome.
