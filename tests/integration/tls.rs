@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisServer, ms, test_builder, unique_name, wait_until};
+use crate::support::{RedisServer, TlsSentinel, ms, test_builder, unique_name, wait_until};
 
 /// A client of the TLS `server`, trusting the CA file `ca`, presenting the
 /// client certificate when `client_cert`. The lease and the poll interval
@@ -21,6 +21,16 @@ fn tls_client(server: &RedisServer, ca: &str, client_cert: bool) -> redguard::Cl
         b = b.tls_client_cert(certs.read("client.crt"), certs.read("client.key"));
     }
     b.build().unwrap()
+}
+
+/// Classic subscribers of `name`'s unlock channel on `server`.
+fn listeners(server: &RedisServer, name: &str) -> i64 {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let reply: Vec<redis::Value> = server.cmd("PUBSUB", &[b"NUMSUB", channel.as_bytes()]);
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
 }
 
 #[test]
@@ -43,15 +53,18 @@ fn j4_tls_with_pinned_ca_and_client_certificate() {
     let other = tls_client(&server, "ca.crt", true);
     let t = std::thread::spawn({
         let other = other.clone();
+        let name = name.clone();
         move || {
             let lock = other.lock(&name);
             let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
             (got.is_some(), Instant::now())
         }
     });
+    // Subscribed on the server, not only registered: the subscriber's
+    // first TLS connection takes a handshake (25–35 ms here), and an unlock
+    // before it would be found by the waiter's next attempt, not heard.
     assert!(wait_until(Duration::from_secs(5), || {
-        let s = other.stats();
-        s.waiters == 1 && s.subscribed_channels == 1
+        other.stats().waiters == 1 && listeners(&server, &name) == 1
     }));
     let released = Instant::now();
     g.unlock().unwrap();
@@ -139,4 +152,59 @@ fn tls_certificates_need_a_rediss_url() {
         matches!(err, redguard::Error::InvalidArgument(_)),
         "{err:?}"
     );
+}
+
+/// `rediss+sentinel://` (RELIABILITY J4 with Sentinel): the sentinel and the
+/// master both speak only TLS, with one pinned CA and client certificates.
+/// The client finds the master through the sentinel, checks its `ROLE`,
+/// takes and releases a lock there, and a waiter on a second client is
+/// woken by the unlock message through TLS pub/sub on the master (30 s
+/// lease and poll: only the message explains a wake-up within a second).
+#[test]
+fn j4_tls_sentinel_discovery_lock_cycle_and_wake_up() {
+    let master = RedisServer::start_tls();
+    let sentinel = TlsSentinel::start(&master, "tls-master");
+    let certs = master.certs();
+    let url = format!("rediss+sentinel://127.0.0.1:{}/tls-master", sentinel.port());
+    let client = || {
+        test_builder(&url)
+            .connect_timeout(ms(900))
+            .response_timeout(ms(500))
+            .watchdog_timeout(Duration::from_secs(30))
+            .poll_interval(Duration::from_secs(30))
+            .tls_root_ca(certs.read("ca.crt"))
+            .tls_client_cert(certs.read("client.crt"), certs.read("client.key"))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (client(), client());
+    let name = unique_name("tls-sentinel");
+    let g = holder
+        .lock(&name)
+        .try_lock()
+        .unwrap()
+        .expect("a free lock through a TLS sentinel");
+    let on_master: bool = master.cmd("EXISTS", &[name.as_bytes()]);
+    assert!(on_master, "the lock key is not on the TLS master");
+    let t = std::thread::spawn({
+        let waiter = waiter.clone();
+        let name = name.clone();
+        move || {
+            let got = waiter
+                .lock(&name)
+                .try_lock_for(Duration::from_secs(10))
+                .unwrap();
+            (got.is_some(), Instant::now())
+        }
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        waiter.stats().waiters == 1 && listeners(&master, &name) == 1
+    }));
+    let released = Instant::now();
+    g.unlock().unwrap();
+    let (got, at) = t.join().unwrap();
+    assert!(got, "the waiter did not get the lock");
+    let woken = at - released;
+    eprintln!("J4 Sentinel: waiter woken {woken:?} after the unlock, through TLS");
+    assert!(woken < Duration::from_secs(1), "{woken:?}");
 }

@@ -59,6 +59,8 @@ pub use logs::{capture_logs, logged_lines};
     reason = "benches `#[path]`-include this module and may not use every re-export"
 )]
 pub use proxy::{FaultProxy, GARBAGE, Mode, ReplyFault};
+#[cfg(feature = "tls")]
+pub use sentinel::TlsSentinel;
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"

@@ -962,3 +962,90 @@ mod selftest {
         );
     }
 }
+
+/// One sentinel that speaks only TLS, watching a TLS master (from
+/// [`RedisServer::start_tls`], whose certificates it shares): it accepts
+/// clients on a TLS port and reaches the master over TLS with the client
+/// certificate (`tls-replication yes`). Dropping it kills the process.
+#[cfg(feature = "tls")]
+pub struct TlsSentinel {
+    process: SentinelProcess,
+}
+
+#[cfg(feature = "tls")]
+impl TlsSentinel {
+    /// Starts it with `sentinel monitor <master_name> <master> 1` and waits
+    /// until it answers `PING` over TLS.
+    ///
+    /// # Panics
+    ///
+    /// When no sentinel answers after a few attempts on fresh ports.
+    pub fn start(master: &RedisServer, master_name: &str) -> TlsSentinel {
+        let certs = master.certs();
+        let mut failures = Vec::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let port = bind_reserved().local_addr().expect("local_addr").port();
+            let dir = tempfile::Builder::new()
+                .prefix("redguard-tls-sentinel-")
+                .tempdir()
+                .expect("create a temporary directory for redis-sentinel");
+            let path = |name: &str| certs.path(name).display().to_string();
+            let conf = format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                 logfile {dir}/sentinel.log\ntls-cert-file {server_crt}\n\
+                 tls-key-file {server_key}\ntls-ca-cert-file {ca}\n\
+                 tls-client-cert-file {client_crt}\ntls-client-key-file {client_key}\n\
+                 tls-replication yes\nsentinel monitor {master_name} 127.0.0.1 {master_port} 1\n",
+                dir = dir.path().display(),
+                server_crt = path("server.crt"),
+                server_key = path("server.key"),
+                ca = path("ca.crt"),
+                client_crt = path("client.crt"),
+                client_key = path("client.key"),
+                master_port = master.port(),
+            );
+            let conf_path = dir.path().join("sentinel.conf");
+            fs::write(&conf_path, conf).expect("write sentinel.conf");
+            let bin = redis_sentinel_bin();
+            let child = Command::new(&bin)
+                .arg(&conf_path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot spawn redis-sentinel `{bin}`: {e}"));
+            let process = SentinelProcess {
+                child: Some(child),
+                port,
+                dir,
+            };
+            let client = redis::Client::build_with_tls(
+                format!("rediss://127.0.0.1:{port}/"),
+                redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: certs.read("client.crt"),
+                        client_key: certs.read("client.key"),
+                    }),
+                    root_cert: Some(certs.read("ca.crt")),
+                },
+            )
+            .expect("a TLS client for the sentinel");
+            let answered = wait_until(ms(5000), || {
+                client
+                    .get_connection_with_timeout(ms(500))
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok()
+            });
+            if answered {
+                return TlsSentinel { process };
+            }
+            failures.push(format!("attempt {attempt}: port {port}"));
+        }
+        panic!("no TLS sentinel answered: {failures:?}");
+    }
+
+    /// Its TLS port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.process.port
+    }
+}
