@@ -897,72 +897,6 @@ pub fn percent_encode(s: &str) -> String {
         .collect()
 }
 
-#[cfg(test)]
-mod selftest {
-    use super::*;
-
-    /// The bed comes up settled, one `kill -9` of the master is followed by
-    /// `+switch-master` and a new master, and `heal` brings the old master
-    /// back as a replica. Prints Sentinel's promotion time.
-    #[test]
-    fn sentinel_bed_failover_and_heal() {
-        let started = Instant::now();
-        let mut bed = SentinelBed::start();
-        let up = started.elapsed();
-        let old = bed.master_port();
-        assert_eq!(old, bed.node_ports()[0]);
-        assert_eq!(bed.replicas().len(), 2);
-        assert_eq!(bed.role_of(old).as_deref(), Some("master"));
-
-        // WAIT counts the acknowledgements of its own connection's writes.
-        let mut conn = bed.data_conn(old);
-        let () = redis::cmd("SET")
-            .arg("bed:k")
-            .arg("v")
-            .query(&mut conn)
-            .unwrap();
-        let acked: u64 = redis::cmd("WAIT")
-            .arg(2)
-            .arg(1000)
-            .query(&mut conn)
-            .unwrap();
-        assert_eq!(acked, 2);
-
-        bed.drain_switches();
-        let (killed, at) = bed.kill_master();
-        assert_eq!(killed, old);
-        let switch = bed
-            .wait_switch(old, ms(15_000))
-            .unwrap_or_else(|| panic!("no +switch-master within 15 s\n{}", bed.logs()));
-        let promotion = switch.at - at;
-        let new = bed
-            .wait_new_master(old, ms(10_000))
-            .unwrap_or_else(|| panic!("sentinels did not agree\n{}", bed.logs()));
-        assert_eq!(new, switch.new_port);
-        assert_ne!(new, old);
-        let value: Option<String> = redis::cmd("GET")
-            .arg("bed:k")
-            .query(&mut bed.data_conn(new))
-            .unwrap();
-        assert_eq!(value.as_deref(), Some("v"), "a replicated write survives");
-
-        let healed_at = Instant::now();
-        let master = bed.heal();
-        assert_ne!(master, old);
-        assert_eq!(bed.role_of(old).as_deref(), Some("slave"));
-        eprintln!(
-            "sentinel bed: up in {up:?}; promotion (+switch-master after kill -9) {promotion:?}; \
-             healed in {:?}",
-            healed_at.elapsed()
-        );
-        assert!(
-            promotion < ms(10_000),
-            "promotion took {promotion:?}\n{}",
-            bed.logs()
-        );
-    }
-}
-
 /// One sentinel that speaks only TLS, watching a TLS master (from
 /// [`RedisServer::start_tls`], whose certificates it shares): it accepts
 /// clients on a TLS port and reaches the master over TLS with the client
@@ -1047,5 +981,71 @@ impl TlsSentinel {
     /// Its TLS port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.process.port
+    }
+}
+
+#[cfg(test)]
+mod selftest {
+    use super::*;
+
+    /// The bed comes up settled, one `kill -9` of the master is followed by
+    /// `+switch-master` and a new master, and `heal` brings the old master
+    /// back as a replica. Prints Sentinel's promotion time.
+    #[test]
+    fn sentinel_bed_failover_and_heal() {
+        let started = Instant::now();
+        let mut bed = SentinelBed::start();
+        let up = started.elapsed();
+        let old = bed.master_port();
+        assert_eq!(old, bed.node_ports()[0]);
+        assert_eq!(bed.replicas().len(), 2);
+        assert_eq!(bed.role_of(old).as_deref(), Some("master"));
+
+        // WAIT counts the acknowledgements of its own connection's writes.
+        let mut conn = bed.data_conn(old);
+        let () = redis::cmd("SET")
+            .arg("bed:k")
+            .arg("v")
+            .query(&mut conn)
+            .unwrap();
+        let acked: u64 = redis::cmd("WAIT")
+            .arg(2)
+            .arg(1000)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(acked, 2);
+
+        bed.drain_switches();
+        let (killed, at) = bed.kill_master();
+        assert_eq!(killed, old);
+        let switch = bed
+            .wait_switch(old, ms(15_000))
+            .unwrap_or_else(|| panic!("no +switch-master within 15 s\n{}", bed.logs()));
+        let promotion = switch.at - at;
+        let new = bed
+            .wait_new_master(old, ms(10_000))
+            .unwrap_or_else(|| panic!("sentinels did not agree\n{}", bed.logs()));
+        assert_eq!(new, switch.new_port);
+        assert_ne!(new, old);
+        let value: Option<String> = redis::cmd("GET")
+            .arg("bed:k")
+            .query(&mut bed.data_conn(new))
+            .unwrap();
+        assert_eq!(value.as_deref(), Some("v"), "a replicated write survives");
+
+        let healed_at = Instant::now();
+        let master = bed.heal();
+        assert_ne!(master, old);
+        assert_eq!(bed.role_of(old).as_deref(), Some("slave"));
+        eprintln!(
+            "sentinel bed: up in {up:?}; promotion (+switch-master after kill -9) {promotion:?}; \
+             healed in {:?}",
+            healed_at.elapsed()
+        );
+        assert!(
+            promotion < ms(10_000),
+            "promotion took {promotion:?}\n{}",
+            bed.logs()
+        );
     }
 }
