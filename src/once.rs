@@ -385,11 +385,7 @@ impl Client {
                 // runner could claim the key too. Undo it, as a lock grant
                 // does, and say why.
                 lock.release_one(&holder_str, lease_ms);
-                return Err(Error::NotReplicated {
-                    name: String::from_utf8_lossy(key).into_owned(),
-                    acked,
-                    wanted: u64::from(acks.min),
-                });
+                return Err(acks.not_replicated(key, Some(acked)));
             }
             let (acquire, token) = match reply {
                 Ok(Claim::Run { token }) => (Ok(Acquire::Acquired { token: Some(token) }), token),

@@ -142,6 +142,16 @@ impl ReplicaAcks {
     pub(crate) fn short(&self, acked: Option<u64>) -> bool {
         self.min > 0 && acked.unwrap_or(0) < u64::from(self.min)
     }
+
+    /// The error for a write of `name` that only `acked` replicas (`None`:
+    /// none counted) acknowledged of the `min` asked for.
+    pub(crate) fn not_replicated(&self, name: &[u8], acked: Option<u64>) -> Error {
+        Error::NotReplicated {
+            name: String::from_utf8_lossy(name).into_owned(),
+            acked: acked.unwrap_or(0),
+            wanted: u64::from(self.min),
+        }
+    }
 }
 
 /// A connection that follows every command with a `WAIT`, sent in the same

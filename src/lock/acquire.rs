@@ -296,11 +296,9 @@ impl Lock {
             // lock (or the fencing token) to someone else. Undo it, as
             // Redisson's syncedEval does, and say why.
             self.release_one(holder, ms);
-            return Err(Error::NotReplicated {
-                name: String::from_utf8_lossy(&self.inner.name).into_owned(),
-                acked,
-                wanted: u64::from(self.replica_acks().min),
-            });
+            return Err(self
+                .replica_acks()
+                .not_replicated(&self.inner.name, Some(acked)));
         }
         self.settle(reply, sent_script, holder, lease, ms, renew, sent)
     }

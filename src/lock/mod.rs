@@ -612,11 +612,7 @@ impl Lock {
             })
         })?;
         if renewed && acks.short(acked) {
-            return Err(Error::NotReplicated {
-                name: String::from_utf8_lossy(&self.inner.name).into_owned(),
-                acked: acked.unwrap_or(0),
-                wanted: u64::from(acks.min),
-            });
+            return Err(acks.not_replicated(&self.inner.name, acked));
         }
         Ok(renewed)
     }

@@ -350,11 +350,7 @@ impl ExpiringSemaphore {
                 // it to someone else. Give it back and say why, as a lock
                 // grant does.
                 let _ = self.release(&id);
-                return Err(Error::NotReplicated {
-                    name: String::from_utf8_lossy(&self.name).into_owned(),
-                    acked: short_acks.unwrap_or(0),
-                    wanted: u64::from(acks.min),
-                });
+                return Err(acks.not_replicated(&self.name, short_acks));
             }
             Ok(PermitAcquire::Acquired) => {}
             Ok(PermitAcquire::Busy(hint)) => return Ok(Attempt::Busy(hint)),

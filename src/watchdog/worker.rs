@@ -23,6 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::{Entry, Outcome, Server};
 use crate::connection::Source;
 use crate::error::{Error, Result};
+use crate::lease::Counters;
 use crate::scripts::{self, Renewal, SyncRenewal};
 
 /// How often an idle worker looks at its watch connection: the delay, at
@@ -208,52 +209,45 @@ impl Worker {
             let sent = Instant::now();
             let mut results = Vec::with_capacity(chunk.len() + fixed.len() + synced.len());
             if !synced.is_empty() {
-                let renewals: Vec<SyncRenewal<'_>> = synced
-                    .iter()
-                    .filter_map(|e| {
-                        Some(SyncRenewal {
-                            hold: e.sync.as_ref()?,
-                            key: &e.key,
-                            holder: &e.holder,
-                            lease_ms: e.lease_ms(),
-                        })
-                    })
-                    .collect();
-                counters
-                    .renewals
-                    .fetch_add(synced.len() as u64, Ordering::Relaxed);
-                counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                let (acks, response_timeout) =
-                    (batch_acks(&synced), first_response_timeout(&synced));
-                let replies = source.with_node_conn(node, |conn| {
-                    let replies = scripts::renew_sync_batch(conn, &renewals)?;
-                    let acked = acks.wait(conn, response_timeout)?;
-                    Ok((replies, acked))
-                });
-                drop(renewals);
-                results.extend(renewal_outcomes(synced, replies));
+                results.extend(renew_acked(
+                    &source,
+                    node,
+                    &counters,
+                    synced,
+                    |conn, synced| {
+                        let renewals: Vec<SyncRenewal<'_>> = synced
+                            .iter()
+                            .filter_map(|e| {
+                                Some(SyncRenewal {
+                                    hold: e.sync.as_ref()?,
+                                    key: &e.key,
+                                    holder: &e.holder,
+                                    lease_ms: e.lease_ms(),
+                                })
+                            })
+                            .collect();
+                        scripts::renew_sync_batch(conn, &renewals)
+                    },
+                ));
             }
             if !chunk.is_empty() {
-                let renewals: Vec<Renewal<'_>> = chunk
-                    .iter()
-                    .map(|e| Renewal {
-                        key: &e.key,
-                        holder: &e.holder,
-                        lease_ms: e.lease_ms(),
-                    })
-                    .collect();
-                counters
-                    .renewals
-                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                let (acks, response_timeout) = (batch_acks(&chunk), first_response_timeout(&chunk));
-                let replies = source.with_node_conn(node, |conn| {
-                    let replies = scripts::renew_batch(conn, &renewals, per_call, cluster)?;
-                    let acked = acks.wait(conn, response_timeout)?;
-                    Ok((replies, acked))
-                });
-                drop(renewals);
-                results.extend(renewal_outcomes(chunk, replies));
+                results.extend(renew_acked(
+                    &source,
+                    node,
+                    &counters,
+                    chunk,
+                    |conn, chunk| {
+                        let renewals: Vec<Renewal<'_>> = chunk
+                            .iter()
+                            .map(|e| Renewal {
+                                key: &e.key,
+                                holder: &e.holder,
+                                lease_ms: e.lease_ms(),
+                            })
+                            .collect();
+                        scripts::renew_batch(conn, &renewals, per_call, cluster)
+                    },
+                ));
             }
             if !fixed.is_empty() {
                 let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
@@ -455,16 +449,30 @@ fn batch_acks(entries: &[Entry]) -> crate::replicas::ReplicaAcks {
         .unwrap_or_default()
 }
 
-/// The outcomes of a batch of renewals and of the `WAIT` after it. A
-/// renewal that too few replicas acknowledged extended the lease on the
-/// master only: a failover could bring back the shorter lease, so it fails
-/// (with [`Error::NotReplicated`]) and is retried, and the holder's lease
-/// does not count as extended.
-fn renewal_outcomes(
+/// Renews `entries` in one round trip with `renew` (it builds the batch
+/// from the entries and sends it on the connection), followed by one
+/// `WAIT` on the same connection, and counts the round trip. A renewal that
+/// too few replicas acknowledged extended the lease on the master only: a
+/// failover could bring back the shorter lease, so it fails (with
+/// [`Error::NotReplicated`]) and is retried, and the holder's lease does
+/// not count as extended.
+fn renew_acked(
+    source: &Source,
+    node: crate::connection::NodeId,
+    counters: &Counters,
     entries: Vec<Entry>,
-    replies: Result<(Vec<Result<bool>>, Option<u64>)>,
+    mut renew: impl FnMut(&mut redis::Connection, &[Entry]) -> Result<Vec<Result<bool>>>,
 ) -> Vec<(Entry, Outcome)> {
-    let (replies, acked) = match replies {
+    counters
+        .renewals
+        .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+    let (acks, response_timeout) = (batch_acks(&entries), first_response_timeout(&entries));
+    let (replies, acked) = match source.with_node_conn(node, |conn| {
+        let replies = renew(conn, &entries)?;
+        let acked = acks.wait(conn, response_timeout)?;
+        Ok((replies, acked))
+    }) {
         Ok((replies, acked)) => (Ok(replies), acked),
         Err(e) => (Err(e), None),
     };
@@ -480,11 +488,7 @@ fn renewal_outcomes(
         .map(|(entry, outcome)| {
             let outcome = match outcome {
                 Outcome::Renewed if entry.acks.short(acked) => {
-                    Outcome::Failed(Arc::new(Error::NotReplicated {
-                        name: String::from_utf8_lossy(&entry.key).into_owned(),
-                        acked: acked.unwrap_or(0),
-                        wanted: u64::from(entry.acks.min),
-                    }))
+                    Outcome::Failed(Arc::new(entry.acks.not_replicated(&entry.key, acked)))
                 }
                 other => other,
             };
