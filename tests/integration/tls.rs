@@ -4,14 +4,22 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisServer, TlsSentinel, ms, test_builder, unique_name, wait_until};
+use redguard::LockGuard;
+
+use crate::support::{
+    RedisServer, TestCerts, TlsSentinel, ms, test_builder, unique_name, wait_until,
+};
 
 /// A client of the TLS `server`, trusting the CA file `ca`, presenting the
 /// client certificate when `client_cert`. The lease and the poll interval
 /// are 30 s: a waiter woken within a second was woken by a message.
 fn tls_client(server: &RedisServer, ca: &str, client_cert: bool) -> redguard::Client {
-    let certs = server.certs();
-    let mut b = test_builder(&server.url())
+    tls_client_at(&server.url(), server.certs(), ca, client_cert)
+}
+
+/// As [`tls_client`], for the deployment at `url` with the files of `certs`.
+fn tls_client_at(url: &str, certs: &TestCerts, ca: &str, client_cert: bool) -> redguard::Client {
+    let mut b = test_builder(url)
         .connect_timeout(ms(900))
         .response_timeout(ms(500))
         .watchdog_timeout(Duration::from_secs(30))
@@ -21,6 +29,36 @@ fn tls_client(server: &RedisServer, ca: &str, client_cert: bool) -> redguard::Cl
         b = b.tls_client_cert(certs.read("client.crt"), certs.read("client.key"));
     }
     b.build().unwrap()
+}
+
+/// Releases `guard` (a lock on `name`, on the data node `server`) once a
+/// thread of `waiter` waits for it and is subscribed on the server, and
+/// returns how long after the release that thread held the lock. Waiting
+/// for the server's subscription, not only the registration: the
+/// subscriber's first TLS connection takes a handshake (25–35 ms here), and
+/// an unlock before it would be found by the waiter's next attempt, not
+/// heard.
+fn woken_after_release(
+    server: &RedisServer,
+    waiter: &redguard::Client,
+    guard: LockGuard,
+    name: &str,
+) -> Duration {
+    let t = std::thread::spawn({
+        let lock = waiter.lock(name);
+        move || {
+            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+            (got.is_some(), Instant::now())
+        }
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        waiter.stats().waiters == 1 && listeners(server, name) == 1
+    }));
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (got, at) = t.join().unwrap();
+    assert!(got, "the waiter did not get the lock");
+    at - released
 }
 
 /// Classic subscribers of `name`'s unlock channel on `server`.
@@ -51,26 +89,7 @@ fn j4_tls_with_pinned_ca_and_client_certificate() {
     // 30 s lease and a 30 s poll interval, only the unlock message can
     // wake it within the bound.
     let other = tls_client(&server, "ca.crt", true);
-    let t = std::thread::spawn({
-        let other = other.clone();
-        let name = name.clone();
-        move || {
-            let lock = other.lock(&name);
-            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
-            (got.is_some(), Instant::now())
-        }
-    });
-    // Subscribed on the server, not only registered: the subscriber's
-    // first TLS connection takes a handshake (25–35 ms here), and an unlock
-    // before it would be found by the waiter's next attempt, not heard.
-    assert!(wait_until(Duration::from_secs(5), || {
-        other.stats().waiters == 1 && listeners(&server, &name) == 1
-    }));
-    let released = Instant::now();
-    g.unlock().unwrap();
-    let (got, at) = t.join().unwrap();
-    assert!(got);
-    let woken = at - released;
+    let woken = woken_after_release(&server, &other, g, &name);
     eprintln!("J4: TLS waiter woken {woken:?} after the release");
     assert!(woken < ms(500), "woken after {woken:?}");
 }
@@ -166,17 +185,7 @@ fn j4_tls_sentinel_discovery_lock_cycle_and_wake_up() {
     let sentinel = TlsSentinel::start(&master, "tls-master");
     let certs = master.certs();
     let url = format!("rediss+sentinel://127.0.0.1:{}/tls-master", sentinel.port());
-    let client = || {
-        test_builder(&url)
-            .connect_timeout(ms(900))
-            .response_timeout(ms(500))
-            .watchdog_timeout(Duration::from_secs(30))
-            .poll_interval(Duration::from_secs(30))
-            .tls_root_ca(certs.read("ca.crt"))
-            .tls_client_cert(certs.read("client.crt"), certs.read("client.key"))
-            .build()
-            .unwrap()
-    };
+    let client = || tls_client_at(&url, certs, "ca.crt", true);
     let (holder, waiter) = (client(), client());
     let name = unique_name("tls-sentinel");
     let g = holder
@@ -186,25 +195,7 @@ fn j4_tls_sentinel_discovery_lock_cycle_and_wake_up() {
         .expect("a free lock through a TLS sentinel");
     let on_master: bool = master.cmd("EXISTS", &[name.as_bytes()]);
     assert!(on_master, "the lock key is not on the TLS master");
-    let t = std::thread::spawn({
-        let waiter = waiter.clone();
-        let name = name.clone();
-        move || {
-            let got = waiter
-                .lock(&name)
-                .try_lock_for(Duration::from_secs(10))
-                .unwrap();
-            (got.is_some(), Instant::now())
-        }
-    });
-    assert!(wait_until(Duration::from_secs(5), || {
-        waiter.stats().waiters == 1 && listeners(&master, &name) == 1
-    }));
-    let released = Instant::now();
-    g.unlock().unwrap();
-    let (got, at) = t.join().unwrap();
-    assert!(got, "the waiter did not get the lock");
-    let woken = at - released;
+    let woken = woken_after_release(&master, &waiter, g, &name);
     eprintln!("J4 Sentinel: waiter woken {woken:?} after the unlock, through TLS");
     assert!(woken < Duration::from_secs(1), "{woken:?}");
 }

@@ -67,6 +67,8 @@ pub use sentinel::TlsSentinel;
 )]
 pub use sentinel::{BedOptions, SentinelBed, Switch};
 pub use server::RedisServer;
+#[cfg(feature = "tls")]
+pub use tls::TestCerts;
 
 /// Environment variable naming the `redis-server` binary to spawn.
 pub const REDIS_SERVER_ENV: &str = "REDGUARD_REDIS_SERVER";

@@ -713,6 +713,31 @@ fn sentinel_id(port: u16, index: usize) -> String {
     format!("{:08x}{:04x}{:028x}", std::process::id(), port, index + 1)
 }
 
+/// Writes `conf` to `dir`/sentinel.conf and starts a sentinel with it.
+///
+/// # Panics
+///
+/// When the file cannot be written or `redis-sentinel` cannot be spawned.
+fn spawn_sentinel_conf(conf: &str, dir: &Path) -> Child {
+    let conf_path = dir.join("sentinel.conf");
+    fs::write(&conf_path, conf).expect("write sentinel.conf");
+    let bin = redis_sentinel_bin();
+    Command::new(&bin)
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot spawn redis-sentinel `{bin}`: {e}. The Sentinel tests need a real \
+                 redis-sentinel: install the Debian package `redis-sentinel` or set \
+                 ${REDIS_SENTINEL_ENV} to its path. (Not skipping: a missing binary is a \
+                 failure.)"
+            )
+        })
+}
+
 /// Spawns one sentinel on `port` (on a fresh port if it loses that one)
 /// and waits until it answers `PING`.
 fn spawn_sentinel(
@@ -741,23 +766,7 @@ fn spawn_sentinel(
             options,
             dir.path(),
         );
-        let conf_path = dir.path().join("sentinel.conf");
-        fs::write(&conf_path, conf).expect("write sentinel.conf");
-        let bin = redis_sentinel_bin();
-        let child = Command::new(&bin)
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot spawn redis-sentinel `{bin}`: {e}. The Sentinel tests need a real \
-                     redis-sentinel: install the Debian package `redis-sentinel` or set \
-                     ${REDIS_SENTINEL_ENV} to its path. (Not skipping: a missing binary is a \
-                     failure.)"
-                )
-            });
+        let child = spawn_sentinel_conf(&conf, dir.path());
         // Dropping `process` kills the child and gives the port back.
         let mut process = SentinelProcess {
             child: Some(child),
@@ -938,32 +947,15 @@ impl TlsSentinel {
                 client_key = path("client.key"),
                 master_port = master.port(),
             );
-            let conf_path = dir.path().join("sentinel.conf");
-            fs::write(&conf_path, conf).expect("write sentinel.conf");
-            let bin = redis_sentinel_bin();
-            let child = Command::new(&bin)
-                .arg(&conf_path)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot spawn redis-sentinel `{bin}`: {e}"));
+            let child = spawn_sentinel_conf(&conf, dir.path());
             let process = SentinelProcess {
                 child: Some(child),
                 port,
                 dir,
             };
-            let client = redis::Client::build_with_tls(
-                format!("rediss://127.0.0.1:{port}/"),
-                redis::TlsCertificates {
-                    client_tls: Some(redis::ClientTlsConfig {
-                        client_cert: certs.read("client.crt"),
-                        client_key: certs.read("client.key"),
-                    }),
-                    root_cert: Some(certs.read("ca.crt")),
-                },
-            )
-            .expect("a TLS client for the sentinel");
+            let client = certs
+                .client(format!("rediss://127.0.0.1:{port}/"))
+                .expect("a TLS client for the sentinel");
             let answered = wait_until(ms(5000), || {
                 client
                     .get_connection_with_timeout(ms(500))

@@ -425,17 +425,7 @@ impl RedisServer {
     fn admin_client(&self, port: u16) -> redis::RedisResult<redis::Client> {
         #[cfg(feature = "tls")]
         if let Some(certs) = &self.tls {
-            let url = admin_url("rediss", port, self.password());
-            return redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: Some(redis::ClientTlsConfig {
-                        client_cert: certs.read("client.crt"),
-                        client_key: certs.read("client.key"),
-                    }),
-                    root_cert: Some(certs.read("ca.crt")),
-                },
-            );
+            return certs.client(admin_url("rediss", port, self.password()));
         }
         redis::Client::open(admin_url("redis", port, self.password()))
     }

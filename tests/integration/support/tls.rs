@@ -106,6 +106,21 @@ impl TestCerts {
     pub fn read(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.path(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
     }
+
+    /// A redis-rs client of the `rediss://` `url` that trusts this CA and
+    /// presents the client certificate.
+    pub fn client(&self, url: String) -> redis::RedisResult<redis::Client> {
+        redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: Some(redis::ClientTlsConfig {
+                    client_cert: self.read("client.crt"),
+                    client_key: self.read("client.key"),
+                }),
+                root_cert: Some(self.read("ca.crt")),
+            },
+        )
+    }
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
