@@ -61,6 +61,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `build()`"]
 pub struct Builder {
     url: Option<String>,
     /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).

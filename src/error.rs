@@ -353,3 +353,37 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod readme {
+    /// The README's error table names every variant of [`super::Error`]
+    /// (read from this file's source, so a new variant fails here until the
+    /// README lists it).
+    #[test]
+    fn readme_names_every_variant() {
+        let source = include_str!("error.rs");
+        let readme = include_str!("../README.md");
+        let body = source
+            .split("pub enum Error {")
+            .nth(1)
+            .and_then(|rest| rest.split("\n}\n").next())
+            .expect("the enum's body");
+        let variants: Vec<&str> = body
+            .lines()
+            .filter_map(|line| line.strip_prefix("    "))
+            .filter(|line| line.starts_with(|c: char| c.is_ascii_uppercase()))
+            .map(|line| {
+                line.split(|c: char| !c.is_alphanumeric())
+                    .next()
+                    .unwrap_or("")
+            })
+            .collect();
+        assert!(variants.len() >= 14, "{variants:?}");
+        for v in variants {
+            assert!(
+                readme.contains(&format!("| `{v}` |")),
+                "README lists no `{v}`"
+            );
+        }
+    }
+}

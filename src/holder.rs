@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,6 +47,12 @@ fn current_thread_id() -> u64 {
     ID.with(|id| *id)
 }
 
+/// Marks a guard `!Send` but `Sync`, as `std::sync::MutexGuard` is: a
+/// guard's holds belong to the thread that took them (its holder id names
+/// the thread), but another thread may look at a borrowed guard
+/// (`check()`, `is_lost()`, the fencing token).
+pub(crate) type NotSend = PhantomData<std::sync::MutexGuard<'static, ()>>;
+
 /// A holder id, `"<client uuid>:<thread id>"`: the hash field under which a
 /// lock's hold count is stored (Redisson's `getLockName(threadId)`).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -76,6 +83,12 @@ impl HolderId {
         })
     }
 
+    /// A holder id read back from Redis (a lock hash's field, a fair
+    /// queue's entry): any string, a foreign (Redisson) holder's included.
+    pub(crate) fn from_stored(id: impl Into<Arc<str>>) -> HolderId {
+        HolderId(id.into())
+    }
+
     /// The holder id as stored in Redis.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -90,6 +103,18 @@ impl HolderId {
 impl fmt::Display for HolderId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for HolderId {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for HolderId {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
     }
 }
 

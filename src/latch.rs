@@ -44,6 +44,7 @@ use crate::subscriber::Event;
 /// # Ok::<(), redguard::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a handle does nothing by itself: call `count_down()`, `wait()`, ..."]
 pub struct CountDownLatch {
     client: Client,
     name: Arc<[u8]>,

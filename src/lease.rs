@@ -192,6 +192,33 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
     sent + lease.saturating_sub(clock_drift(lease))
 }
 
+/// The remaining lifetime of a key that exists, as
+/// [`Lock::remaining_ttl`](crate::Lock::remaining_ttl) and
+/// [`LockInfo::ttl`](crate::LockInfo::ttl) report it (Redis's `PTTL`, in
+/// milliseconds, read as a [`Duration`]).
+///
+/// A key without an expiry is [`Ttl::Persistent`], not a huge duration, so
+/// `Instant::now() + ttl` cannot overflow by accident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ttl {
+    /// The key expires after this long (millisecond resolution).
+    Expires(Duration),
+    /// The key exists without an expiry (`PTTL` answered `-1`): written by
+    /// someone else, or by a holder that set none. Nothing will free it but
+    /// a release or [`Lock::force_unlock`](crate::Lock::force_unlock).
+    Persistent,
+}
+
+impl Ttl {
+    /// How long until the key expires; `None` for a key that never does.
+    pub fn expires_in(self) -> Option<Duration> {
+        match self {
+            Ttl::Expires(d) => Some(d),
+            Ttl::Persistent => None,
+        }
+    }
+}
+
 /// What `PTTL` (or a busy acquire script, which answers with the holder's
 /// PTTL) says about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,13 +241,12 @@ impl Pttl {
         }
     }
 
-    /// The public convention of remaining-ttl readings: `None` when there
-    /// is no key, `Some(Duration::MAX)` when it never expires.
-    pub(crate) fn remaining(self) -> Option<Duration> {
+    /// The public reading: `None` when there is no key.
+    pub(crate) fn remaining(self) -> Option<Ttl> {
         match self {
             Pttl::Missing => None,
-            Pttl::NoExpiry => Some(Duration::MAX),
-            Pttl::Expires(d) => Some(d),
+            Pttl::NoExpiry => Some(Ttl::Persistent),
+            Pttl::Expires(d) => Some(Ttl::Expires(d)),
         }
     }
 
@@ -271,11 +297,12 @@ mod tests {
     #[test]
     fn pttl_conventions() {
         assert_eq!(Pttl::from_ms(-2).remaining(), None);
-        assert_eq!(Pttl::from_ms(-1).remaining(), Some(Duration::MAX));
+        assert_eq!(Pttl::from_ms(-1).remaining(), Some(Ttl::Persistent));
         assert_eq!(Pttl::from_ms(-1).expiry(), None);
+        assert_eq!(Ttl::Persistent.expires_in(), None);
         assert_eq!(
             Pttl::from_ms(250).remaining(),
-            Some(Duration::from_millis(250))
+            Some(Ttl::Expires(Duration::from_millis(250)))
         );
         assert_eq!(
             Pttl::from_ms(250).expiry(),

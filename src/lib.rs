@@ -137,7 +137,7 @@ pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
-pub use lease::{MAX_LEASE, MIN_LEASE};
+pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
 pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
@@ -169,5 +169,22 @@ mod tests {
         assert_send::<crate::PermitGuard>();
         fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
         assert_error::<crate::Error>();
+    }
+}
+
+/// Guards are `Sync` like `std::sync::MutexGuard` (the `!Send` half is
+/// shown by `compile_fail` examples on each guard).
+#[cfg(test)]
+mod guard_auto_traits {
+    fn sync<T: Sync>() {}
+
+    #[test]
+    fn guards_are_sync() {
+        sync::<crate::LockGuard>();
+        sync::<crate::MultiLockGuard>();
+        sync::<crate::RedLockGuard>();
+        sync::<crate::OnceGuard>();
+        sync::<crate::SemaphoreGuard>();
+        sync::<crate::PermitGuard>();
     }
 }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+
+use crate::holder::NotSend;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +29,18 @@ use crate::scripts::Release;
 /// lease is the backstop. Call [`LockGuard::unlock`] to see the error.
 ///
 /// The guard is `!Send`: the hold belongs to the thread that took it (the
-/// holder id contains the thread id), as with `std::sync::MutexGuard`.
+/// holder id contains the thread id), as with `std::sync::MutexGuard`. Like
+/// `MutexGuard` it is `Sync`, so a scoped thread may look at a borrowed
+/// guard:
+///
+/// ```no_run
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.lock("report:nightly").lock()?;
+/// std::thread::scope(|s| {
+///     s.spawn(|| guard.check()).join().expect("no panic")
+/// })?;
+/// # Ok::<(), redguard::Error>(())
+/// ```
 ///
 /// ```compile_fail
 /// fn assert_send<T: Send>(_: T) {}
@@ -51,7 +64,7 @@ pub struct LockGuard {
     acquired_at: Instant,
     token: Option<FencingToken>,
     done: bool,
-    _not_send: PhantomData<*const ()>,
+    _not_send: NotSend,
 }
 
 impl fmt::Debug for LockGuard {

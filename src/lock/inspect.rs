@@ -5,8 +5,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::holder::HolderId;
 use crate::keys;
-use crate::lease::Pttl;
+use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
 
 /// What [`Lock::inspect`] found at a lock name.
@@ -21,10 +22,10 @@ pub struct LockInfo {
     /// (empty when the lock is free or the value is not a lock). Write
     /// holds of a read-write lock appear as Redisson stores them, with a
     /// `:write` suffix.
-    pub holders: Vec<(String, u64)>,
+    pub holders: Vec<(HolderId, u64)>,
     /// The remaining lease of the lock key: `None` when nothing is stored
-    /// there, `Some(Duration::MAX)` when the key has no expiry.
-    pub ttl: Option<Duration>,
+    /// there, [`Ttl::Persistent`] when the key has no expiry.
+    pub ttl: Option<Ttl>,
 }
 
 impl LockInfo {
@@ -76,7 +77,7 @@ pub enum LockKind {
 #[non_exhaustive]
 pub struct QueuedWaiter {
     /// The waiter's holder id.
-    pub holder: String,
+    pub holder: HolderId,
     /// When the waiter's place in the queue lapses unless it retries (the
     /// score in `redisson_lock_timeout:{name}`, Unix epoch ms); `None` when
     /// the waiter has no deadline recorded.
@@ -168,7 +169,7 @@ impl Lock {
                     if field == "mode" {
                         mode = Some(value.into_owned());
                     } else if let Ok(count) = value.parse::<u64>() {
-                        info.holders.push((field, count));
+                        info.holders.push((HolderId::from_stored(field), count));
                     } else {
                         foreign = true;
                     }
@@ -203,7 +204,7 @@ impl Lock {
             let queue = queue
                 .iter()
                 .map(|holder| QueuedWaiter {
-                    holder: holder.clone(),
+                    holder: HolderId::from_stored(holder.as_str()),
                     deadline: deadline_of(holder),
                 })
                 .collect();
@@ -237,7 +238,7 @@ mod tests {
         assert!(info.is_held());
         info.kind = LockKind::Reentrant;
         assert!(!info.is_held());
-        info.holders.push(("a:1".into(), 1));
+        info.holders.push((HolderId::from_stored("a:1"), 1));
         assert!(info.is_held());
     }
 }

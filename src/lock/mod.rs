@@ -18,7 +18,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
-use crate::lease::Pttl;
+use crate::lease::{Pttl, Ttl};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
@@ -76,6 +76,7 @@ pub use read_write::ReadWriteLock;
 /// # Ok::<(), redguard::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `lock()` or `try_lock()` on it"]
 pub struct Lock {
     // One pointer: every guard owns a clone of its handle, so a held lock
     // costs a pointer here, not a copy of the handle.
@@ -381,7 +382,9 @@ impl Lock {
     }
 
     /// Every holder id with its hold count, as stored in Redis (empty when
-    /// the lock is free).
+    /// the lock is free). A read-write lock lists its readers' ids, and its
+    /// writer's as Redisson stores it, with a `:write` suffix. Ids of
+    /// foreign (Redisson) holders come back as stored.
     ///
     /// # Errors
     ///
@@ -396,21 +399,25 @@ impl Lock {
     /// }
     /// # Ok::<(), redguard::Error>(())
     /// ```
-    pub fn holders(&self) -> Result<Vec<(String, u64)>> {
+    pub fn holders(&self) -> Result<Vec<(HolderId, u64)>> {
         self.check_name()?;
         if self.is_read_write() {
             return self.rw_holders();
         }
-        self.inner.client.with_conn(&self.inner.name, |conn| {
+        let fields = self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("HGETALL")
                 .arg(&self.inner.name[..])
                 .query::<Vec<(String, u64)>>(conn)
                 .map_err(|e| Error::from_redis(e, &self.inner.name))
-        })
+        })?;
+        Ok(fields
+            .into_iter()
+            .map(|(id, count)| (HolderId::from_stored(id), count))
+            .collect())
     }
 
-    /// The remaining lease of the lock's key: `None` when the lock is free,
-    /// `Some(Duration::MAX)` when the key exists without an expiry.
+    /// The remaining lease of the lock's key (`PTTL`): `None` when the lock
+    /// is free, [`Ttl::Persistent`] when the key exists without an expiry.
     ///
     /// # Errors
     ///
@@ -420,13 +427,17 @@ impl Lock {
     ///
     /// ```no_run
     /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// use redguard::Ttl;
+    ///
     /// match client.lock("report:nightly").remaining_ttl()? {
     ///     None => println!("free"),
-    ///     Some(ttl) => println!("held for {ttl:?} more unless renewed"),
+    ///     Some(Ttl::Expires(ttl)) => println!("held for {ttl:?} more unless renewed"),
+    ///     Some(Ttl::Persistent) => println!("held with no expiry"),
+    ///     Some(_) => {}
     /// }
     /// # Ok::<(), redguard::Error>(())
     /// ```
-    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+    pub fn remaining_ttl(&self) -> Result<Option<Ttl>> {
         self.check_name()?;
         let pttl: i64 = self.inner.client.with_conn(&self.inner.name, |conn| {
             redis::cmd("PTTL")

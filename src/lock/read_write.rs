@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::holder::HolderId;
 use crate::keys;
 use crate::lock::{Inner, Kind, Lock};
 use crate::scripts::rwlock::{self, ReadKeys};
@@ -92,7 +93,17 @@ use crate::scripts::{Release, SyncHold};
 /// drop(r);
 /// # Ok::<(), redguard::Error>(())
 /// ```
+///
+/// A handle takes nothing by itself; a bare `rw.write();` is flagged by the
+/// compiler (`#[must_use]`, as on every handle and guard):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let client = redguard::Client::open("redis://127.0.0.1/").unwrap();
+/// client.read_write_lock("catalog").write();
+/// ```
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `.read()` or `.write()`, then `lock()` or `try_lock()`"]
 pub struct ReadWriteLock {
     read: Lock,
     write: Lock,
@@ -300,7 +311,7 @@ impl Lock {
     }
 
     /// Holders of a read-write lock, the `mode` field left out.
-    pub(crate) fn rw_holders(&self) -> Result<Vec<(String, u64)>> {
+    pub(crate) fn rw_holders(&self) -> Result<Vec<(HolderId, u64)>> {
         let fields: Vec<(String, String)> =
             self.inner.client.with_conn(&self.inner.name, |conn| {
                 redis::cmd("HGETALL")
@@ -311,7 +322,7 @@ impl Lock {
         Ok(fields
             .into_iter()
             .filter(|(field, _)| field != "mode")
-            .filter_map(|(field, count)| Some((field, count.parse().ok()?)))
+            .filter_map(|(field, count)| Some((HolderId::from_stored(field), count.parse().ok()?)))
             .collect())
     }
 

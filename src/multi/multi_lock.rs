@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+
+use crate::holder::NotSend;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -58,6 +60,7 @@ use crate::multi::members::{Held, Member, canonical, check_members, pause_until}
 /// # Ok::<(), redguard::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `lock()` or `try_lock()` on it"]
 pub struct MultiLock {
     members: Vec<Member>,
 }
@@ -217,7 +220,7 @@ pub struct MultiLockGuard {
     multi: MultiLock,
     /// One guard per lock, in canonical order.
     guards: Held,
-    _not_send: PhantomData<*const ()>,
+    _not_send: NotSend,
 }
 
 impl fmt::Debug for MultiLockGuard {

@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+
+use crate::holder::NotSend;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -137,6 +139,7 @@ use crate::multi::members::{Held, Member, canonical, check_members, pause_until}
 /// [`Builder::connect_timeout`]: crate::Builder::connect_timeout
 /// [`Builder::response_timeout`]: crate::Builder::response_timeout
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `lock()` or `try_lock()` on it"]
 pub struct RedLock {
     members: Vec<Member>,
     retry_min: Duration,
@@ -425,7 +428,7 @@ pub struct RedLockGuard {
     guards: Held,
     quorum: usize,
     acquired_at: Instant,
-    _not_send: PhantomData<*const ()>,
+    _not_send: NotSend,
 }
 
 impl fmt::Debug for RedLockGuard {

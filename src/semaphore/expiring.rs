@@ -106,6 +106,7 @@ impl FromStr for PermitId {
 /// # Ok::<(), redguard::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `acquire()` or `try_acquire()` on it"]
 pub struct ExpiringSemaphore {
     client: Client,
     name: Arc<[u8]>,

@@ -59,6 +59,7 @@ pub const MAX_PERMITS: u32 = i32::MAX as u32;
 /// # Ok::<(), redguard::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a handle acquires nothing by itself: call `acquire()` or `try_acquire()` on it"]
 pub struct Semaphore {
     client: Client,
     name: Arc<[u8]>,

@@ -39,7 +39,9 @@ fn wait_queue_len(lock: &redguard::Lock, n: usize) -> Vec<String> {
     assert!(
         wait_until(Duration::from_secs(5), || {
             ids = match lock.inspect().unwrap().kind {
-                redguard::LockKind::Fair { queue } => queue.into_iter().map(|w| w.holder).collect(),
+                redguard::LockKind::Fair { queue } => {
+                    queue.into_iter().map(|w| w.holder.to_string()).collect()
+                }
                 _ => Vec::new(),
             };
             ids.len() == n

@@ -467,7 +467,7 @@ fn run_done_running_through_the_api(server: &RedisServer) {
     let info = a.lock(&key).inspect().unwrap();
     assert_eq!(
         info.holders,
-        vec![(holder.clone(), 1)],
+        vec![(run.holder_id().clone(), 1)],
         "a lock to `status`"
     );
 

@@ -531,9 +531,10 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     // The control lock survives: a renewal lands on the new master (its
     // ttl there goes back up to nearly a whole lease) and the guard is fine.
     let renewed_there = wait_until(LONG_LEASE, || {
-        kept_lock
-            .remaining_ttl()
-            .is_ok_and(|t| t.is_some_and(|t| t > LONG_LEASE * 5 / 6))
+        kept_lock.remaining_ttl().is_ok_and(|t| {
+            t.and_then(redguard::Ttl::expires_in)
+                .is_some_and(|t| t > LONG_LEASE * 5 / 6)
+        })
     });
     assert!(
         renewed_there,

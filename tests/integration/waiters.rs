@@ -213,7 +213,10 @@ fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
     ctx.server
         .cmd::<i64>("HSET", &[name.as_bytes(), b"someone:1", b"1"]);
     let lock = ctx.client.lock(&name);
-    assert_eq!(lock.remaining_ttl().unwrap(), Some(Duration::MAX));
+    assert_eq!(
+        lock.remaining_ttl().unwrap(),
+        Some(redguard::Ttl::Persistent)
+    );
     let t0 = Instant::now();
     assert!(lock.try_lock_for(ms(700)).unwrap().is_none());
     let took = t0.elapsed();

@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use redguard::Ttl;
 
 use crate::fail::{Failure, code};
 
@@ -405,11 +406,11 @@ pub(crate) fn show_name(name: &[u8]) -> String {
 }
 
 /// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
-pub(crate) fn show_ttl(ttl: Option<Duration>) -> String {
+pub(crate) fn show_ttl(ttl: Option<Ttl>) -> String {
     match ttl {
         None => "none".to_owned(),
-        Some(Duration::MAX) => "no expiry".to_owned(),
-        Some(d) => {
+        Some(Ttl::Persistent) => "no expiry".to_owned(),
+        Some(Ttl::Expires(d)) => {
             let ms = Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64);
             if ms.is_zero() {
                 "0ms".to_owned()

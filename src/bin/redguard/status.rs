@@ -1,9 +1,9 @@
 //! `redguard status NAME [--json]` and `redguard unlock --force NAME`.
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use redguard::{LockInfo, LockKind};
+use redguard::{LockInfo, LockKind, Ttl};
 use serde_json::{Value, json};
 
 use crate::cli::{StatusArgs, UnlockArgs, name_bytes, show_name, show_ttl};
@@ -162,7 +162,7 @@ fn to_text(name: &[u8], info: &LockInfo) -> String {
         for (i, waiter) in queue.iter().enumerate() {
             let deadline = match waiter.deadline {
                 Some(at) => match at.duration_since(now) {
-                    Ok(left) => format!("deadline in {}", show_ttl(Some(left))),
+                    Ok(left) => format!("deadline in {}", show_ttl(Some(Ttl::Expires(left)))),
                     Err(_) => "deadline passed".to_owned(),
                 },
                 None => "no deadline".to_owned(),
@@ -176,15 +176,15 @@ fn to_text(name: &[u8], info: &LockInfo) -> String {
 fn to_json(name: &[u8], info: &LockInfo) -> Value {
     let ttl_ms = match info.ttl {
         None => Value::Null,
-        Some(Duration::MAX) => json!(-1),
-        Some(d) => json!(d.as_millis() as u64),
+        Some(Ttl::Persistent) => json!(-1),
+        Some(Ttl::Expires(d)) => json!(d.as_millis() as u64),
     };
     let mut v = json!({
         "name": String::from_utf8_lossy(name),
         "held": info.is_held(),
         "kind": kind_word(&info.kind),
         "ttl_ms": ttl_ms,
-        "holders": info.holders.iter().map(|(h, n)| json!({"id": h, "count": n})).collect::<Vec<_>>(),
+        "holders": info.holders.iter().map(|(h, n)| json!({"id": h.as_str(), "count": n})).collect::<Vec<_>>(),
     });
     match &info.kind {
         LockKind::Fair { queue } => {
@@ -195,7 +195,7 @@ fn to_json(name: &[u8], info: &LockInfo) -> Value {
                         .deadline
                         .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
                         .map(|d| d.as_millis() as u64);
-                    json!({"id": w.holder, "deadline_ms": deadline})
+                    json!({"id": w.holder.as_str(), "deadline_ms": deadline})
                 })
                 .collect();
         }

@@ -48,7 +48,11 @@ pub(crate) fn describe(conn: &Connection, name: &[u8]) -> Result<Option<(String,
         leases.len()
     );
     for (id, left) in &leases {
-        let _ = writeln!(text, "  permit {id}: lease {}", show_ttl(Some(*left)));
+        let _ = writeln!(
+            text,
+            "  permit {id}: lease {}",
+            show_ttl(Some(redguard::Ttl::Expires(*left)))
+        );
     }
     let json = json!({
         "name": String::from_utf8_lossy(name),
