@@ -256,6 +256,22 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let guard = lock.try_lock().unwrap().expect("entry without deadline");
     assert!(no_trace(&ctx.server, &name));
     drop(guard);
+
+    // The caller's own entry is never dropped as one without a deadline: at
+    // the head, ahead of a live waiter, it keeps its turn.
+    let me = ctx.client.holder_id();
+    let live = (server_now_ms(&ctx.server) + 60_000).to_string();
+    let () = ctx
+        .server
+        .cmd("ZADD", &[&timeout_key(&name), live.as_bytes(), b"live:1"]);
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"live:1"],
+    );
+    let guard = lock.try_lock().unwrap().expect("the head's turn");
+    let queue: Vec<String> = ctx.server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
+    assert_eq!(queue, ["live:1"], "the live waiter is next");
+    drop(guard);
 }
 
 /// On each release exactly one waiter is woken: one message, on the next
