@@ -59,7 +59,17 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
     assert!(lock.is_fair());
     assert_eq!(lock.fair_wait_timeout(), Some(Duration::from_secs(300)));
     let outer = lock.lock().unwrap();
+    let lease = TEST_WATCHDOG.as_millis() as i64;
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > lease - 300 && pttl <= lease,
+        "granted with PTTL {pttl}"
+    );
+    // A re-entry sets the lease again (an admin cut the key to 200 ms).
+    let _: i64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"200"]);
     let inner = lock.try_lock().unwrap().expect("re-entry of a fair lock");
+    let pttl = ctx.server.pttl(&name);
+    assert!(pttl > lease - 300, "re-entered with PTTL {pttl}");
     assert_eq!(lock.hold_count().unwrap(), 2);
     let holders: Vec<(String, u64)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
     assert_eq!(
@@ -224,7 +234,13 @@ fn fair_waiter_leaves_queue_on_error() {
 fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let ctx = TestContext::new();
     let name = unique_name("fair-ghost");
-    let lock = ctx.client.fair_lock(&name);
+    // A 10 s poll interval: only the time until the head's deadline, which
+    // the busy acquire reports, bounds the wait for the ghost to go.
+    let client = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let lock = client.fair_lock(&name);
     let ghost_deadline = server_now_ms(&ctx.server) + 1_000;
     let deadline = ghost_deadline.to_string();
     let () = ctx.server.cmd(
@@ -259,7 +275,7 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
 
     // The caller's own entry is never dropped as one without a deadline: at
     // the head, ahead of a live waiter, it keeps its turn.
-    let me = ctx.client.holder_id();
+    let me = client.holder_id();
     let live = (server_now_ms(&ctx.server) + 60_000).to_string();
     let () = ctx
         .server
