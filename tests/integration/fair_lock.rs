@@ -254,11 +254,15 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
         "the lock is free, but promised to the queue head"
     );
     let started = Instant::now();
+    let calls = ctx.server.command_calls(&["evalsha", "eval"]);
     let guard = lock
         .try_lock_for(Duration::from_secs(5))
         .unwrap()
         .expect("acquired once the dead head is pruned");
     let waited = started.elapsed();
+    // It slept until the head's deadline instead of trying again and again.
+    let attempts = ctx.server.command_calls(&["evalsha", "eval"]) - calls;
+    assert!(attempts < 10, "{attempts} script calls while waiting");
     assert!(
         server_now_ms(&ctx.server) >= ghost_deadline,
         "acquired before the head's deadline"
@@ -641,4 +645,27 @@ fn a8_fair_lock_dead_waiter() {
         t.join().unwrap();
     }
     assert!(no_trace(&server, &name), "dead waiter pruned");
+}
+
+/// A fair waiter sleeps until the holder's lease ends: the holder's fixed
+/// lease runs out (no unlock message comes), and the waiter, whose poll
+/// interval is 10 s, acquires right after it.
+#[test]
+fn fair_waiter_sleeps_until_the_holders_lease_ends() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-ttl");
+    let holder = ctx.other_client();
+    let _held = holder.fair_lock(&name).with_lease(ms(500)).lock().unwrap();
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let got = waiter
+        .fair_lock(&name)
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(got.is_some(), "never acquired");
+    assert!(waited < ms(500 + 400), "acquired after {waited:?}");
 }
