@@ -307,6 +307,10 @@ mod tests {
         assert_eq!(Pttl::from_ms(-1).expiry(), None);
         assert_eq!(Ttl::Persistent.expires_in(), None);
         assert_eq!(
+            Ttl::Expires(Duration::from_millis(250)).expires_in(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
             Pttl::from_ms(250).remaining(),
             Some(Ttl::Expires(Duration::from_millis(250)))
         );
