@@ -656,6 +656,14 @@ fn a_runner_that_lost_its_key_cannot_record(server: &RedisServer) {
         panic!("first caller runs");
     };
     let _: i64 = server.cmd("DEL", &[key.as_bytes()]);
+    // The next renewal tells the runner; its guard says so.
+    assert!(wait_until(TEST_WATCHDOG, || late.is_lost()), "never told");
+    assert!(late.check().unwrap_err().is_lock_lost());
+    let shown = format!("{late:?}");
+    assert!(
+        shown.starts_with("OnceGuard") && shown.contains(&key) && shown.contains("lost: true"),
+        "{shown}"
+    );
     let Once::Run(fresh) = b.once(&key, DAY).unwrap() else {
         panic!("the key is free again");
     };
