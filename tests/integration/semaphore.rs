@@ -399,3 +399,18 @@ fn sem1_two_processes_three_permits(ctx: &TestContext) {
     assert_eq!(available, 3, "the count is exact at the end");
     assert!(child.wait_success(Duration::from_secs(5)));
 }
+
+/// An expiry set on an expiring semaphore's counter (Redisson's `expire`)
+/// is lent to its permit leases by every grant, so both keys go together.
+#[test]
+fn an_expiring_counter_lends_its_expiry_to_the_permit_leases() {
+    let ctx = TestContext::new();
+    let name = unique_name("exp-ttl");
+    let sem = ctx.client.expiring_semaphore(&name);
+    assert!(sem.try_set_permits(2).unwrap());
+    let _: i64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"60000"]);
+    let permit = sem.acquire().unwrap();
+    let pttl = ctx.server.pttl(format!("{{{name}}}:timeout"));
+    assert!(pttl > 50_000 && pttl <= 60_000, "permit leases PTTL {pttl}");
+    permit.release().unwrap();
+}
