@@ -414,3 +414,57 @@ fn an_expiring_counter_lends_its_expiry_to_the_permit_leases() {
     assert!(pttl > 50_000 && pttl <= 60_000, "permit leases PTTL {pttl}");
     permit.release().unwrap();
 }
+
+/// A released permit wakes a waiter at once, for both kinds: the waiter
+/// polls every 20 s and the holder's lease is 30 s, so only the release's
+/// message can let it in within half a second.
+#[test]
+fn a_release_wakes_a_waiting_acquirer_of_either_kind() {
+    let ctx = TestContext::new();
+    let holder = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiter = deaf_client(&ctx.server.url());
+    // Waiting, and its channel subscribed on the server (a registered
+    // waiter's subscription may still be on its way on a loaded machine).
+    let subscribed = |name: &str| {
+        let channel = format!("redisson_sc:{{{name}}}");
+        let counts: Vec<(String, i64)> = ctx
+            .server
+            .cmd("PUBSUB", &[&b"NUMSUB"[..], channel.as_bytes()]);
+        waiter.stats().waiters == 1 && counts.first().is_some_and(|(_, n)| *n == 1)
+    };
+
+    let name = unique_name("exp-wake");
+    assert!(holder.expiring_semaphore(&name).try_set_permits(1).unwrap());
+    let permit = holder.expiring_semaphore(&name).acquire().unwrap();
+    let sem = waiter.expiring_semaphore(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = sem.try_acquire_for(Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || subscribed(&name)));
+    let released = Instant::now();
+    permit.release().unwrap();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "expiring: never acquired");
+    let woken = at.saturating_duration_since(released);
+    assert!(woken < ms(500), "expiring: woken after {woken:?}");
+
+    let name = unique_name("plain-wake");
+    assert!(holder.semaphore(&name).try_set_permits(1).unwrap());
+    let permit = holder.semaphore(&name).acquire(1).unwrap();
+    let sem = waiter.semaphore(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = sem.try_acquire_for(1, Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || subscribed(&name)));
+    let released = Instant::now();
+    permit.release().unwrap();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "plain: never acquired");
+    let woken = at.saturating_duration_since(released);
+    assert!(woken < ms(500), "plain: woken after {woken:?}");
+}
