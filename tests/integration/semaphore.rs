@@ -468,3 +468,41 @@ fn a_release_wakes_a_waiting_acquirer_of_either_kind() {
     let woken = at.saturating_duration_since(released);
     assert!(woken < ms(500), "plain: woken after {woken:?}");
 }
+
+/// The renewal of an expiring permit reports it lost at once when its
+/// lease ended on the server's clock (an ended permit is never revived:
+/// any acquirer may count it back), and when a value of another type
+/// replaced the permit leases; both are seen at the next renewal (L/3),
+/// long before the lease runs out on the holder's clock.
+#[test]
+fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
+    let ctx = TestContext::new();
+    let bound = TEST_WATCHDOG / 3 + ms(400);
+    for how in ["ended", "wrong type"] {
+        let name = unique_name("exp-ended");
+        let sem = ctx.client.expiring_semaphore(&name);
+        assert!(sem.try_set_permits(1).unwrap());
+        let permit = sem.acquire().unwrap();
+        let timeouts = format!("{{{name}}}:timeout");
+        let started = Instant::now();
+        if how == "ended" {
+            let (secs, micros): (u64, u64) = ctx.server.cmd("TIME", &[]);
+            let past = (secs * 1000 + micros / 1000 - 1_000).to_string();
+            let _: i64 = ctx.server.cmd(
+                "ZADD",
+                &[
+                    timeouts.as_bytes(),
+                    b"XX",
+                    past.as_bytes(),
+                    &permit.id().as_bytes()[..],
+                ],
+            );
+        } else {
+            let () = ctx.server.cmd("SET", &[timeouts.as_bytes(), b"not a zset"]);
+        }
+        assert!(wait_until(TEST_WATCHDOG * 2, || permit.is_lost()), "{how}");
+        let told = started.elapsed();
+        assert!(told <= bound, "{how}: told after {told:?} > {bound:?}");
+        drop(permit);
+    }
+}
