@@ -484,3 +484,38 @@ fn i9_a_lost_grant_is_undone_before_the_next_acquire_of_the_same_thread() {
     }
     assert_eq!(doubles, 0, "a late undo deleted a live grant");
 }
+
+/// A client that shuts down releases its locks and wakes their waiters in
+/// other clients at once: the waiter polls every 20 s and the lease is 30
+/// s, so only the release's message lets it in within half a second.
+#[test]
+fn a_shutdown_release_wakes_the_waiters_of_other_clients() {
+    let server = RedisServer::start();
+    let holder = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiter = test_builder(&server.url())
+        .poll_interval(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let name = unique_name("shutdown-wake");
+    let _held = holder.lock(&name).lock().unwrap();
+    let lock = waiter.lock(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    assert!(wait_until(Duration::from_secs(5), || {
+        let counts: Vec<(String, i64)> =
+            server.cmd("PUBSUB", &[&b"NUMSUB"[..], channel.as_bytes()]);
+        waiter.stats().waiters == 1 && counts.first().is_some_and(|(_, n)| *n == 1)
+    }));
+    let shut = Instant::now();
+    holder.shutdown();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "never acquired");
+    let woken = at.saturating_duration_since(shut);
+    assert!(woken < ms(500), "woken {woken:?} after the shutdown");
+}
