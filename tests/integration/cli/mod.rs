@@ -1,7 +1,7 @@
 //! The `redguard` binary end to end (`CARGO_BIN_EXE_redguard`), against a
 //! private redis-server per test, one file per subcommand or concern:
 //! `exec` (running a command under the lock), `exec_lease` (leases, signals
-//! and Redis faults under a running exec), `status`, `unlock`, `args`
+//! and Redis faults under a running exec), `exec_tree` (CMD's process tree), `status`, `unlock`, `args`
 //! (usage errors and exit codes) and `auth` (passwords).
 //!
 //! The CLI runs against a private redis-server per test. Lease tests use short timings (600 ms
@@ -28,6 +28,7 @@ mod args;
 mod auth;
 mod exec;
 mod exec_lease;
+mod exec_tree;
 mod status;
 mod unlock;
 
