@@ -227,10 +227,12 @@ fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
     let dir = scratch();
     let pids = dir.path().join("pids");
     // One leftover ends on SIGTERM; the other ignores it and needs the
-    // SIGKILL that follows after --kill-grace.
+    // SIGKILL that follows after --kill-grace. CMD exits once both are
+    // set up (bounded: 5 s).
     let body = format!(
         "sleep 60 & echo $! >> {pids}; \
          sh -c 'trap \"\" TERM; echo $$ >> {pids}; while :; do sleep 0.05; done' & \
+         i=0; while [ \"$(wc -l < {pids})\" -lt 2 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
          exit 3",
         pids = path_str(&pids)
     );
@@ -256,6 +258,9 @@ fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
         recorded.len() == 2
     }));
     let start = Instant::now();
+    // SIGTERM first: the leftover that obeys it goes well within the grace.
+    let obeyed = wait_until(ms(400), || !alive(recorded[0]));
+    assert!(obeyed, "the leftover sleep got no SIGTERM");
     // The lock is held until both are gone.
     let took = watch_tree_die(&server, &name, &recorded, start);
     let out = p.wait(RUN_TIMEOUT);
@@ -265,4 +270,103 @@ fn what_cmd_leaves_running_is_stopped_before_the_lock_is_released() {
         took >= ms(350),
         "the TERM-ignoring leftover went before the grace: {took:?}"
     );
+}
+
+/// A pseudo-terminal's master side; its slave's path is [`Pty::slave`].
+struct Pty {
+    master: fs::File,
+    slave: std::ffi::CString,
+}
+
+impl Pty {
+    fn open() -> Pty {
+        use std::os::fd::FromRawFd;
+        // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor
+        // this function owns; ptsname_r writes at most `buf.len()` bytes.
+        unsafe {
+            let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            assert!(fd >= 0, "posix_openpt");
+            let master = fs::File::from_raw_fd(fd);
+            assert_eq!(libc::grantpt(fd), 0);
+            assert_eq!(libc::unlockpt(fd), 0);
+            let mut buf = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(fd, buf.as_mut_ptr(), buf.len()), 0);
+            let slave = std::ffi::CStr::from_ptr(buf.as_ptr()).to_owned();
+            Pty { master, slave }
+        }
+    }
+
+    /// Makes `cmd` a session leader with the slave as its controlling
+    /// terminal and stdin: redguard then runs in the terminal's foreground
+    /// process group, as when started from an interactive shell.
+    fn attach(&self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let slave = self.slave.clone();
+        // SAFETY: the closure runs between fork and exec and calls only
+        // async-signal-safe functions (setsid, open, dup2, close).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Without O_NOCTTY: a session leader's first terminal
+                // becomes its controlling terminal.
+                let fd = libc::open(slave.as_ptr(), libc::O_RDWR);
+                if fd < 0 || libc::dup2(fd, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Interactive use: redguard, its supervisor and CMD share the terminal's
+/// foreground process group. Ctrl-C from the terminal reaches CMD once
+/// (straight from the kernel; nobody passes it on again), and a SIGTERM
+/// sent to redguard reaches CMD through the supervisor.
+#[test]
+fn in_a_terminal_signals_reach_cmd_through_the_supervisor() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    let name = unique_name("tree-tty");
+    let _cleanup = KillTree(name.clone());
+    let dir = scratch();
+    let (ready, log) = (dir.path().join("ready"), dir.path().join("log"));
+    let body = format!(
+        "trap 'echo int >> {log}' INT; trap 'echo term >> {log}; exit 6' TERM; \
+         echo $$ > {ready}; i=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 1",
+        log = path_str(&log),
+        ready = path_str(&ready)
+    );
+    let pty = Pty::open();
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", &name, "--", "sh", "-c", &body]);
+    pty.attach(&mut cmd);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&ready);
+    // SAFETY: getpgid(2) only reads.
+    let (cmd_group, redguard_group) = unsafe { (libc::getpgid(cmd_pid), libc::getpgid(p.pid())) };
+    assert_eq!(
+        cmd_group, redguard_group,
+        "CMD stays in the terminal's group"
+    );
+
+    (&pty.master).write_all(b"\x03").unwrap();
+    let lines = || fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(5), || lines() == "int\n"),
+        "after Ctrl-C: {:?}",
+        lines()
+    );
+    p.signal(libc::SIGTERM);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(
+        out.code,
+        Some(6),
+        "CMD's status after its TERM trap: {out:?}"
+    );
+    assert_eq!(lines(), "int\nterm\n", "each signal reached CMD once");
+    assert!(!server.exists(&name));
 }
