@@ -71,6 +71,8 @@ pub(crate) fn run_cmd(
         cmd.process_group(0);
     }
 
+    // Spawned from this (the main) thread: the supervisor's parent-death
+    // signal fires when the spawning thread ends.
     match relay.start_child(own_group, || cmd.spawn()) {
         Ok(Some(_pid)) => {}
         Ok(None) => {

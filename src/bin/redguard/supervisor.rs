@@ -30,10 +30,16 @@
 //! supervisor, which passes on those not sent by the kernel (the terminal's
 //! reached CMD already).
 //!
+//! The parent-death signal fires when the *thread* that started the
+//! supervisor ends: redguard starts it from its main thread, whose end is
+//! redguard's end.
+//!
 //! What is not covered: redguard and the supervisor killed at the same
 //! moment (e.g. `kill -9` of a process group holding both, which only an
-//! interactive run has). Descendants that left CMD's process group then
-//! outlive both.
+//! interactive run has), or redguard killed while it kills what a dead
+//! supervisor left. Descendants that left CMD's process group then outlive
+//! both. Processes handed to a service manager (`systemd-run`, `docker
+//! run`) are not CMD's descendants and are not covered either.
 //!
 //! The supervisor is started as `/proc/self/exe` (the running redguard,
 //! even if its file was replaced since) with `argv[0]` `redguard-supervisor`,

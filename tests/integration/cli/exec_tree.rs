@@ -167,6 +167,14 @@ fn sigkill_of_redguard_kills_the_whole_tree_and_the_lock_stays_held_meanwhile() 
     let recorded = tree.pids();
     let running = living(&name, &recorded);
     assert!(running.len() >= TREE_PIDS, "{running:?}");
+    // The supervisor's own setting is not passed on to CMD.
+    let cmd_env = fs::read(format!("/proc/{}/environ", recorded[0])).unwrap();
+    assert!(
+        !cmd_env
+            .split(|&b| b == 0)
+            .any(|var| var.starts_with(b"REDGUARD_SUPERVISOR=")),
+        "CMD inherited the supervisor's setting"
+    );
     assert!(server.exists(&name));
 
     p.signal(libc::SIGKILL);
