@@ -129,6 +129,7 @@ mod scripts;
 mod semaphore;
 mod subscriber;
 mod token;
+mod transaction;
 mod watchdog;
 
 pub use client::{Client, Stats};
