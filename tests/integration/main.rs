@@ -12,6 +12,7 @@ mod fair_lock;
 mod faults;
 mod fenced_lock;
 mod foreign;
+mod holder_checks;
 mod identity;
 mod latch;
 mod layout;
