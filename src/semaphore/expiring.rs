@@ -250,16 +250,14 @@ impl ExpiringSemaphore {
         type Lease = (Vec<u8>, f64);
         let (time, members): ((u64, u64), Vec<Lease>) =
             self.client.with_conn(&self.name, |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("TIME")
-                    .cmd("ZRANGE")
-                    .arg(&self.timeouts[..])
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &self.timeouts))
+                crate::transaction::snapshot(conn, &self.timeouts, |pipe| {
+                    pipe.cmd("TIME")
+                        .cmd("ZRANGE")
+                        .arg(&self.timeouts[..])
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES");
+                })
             })?;
         let now = time.0.saturating_mul(1000) + time.1 / 1000;
         Ok(members

@@ -240,3 +240,26 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
         "the refused channel's waiter still gets the lock by polling"
     );
 }
+
+/// The read-only snapshots (`inspect`, expiring-permit `leases`) run in a
+/// `MULTI`: a server that wants a password refuses the `MULTI` itself, and
+/// that is `Err(Auth)`, never a panic; a key outside the user's patterns
+/// is `Err(Permission)` naming the lock, not an aborted transaction.
+#[test]
+fn j2_snapshots_classify_noauth_and_noperm() {
+    let server = server_with_acl_user();
+    let () = server.cmd("CONFIG", &[b"SET", b"requirepass", b"admin-pw-j2"]);
+    let anonymous = test_client(&format!("redis://127.0.0.1:{}/", server.port()));
+    let err = anonymous.lock("rg:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+    let err = anonymous
+        .expiring_semaphore("rg:j2-snap")
+        .leases()
+        .unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+
+    let client = test_client(&user_url(&server));
+    let err = client.lock("other:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
+    assert!(err.to_string().contains("other:j2-snap"), "{err}");
+}

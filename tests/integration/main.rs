@@ -12,6 +12,7 @@ mod fair_lock;
 mod faults;
 mod fenced_lock;
 mod foreign;
+mod holder_checks;
 mod identity;
 mod latch;
 mod layout;
@@ -22,6 +23,7 @@ mod multi_lock;
 mod mutual_exclusion;
 mod once;
 mod ownership;
+mod packaging;
 mod persistence;
 mod pool_contention;
 mod red_lock;
@@ -35,7 +37,8 @@ mod sentinel;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;
-// The binary exists only with the `cli` feature (on by default).
+// The binary exists only with the `cli` feature (off by default;
+// scripts/test turns it on).
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
