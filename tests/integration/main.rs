@@ -34,6 +34,7 @@ mod scale;
 mod script_cache;
 mod semaphore;
 mod sentinel;
+mod storm;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;
