@@ -19,6 +19,7 @@ mod layout;
 mod local_fairness;
 mod lock;
 mod loss;
+mod lost_grant;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
