@@ -114,6 +114,7 @@
 mod client;
 mod config;
 mod connection;
+mod duration_text;
 mod error;
 mod fencing;
 mod holder;
