@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use super::pool::Pool;
+use super::server::Server;
 use super::{ConnectOptions, NodeId};
 use crate::backoff::{Backoff, pause_until};
 use crate::error::{Error, Result};
@@ -203,6 +204,23 @@ fn redirect(e: &Error) -> Option<Redirect> {
     }
 }
 
+/// A node that answers `CLUSTER SLOTS` with "cluster support disabled" is
+/// a single server behind a `redis+cluster://` URL: said so, as a bad
+/// URL. Other errors are unchanged.
+fn not_a_cluster(e: Error, addr: &str) -> Error {
+    let disabled = e
+        .redis_error()
+        .and_then(redis::RedisError::detail)
+        .is_some_and(|d| d.contains("cluster support disabled"));
+    if disabled {
+        return Error::invalid(format!(
+            "{addr} is not a Redis Cluster node (its cluster support is disabled): use a \
+             redis:// URL for a single server"
+        ));
+    }
+    e
+}
+
 /// `true` when `e` is a cluster redirection or a transient cluster state
 /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the call did not run and
 /// may be sent again through [`Cluster::with_conn`].
@@ -339,7 +357,7 @@ impl Cluster {
                 redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query::<Value>(conn)
-                    .map_err(Error::redis)
+                    .map_err(|e| not_a_cluster(Error::redis(e), &node.addr))
             });
             match reply.and_then(|r| self.apply(&node.addr, &r)) {
                 Ok(()) => {
@@ -493,6 +511,17 @@ impl Cluster {
     /// A new connection to node `node`, outside its pool.
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         self.node(node)?.pool.connect()
+    }
+
+    /// Whether node `node` has sharded pub/sub: what its pool learned from
+    /// the node's version, `true` while unknown.
+    pub(crate) fn sharded_pubsub(&self, node: NodeId) -> bool {
+        self.node(node).ok().is_none_or(|n| {
+            n.pool
+                .server()
+                .or_else(|| n.sharded.server())
+                .is_none_or(Server::sharded_pubsub)
+        })
     }
 
     /// A new RESP3 connection to node `node` for sharded pub/sub (see

@@ -657,7 +657,7 @@ impl Inner {
         for i in 0..n {
             let index = (first + i) % n;
             let (label, client) = &self.sentinels[index];
-            match self.ask(client) {
+            match self.ask(label, client) {
                 Ok(Some(addr)) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(addr);
@@ -687,10 +687,10 @@ impl Inner {
         Err(last_error.unwrap_or_else(|| Error::invalid("no sentinel configured")))
     }
 
-    fn ask(&self, client: &redis::Client) -> Result<Option<(String, u16)>> {
+    fn ask(&self, label: &str, client: &redis::Client) -> Result<Option<(String, u16)>> {
         let mut conn = client
             .get_connection_with_timeout(self.settings.connect_timeout)
-            .map_err(Error::redis)?;
+            .map_err(|e| Error::redis(e).at(label))?;
         conn.set_read_timeout(Some(self.settings.response_timeout))
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(self.settings.response_timeout))
@@ -699,7 +699,7 @@ impl Inner {
             .arg("get-master-addr-by-name")
             .arg(&self.spec.master_name)
             .query::<Option<(String, u16)>>(&mut conn)
-            .map_err(Error::redis)
+            .map_err(|e| not_a_sentinel(e, label))
     }
 
     /// Starts the `+switch-master` listener once.
@@ -717,6 +717,23 @@ impl Inner {
             }
         });
     }
+}
+
+/// A server that does not know the `SENTINEL` command is a data node
+/// behind a `redis+sentinel://` URL: said so, as a bad URL. Other errors
+/// are classified as usual.
+fn not_a_sentinel(e: redis::RedisError, label: &str) -> Error {
+    let unknown = e.detail().is_some_and(|d| {
+        let d = d.to_ascii_lowercase();
+        d.contains("unknown command") && d.contains("sentinel")
+    });
+    if unknown {
+        return Error::invalid(format!(
+            "{label} is not a sentinel (it does not know the SENTINEL command): a \
+             redis+sentinel:// URL lists sentinels (by default on port 26379), not data nodes"
+        ));
+    }
+    Error::redis(e)
 }
 
 /// The `+switch-master` listener: subscribed on one sentinel at a time

@@ -410,7 +410,7 @@ impl Lock {
         let released = self.inner.client.with_conn(key, |conn| match &sync {
             Some(hold) => scripts::release_sync_hold(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 hold,
                 key,
                 channel,
@@ -418,7 +418,7 @@ impl Lock {
             ),
             None => scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 key,
                 channel,
                 self.queue_key(),

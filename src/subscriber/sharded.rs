@@ -130,6 +130,12 @@ impl Router {
             return;
         }
         let node = self.source.node_of(channel);
+        if !self.source.sharded_pubsub(node) {
+            // Redis 6.2: no sharded pub/sub on this node; unlocks there
+            // publish the classic kind, which the classic connection hears.
+            self.pending.remove(channel);
+            return;
+        }
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         let sent = self.node(node).is_some_and(|tx| {
             tx.send(NodeCtl::Subscribe(channel.to_vec(), ack_tx))
