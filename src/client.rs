@@ -11,6 +11,7 @@ use crate::config::{Builder, Config};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
+use crate::hooks::Hooks;
 use crate::latch::CountDownLatch;
 use crate::lease::Counters;
 use crate::lock::{Lock, ReadWriteLock};
@@ -53,6 +54,7 @@ pub(crate) struct Shared {
     source: Arc<Source>,
     subscriber: OnceLock<Option<Subscriber>>,
     counters: Arc<Counters>,
+    hooks: Arc<Hooks>,
     shut_down: AtomicBool,
 }
 
@@ -145,6 +147,9 @@ impl Client {
         let source = Source::open(&config.deployment, &config.connect_options())?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        let hooks = Arc::new(Hooks {
+            on_lost: config.on_lease_lost.clone(),
+        });
         Ok(Client {
             shared: Arc::new(Shared {
                 id: ClientId::new_random(),
@@ -152,6 +157,7 @@ impl Client {
                 source: Arc::new(source),
                 subscriber: OnceLock::new(),
                 counters: Arc::new(Counters::default()),
+                hooks,
                 shut_down: AtomicBool::new(false),
             }),
         })
@@ -334,6 +340,10 @@ impl Client {
 
     pub(crate) fn counters(&self) -> &Arc<Counters> {
         &self.shared.counters
+    }
+
+    pub(crate) fn hooks(&self) -> &Arc<Hooks> {
+        &self.shared.hooks
     }
 
     /// How this client's scripts publish the unlock messages of `key`

@@ -9,6 +9,7 @@ use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
@@ -60,6 +61,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -75,6 +77,7 @@ pub struct Builder {
     renew_batch: usize,
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
+    on_lease_lost: Option<LostCallback>,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
@@ -96,6 +99,7 @@ impl fmt::Debug for Builder {
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
@@ -117,6 +121,7 @@ impl Default for Builder {
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            on_lease_lost: None,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
@@ -234,6 +239,45 @@ impl Builder {
         self
     }
 
+    /// Calls `callback` once for every lease of this client that the
+    /// watchdog finds lost, with the lock's name and kind, the holder id,
+    /// when the loss was noticed and why ([`LostLease`]). Default: none
+    /// (the loss is logged as a warning either way, and the hold's guard
+    /// reports it from [`LockGuard::check`](crate::LockGuard::check)).
+    ///
+    /// * **Once per lost lease**, from the watchdog's own thread, never
+    ///   while redguard holds an internal lock: the callback may call
+    ///   redguard (look at the lock, take another one on another thread).
+    /// * **It must not block**: the same thread renews the leases of every
+    ///   client of the process. Hand slow work (paging someone, stopping a
+    ///   job) to a thread or a channel of your own. A panic in it is
+    ///   caught and logged.
+    /// * **Not called for a normal release**, nor for what the holder's
+    ///   own release finds: an unlock that answers
+    ///   [`Error::NotHeld`](crate::Error::NotHeld) tells the caller
+    ///   directly; nor when the client's shutdown releases its locks.
+    ///
+    /// Redisson has no such hook (its watchdog only stops renewing).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .on_lease_lost(|lost| {
+    ///         eprintln!("lost {} ({}): {}", lost.name_lossy(), lost.kind, lost.reason);
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn on_lease_lost(
+        mut self,
+        callback: impl Fn(&LostLease) + Send + Sync + 'static,
+    ) -> Builder {
+        self.on_lease_lost = Some(std::sync::Arc::new(callback));
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -336,6 +380,7 @@ impl Builder {
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
+            on_lease_lost: self.on_lease_lost,
             tls: self.tls,
             acks: self.acks,
         })
@@ -354,6 +399,7 @@ pub(crate) struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
+    pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
 }

@@ -62,7 +62,12 @@ pub(crate) struct Counters {
 pub(crate) struct LeaseState {
     lost: AtomicBool,
     released: AtomicBool,
+    /// Set before the holder's last release is sent: a loss seen by the
+    /// watchdog from then on may be that release, and is not reported.
+    releasing: AtomicBool,
     finished: AtomicBool,
+    /// When the hold began (the granting script was sent).
+    since: Instant,
     /// Nanoseconds since the origin until which the lease is known to be
     /// valid on this client's clock.
     valid_until: AtomicU64,
@@ -70,12 +75,24 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
+    #[cfg(test)]
     pub(crate) fn new(valid_until: Instant, counters: Arc<Counters>) -> LeaseState {
+        LeaseState::since(Instant::now(), valid_until, counters)
+    }
+
+    /// A hold granted by a script sent at `since`.
+    pub(crate) fn since(
+        since: Instant,
+        valid_until: Instant,
+        counters: Arc<Counters>,
+    ) -> LeaseState {
         counters.held.fetch_add(1, Ordering::Relaxed);
         LeaseState {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            releasing: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            since,
             valid_until: AtomicU64::new(nanos(valid_until)),
             counters,
         }
@@ -88,9 +105,22 @@ impl LeaseState {
     }
 
     /// Marks the lease as lost for good (the watchdog heard 0, or gave up).
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::Release);
+    /// `true` when this call turned a live hold into a lost one: not lost
+    /// before, and its holder neither released it nor began to.
+    pub(crate) fn mark_lost(&self) -> bool {
+        let was_lost = self.lost.swap(true, Ordering::AcqRel);
         self.finish();
+        !was_lost && !self.is_released() && !self.releasing.load(Ordering::Acquire)
+    }
+
+    /// Says that the holder's last release is about to be sent.
+    pub(crate) fn begin_release(&self) {
+        self.releasing.store(true, Ordering::Release);
+    }
+
+    /// When the hold began: when its granting script was sent.
+    pub(crate) fn held_since(&self) -> Instant {
+        self.since
     }
 
     /// Marks the lock as released by its holder: the watchdog drops it.

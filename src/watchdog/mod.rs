@@ -41,8 +41,10 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
 use crate::error::Error;
+use crate::hooks::Hooks;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
+use crate::lost::{HoldKind, LossReason};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
 use schedule::Schedule;
@@ -65,6 +67,13 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// What the hold is, for the lost-lease hooks.
+    pub(crate) kind: HoldKind,
+    pub(crate) hooks: Arc<Hooks>,
+    /// When the lease was last known held: the send time of the granting
+    /// script, then of each renewal (or look-up) that found it held. A
+    /// server restart after it explains a loss.
+    pub(crate) renewed_at: Instant,
     /// Replica acknowledgement a renewal needs before the holder's lease
     /// counts as extended, and the response timeout `WAIT` adds to.
     pub(crate) acks: ReplicaAcks,
@@ -115,7 +124,8 @@ enum Outcome {
     Renewed,
     /// A fixed lease, looked up by a check: still there, not extended.
     Held,
-    Gone,
+    /// The holder no longer holds it, for the reason the worker found.
+    Gone(LossReason),
     /// The renewal did not get an answer; the error keeps its kind
     /// (connection, authentication, timeout, ...). Shared by every renewal
     /// of a round trip that failed as a whole.
@@ -325,6 +335,9 @@ struct ServerState {
     retry: Option<Retrying>,
     /// The pauses between those attempts; `None` while renewals succeed.
     backoff: Option<Backoff>,
+    /// Renewals failed since the last round trip that went through (the
+    /// warning is logged once per streak, and when it ends).
+    failing: bool,
 }
 
 /// Renewals of one server waiting out a pause after a failed round trip.
@@ -558,6 +571,7 @@ impl Watchdog {
                             suspect_at: None,
                             retry: None,
                             backoff: None,
+                            failing: false,
                         },
                     );
                 }
@@ -607,8 +621,7 @@ impl Watchdog {
                     continue;
                 }
                 // A fixed lease ran out: the lock is gone on the server.
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
                 continue;
             }
             groups.entry(entry.server()).or_default().push(entry);
@@ -681,11 +694,25 @@ impl Watchdog {
 
     /// A lease whose renewals failed until its local deadline: lost.
     fn lapse(&mut self, entry: Entry) {
-        log::warn!(
-            "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out",
-            entry.name()
-        );
-        entry.state.mark_lost();
+        self.lose(entry, LossReason::DeadlinePassed, None);
+    }
+
+    /// Marks a lease lost for `reason` and drops its entry. The hooks
+    /// (warning, callback) hear of it once, unless the holder released it
+    /// or began to meanwhile: then the loss is that release, whose own
+    /// reply tells the holder. `detail` goes into the warning.
+    fn lose(&mut self, entry: Entry, reason: LossReason, detail: Option<&Error>) {
+        if entry.state.mark_lost() {
+            if let Some(e) = detail {
+                log::debug!(
+                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    entry.name()
+                );
+            }
+            entry
+                .hooks
+                .lease_lost(&entry.key, entry.kind, &entry.holder, reason);
+        }
         self.forget(entry);
     }
 
@@ -698,9 +725,9 @@ impl Watchdog {
         let source = first.source.clone();
         let counters = first.counters.clone();
         let Some(state) = self.state(server, &source) else {
+            // No thread can renew them: they run out unrenewed.
             for entry in entries {
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
             }
             return;
         };
@@ -761,11 +788,12 @@ impl Watchdog {
             if !matches!(outcome, Outcome::Failed(_)) {
                 answered = true;
             }
-            let Some(entry) = self.still_wanted(entry) else {
+            let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
             match outcome {
                 Outcome::Renewed => {
+                    entry.renewed_at = done.sent;
                     entry
                         .state
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
@@ -782,18 +810,11 @@ impl Watchdog {
                     recheck.push(entry);
                 }
                 Outcome::Held => {
+                    entry.renewed_at = done.sent;
                     let due = entry.state.valid_until();
                     self.schedule.insert(due, entry);
                 }
-                Outcome::Gone => {
-                    log::warn!(
-                        "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
-                        entry.name(),
-                        entry.holder
-                    );
-                    entry.state.mark_lost();
-                    self.forget(entry);
-                }
+                Outcome::Gone(reason) => self.lose(entry, reason, None),
                 Outcome::Failed(e) => failed.push((entry, e)),
             }
         }
@@ -830,20 +851,30 @@ impl Watchdog {
         if failed.is_empty() {
             if answered && let Some(state) = self.servers.get_mut(&server) {
                 state.backoff = None;
+                if std::mem::take(&mut state.failing) {
+                    log::warn!("redguard: lease renewals succeed again after failing");
+                }
             }
             return;
+        }
+        if let Some(state) = self.servers.get_mut(&server)
+            && !std::mem::replace(&mut state.failing, true)
+            && let Some((entry, err)) = failed.first()
+        {
+            // Once per failure streak; the rest of it is logged at debug
+            // level, and its end at warn level again.
+            log::warn!(
+                "redguard: lease renewals failing ({err}, lock {:?} and {} more); retried with \
+                 backoff until each lease runs out",
+                entry.name(),
+                failed.len() - 1
+            );
         }
         let mut kept = Vec::with_capacity(failed.len());
         let mut shortest = crate::lease::MAX_LEASE;
         for (entry, err) in failed {
             if now >= entry.state.valid_until() {
-                log::warn!(
-                    "redguard: lease of lock {:?} lost: no renewal succeeded before it ran \
-                     out (last error: {err})",
-                    entry.name()
-                );
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, Some(&err));
                 continue;
             }
             shortest = shortest.min(entry.lease);

@@ -25,7 +25,11 @@ use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
+use crate::lost::LossReason;
 use crate::scripts::{self, Renewal, SyncRenewal};
+
+/// A lease found gone, before [`Worker::explain`] says why.
+const GONE: Outcome = Outcome::Gone(LossReason::RenewalRefused);
 
 /// How often an idle worker looks at its watch connection: the delay, at
 /// most, between a server closing it and the check of its leases.
@@ -101,6 +105,8 @@ pub(super) fn spawn(
             backoff: Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY),
         },
         renewing: false,
+        restarted_at: None,
+        evicted_keys: None,
     };
     std::thread::Builder::new()
         .name("redguard-renew".into())
@@ -129,6 +135,13 @@ struct Worker {
     /// A renewal job is under way: the scheduling thread waits for its
     /// last batch.
     renewing: bool,
+    /// When the server was last seen to have restarted (a new `run_id`, or
+    /// back after being unreachable): losses of leases renewed before it
+    /// are put down to the restart.
+    restarted_at: Option<Instant>,
+    /// The server's `evicted_keys` when last read: a lock key found missing
+    /// after it grew was evicted.
+    evicted_keys: Option<u64>,
 }
 
 impl Worker {
@@ -190,7 +203,7 @@ impl Worker {
     }
 
     /// Renews `entries` in batches and sends each batch's outcome back.
-    fn renew(&self, entries: Vec<Entry>, per_trip: usize) {
+    fn renew(&mut self, entries: Vec<Entry>, per_trip: usize) {
         let Some(first) = entries.first() else {
             self.report_done(Instant::now(), Vec::new(), true);
             return;
@@ -277,12 +290,13 @@ impl Worker {
             if !fixed.is_empty() {
                 let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
                 results.extend(outcomes(fixed, replies, |held| {
-                    if held { Outcome::Held } else { Outcome::Gone }
+                    if held { Outcome::Held } else { GONE }
                 }));
             }
             if cluster {
                 results = reroute(&source, results);
             }
+            self.explain(&source, sent, &mut results);
             unreachable = results.iter().find_map(|(_, o)| match o {
                 Outcome::Failed(e) if e.is_connection() => Some(e.clone()),
                 _ => None,
@@ -357,15 +371,15 @@ impl Worker {
             return;
         };
         let opened = source.node_connection(self.server.1).and_then(|mut conn| {
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query(&mut conn)
-                .map_err(Error::redis)?;
-            Ok((conn, run_id(&info)))
+            // Every default section: `server` for the run_id, `stats` for
+            // the eviction count.
+            let info: String = redis::cmd("INFO").query(&mut conn).map_err(Error::redis)?;
+            Ok((conn, run_id(&info), evicted_keys(&info)))
         });
         drop(source);
         match opened {
-            Ok((conn, id)) => {
+            Ok((conn, id, evicted)) => {
+                self.evicted_keys = evicted;
                 self.watch.conn = Some(conn);
                 // A new process; or, with nothing to compare, a server that
                 // could not be reached since leases were taken there.
@@ -380,6 +394,7 @@ impl Worker {
                     self.watch.run_id = id;
                 }
                 if restarted {
+                    self.restarted_at = Some(now);
                     log::debug!(
                         "redguard watchdog: the server restarted or was unreachable; checking every lease there"
                     );
@@ -402,6 +417,81 @@ impl Worker {
 
     fn suspect(&self) {
         let _ = self.reports.send(Report::Suspect(self.server));
+    }
+
+    /// Says why each lease of `results` found gone was lost, with one more
+    /// round trip (only when some were): the server's `INFO` (a new
+    /// `run_id`: a restart; a grown `evicted_keys`: evictions) and whether
+    /// each key still exists. A loss of a lease last renewed before a
+    /// restart is the restart's; a missing key on a server that evicted
+    /// keys meanwhile was evicted; a renewal sent after the lease ran out
+    /// on this client's clock came too late; anything else (deleted, taken,
+    /// expired on the server) was refused.
+    fn explain(&mut self, source: &Source, sent: Instant, results: &mut [(Entry, Outcome)]) {
+        let gone: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, o))| matches!(o, Outcome::Gone(_)))
+            .map(|(i, _)| i)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let probe = source.with_node_conn(self.server.1, |conn| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("INFO");
+            for &i in &gone {
+                pipe.cmd("EXISTS").arg(&results[i].0.key[..]);
+            }
+            pipe.ignore_errors();
+            let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
+            Ok(replies)
+        });
+        let (mut info, mut exists) = (None, Vec::new());
+        if let Ok(replies) = probe {
+            let mut replies = replies.into_iter();
+            info = replies.next().and_then(|v| match v {
+                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                redis::Value::VerbatimString { text, .. } => Some(text),
+                _ => None,
+            });
+            exists = replies
+                .map(|v| !matches!(v, redis::Value::Int(0)))
+                .collect();
+        }
+        let now = Instant::now();
+        let mut evicted = false;
+        if let Some(info) = &info {
+            let id = run_id(info);
+            if let (Some(old), Some(new)) = (&self.watch.run_id, &id)
+                && old != new
+            {
+                // A restart the watch connection has not seen yet: the
+                // other leases held there are checked too.
+                self.watch.run_id = id;
+                self.restarted_at = Some(now);
+                self.suspect();
+            }
+            let count = evicted_keys(info);
+            evicted = matches!((self.evicted_keys, count), (Some(a), Some(b)) if b > a);
+            if count.is_some() {
+                self.evicted_keys = count;
+            }
+        }
+        for (n, &i) in gone.iter().enumerate() {
+            let (entry, outcome) = &mut results[i];
+            let missing = exists.get(n).is_some_and(|e| !e);
+            let reason = if self.restarted_at.is_some_and(|at| at > entry.renewed_at) {
+                LossReason::Restart
+            } else if missing && evicted {
+                LossReason::Evicted
+            } else if entry.state.valid_until() <= sent {
+                LossReason::DeadlinePassed
+            } else {
+                LossReason::RenewalRefused
+            };
+            *outcome = Outcome::Gone(reason);
+        }
     }
 }
 
@@ -436,7 +526,7 @@ fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outco
 
 /// One entry's renewal (or check, for a fixed lease) on its own.
 fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
-    let answer = |held: bool, yes: Outcome| if held { yes } else { Outcome::Gone };
+    let answer = |held: bool, yes: Outcome| if held { yes } else { GONE };
     let reply = if !e.renew {
         still_held(conn, std::slice::from_ref(e))?
             .pop()
@@ -459,7 +549,7 @@ fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
     };
     match reply {
         Some(Ok(outcome)) => Ok(outcome),
-        Some(Err(Error::WrongType { .. })) => Ok(Outcome::Gone),
+        Some(Err(Error::WrongType { .. })) => Ok(GONE),
         Some(Err(e)) => Err(e),
         None => Err(Error::Protocol("no reply to a renewal".into())),
     }
@@ -503,11 +593,7 @@ fn renew_acked(
         Err(e) => (Err(e), None),
     };
     let renewed = outcomes(entries, replies, |renewed| {
-        if renewed {
-            Outcome::Renewed
-        } else {
-            Outcome::Gone
-        }
+        if renewed { Outcome::Renewed } else { GONE }
     });
     renewed
         .into_iter()
@@ -549,7 +635,7 @@ fn outcomes(
                 let outcome = match reply {
                     Ok(yes) => answer(yes),
                     // Another type now lives at the key: the lock is gone.
-                    Err(Error::WrongType { .. }) => Outcome::Gone,
+                    Err(Error::WrongType { .. }) => GONE,
                     Err(e) => Outcome::Failed(Arc::new(e)),
                 };
                 (entry, outcome)
@@ -613,6 +699,13 @@ fn run_id(info: &str) -> Option<String> {
         .map(|id| id.trim().to_owned())
 }
 
+/// The `evicted_keys` line of an `INFO stats` reply.
+fn evicted_keys(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("evicted_keys:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// Releases the locks of entries whose client went away (when it asked for
 /// that), then marks each lost. After the first failure that breaks the
 /// connection the rest are left to their leases, so that a dead server
@@ -667,5 +760,8 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:1\r\n";
         assert_eq!(run_id(info).as_deref(), Some("abc123"));
         assert_eq!(run_id("# Server\r\n"), None);
+        let stats = "# Stats\r\nexpired_keys:3\r\nevicted_keys:17\r\n";
+        assert_eq!(evicted_keys(stats), Some(17));
+        assert_eq!(evicted_keys(info), None);
     }
 }
