@@ -413,6 +413,28 @@ impl ExpiringSemaphore {
             script::permit_release(conn, self.client.publish(), self.keys(), &id.0)
         })
     }
+
+    /// Deletes the semaphore (Redisson's `delete`): its permit counter and
+    /// the leases of its held permits, in one step. `true` when there was
+    /// something to delete. Afterwards no permit is available until
+    /// [`ExpiringSemaphore::try_set_permits`] sets a count again; a holder
+    /// finds its permit gone at its next renewal ([`PermitGuard::check`]
+    /// then reports it lost). For an administrator resetting a semaphore
+    /// whose count is wrong (`redguard unlock --force --kind semaphore`);
+    /// it also resets a plain [`Semaphore`](crate::Semaphore) of the same
+    /// name, which keeps only the counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// when the name holds something that is not a permit count or the
+    /// lease key something that is not a sorted set (both left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn delete(&self) -> Result<bool> {
+        self.check()?;
+        self.client
+            .with_conn(&self.name, |conn| script::permit_delete(conn, self.keys()))
+    }
 }
 
 /// One permit of an [`ExpiringSemaphore`], given back when dropped; the

@@ -9,11 +9,12 @@ use std::time::Duration;
 use redguard::{Lock, LockGuard};
 
 use crate::child::{CmdEnd, OnLoss, lost_reason, preflight, run_cmd, signal_exit, signal_name};
-use crate::cli::{ExecArgs, OnLost, name_bytes, show_name};
+use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
+use crate::show;
 use crate::spinner::Spinner;
 use crate::status::describe_holder;
 
@@ -68,7 +69,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         out::error(&format!(
             "{} while waiting for lock {}; CMD not run",
             signal_name(signal),
-            show_name(&name)
+            show::name(&name)
         ));
         return Ok(signal_exit(signal));
     }
@@ -83,6 +84,11 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         Err(e) => return Err(Failure::from_lib(&e, &conn.server)),
     };
 
+    log::info!(
+        "redguard: holding lock {} as {}; running CMD",
+        show::name(&name),
+        guard.holder_id()
+    );
     let mut cmd = Command::new(program);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
@@ -95,7 +101,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         action: args.on_lost,
         kill_grace: args.kill_grace,
         why: &why,
-        subject: format!("lock {}", show_name(&name)),
+        subject: format!("lock {}", show::name(&name)),
     };
     let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
@@ -133,14 +139,14 @@ fn finish(
                 OnLost::Kill => {
                     out::error(&format!(
                         "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
                     out::warn(&format!(
                         "{why} of lock {} before CMD ended",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(cmd_code))
                 }
@@ -149,7 +155,7 @@ fn finish(
         Err(e) => {
             out::warn(&format!(
                 "could not release lock {} ({e}); it frees itself when its lease runs out",
-                show_name(name)
+                show::name(name)
             ));
             Ok(ExitCode::from(cmd_code))
         }
@@ -171,6 +177,6 @@ fn busy_message(lock: &Lock, name: &[u8]) -> String {
     };
     format!(
         "lock {} {holder}; not acquired in time, CMD not run",
-        show_name(name)
+        show::name(name)
     )
 }

@@ -7,6 +7,7 @@
 mod child;
 mod cli;
 mod connect;
+mod durations;
 mod exec;
 mod fail;
 mod latch;
@@ -15,9 +16,11 @@ mod once;
 mod out;
 mod permits;
 mod relay;
+mod show;
 mod spinner;
 mod status;
 mod sync_status;
+mod unlock;
 
 use std::process::ExitCode;
 
@@ -39,16 +42,17 @@ fn main() -> ExitCode {
 fn run() -> Result<ExitCode, Failure> {
     // Before parsing: a usage error may quote an argument holding a URL.
     connect::register_url_secrets(std::env::args_os().chain(std::env::var_os("REDIS_URL")));
-    logging::init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return cli::parse_error(err),
     };
+    logging::init(cli.verbose);
     let conn = connect::connect(&cli.conn)?;
+    log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),
         Command::Status(args) => status::status(args, &conn),
-        Command::Unlock(args) => status::unlock(args, &conn),
+        Command::Unlock(args) => unlock::unlock(args, &conn),
         Command::Once(args) => once::once(args, &conn),
         Command::Latch(args) => latch::latch(args, &conn),
     }
