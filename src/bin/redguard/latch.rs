@@ -20,7 +20,7 @@ use crate::show;
 pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let name = name_bytes(&args.name)?;
     let latch = conn.client.count_down_latch(&name);
-    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
+    let fail = |e: redguard::Error| Failure::from_lib_on(&e, &conn.server, &name, "latch count");
     let say = |line: String| {
         if !args.quiet {
             println!("{line}");

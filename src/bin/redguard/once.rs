@@ -264,16 +264,7 @@ fn forget(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
 
 /// A library error for KEY, with the run-once reading of a wrong type.
 fn lib_failure(err: &redguard::Error, key: &[u8], conn: &Connection) -> Failure {
-    match err {
-        redguard::Error::WrongType { .. } => Failure::new(
-            code::DATAERR,
-            format!(
-                "key {} holds a value that is not a run-once record; left untouched",
-                show::name(key)
-            ),
-        ),
-        _ => Failure::from_lib(err, &conn.server),
-    }
+    Failure::from_lib_on(err, &conn.server, key, "run-once record")
 }
 
 /// The status a later caller exits with: the recorded one, 0 for records

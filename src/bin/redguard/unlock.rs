@@ -25,19 +25,9 @@ pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, F
     }
 }
 
-/// A library error on NAME as `--kind` `what`: a value of another type is
-/// refused with 65.
+/// A library error on NAME as `--kind` `what`.
 fn fail(err: &redguard::Error, name: &[u8], what: &str, conn: &Connection) -> Failure {
-    match err {
-        redguard::Error::WrongType { .. } => Failure::new(
-            code::DATAERR,
-            format!(
-                "key {} holds a value that is not a {what}; left untouched",
-                show::name(name)
-            ),
-        ),
-        _ => Failure::from_lib(err, &conn.server),
-    }
+    Failure::from_lib_on(err, &conn.server, name, what)
 }
 
 fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
