@@ -336,9 +336,10 @@ impl Client {
         &self.shared.counters
     }
 
-    /// How this client's scripts publish unlock messages.
-    pub(crate) fn publish(&self) -> crate::scripts::Publish {
-        crate::scripts::Publish::on_cluster(self.shared.source.is_cluster())
+    /// How this client's scripts publish the unlock messages of `key`
+    /// (see [`Source::publish_for`]).
+    pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
+        self.shared.source.publish_for(key)
     }
 
     /// Runs `op` on a connection to the server that owns `key`.

@@ -111,9 +111,11 @@
 //!   threads already waiting instead of racing them (Redisson lets it win).
 //!   `try_lock` never waits and takes a free lock at once.
 
+mod backoff;
 mod client;
 mod config;
 mod connection;
+mod duration_text;
 mod error;
 mod fencing;
 mod holder;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
@@ -27,8 +28,10 @@ pub const MAX_OUTCOME_LEN: usize = 1024 * 1024;
 pub(crate) fn ttl_ms(what: &str, ttl: Duration) -> Result<u64> {
     lease_ms(ttl).map_err(|_| {
         Error::invalid(format!(
-            "{what} ttl {ttl:?} is out of range: it must be at least {MIN_LEASE:?} and at most \
-             {MAX_LEASE:?}"
+            "{what} ttl {} is out of range: it must be at least {} and at most {}",
+            Human(ttl),
+            Human(MIN_LEASE),
+            Human(MAX_LEASE)
         ))
     })
 }
@@ -270,7 +273,7 @@ impl OnceGuard {
             let at = lock.client().with_conn(lock.name(), |conn| {
                 script::complete(
                     conn,
-                    lock.client().publish(),
+                    lock.client().publish(lock.name()),
                     lock.name(),
                     lock.channel(),
                     holder.as_str(),

@@ -473,7 +473,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::force_unlock(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),
@@ -572,12 +572,16 @@ impl Lock {
         self.inner
             .client
             .with_conn(&self.inner.name, |conn| match self.fair_keys() {
-                Some(keys) => {
-                    scripts::fair_release(conn, self.inner.client.publish(), keys, holder, ms)
-                }
+                Some(keys) => scripts::fair_release(
+                    conn,
+                    self.inner.client.publish(&self.inner.name),
+                    keys,
+                    holder,
+                    ms,
+                ),
                 None => scripts::release(
                     conn,
-                    self.inner.client.publish(),
+                    self.inner.client.publish(&self.inner.name),
                     &self.inner.name,
                     &self.inner.channel,
                     holder,
@@ -598,7 +602,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),

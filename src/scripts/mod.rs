@@ -29,25 +29,16 @@ macro_rules! notifying {
 /// (`lua/notify.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Publish {
-    /// One server (or Sentinel's master): a classic `PUBLISH` on every
-    /// release, listened to or not, since a waiter may listen on a replica
-    /// that passes it on.
+    /// One server (or Sentinel's master), or a Cluster node without
+    /// sharded pub/sub (Redis 6.2): a classic `PUBLISH` on every release,
+    /// listened to or not, since a waiter may listen on a replica that
+    /// passes it on (on a Cluster: on any node, which the cluster forwards
+    /// it to).
     Classic,
     /// Redis Cluster: `SPUBLISH` always; the classic `PUBLISH`, which the
     /// cluster forwards to every node, only when the slot's node counts a
     /// classic listener of the channel.
     Cluster,
-}
-
-impl Publish {
-    /// The way of a deployment: [`Publish::Cluster`] on a Redis Cluster.
-    pub(crate) fn on_cluster(cluster: bool) -> Publish {
-        if cluster {
-            Publish::Cluster
-        } else {
-            Publish::Classic
-        }
-    }
 }
 
 /// The two variants of a script that wakes waiters.

@@ -198,7 +198,7 @@ impl ExpiringSemaphore {
     fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_count(conn, self.client.publish(), self.keys())
+            script::permit_count(conn, self.client.publish(&self.name), self.keys())
         })
     }
 
@@ -336,7 +336,13 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
+                script::permit_acquire(
+                    conn,
+                    self.client.publish(&self.name),
+                    self.keys(),
+                    ms,
+                    &[id.0],
+                )
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;
@@ -410,7 +416,7 @@ impl ExpiringSemaphore {
     pub fn release(&self, id: &PermitId) -> Result<bool> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_release(conn, self.client.publish(), self.keys(), &id.0)
+            script::permit_release(conn, self.client.publish(&self.name), self.keys(), &id.0)
         })
     }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{Entry, Outcome, Server};
+use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
@@ -36,11 +37,12 @@ const LOOK: Duration = Duration::from_micros(100);
 /// How often a worker without work checks whether its server's connections
 /// are gone for good.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Attempts to open the watch connection again at the look pace (2 s of
-/// them), before slowing down to [`MAX_WATCH_BACKOFF`].
-const FAST_RECONNECTS: u32 = 20;
-/// Pause between attempts to open the watch connection after that.
-const MAX_WATCH_BACKOFF: Duration = Duration::from_secs(1);
+/// Pauses between attempts to open the watch connection again: from the
+/// look pace up to half a second (with jitter), so that a server that comes
+/// back is seen, and its leases checked, within that; a server that stays
+/// down sees about two attempts a second from this worker.
+const WATCH_FIRST_RETRY: Duration = WATCH_EVERY;
+const WATCH_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// Work for a server's worker.
 pub(super) enum Job {
@@ -90,7 +92,14 @@ pub(super) fn spawn(
         source: Arc::downgrade(source),
         jobs: rx,
         reports,
-        watch: Watch::default(),
+        watch: Watch {
+            wanted: false,
+            conn: None,
+            run_id: None,
+            next_look: None,
+            failures: 0,
+            backoff: Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY),
+        },
         renewing: false,
     };
     std::thread::Builder::new()
@@ -99,7 +108,6 @@ pub(super) fn spawn(
     Ok(tx)
 }
 
-#[derive(Default)]
 struct Watch {
     wanted: bool,
     conn: Option<redis::Connection>,
@@ -108,6 +116,8 @@ struct Watch {
     next_look: Option<Instant>,
     /// Failed attempts to open it since it last worked.
     failures: u32,
+    /// Pauses between those attempts.
+    backoff: Backoff,
 }
 
 struct Worker {
@@ -197,8 +207,23 @@ impl Worker {
             entries.sort_by_cached_key(|e| crate::keys::slot(&e.key));
         }
         let mut entries = entries.into_iter().peekable();
+        // Set when a round trip could not reach the server: the chunks
+        // after it fail the same way without another connection attempt.
+        let mut unreachable: Option<Arc<Error>> = None;
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+            if let Some(e) = &unreachable {
+                let sent = Instant::now();
+                let results = chunk
+                    .into_iter()
+                    .map(|entry| (entry, Outcome::Failed(e.clone())))
+                    .collect();
+                let last = entries.peek().is_none();
+                if !self.report_done(sent, results, last) {
+                    return;
+                }
+                continue;
+            }
             // Fixed leases come only with a check: they are looked up, not
             // extended.
             let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
@@ -258,6 +283,10 @@ impl Worker {
             if cluster {
                 results = reroute(&source, results);
             }
+            unreachable = results.iter().find_map(|(_, o)| match o {
+                Outcome::Failed(e) if e.is_connection() => Some(e.clone()),
+                _ => None,
+            });
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
                 return;
@@ -346,6 +375,7 @@ impl Worker {
                     (Some(_), None) => false,
                 };
                 self.watch.failures = 0;
+                self.watch.backoff.reset();
                 if id.is_some() {
                     self.watch.run_id = id;
                 }
@@ -357,15 +387,11 @@ impl Worker {
                 }
             }
             Err(e) => {
-                // Refused connects cost nothing, and the sooner the server
-                // is back the sooner its leases are checked: retry at the
-                // look pace for a while, then back off.
-                self.watch.failures += 1;
-                let pause = if self.watch.failures < FAST_RECONNECTS {
-                    WATCH_EVERY
-                } else {
-                    MAX_WATCH_BACKOFF
-                };
+                // The sooner the server is back the sooner its leases are
+                // checked, but a server that stays down must not be
+                // hammered: the pause grows to half a second.
+                self.watch.failures = self.watch.failures.saturating_add(1);
+                let pause = self.watch.backoff.next_pause();
                 self.watch.next_look = Some(now + pause);
                 log::debug!(
                     "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"
@@ -601,7 +627,7 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry.source.publish_for(&entry.key),
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -609,7 +635,7 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry.source.publish_for(&entry.key),
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),

@@ -12,13 +12,8 @@ const PW: &str = "j1-acl-pw-77c2";
 /// The README's `ACL SETUSER redguard …` line, with the password filled
 /// in, split into the arguments after `ACL`.
 fn readme_acl_args() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("ACL SETUSER redguard "))
-        .expect("README.md has an `ACL SETUSER redguard ...` line");
-    line.split_whitespace()
+    crate::support::readme_acl_line()
+        .split_whitespace()
         .skip(1)
         .map(|w| w.replace(">CHANGE-ME", &format!(">{PW}")))
         .collect()

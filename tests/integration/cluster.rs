@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use redguard::{Client, Error};
 
 use crate::support::{
-    ChildTest, RedisCluster, capture_logs, child_env, child_role, logged_lines, ms, say,
-    unique_name, wait_until,
+    Cap, ChildTest, RedisCluster, capture_logs, case_lacks, child_env, child_role, logged_lines,
+    ms, say, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -81,8 +81,12 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     kinds_on_cluster(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
-    d_subscriptions_follow_slots(&bed);
-    d_unlock_while_the_subscription_moves(&bed);
+    if !case_lacks(Cap::Spublish, "D follow") {
+        d_subscriptions_follow_slots(&bed);
+    }
+    if !case_lacks(Cap::Spublish, "D moving") {
+        d_unlock_while_the_subscription_moves(&bed);
+    }
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
@@ -397,9 +401,15 @@ fn d_on_cluster(bed: &RedisCluster) {
     }
     eprintln!("D on cluster: 12 waiters over 3 masters woken; worst wake-up {worst:?} (poll 10 s)");
     assert!(worst < Duration::from_secs(3), "{worst:?}");
-    d_sharded_interop(bed, &holder);
-    d_classic_only_to_listeners(bed, &holder);
-    d_woken_by_sharded_unlock(bed, &waiters);
+    if !case_lacks(Cap::Spublish, "D sharded interop") {
+        d_sharded_interop(bed, &holder);
+    }
+    if !case_lacks(Cap::Spublish, "D classic only to listeners") {
+        d_classic_only_to_listeners(bed, &holder);
+    }
+    if !case_lacks(Cap::Spublish, "D woken by a sharded unlock") {
+        d_woken_by_sharded_unlock(bed, &waiters);
+    }
 }
 
 /// A Redisson 3.2x holder on a Redis 7 Cluster unlocks with `SPUBLISH`

@@ -81,12 +81,7 @@ fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
 /// which takes `ROLE` on every new connection, and `WAIT`.
 fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
     let readme = include_str!("../../README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("ACL SETUSER redguard "))
-        .expect("README.md has an `ACL SETUSER redguard ...` line");
-    let args: Vec<String> = line
+    let args: Vec<String> = crate::support::readme_acl_line()
         .split_whitespace()
         .skip(1)
         .map(|w| w.replace(">CHANGE-ME", ">j1-sentinel-pw"))

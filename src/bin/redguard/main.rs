@@ -19,7 +19,11 @@ mod relay;
 mod show;
 mod spinner;
 mod status;
+#[cfg(target_os = "linux")]
+mod supervisor;
 mod sync_status;
+#[cfg(target_os = "linux")]
+mod tree;
 mod unlock;
 
 use std::process::ExitCode;
@@ -30,6 +34,11 @@ use crate::cli::{Cli, Command};
 use crate::fail::Failure;
 
 fn main() -> ExitCode {
+    // Re-executed by `exec` to supervise CMD (see `supervisor`).
+    #[cfg(target_os = "linux")]
+    if let Some(spec) = std::env::var_os(supervisor::ENV) {
+        return supervisor::main(&spec);
+    }
     match run() {
         Ok(code) => code,
         Err(failure) => {

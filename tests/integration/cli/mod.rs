@@ -1,9 +1,10 @@
 //! The `redguard` binary end to end (`CARGO_BIN_EXE_redguard`), against a
 //! private redis-server per test, one file per subcommand or concern:
 //! `exec` (running a command under the lock), `exec_lease` (leases, signals
-//! and Redis faults under a running exec), `status`, `unlock`, `args`
-//! (usage errors and exit codes), `help` (help text, logging, durations),
-//! `readme` (the README's shell examples) and `auth` (passwords).
+//! and Redis faults under a running exec), `exec_tree` (CMD's process
+//! tree), `status`, `unlock`, `args` (usage errors and exit codes), `help`
+//! (help text, logging, durations), `readme` (the README's shell examples)
+//! and `auth` (passwords).
 //!
 //! The CLI runs against a private redis-server per test. Lease tests use short timings (600 ms
 //! watchdog lease renewed every 200 ms, 200 ms response timeout, through
@@ -29,6 +30,7 @@ mod args;
 mod auth;
 mod exec;
 mod exec_lease;
+mod exec_tree;
 mod help;
 mod readme;
 mod status;
