@@ -22,15 +22,16 @@ const EXEC_EXIT_HELP: &str = "\
 Exit status:
   0          CMD ran and succeeded
   N          CMD ran and exited with N: its own status passes through
-  128+N      CMD was killed by signal N, or redguard got signal N while
-             waiting (CMD not run)
+  128+N      CMD (or its supervisor) was killed by signal N, or redguard
+             got signal N while waiting (CMD not run)
   64         bad usage: unknown option, bad duration, bad URL, no CMD
   65         NAME holds a value that is not a lock (left untouched); with
              --permits, the semaphore has another count
   69         Redis unreachable, too slow, or answering with an error; with
              --min-replica-acks, too few replicas acknowledged the grant
   70         the lease was lost while CMD ran (--on-lost kill)
-  71         the OS refused something redguard needs (signal handlers)
+  71         the OS refused something redguard needs (signal handlers,
+             supervising CMD)
   75         the lock could not be had in time (--conflict-exit-code)
   77         Redis refused the credentials, or its ACL denies a command,
              key or channel
