@@ -10,6 +10,7 @@ mod connect;
 mod durations;
 mod exec;
 mod fail;
+mod help;
 mod latch;
 mod logging;
 mod once;
