@@ -519,6 +519,11 @@ impl PermitGuard {
     /// [`Error::NotHeld`] when Redis no longer held it under this id (its
     /// lease ended), connection, timeout and server errors (the permit then
     /// comes back when its lease ends: the watchdog stops renewing it).
+    ///
+    /// A release that fails because the master is gone or changing (a
+    /// failover or a restart) returns `Ok(())`: the watchdog retries it
+    /// against the new master until it goes through or the lease runs out
+    /// (see [`Client::await_releases`](crate::Client::await_releases)).
     pub fn release(mut self) -> Result<()> {
         self.give_back()
     }
@@ -539,6 +544,7 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {
             Ok(true) => {
@@ -551,7 +557,29 @@ impl PermitGuard {
             }
             Err(e) => {
                 self.state.mark_released();
-                Err(e)
+                if !e.is_failover() {
+                    return Err(e);
+                }
+                // Giving a permit back by its id is safe to repeat.
+                let (semaphore, id) = (self.semaphore.clone(), self.id);
+                let client = &self.semaphore.client;
+                crate::watchdog::retry::submit(
+                    format!(
+                        "release of permit {} of semaphore {:?}",
+                        self.id,
+                        String::from_utf8_lossy(&self.semaphore.name)
+                    ),
+                    self.semaphore.name.clone(),
+                    client.source().clone(),
+                    client.counters(),
+                    self.semaphore
+                        .lease
+                        .unwrap_or_else(|| client.watchdog_timeout()),
+                    until,
+                    e,
+                    move || semaphore.release(&id).map(|_| ()),
+                );
+                Ok(())
             }
         }
     }

@@ -29,6 +29,7 @@ mod persistence;
 mod pool_contention;
 mod red_lock;
 mod reentrant;
+mod release_retry;
 mod renew_batch;
 mod rw_lock;
 mod scale;

@@ -131,7 +131,16 @@ fn finish(
             OnLost::Warn => ExitCode::from(cmd_code),
         });
     }
-    match guard.unlock() {
+    let client = guard.lock().client().clone();
+    let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    let released = guard.unlock();
+    await_release(
+        &client,
+        &format!("lock {}", show::name(name)),
+        lease,
+        args.quiet,
+    );
+    match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
@@ -159,6 +168,29 @@ fn finish(
             ));
             Ok(ExitCode::from(cmd_code))
         }
+    }
+}
+
+/// Before the process exits (and takes the watchdog with it): waits for a
+/// release that met a failover and is being retried against the new
+/// master, at most `lease` (the retry ends by then anyway). Without this,
+/// a lock replicated to the new master would block every waiter until its
+/// lease ran out.
+pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
+    if client.stats().pending_releases == 0 {
+        return;
+    }
+    if !quiet {
+        out::warn(&format!(
+            "the release of {what} met a failover; retrying it against the new master \
+             (for at most {})",
+            humantime::format_duration(lease)
+        ));
+    }
+    if !client.await_releases(lease) && !quiet {
+        out::warn(&format!(
+            "could not release {what}; it frees itself when its lease runs out"
+        ));
     }
 }
 

@@ -131,7 +131,14 @@ fn run_once(
         return Ok(ExitCode::from(code::SOFTWARE));
     }
     if status != 0 && !args.record_failure {
-        if let Err(e) = run.abandon() {
+        let abandoned = run.abandon();
+        crate::exec::await_release(
+            &conn.client,
+            &format!("run-once key {}", show::name(key)),
+            conn.client.watchdog_timeout(),
+            args.quiet,
+        );
+        if let Err(e) = abandoned {
             out::warn(&format!(
                 "could not give up the run of {} ({e}); it frees itself when its lease runs out",
                 show::name(key)

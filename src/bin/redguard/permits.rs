@@ -89,7 +89,7 @@ pub(crate) fn exec_with_permit(
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
-    finish(args, name, permit, cmd_code, lost)
+    finish(args, name, &conn.client, permit, cmd_code, lost)
 }
 
 enum Mismatch {
@@ -126,6 +126,7 @@ fn ensure_count(semaphore: &ExpiringSemaphore, name: &[u8], permits: u32) -> Res
 fn finish(
     args: &ExecArgs,
     name: &[u8],
+    client: &redguard::Client,
     permit: PermitGuard,
     cmd_code: u8,
     lost: bool,
@@ -139,7 +140,15 @@ fn finish(
         });
     }
     let id = permit.id().to_string();
-    match permit.release() {
+    let released = permit.release();
+    let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    crate::exec::await_release(
+        client,
+        &format!("permit {id} of semaphore {}", show::name(name)),
+        lease,
+        args.quiet,
+    );
+    match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
