@@ -18,6 +18,7 @@ mod layout;
 mod local_fairness;
 mod lock;
 mod loss;
+mod messages;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
