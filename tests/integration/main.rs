@@ -20,6 +20,7 @@ mod local_fairness;
 mod lock;
 mod loss;
 mod lost_grant;
+mod messages;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
