@@ -143,13 +143,16 @@ impl Pool {
         let mut conn = self
             .client
             .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|e| self.connect_error(Error::redis(e), &addr))?;
+            .map_err(|e| self.connect_error(Error::redis(e), &addr, self.connect_timeout))?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(self.response_timeout))
             .map_err(Error::redis)?;
         if self.server.get().is_none() {
-            let found = server::probe(&mut conn).map_err(|e| e.at(&addr))?;
+            // The first round trip: over TLS it also completes the
+            // handshake, so a plaintext port shows here.
+            let found = server::probe(&mut conn)
+                .map_err(|e| self.connect_error(e, &addr, self.response_timeout))?;
             if let Some(server) = &found {
                 server.check(&addr)?;
             }
@@ -179,10 +182,11 @@ impl Pool {
         }
     }
 
-    /// A failed connect in plain words: which server, and for a TLS
-    /// connection whose handshake got no TLS answer, the likely cause (a
-    /// `rediss://` URL pointing at a plaintext port).
-    fn connect_error(&self, err: Error, addr: &str) -> Error {
+    /// A failed connect (or first round trip, `waited` long) in plain
+    /// words: which server, and for a TLS connection whose handshake got no
+    /// TLS answer, the likely cause (a `rediss://` URL pointing at a
+    /// plaintext port).
+    fn connect_error(&self, err: Error, addr: &str, waited: Duration) -> Error {
         let tls = matches!(
             self.client.get_connection_info().addr(),
             redis::ConnectionAddr::TcpTls { .. }
@@ -191,15 +195,14 @@ impl Pool {
             format!(
                 "{addr} did not answer the TLS handshake within {}: it may not speak TLS on \
                  this port (a rediss:// URL needs the server's tls-port)",
-                Human(self.connect_timeout)
+                Human(waited)
             )
         };
         match err {
             Error::Timeout(_) if tls => Error::Timeout(not_tls()),
-            Error::Timeout(_) => Error::Timeout(format!(
-                "{addr} did not answer within the connect timeout {}",
-                Human(self.connect_timeout)
-            )),
+            Error::Timeout(_) => {
+                Error::Timeout(format!("{addr} did not answer within {}", Human(waited)))
+            }
             Error::Connection(_) if tls && err.to_string().contains("corrupt message") => {
                 err.at(addr).noted(
                     ": the server does not speak TLS on this port (a rediss:// URL needs \

@@ -194,6 +194,11 @@ impl Lock {
                  cannot be had while it reads (no upgrade: release the read side first)",
             ));
         }
+        // This thread's release of the lock may still be retried after a
+        // failover: it drops every hold of this holder, a new one too.
+        if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
+            return Ok(None);
+        }
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
                 self.attempt(&holder_str, lease, ms, renew, enqueue)

@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+pub(crate) mod retry;
 mod schedule;
 mod worker;
 
@@ -47,6 +48,8 @@ use crate::lease::{Counters, LeaseState, nanos};
 use crate::lost::{HoldKind, LossReason};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+pub(crate) use retry::Pending;
+use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -151,6 +154,9 @@ enum Command {
     /// The pub/sub connection of the source at this address broke: check
     /// every lease held on its servers.
     Suspect(usize),
+    /// An operation on a held lease met a failover: hand it to the worker
+    /// of its key's server.
+    Retry(Retry),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -265,6 +271,15 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
+    }
+}
+
+/// Hands `retry` to the watchdog, started if needed; dropped (ending with
+/// its error) when no thread can be started.
+fn retry(retry: Retry) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::Retry(retry));
     }
 }
 
@@ -444,6 +459,13 @@ impl Watchdog {
                     self.drop_client(&counters, done);
                 }
                 Ok(Command::Detached) => {}
+                Ok(Command::Retry(retry)) => {
+                    let source = retry.source.clone();
+                    let server = (Arc::as_ptr(&source) as usize, source.node_of(&retry.key));
+                    if !self.send(server, &source, Job::Retry(retry)) {
+                        log::error!("redguard watchdog: a retry could not reach its worker");
+                    }
+                }
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -681,11 +703,21 @@ impl Watchdog {
                 }
             }
             if waiting.at <= now {
-                let per_trip = waiting
-                    .entries
-                    .first()
-                    .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
-                self.start(server, waiting.entries, per_trip);
+                // A key's server may have changed meanwhile (a Cluster
+                // failover: the slot map was asked for again after the
+                // node refused): such renewals go to their new server.
+                let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+                for entry in waiting.entries {
+                    groups.entry(entry.server()).or_default().push(entry);
+                }
+                for (to, entries) in groups {
+                    if to == server {
+                        let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+                        self.start(server, entries, per_trip);
+                    } else {
+                        self.renew_or_wait(to, entries);
+                    }
+                }
             } else if let Some(state) = self.servers.get_mut(&server) {
                 state.retry = Some(waiting);
             }
