@@ -2,6 +2,7 @@
 //! `Builder::build` itself lives with the [`Client`](crate::Client) it makes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
@@ -62,6 +63,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
+/// | [`holder_record`](Builder::holder_record) | `true` | |
+/// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -78,6 +81,8 @@ pub struct Builder {
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
     on_lease_lost: Option<LostCallback>,
+    holder_record: bool,
+    program: Option<String>,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
@@ -100,6 +105,8 @@ impl fmt::Debug for Builder {
             .field("release_on_shutdown", &self.release_on_shutdown)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("on_lease_lost", &self.on_lease_lost.is_some())
+            .field("holder_record", &self.holder_record)
+            .field("program", &self.program)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
@@ -122,6 +129,8 @@ impl Default for Builder {
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             on_lease_lost: None,
+            holder_record: true,
+            program: None,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
@@ -274,7 +283,46 @@ impl Builder {
         mut self,
         callback: impl Fn(&LostLease) + Send + Sync + 'static,
     ) -> Builder {
-        self.on_lease_lost = Some(std::sync::Arc::new(callback));
+        self.on_lease_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Whether the client keeps a holder record beside its locks, so that
+    /// `redguard status` and [`Lock::inspect`](crate::Lock::inspect) can
+    /// say which host, process and program holds a lock and since when.
+    /// Default `true`.
+    ///
+    /// The record is one small hash per client (on a Cluster: per master
+    /// where it holds something), `redguard:client:{<client id>}`, holding
+    /// the host name, pid, [`program`](Builder::program), crate version and
+    /// the client's start time, plus the start time of each of its holds
+    /// (up to 1,000 per record), all on the server's clock. It lives one
+    /// [`watchdog_timeout`](Builder::watchdog_timeout), is refreshed in the
+    /// same round trips as the client's renewals and deleted when the
+    /// client shuts down, so a killed process's record is gone within one
+    /// lease. The locks themselves keep Redisson's layout: a Java holder
+    /// simply has no record. The ACL user needs the key pattern
+    /// `~redguard:client:*` (see the README).
+    ///
+    /// Hold start times are written off the acquire path, by the watchdog:
+    /// the first hold at once, later ones within one renewal period
+    /// (a third of the watchdog timeout), so holds shorter than that may
+    /// show no start time.
+    ///
+    /// Every connection of the client is named `redguard-<first 8 hex
+    /// digits of the client id>` (`CLIENT SETNAME`) either way, so that
+    /// `CLIENT LIST` ties connections to their record.
+    pub fn holder_record(mut self, keep: bool) -> Builder {
+        self.holder_record = keep;
+        self
+    }
+
+    /// What the holder record says this client runs. Default: the
+    /// process's `argv[0]`. Cut to 256 bytes; say what helps an operator
+    /// (a job's name, a command line without secrets). The `redguard`
+    /// tool puts the command it runs there.
+    pub fn program(mut self, program: impl Into<String>) -> Builder {
+        self.program = Some(program.into());
         self
     }
 
@@ -381,6 +429,8 @@ impl Builder {
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
             on_lease_lost: self.on_lease_lost,
+            holder_record: self.holder_record,
+            program: self.program,
             tls: self.tls,
             acks: self.acks,
         })
@@ -400,14 +450,18 @@ pub(crate) struct Config {
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) on_lease_lost: Option<LostCallback>,
+    pub(crate) holder_record: bool,
+    pub(crate) program: Option<String>,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
 }
 
 impl Config {
     /// How the connection source makes its connections.
-    pub(crate) fn connect_options(&self) -> ConnectOptions {
+    /// `name`: what each connection is named (`CLIENT SETNAME`).
+    pub(crate) fn connect_options(&self, name: Option<Arc<str>>) -> ConnectOptions {
         ConnectOptions {
+            name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,

@@ -8,18 +8,23 @@ use std::time::SystemTime;
 
 use crate::holder::HolderId;
 use crate::lost::{self, HoldKind, LossReason, LostCallback, LostLease};
+use crate::record::RecordSpec;
 
 /// One client's hooks.
 #[derive(Default)]
 pub(crate) struct Hooks {
     /// [`Builder::on_lease_lost`](crate::Builder::on_lease_lost).
     pub(crate) on_lost: Option<LostCallback>,
+    /// What the client's holder records say; `None` when it keeps none
+    /// ([`Builder::holder_record`](crate::Builder::holder_record)).
+    pub(crate) record: Option<Arc<RecordSpec>>,
 }
 
 impl fmt::Debug for Hooks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hooks")
             .field("on_lost", &self.on_lost.is_some())
+            .field("record", &self.record.is_some())
             .finish()
     }
 }

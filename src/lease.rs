@@ -55,6 +55,8 @@ pub(crate) struct Counters {
     pub(crate) renewal_round_trips: AtomicU64,
     /// Watchdog rounds that renewed at least one of this client's leases.
     pub(crate) renewal_ticks: AtomicU64,
+    /// Round trips that carried only holder-record writes.
+    pub(crate) record_round_trips: AtomicU64,
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
     pub(crate) retries: crate::watchdog::Pending,
@@ -69,6 +71,9 @@ pub(crate) struct LeaseState {
     /// watchdog from then on may be that release, and is not reported.
     releasing: AtomicBool,
     finished: AtomicBool,
+    /// Set once a write of the hold's start to its client's holder record
+    /// went out: its field is deleted when the hold ends.
+    recorded: AtomicBool,
     /// When the hold began (the granting script was sent).
     since: Instant,
     /// Nanoseconds since the origin until which the lease is known to be
@@ -95,6 +100,7 @@ impl LeaseState {
             released: AtomicBool::new(false),
             releasing: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            recorded: AtomicBool::new(false),
             since,
             valid_until: AtomicU64::new(nanos(valid_until)),
             counters,
@@ -119,6 +125,21 @@ impl LeaseState {
     /// Says that the holder's last release is about to be sent.
     pub(crate) fn begin_release(&self) {
         self.releasing.store(true, Ordering::Release);
+    }
+
+    /// Says that the hold's start went to its holder record.
+    pub(crate) fn mark_recorded(&self) {
+        self.recorded.store(true, Ordering::Release);
+    }
+
+    /// `true` once [`LeaseState::mark_recorded`] ran.
+    pub(crate) fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Acquire)
+    }
+
+    /// `true` once the hold was released or lost.
+    pub(crate) fn is_over(&self) -> bool {
+        self.is_released() || self.is_marked_lost()
     }
 
     /// When the hold began: when its granting script was sent.

@@ -127,6 +127,7 @@ mod lock;
 mod lost;
 mod multi;
 mod once;
+mod record;
 mod replicas;
 mod scripts;
 mod semaphore;
@@ -147,6 +148,7 @@ pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, 
 pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use record::{HolderRecord, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

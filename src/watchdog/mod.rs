@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+mod records;
 pub(crate) mod retry;
 mod schedule;
 mod worker;
@@ -46,8 +47,10 @@ use crate::hooks::Hooks;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::lost::{HoldKind, LossReason};
+use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+use records::RecordState;
 pub(crate) use retry::Pending;
 use retry::Retry;
 use schedule::Schedule;
@@ -353,6 +356,8 @@ struct ServerState {
     /// Renewals failed since the last round trip that went through (the
     /// warning is logged once per streak, and when it ends).
     failing: bool,
+    /// The client's holder record there, when it keeps one.
+    record: Option<RecordState>,
 }
 
 /// Renewals of one server waiting out a pause after a failed round trip.
@@ -383,6 +388,11 @@ impl Retrying {
     fn wake_at(&self) -> Instant {
         self.at.min(self.first_deadline)
     }
+}
+
+/// The key of `client`'s holder record on node `node` of `source`.
+fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
+    record::key_for(client, |key| source.node_of(key) == node)
 }
 
 /// An instant no deadline reaches (a year after `now`).
@@ -428,11 +438,16 @@ impl Watchdog {
         let now = Instant::now();
         self.dispatch_due(now);
         self.retry_due(now);
+        self.records_due(now);
 
-        let next = match (self.schedule.next_due(), self.next_retry()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [
+            self.schedule.next_due(),
+            self.next_retry(),
+            self.next_record(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         self.shared
             .next_wake
             .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
@@ -483,6 +498,9 @@ impl Watchdog {
             recv(self.reports_rx) -> report => match report {
                 Ok(Report::Renewed(done)) => self.apply(done),
                 Ok(Report::Suspect(server)) => self.check(server),
+                Ok(Report::Recorded { server, write, result }) => {
+                    self.recorded(server, write, result);
+                }
                 Err(_) => {}
             },
             recv(timeout) -> _ => {},
@@ -528,7 +546,18 @@ impl Watchdog {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        let now = Instant::now();
+        let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
+            if entry.hooks.record.is_some() {
+                // Short holds too keep the record alive: the client uses
+                // the server. Once per run of entries of one server.
+                let server = entry.server();
+                if last_used != Some(server) {
+                    last_used = Some(server);
+                    self.record_use(&entry, now);
+                }
+            }
             if entry.finished() {
                 continue;
             }
@@ -537,7 +566,146 @@ impl Watchdog {
                 .watchdog_entries
                 .fetch_add(1, Ordering::Relaxed);
             self.count(&entry);
+            if let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+            {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
             self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Notes that the client of `entry` uses its server: its holder record
+    /// there is made (and kept) from now on.
+    fn record_use(&mut self, entry: &Entry, now: Instant) {
+        let Some(spec) = entry.hooks.record.clone() else {
+            return;
+        };
+        let Some(state) = self.state(entry.server(), &entry.source) else {
+            return;
+        };
+        state
+            .record
+            .get_or_insert_with(|| RecordState::new(spec, entry.counters.clone(), now))
+            .used(now);
+    }
+
+    /// Sends the holder-record writes that are due and cannot wait for a
+    /// renewal round trip.
+    fn records_due(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .and_then(|r| r.due_at(s.entries > 0, now))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(state) = self.servers.get_mut(&server) else {
+                continue;
+            };
+            let Some(source) = state.source.upgrade() else {
+                continue;
+            };
+            let Some(write) = state
+                .record
+                .as_mut()
+                .and_then(|r| r.take(|client| record_key(&source, server.1, client), now))
+            else {
+                continue;
+            };
+            if let Err(write) = self.send_record(server, &source, write) {
+                self.recorded(server, write, Err(Error::Shutdown));
+            }
+        }
+    }
+
+    fn send_record(
+        &mut self,
+        server: Server,
+        source: &Arc<Source>,
+        write: RecordWrite,
+    ) -> Result<(), RecordWrite> {
+        let Some(state) = self.state(server, source) else {
+            return Err(write);
+        };
+        state.jobs.send(Job::Record(write)).map_err(|e| match e.0 {
+            Job::Record(write) => write,
+            _ => unreachable!("the job sent back is the one sent"),
+        })
+    }
+
+    /// The earliest instant a holder record needs a write of its own.
+    fn next_record(&self, now: Instant) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|s| s.record.as_ref()?.due_at(s.entries > 0, now))
+            .min()
+    }
+
+    /// What became of a holder-record write. A record found gone gets every
+    /// live hold on the server again, for the next write to rebuild it.
+    fn recorded(&mut self, server: Server, write: RecordWrite, result: crate::error::Result<bool>) {
+        let Some(record) = self
+            .servers
+            .get_mut(&server)
+            .and_then(|s| s.record.as_mut())
+        else {
+            return;
+        };
+        if !record.settle(write, result) {
+            return;
+        }
+        for entry in self.schedule.iter() {
+            if entry.server() == server && !entry.finished() {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
+        }
+    }
+
+    /// Deletes the holder records of the client owning `counters` (when it
+    /// released its locks: otherwise they expire with the leases they
+    /// describe). `done` is dropped when the deletions are over.
+    fn forget_records(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
+        let release = counters.release_when_gone.load(Ordering::Acquire);
+        let mine: Vec<(Server, Option<Arc<[u8]>>)> = self
+            .servers
+            .iter_mut()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .is_some_and(|r| Arc::ptr_eq(&r.counters, counters))
+            })
+            .filter_map(|(server, s)| {
+                let record = s.record.take()?;
+                Some((*server, record.key().cloned()))
+            })
+            .collect();
+        for (server, key) in mine {
+            let (Some(key), true) = (key, release) else {
+                continue;
+            };
+            if let Some(state) = self.servers.get(&server)
+                && let Some(source) = state.source.upgrade()
+            {
+                let _ = state.jobs.send(Job::Forget {
+                    key,
+                    source,
+                    done: done.clone(),
+                });
+            }
         }
     }
 
@@ -566,6 +734,14 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
+        if entry.state.is_recorded()
+            && let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+        {
+            record.ended(record::hold_field(&entry.holder, &entry.key));
+        }
         entry
             .counters
             .watchdog_entries
@@ -594,6 +770,7 @@ impl Watchdog {
                             retry: None,
                             backoff: None,
                             failing: false,
+                            record: None,
                         },
                     );
                 }
@@ -768,8 +945,20 @@ impl Watchdog {
             return;
         }
         state.busy = Some(Vec::new());
+        // The record's expiry is refreshed in the same round trip.
+        let record = state.record.as_mut().and_then(|r| {
+            r.take(
+                |client| record_key(&source, server.1, client),
+                Instant::now(),
+            )
+        });
         counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-        if !self.send(server, &source, Job::Renew { entries, per_trip }) {
+        let job = Job::Renew {
+            entries,
+            per_trip,
+            record,
+        };
+        if !self.send(server, &source, job) {
             // The entries went with the job; their guards see the lease run
             // out on their own clock.
             if let Some(state) = self.servers.get_mut(&server) {
@@ -956,6 +1145,7 @@ impl Watchdog {
                 entries.extend::<Vec<Entry>>(gone);
             }
         }
+        self.forget_records(counters, done.clone());
         self.release_gone(entries, done);
         // Workers whose source is gone end by themselves; forget them.
         self.servers

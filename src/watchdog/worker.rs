@@ -27,6 +27,7 @@ use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
 use crate::lost::LossReason;
+use crate::record::{self, RecordWrite};
 use crate::scripts::{self, Renewal, SyncRenewal};
 
 /// A lease found gone, before [`Worker::explain`] says why.
@@ -56,6 +57,17 @@ pub(super) enum Job {
     Renew {
         entries: Vec<Entry>,
         per_trip: usize,
+        /// A write of the client's holder record, sent in the first round
+        /// trip (alone when no renewal round trip can carry it).
+        record: Option<RecordWrite>,
+    },
+    /// Write the client's holder record.
+    Record(RecordWrite),
+    /// Delete a departed client's holder record. `done` as for `Release`.
+    Forget {
+        key: Arc<[u8]>,
+        source: Arc<Source>,
+        done: Option<Sender<()>>,
     },
     /// Release the locks of a client that went away. `done` is dropped when
     /// the job is over, which is what [`super::client_gone`] waits for.
@@ -76,6 +88,12 @@ pub(super) enum Report {
     /// The server closed the watch connection or restarted: check every
     /// lease held there now.
     Suspect(Server),
+    /// A holder-record write is back: whether the record was there before.
+    Recorded {
+        server: Server,
+        write: RecordWrite,
+        result: Result<bool>,
+    },
 }
 
 /// A batch of renewals back from the worker.
@@ -113,6 +131,7 @@ pub(super) fn spawn(
         renewing: false,
         restarted_at: None,
         evicted_keys: None,
+        clock_offset: None,
     };
     std::thread::Builder::new()
         .name("redguard-renew".into())
@@ -148,6 +167,9 @@ struct Worker {
     /// The server's `evicted_keys` when last read: a lock key found missing
     /// after it grew was evicted.
     evicted_keys: Option<u64>,
+    /// The server's clock minus this machine's (ms), for the times in
+    /// holder records; measured once, with `TIME`.
+    clock_offset: Option<i64>,
     /// Operations being retried, all in one round after one pause.
     retries: Vec<Retry>,
     /// When their next round starts.
@@ -263,10 +285,30 @@ impl Worker {
 
     fn job(&mut self, job: Job) {
         match job {
-            Job::Renew { entries, per_trip } => {
+            Job::Renew {
+                entries,
+                per_trip,
+                record,
+            } => {
                 self.renewing = true;
-                self.renew(entries, per_trip);
+                let record = self.renew(entries, per_trip, record);
                 self.renewing = false;
+                if let Some(write) = record {
+                    self.record(write);
+                }
+            }
+            Job::Record(write) => self.record(write),
+            Job::Forget { key, source, done } => {
+                let deleted = source.with_node_conn(self.server.1, |conn| {
+                    redis::cmd("DEL")
+                        .arg(&key[..])
+                        .query::<i64>(conn)
+                        .map_err(Error::redis)
+                });
+                if let Err(e) = deleted {
+                    log::debug!("redguard: could not delete the holder record at shutdown: {e}");
+                }
+                drop(done);
             }
             Job::Release { entries, done } => {
                 release_gone(entries);
@@ -297,10 +339,17 @@ impl Worker {
     }
 
     /// Renews `entries` in batches and sends each batch's outcome back.
-    fn renew(&mut self, entries: Vec<Entry>, per_trip: usize) {
+    /// `record` rides on the first round trip of plain lock renewals;
+    /// returned when there was none.
+    fn renew(
+        &mut self,
+        entries: Vec<Entry>,
+        per_trip: usize,
+        mut record: Option<RecordWrite>,
+    ) -> Option<RecordWrite> {
         let Some(first) = entries.first() else {
             self.report_done(Instant::now(), Vec::new(), true);
-            return;
+            return record;
         };
         let per_call = first.renew_batch.max(1);
         let per_trip = per_trip.max(per_call);
@@ -327,7 +376,7 @@ impl Worker {
                     .collect();
                 let last = entries.peek().is_none();
                 if !self.report_done(sent, results, last) {
-                    return;
+                    return record;
                 }
                 continue;
             }
@@ -363,6 +412,9 @@ impl Worker {
                 ));
             }
             if !chunk.is_empty() {
+                let write = record.take();
+                let mut offset = self.clock_offset;
+                let mut written = None;
                 results.extend(renew_acked(
                     &source,
                     node,
@@ -377,9 +429,23 @@ impl Worker {
                                 lease_ms: e.lease_ms(),
                             })
                             .collect();
-                        scripts::renew_batch(conn, &renewals, per_call, cluster)
+                        let extra = match &write {
+                            Some(w) => w.commands(clock(conn, w, &mut offset)?),
+                            None => Vec::new(),
+                        };
+                        let (replies, extra) =
+                            scripts::renew_batch(conn, &renewals, per_call, cluster, &extra)?;
+                        written = Some(RecordWrite::existed(&extra));
+                        Ok(replies)
                     },
                 ));
+                self.clock_offset = offset;
+                if let Some(write) = write {
+                    let result = written.unwrap_or_else(|| {
+                        Err(Error::Protocol("the renewal round trip failed".into()))
+                    });
+                    self.report_record(write, result);
+                }
             }
             if !fixed.is_empty() {
                 let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
@@ -397,9 +463,43 @@ impl Worker {
             });
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
-                return;
+                return record;
             }
         }
+        record
+    }
+
+    /// Writes a holder record in a round trip of its own (two the first
+    /// time the server's clock is needed) and reports the outcome.
+    fn record(&mut self, write: RecordWrite) {
+        let Some(source) = self.source.upgrade() else {
+            self.report_record(write, Err(Error::Shutdown));
+            return;
+        };
+        let mut offset = self.clock_offset;
+        write
+            .counters
+            .record_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        let result = source.with_node_conn(self.server.1, |conn| {
+            let cmds = write.commands(clock(conn, &write, &mut offset)?);
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
+            RecordWrite::existed(&replies)
+        });
+        self.clock_offset = offset;
+        self.report_record(write, result);
+    }
+
+    fn report_record(&self, write: RecordWrite, result: Result<bool>) {
+        let _ = self.reports.send(Report::Recorded {
+            server: self.server,
+            write,
+            result,
+        });
     }
 
     /// Sends a batch back; `false` when the scheduling thread is gone. Its
@@ -784,6 +884,27 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
             ))),
         })
         .collect())
+}
+
+/// The server's clock minus this machine's (ms) when `write` needs it:
+/// `offset` when known, else measured on `conn` with `TIME` (one round
+/// trip) and kept there.
+fn clock(
+    conn: &mut redis::Connection,
+    write: &RecordWrite,
+    offset: &mut Option<i64>,
+) -> Result<i64> {
+    if let Some(known) = *offset {
+        return Ok(known);
+    }
+    if !write.needs_clock() {
+        return Ok(0);
+    }
+    let before = std::time::SystemTime::now();
+    let time: redis::Value = redis::cmd("TIME").query(conn).map_err(Error::redis)?;
+    let measured = record::clock_offset(&time, before, std::time::SystemTime::now())?;
+    *offset = Some(measured);
+    Ok(measured)
 }
 
 /// The `run_id` line of an `INFO server` reply.

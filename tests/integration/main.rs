@@ -29,6 +29,7 @@ mod ownership;
 mod packaging;
 mod persistence;
 mod pool_contention;
+mod records;
 mod red_lock;
 mod reentrant;
 mod release_retry;
