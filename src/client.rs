@@ -310,6 +310,20 @@ impl Client {
         record::records_of(&self.shared.source, &id.hyphenated().to_string())
     }
 
+    /// The Redis server's clock (`TIME`; on a Cluster, one master's), the
+    /// clock of holder records and fair-lock deadlines. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    pub fn server_time(&self) -> Result<std::time::SystemTime> {
+        self.check_open()?;
+        let reply: redis::Value = self.with_conn(b"redguard", |conn| {
+            redis::cmd("TIME").query(conn).map_err(Error::redis)
+        })?;
+        record::server_time(&reply)
+    }
+
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_timeout(&self) -> Duration {
         self.shared.config.watchdog_timeout
