@@ -190,6 +190,18 @@ impl Error {
         }
     }
 
+    /// `true` when the error may come from a master that is gone or being
+    /// replaced (a failover, a restart): the connection failed or timed
+    /// out, or the server answered `READONLY`, `MASTERDOWN`, `LOADING`,
+    /// `CLUSTERDOWN`, `TRYAGAIN`, `MOVED` or `ASK`. An operation on a held
+    /// lease that failed so is retried against the new master.
+    pub(crate) fn is_failover(&self) -> bool {
+        self.is_transient()
+            || self
+                .redis_error()
+                .is_some_and(|e| e.redirect_node().is_some())
+    }
+
     pub(crate) fn invalid(msg: impl fmt::Display) -> Error {
         Error::InvalidArgument(msg.to_string())
     }
@@ -543,6 +555,21 @@ mod tests {
             Error::Auth(_)
         ));
         assert!(Error::redis(server_error(b"-READONLY replica\r\n")).is_transient());
+        for failover in [
+            &b"-READONLY replica\r\n"[..],
+            b"-MOVED 3999 127.0.0.1:7001\r\n",
+            b"-ASK 3999 127.0.0.1:7001\r\n",
+            b"-CLUSTERDOWN The cluster is down\r\n",
+            b"-MASTERDOWN Link with MASTER is down\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+        ] {
+            let err = Error::redis(server_error(failover));
+            assert!(err.is_failover(), "{err:?}");
+        }
+        assert!(Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "no")).is_failover());
+        assert!(!Error::redis(server_error(b"-NOPERM no\r\n")).is_failover());
+        assert!(!Error::redis(server_error(b"-ERR unknown\r\n")).is_failover());
         assert!(matches!(
             Error::from_redis(wrongtype, b"k"),
             Error::WrongType { key } if key == "k"

@@ -55,6 +55,9 @@ pub(crate) struct Counters {
     pub(crate) renewal_round_trips: AtomicU64,
     /// Watchdog rounds that renewed at least one of this client's leases.
     pub(crate) renewal_ticks: AtomicU64,
+    /// Releases (and other operations on held leases) of this client that
+    /// met a failover and are being retried.
+    pub(crate) retries: crate::watchdog::Pending,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).

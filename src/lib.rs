@@ -111,6 +111,7 @@
 //!   threads already waiting instead of racing them (Redisson lets it win).
 //!   `try_lock` never waits and takes a free lock at once.
 
+mod backoff;
 mod client;
 mod config;
 mod connection;
@@ -129,6 +130,7 @@ mod scripts;
 mod semaphore;
 mod subscriber;
 mod token;
+mod transaction;
 mod watchdog;
 
 pub use client::{Client, Stats};

@@ -123,23 +123,21 @@ impl Lock {
         let timeout_key = keys::fair_timeouts(name);
         let (redis_type, pttl, queue, deadlines): (String, i64, Vec<String>, Vec<(String, f64)>) =
             self.client().with_conn(name, |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("TYPE")
-                    .arg(name)
-                    .cmd("PTTL")
-                    .arg(name)
-                    .cmd("LRANGE")
-                    .arg(&queue_key)
-                    .arg(0)
-                    .arg(-1)
-                    .cmd("ZRANGE")
-                    .arg(&timeout_key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &queue_key))
+                crate::transaction::snapshot(conn, &queue_key, |pipe| {
+                    pipe.cmd("TYPE")
+                        .arg(name)
+                        .cmd("PTTL")
+                        .arg(name)
+                        .cmd("LRANGE")
+                        .arg(&queue_key)
+                        .arg(0)
+                        .arg(-1)
+                        .cmd("ZRANGE")
+                        .arg(&timeout_key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES");
+                })
             })?;
         let fair = !queue.is_empty() || !deadlines.is_empty();
         let mut info = LockInfo {
@@ -151,14 +149,9 @@ impl Lock {
             "none" => {}
             "hash" => {
                 let (fields, pttl): (Vec<Field>, i64) = self.client().with_conn(name, |conn| {
-                    redis::pipe()
-                        .atomic()
-                        .cmd("HGETALL")
-                        .arg(name)
-                        .cmd("PTTL")
-                        .arg(name)
-                        .query(conn)
-                        .map_err(|e| Error::from_redis(e, name))
+                    crate::transaction::snapshot(conn, name, |pipe| {
+                        pipe.cmd("HGETALL").arg(name).cmd("PTTL").arg(name);
+                    })
                 })?;
                 info.ttl = Pttl::from_ms(pttl).remaining();
                 let mut mode = None;

@@ -546,6 +546,11 @@ impl Lock {
         }
     }
 
+    /// The lock's key (its name), shared.
+    pub(crate) fn key(&self) -> &Arc<[u8]> {
+        &self.inner.name
+    }
+
     /// This kind's key in the calling thread's record of holds: the name,
     /// except for the read side of a read-write lock, whose holds are
     /// counted apart from the write side's.

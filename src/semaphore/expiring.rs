@@ -250,16 +250,14 @@ impl ExpiringSemaphore {
         type Lease = (Vec<u8>, f64);
         let (time, members): ((u64, u64), Vec<Lease>) =
             self.client.with_conn(&self.name, |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("TIME")
-                    .cmd("ZRANGE")
-                    .arg(&self.timeouts[..])
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &self.timeouts))
+                crate::transaction::snapshot(conn, &self.timeouts, |pipe| {
+                    pipe.cmd("TIME")
+                        .cmd("ZRANGE")
+                        .arg(&self.timeouts[..])
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES");
+                })
             })?;
         let now = time.0.saturating_mul(1000) + time.1 / 1000;
         Ok(members
@@ -421,6 +419,28 @@ impl ExpiringSemaphore {
             script::permit_release(conn, self.client.publish(&self.name), self.keys(), &id.0)
         })
     }
+
+    /// Deletes the semaphore (Redisson's `delete`): its permit counter and
+    /// the leases of its held permits, in one step. `true` when there was
+    /// something to delete. Afterwards no permit is available until
+    /// [`ExpiringSemaphore::try_set_permits`] sets a count again; a holder
+    /// finds its permit gone at its next renewal ([`PermitGuard::check`]
+    /// then reports it lost). For an administrator resetting a semaphore
+    /// whose count is wrong (`redguard unlock --force --kind semaphore`);
+    /// it also resets a plain [`Semaphore`](crate::Semaphore) of the same
+    /// name, which keeps only the counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// when the name holds something that is not a permit count or the
+    /// lease key something that is not a sorted set (both left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn delete(&self) -> Result<bool> {
+        self.check()?;
+        self.client
+            .with_conn(&self.name, |conn| script::permit_delete(conn, self.keys()))
+    }
 }
 
 /// One permit of an [`ExpiringSemaphore`], given back when dropped; the
@@ -499,6 +519,11 @@ impl PermitGuard {
     /// [`Error::NotHeld`] when Redis no longer held it under this id (its
     /// lease ended), connection, timeout and server errors (the permit then
     /// comes back when its lease ends: the watchdog stops renewing it).
+    ///
+    /// A release that fails because the master is gone or changing (a
+    /// failover or a restart) returns `Ok(())`: the watchdog retries it
+    /// against the new master until it goes through or the lease runs out
+    /// (see [`Client::await_releases`](crate::Client::await_releases)).
     pub fn release(mut self) -> Result<()> {
         self.give_back()
     }
@@ -519,6 +544,7 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {
             Ok(true) => {
@@ -531,7 +557,29 @@ impl PermitGuard {
             }
             Err(e) => {
                 self.state.mark_released();
-                Err(e)
+                if !e.is_failover() {
+                    return Err(e);
+                }
+                // Giving a permit back by its id is safe to repeat.
+                let (semaphore, id) = (self.semaphore.clone(), self.id);
+                let client = &self.semaphore.client;
+                crate::watchdog::retry::submit(
+                    format!(
+                        "release of permit {} of semaphore {:?}",
+                        self.id,
+                        String::from_utf8_lossy(&self.semaphore.name)
+                    ),
+                    self.semaphore.name.clone(),
+                    client.source().clone(),
+                    client.counters(),
+                    self.semaphore
+                        .lease
+                        .unwrap_or_else(|| client.watchdog_timeout()),
+                    until,
+                    e,
+                    move || semaphore.release(&id).map(|_| ()),
+                );
+                Ok(())
             }
         }
     }

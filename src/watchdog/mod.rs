@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+pub(crate) mod retry;
 mod schedule;
 mod worker;
 
@@ -38,12 +39,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
 use crate::error::Error;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+pub(crate) use retry::Pending;
+use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -87,12 +91,6 @@ impl Entry {
         } else {
             Duration::ZERO
         }
-    }
-
-    /// After a failed round trip, retry this soon (well before the next
-    /// regular renewal).
-    fn retry_delay(&self) -> Duration {
-        (self.interval() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 
     fn lease_ms(&self) -> u64 {
@@ -146,6 +144,9 @@ enum Command {
     /// The pub/sub connection of the source at this address broke: check
     /// every lease held on its servers.
     Suspect(usize),
+    /// An operation on a held lease met a failover: hand it to the worker
+    /// of its key's server.
+    Retry(Retry),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -263,6 +264,15 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     }
 }
 
+/// Hands `retry` to the watchdog, started if needed; dropped (ending with
+/// its error) when no thread can be started.
+fn retry(retry: Retry) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::Retry(retry));
+    }
+}
+
 /// Tells the watchdog that a connection to `source` broke: every lease held
 /// there is checked at once.
 pub(crate) fn suspect(source: &Arc<Source>) {
@@ -325,6 +335,46 @@ struct ServerState {
     /// When the server was last suspected of having lost its data:
     /// renewals sent before that are checked again.
     suspect_at: Option<Instant>,
+    /// Renewals that failed, waiting for the server's next attempt: one
+    /// pause per server, however many leases wait.
+    retry: Option<Retrying>,
+    /// The pauses between those attempts; `None` while renewals succeed.
+    backoff: Option<Backoff>,
+}
+
+/// Renewals of one server waiting out a pause after a failed round trip.
+struct Retrying {
+    entries: Vec<Entry>,
+    /// When they go out again.
+    at: Instant,
+    /// The earliest local deadline among them: that lease is marked lost
+    /// then, without another round trip.
+    first_deadline: Instant,
+}
+
+impl Retrying {
+    fn new(at: Instant) -> Retrying {
+        Retrying {
+            entries: Vec::new(),
+            at,
+            first_deadline: far_future(at),
+        }
+    }
+
+    fn push(&mut self, entry: Entry) {
+        self.first_deadline = self.first_deadline.min(entry.state.valid_until());
+        self.entries.push(entry);
+    }
+
+    /// When the thread must look at these entries next.
+    fn wake_at(&self) -> Instant {
+        self.at.min(self.first_deadline)
+    }
+}
+
+/// An instant no deadline reaches (a year after `now`).
+fn far_future(now: Instant) -> Instant {
+    now + crate::lease::MAX_LEASE
 }
 
 struct Watchdog {
@@ -362,9 +412,14 @@ impl Watchdog {
     fn step(&mut self) -> bool {
         self.shared.next_wake.store(0, Ordering::SeqCst);
         self.take_pending();
-        self.dispatch_due(Instant::now());
+        let now = Instant::now();
+        self.dispatch_due(now);
+        self.retry_due(now);
 
-        let next = self.schedule.next_due();
+        let next = match (self.schedule.next_due(), self.next_retry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.shared
             .next_wake
             .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
@@ -391,6 +446,13 @@ impl Watchdog {
                     self.drop_client(&counters, done);
                 }
                 Ok(Command::Detached) => {}
+                Ok(Command::Retry(retry)) => {
+                    let source = retry.source.clone();
+                    let server = (Arc::as_ptr(&source) as usize, source.node_of(&retry.key));
+                    if !self.send(server, &source, Job::Retry(retry)) {
+                        log::error!("redguard watchdog: a retry could not reach its worker");
+                    }
+                }
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -439,6 +501,7 @@ impl Watchdog {
         let mut left = self.schedule.extract(|_| true);
         for state in self.servers.values_mut() {
             left.extend(state.busy.take().unwrap_or_default());
+            left.extend(state.retry.take().map(|r| r.entries).unwrap_or_default());
         }
         self.release_gone(left, None);
         self.servers.clear();
@@ -515,6 +578,8 @@ impl Watchdog {
                             entries: 0,
                             busy: None,
                             suspect_at: None,
+                            retry: None,
+                            backoff: None,
                         },
                     );
                 }
@@ -571,9 +636,89 @@ impl Watchdog {
             groups.entry(entry.server()).or_default().push(entry);
         }
         for (server, entries) in groups {
-            let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
-            self.start(server, entries, per_trip);
+            self.renew_or_wait(server, entries);
         }
+    }
+
+    /// Renews `entries` (all on `server`) now, unless the server is
+    /// pausing after a failed round trip: then they go with its next
+    /// attempt.
+    fn renew_or_wait(&mut self, server: Server, entries: Vec<Entry>) {
+        if let Some(retry) = self.servers.get_mut(&server).and_then(|s| s.retry.as_mut()) {
+            for entry in entries {
+                retry.push(entry);
+            }
+            return;
+        }
+        let per_trip = entries
+            .first()
+            .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
+        self.start(server, entries, per_trip);
+    }
+
+    /// The earliest instant a pausing server needs the thread: its next
+    /// attempt, or a lease among its entries running out.
+    fn next_retry(&self) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|s| s.retry.as_ref().map(Retrying::wake_at))
+            .min()
+    }
+
+    /// Marks lost, at their local deadline, the leases waiting for a
+    /// server's next attempt, and sends the attempts that are due.
+    fn retry_due(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.retry.as_ref().is_some_and(|r| r.wake_at() <= now))
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(retry) = self.servers.get_mut(&server).and_then(|s| s.retry.take()) else {
+                continue;
+            };
+            let mut waiting = Retrying::new(retry.at);
+            for entry in retry.entries {
+                let Some(entry) = self.still_wanted(entry) else {
+                    continue;
+                };
+                if entry.state.valid_until() <= now {
+                    self.lapse(entry);
+                } else {
+                    waiting.push(entry);
+                }
+            }
+            if waiting.at <= now {
+                // A key's server may have changed meanwhile (a Cluster
+                // failover: the slot map was asked for again after the
+                // node refused): such renewals go to their new server.
+                let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+                for entry in waiting.entries {
+                    groups.entry(entry.server()).or_default().push(entry);
+                }
+                for (to, entries) in groups {
+                    if to == server {
+                        let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+                        self.start(server, entries, per_trip);
+                    } else {
+                        self.renew_or_wait(to, entries);
+                    }
+                }
+            } else if let Some(state) = self.servers.get_mut(&server) {
+                state.retry = Some(waiting);
+            }
+        }
+    }
+
+    /// A lease whose renewals failed until its local deadline: lost.
+    fn lapse(&mut self, entry: Entry) {
+        log::warn!(
+            "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out",
+            entry.name()
+        );
+        entry.state.mark_lost();
+        self.forget(entry);
     }
 
     /// Sends a renewal job for `entries`, all on `server`, unless one is at
@@ -613,10 +758,17 @@ impl Watchdog {
     fn check(&mut self, server: Server) {
         let now = Instant::now();
         self.take_pending();
+        let mut waiting = Vec::new();
         if let Some(state) = self.servers.get_mut(&server) {
             state.suspect_at = Some(now);
+            // The server answered a connection just now (or broke one it
+            // had): renewals waiting out a pause go along, and the pauses
+            // start small again.
+            waiting = state.retry.take().map(|r| r.entries).unwrap_or_default();
+            state.backoff = None;
         }
-        let entries = self.schedule.extract(|e| e.server() == server);
+        let mut entries = self.schedule.extract(|e| e.server() == server);
+        entries.extend(waiting);
         let entries: Vec<Entry> = entries
             .into_iter()
             .filter_map(|e| self.still_wanted(e))
@@ -628,26 +780,19 @@ impl Watchdog {
     /// what fell due for the server meanwhile.
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
-        let mut suspect_at = None;
-        if let Some(state) = self.servers.get_mut(&done.server) {
-            suspect_at = state.suspect_at;
-            if done.last
-                && let Some(waiting) = state.busy.take()
-            {
-                let waiting: Vec<Entry> = waiting
-                    .into_iter()
-                    .filter_map(|e| self.still_wanted(e))
-                    .collect();
-                let per_trip = waiting
-                    .first()
-                    .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
-                self.start(done.server, waiting, per_trip);
-            }
-        }
+        let suspect_at = self
+            .servers
+            .get(&done.server)
+            .and_then(|state| state.suspect_at);
         // Fixed leases found held by a look-up sent before the server was
         // suspected: they would not come up again before they expire.
         let mut recheck = Vec::new();
+        let mut failed = Vec::new();
+        let mut answered = false;
         for (entry, outcome) in done.results {
+            if !matches!(outcome, Outcome::Failed(_)) {
+                answered = true;
+            }
             let Some(entry) = self.still_wanted(entry) else {
                 continue;
             };
@@ -681,35 +826,105 @@ impl Watchdog {
                     entry.state.mark_lost();
                     self.forget(entry);
                 }
-                Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
+                Outcome::Failed(e) => failed.push((entry, e)),
+            }
+        }
+        self.retry_later(done.server, failed, answered, now);
+        if done.last
+            && let Some(waiting) = self
+                .servers
+                .get_mut(&done.server)
+                .and_then(|s| s.busy.take())
+        {
+            let waiting: Vec<Entry> = waiting
+                .into_iter()
+                .filter_map(|e| self.still_wanted(e))
+                .collect();
+            if !waiting.is_empty() {
+                self.renew_or_wait(done.server, waiting);
             }
         }
         self.start(done.server, recheck, usize::MAX);
     }
 
-    fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {
-        let valid_until = entry.state.valid_until();
-        if now >= valid_until {
-            log::warn!(
-                "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
-                entry.name()
-            );
-            entry.state.mark_lost();
-            self.forget(entry);
+    /// Puts renewals that failed aside until the server's next attempt,
+    /// after a pause that grows with each failed round trip (from 10 ms up
+    /// to a sixth of the shortest lease among them) and starts small again
+    /// once a round trip goes through (`answered` with no failure). A lease
+    /// whose local deadline has come is lost, without another round trip.
+    fn retry_later(
+        &mut self,
+        server: Server,
+        failed: Vec<(Entry, Arc<Error>)>,
+        answered: bool,
+        now: Instant,
+    ) {
+        if failed.is_empty() {
+            if answered && let Some(state) = self.servers.get_mut(&server) {
+                state.backoff = None;
+            }
             return;
         }
+        let mut kept = Vec::with_capacity(failed.len());
+        let mut shortest = crate::lease::MAX_LEASE;
+        for (entry, err) in failed {
+            if now >= entry.state.valid_until() {
+                log::warn!(
+                    "redguard: lease of lock {:?} lost: no renewal succeeded before it ran \
+                     out (last error: {err})",
+                    entry.name()
+                );
+                entry.state.mark_lost();
+                self.forget(entry);
+                continue;
+            }
+            shortest = shortest.min(entry.lease);
+            kept.push((entry, err));
+        }
+        let Some((first, err)) = kept.first() else {
+            return;
+        };
+        let source = first.source.clone();
         log::debug!(
-            "redguard: renewal of lock {:?} failed ({err}); retrying",
-            entry.name()
+            "redguard: renewal of lock {:?} failed ({err}); retrying after a pause, with the \
+             server's {} other failed renewal(s)",
+            first.name(),
+            kept.len() - 1
         );
-        let retry = (now + entry.retry_delay()).min(valid_until);
-        self.schedule.insert(retry, entry);
+        let Some(state) = self.state(server, &source) else {
+            for (entry, _) in kept {
+                self.lapse(entry);
+            }
+            return;
+        };
+        let retry = match state.retry.as_mut() {
+            Some(retry) => retry,
+            None => {
+                let pause = state
+                    .backoff
+                    .get_or_insert_with(|| Backoff::for_lease(shortest))
+                    .next_pause();
+                state.retry.insert(Retrying::new(now + pause))
+            }
+        };
+        for (entry, _) in kept {
+            retry.push(entry);
+        }
     }
 
     fn drop_client(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
-        let entries = self
+        let mut entries = self
             .schedule
             .extract(|e| Arc::ptr_eq(&e.counters, counters));
+        for state in self.servers.values_mut() {
+            if let Some(retry) = state.retry.as_mut() {
+                let (gone, kept) = std::mem::take(&mut retry.entries)
+                    .into_iter()
+                    .partition(|e| Arc::ptr_eq(&e.counters, counters));
+                retry.entries = kept;
+                entries.extend::<Vec<Entry>>(gone);
+            }
+        }
         self.release_gone(entries, done);
         // Workers whose source is gone end by themselves; forget them.
         self.servers

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::retry::{self, Retry, Step};
 use super::{Entry, Outcome, Server};
+use crate::backoff::{self, Backoff};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
@@ -36,11 +38,12 @@ const LOOK: Duration = Duration::from_micros(100);
 /// How often a worker without work checks whether its server's connections
 /// are gone for good.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Attempts to open the watch connection again at the look pace (2 s of
-/// them), before slowing down to [`MAX_WATCH_BACKOFF`].
-const FAST_RECONNECTS: u32 = 20;
-/// Pause between attempts to open the watch connection after that.
-const MAX_WATCH_BACKOFF: Duration = Duration::from_secs(1);
+/// Pauses between attempts to open the watch connection again: from the
+/// look pace up to half a second (with jitter), so that a server that comes
+/// back is seen, and its leases checked, within that; a server that stays
+/// down sees about two attempts a second from this worker.
+const WATCH_FIRST_RETRY: Duration = WATCH_EVERY;
+const WATCH_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// Work for a server's worker.
 pub(super) enum Job {
@@ -58,6 +61,8 @@ pub(super) enum Job {
     },
     /// Keep (or stop keeping) a watch connection open.
     Watch(bool),
+    /// Retry an operation that met a failover (see [`retry`]).
+    Retry(Retry),
 }
 
 /// What a worker tells the scheduling thread.
@@ -90,7 +95,17 @@ pub(super) fn spawn(
         source: Arc::downgrade(source),
         jobs: rx,
         reports,
-        watch: Watch::default(),
+        retries: Vec::new(),
+        retry_at: None,
+        retry_backoff: Backoff::new(backoff::FIRST, retry::MAX_PAUSE),
+        watch: Watch {
+            wanted: false,
+            conn: None,
+            run_id: None,
+            next_look: None,
+            failures: 0,
+            backoff: Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY),
+        },
         renewing: false,
     };
     std::thread::Builder::new()
@@ -99,7 +114,6 @@ pub(super) fn spawn(
     Ok(tx)
 }
 
-#[derive(Default)]
 struct Watch {
     wanted: bool,
     conn: Option<redis::Connection>,
@@ -108,6 +122,8 @@ struct Watch {
     next_look: Option<Instant>,
     /// Failed attempts to open it since it last worked.
     failures: u32,
+    /// Pauses between those attempts.
+    backoff: Backoff,
 }
 
 struct Worker {
@@ -119,15 +135,24 @@ struct Worker {
     /// A renewal job is under way: the scheduling thread waits for its
     /// last batch.
     renewing: bool,
+    /// Operations being retried, all in one round after one pause.
+    retries: Vec<Retry>,
+    /// When their next round starts.
+    retry_at: Option<Instant>,
+    /// Pauses between rounds that failed.
+    retry_backoff: Backoff,
 }
 
 impl Worker {
     fn run(&mut self) {
         loop {
-            let deadline = match self.watch.next_look {
+            let mut deadline = match self.watch.next_look {
                 Some(at) if self.watch.wanted => at,
                 _ => Instant::now() + IDLE_CHECK,
             };
+            if let Some(at) = self.retry_wake() {
+                deadline = deadline.min(at);
+            }
             match self.jobs.recv_deadline(deadline) {
                 Ok(job) => {
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -154,7 +179,73 @@ impl Worker {
             if self.watch.wanted && self.watch.next_look.is_none_or(|at| at <= Instant::now()) {
                 self.look();
             }
+            if self.retry_wake().is_some_and(|at| at <= Instant::now()) {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.retry_round(Instant::now());
+                }));
+                if ran.is_err() {
+                    log::error!("redguard watchdog: a retry panicked; continuing");
+                }
+            }
         }
+    }
+
+    /// When the retries need the thread next: their next round, or the
+    /// end of a lease among them (given up then, at once).
+    fn retry_wake(&self) -> Option<Instant> {
+        let first_end = self.retries.iter().map(|r| r.until).min()?;
+        Some(self.retry_at.map_or(first_end, |at| at.min(first_end)))
+    }
+
+    /// Gives up the retries whose lease is over, and when a round is due,
+    /// tries the others in turn. A failover error that shows the server
+    /// unreachable ends the round: the rest would only cost one more
+    /// connection attempt each. Another round follows after a pause that
+    /// grows while rounds fail, up to [`retry::MAX_PAUSE`] or a sixth of
+    /// the shortest lease.
+    fn retry_round(&mut self, now: Instant) {
+        let due = self.retry_at.is_none_or(|at| at <= now);
+        let mut kept = Vec::with_capacity(self.retries.len());
+        let mut stop = !due;
+        let mut answered = false;
+        for mut retry in std::mem::take(&mut self.retries) {
+            if now >= retry.until {
+                retry.give_up();
+                continue;
+            }
+            if stop {
+                kept.push(retry);
+                continue;
+            }
+            match retry.attempt(now) {
+                Step::Finished => answered = true,
+                Step::Again { unreachable } => {
+                    stop = unreachable;
+                    kept.push(retry);
+                }
+            }
+        }
+        self.retries = kept;
+        if !due {
+            return;
+        }
+        if answered {
+            self.retry_backoff.reset();
+        }
+        self.retry_at = match self.retries.iter().map(|r| r.lease).min() {
+            Some(shortest) => {
+                let pause = self
+                    .retry_backoff
+                    .next_pause()
+                    .min(shortest / 6)
+                    .max(Duration::from_millis(1));
+                Some(Instant::now() + pause)
+            }
+            None => {
+                self.retry_backoff.reset();
+                None
+            }
+        };
     }
 
     fn job(&mut self, job: Job) {
@@ -167,6 +258,19 @@ impl Worker {
             Job::Release { entries, done } => {
                 release_gone(entries);
                 drop(done);
+            }
+            Job::Retry(retry) => {
+                // The first attempt just failed: the next waits a pause,
+                // with the other retries of this server.
+                if self.retry_at.is_none() {
+                    let pause = self
+                        .retry_backoff
+                        .next_pause()
+                        .min(retry.lease / 6)
+                        .max(Duration::from_millis(1));
+                    self.retry_at = Some(Instant::now() + pause);
+                }
+                self.retries.push(retry);
             }
             Job::Watch(on) => {
                 self.watch.wanted = on;
@@ -197,8 +301,23 @@ impl Worker {
             entries.sort_by_cached_key(|e| crate::keys::slot(&e.key));
         }
         let mut entries = entries.into_iter().peekable();
+        // Set when a round trip could not reach the server: the chunks
+        // after it fail the same way without another connection attempt.
+        let mut unreachable: Option<Arc<Error>> = None;
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+            if let Some(e) = &unreachable {
+                let sent = Instant::now();
+                let results = chunk
+                    .into_iter()
+                    .map(|entry| (entry, Outcome::Failed(e.clone())))
+                    .collect();
+                let last = entries.peek().is_none();
+                if !self.report_done(sent, results, last) {
+                    return;
+                }
+                continue;
+            }
             // Fixed leases come only with a check: they are looked up, not
             // extended.
             let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
@@ -258,6 +377,10 @@ impl Worker {
             if cluster {
                 results = reroute(&source, results);
             }
+            unreachable = results.iter().find_map(|(_, o)| match o {
+                Outcome::Failed(e) if e.is_connection() => Some(e.clone()),
+                _ => None,
+            });
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
                 return;
@@ -346,6 +469,7 @@ impl Worker {
                     (Some(_), None) => false,
                 };
                 self.watch.failures = 0;
+                self.watch.backoff.reset();
                 if id.is_some() {
                     self.watch.run_id = id;
                 }
@@ -357,15 +481,11 @@ impl Worker {
                 }
             }
             Err(e) => {
-                // Refused connects cost nothing, and the sooner the server
-                // is back the sooner its leases are checked: retry at the
-                // look pace for a while, then back off.
-                self.watch.failures += 1;
-                let pause = if self.watch.failures < FAST_RECONNECTS {
-                    WATCH_EVERY
-                } else {
-                    MAX_WATCH_BACKOFF
-                };
+                // The sooner the server is back the sooner its leases are
+                // checked, but a server that stays down must not be
+                // hammered: the pause grows to half a second.
+                self.watch.failures = self.watch.failures.saturating_add(1);
+                let pause = self.watch.backoff.next_pause();
                 self.watch.next_look = Some(now + pause);
                 log::debug!(
                     "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"

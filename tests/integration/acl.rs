@@ -193,7 +193,10 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
     let wait_on = |name: &'static str| {
         let lock = waiters.lock(name);
         std::thread::spawn(move || {
-            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+            let started = Instant::now();
+            let got = lock
+                .try_lock_for(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{name}: {e:?} after {:?}", started.elapsed()));
             let at = Instant::now();
             assert!(got.is_some(), "{name}: never acquired");
             at
@@ -214,6 +217,22 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
             .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
             .collect()
     };
+    // Registered waiters are not yet a subscription: on a loaded machine
+    // the subscriber may still be connecting when both threads wait (they
+    // wait for its confirmation for one response timeout only). Read the
+    // connection once the server has it subscribed to the granted channel.
+    let granted_subscribed = || {
+        let counts: Vec<(String, i64)> = server.cmd(
+            "PUBSUB",
+            &[&b"NUMSUB"[..], b"redisson_lock__channel:{rg:granted}"],
+        );
+        counts.first().is_some_and(|(_, n)| *n == 1)
+    };
+    assert!(
+        crate::support::wait_until(Duration::from_secs(5), || granted_subscribed()
+            && pubsub_ids().len() == 1),
+        "the waiters' subscriber never subscribed the granted channel"
+    );
     let first = pubsub_ids();
     for _ in 0..10 {
         sleep(ms(100));
@@ -234,4 +253,27 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
         refused_at.saturating_duration_since(released) < poll + ms(1000),
         "the refused channel's waiter still gets the lock by polling"
     );
+}
+
+/// The read-only snapshots (`inspect`, expiring-permit `leases`) run in a
+/// `MULTI`: a server that wants a password refuses the `MULTI` itself, and
+/// that is `Err(Auth)`, never a panic; a key outside the user's patterns
+/// is `Err(Permission)` naming the lock, not an aborted transaction.
+#[test]
+fn j2_snapshots_classify_noauth_and_noperm() {
+    let server = server_with_acl_user();
+    let () = server.cmd("CONFIG", &[b"SET", b"requirepass", b"admin-pw-j2"]);
+    let anonymous = test_client(&format!("redis://127.0.0.1:{}/", server.port()));
+    let err = anonymous.lock("rg:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+    let err = anonymous
+        .expiring_semaphore("rg:j2-snap")
+        .leases()
+        .unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+
+    let client = test_client(&user_url(&server));
+    let err = client.lock("other:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
+    assert!(err.to_string().contains("other:j2-snap"), "{err}");
 }

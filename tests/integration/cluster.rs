@@ -905,6 +905,7 @@ fn cli_exec_on_cluster(bed: &RedisCluster) {
     let name = unique_name("cli-cluster");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"))
         .env_remove("REDIS_URL")
+        .env_remove("RUST_LOG")
         .env_remove("REDGUARD_LOG")
         .args([
             "--url",

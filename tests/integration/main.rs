@@ -12,31 +12,37 @@ mod fair_lock;
 mod faults;
 mod fenced_lock;
 mod foreign;
+mod holder_checks;
 mod identity;
 mod latch;
 mod layout;
 mod local_fairness;
 mod lock;
 mod loss;
+mod lost_grant;
 mod messages;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
 mod ownership;
+mod packaging;
 mod persistence;
 mod pool_contention;
 mod red_lock;
 mod reentrant;
+mod release_retry;
 mod renew_batch;
 mod rw_lock;
 mod scale;
 mod script_cache;
 mod semaphore;
 mod sentinel;
+mod storm;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;
-// The binary exists only with the `cli` feature (on by default).
+// The binary exists only with the `cli` feature (off by default;
+// scripts/test turns it on).
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]

@@ -713,6 +713,7 @@ impl Exec {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
         cmd.env_remove("REDIS_URL")
             .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
+            .env_remove("RUST_LOG")
             .env_remove("REDGUARD_LOG")
             .env_remove("REDGUARD_MIN_REPLICA_ACKS")
             .env("REDIS_SENTINEL_PASSWORD", SENTINEL_PW)

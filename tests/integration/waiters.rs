@@ -413,24 +413,39 @@ fn d3_pubsub_connection_killed_for_its_output_buffer_waiters_all_acquire() {
     );
 }
 
+/// C5: `try_lock_for(w)` on a lock held with a 30 s lease returns between w
+/// and w + one response timeout + 100 ms. The waiter's poll interval is
+/// 10 s, so neither the holder's ttl nor the poll bounds its sleep: only
+/// its own deadline does, and a waiter that slept past it would take
+/// seconds.
 #[test]
 fn c5_try_lock_for_honours_its_deadline_while_busy() {
     let ctx = TestContext::new();
     let name = unique_name("c5");
-    let holder = ctx.other_client();
+    let holder = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let held = holder.lock(&name);
     let _g = held.lock().unwrap();
-    let lock = ctx.client.lock(&name);
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let lock = waiter.lock(&name);
+    let mut took_all = Vec::new();
     for wait in [ms(0), ms(50), ms(250), ms(600)] {
         let t0 = Instant::now();
         assert!(lock.try_lock_for(wait).unwrap().is_none());
         let took = t0.elapsed();
+        took_all.push(took);
         assert!(took >= wait, "{took:?} < {wait:?}");
         assert!(
             took <= wait + crate::support::TEST_RESPONSE + ms(100),
             "{took:?} for {wait:?}"
         );
     }
+    eprintln!("C5: waits of 0, 50, 250, 600 ms took {took_all:?}");
 }
 
 #[test]

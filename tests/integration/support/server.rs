@@ -376,6 +376,33 @@ impl RedisServer {
         self.start_on_same_port();
     }
 
+    /// Stops the server cleanly (`SHUTDOWN SAVE`), keeping its data files
+    /// and its port for [`start_keeping_data`](Self::start_keeping_data):
+    /// an outage of a server whose dataset comes back (with
+    /// `--appendonly yes`).
+    ///
+    /// # Panics
+    ///
+    /// As [`stop_nosave`](Self::stop_nosave).
+    pub fn stop_keeping_data(&mut self) {
+        self.shutdown_with("SAVE");
+    }
+
+    /// Starts the server again on its port after
+    /// [`stop_keeping_data`](Self::stop_keeping_data), with its data files.
+    ///
+    /// # Panics
+    ///
+    /// If the server is still running, or as [`restart`](Self::restart).
+    pub fn start_keeping_data(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "start_keeping_data: redis-server is still running (pid {})",
+            self.pid()
+        );
+        self.start_on_same_port();
+    }
+
     /// Asks the server to exit with `SHUTDOWN NOSAVE` and waits for it.
     ///
     /// # Panics
