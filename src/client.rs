@@ -338,7 +338,10 @@ impl Client {
 
     /// How this client's scripts publish unlock messages.
     pub(crate) fn publish(&self) -> crate::scripts::Publish {
-        crate::scripts::Publish::on_cluster(self.shared.source.is_cluster())
+        crate::scripts::Publish::on_cluster(
+            self.shared.source.is_cluster(),
+            self.shared.config.interop.classic_publish,
+        )
     }
 
     /// Runs `op` on a connection to the server that owns `key`.

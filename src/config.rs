@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::error::{Error, Result};
+use crate::interop::Interop;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::replicas::ReplicaAcks;
 
@@ -59,6 +60,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`classic_publish`](Builder::classic_publish) | [`Auto`](crate::ClassicPublish::Auto) | |
+/// | [`permit_clock_skew`](Builder::permit_clock_skew) | 0 | 0 ..= 1 day |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -79,6 +82,8 @@ pub struct Builder {
     pub(crate) sentinel: SentinelOptions,
     /// Replica acknowledgement: see `replicas` for its setters.
     pub(crate) acks: ReplicaAcks,
+    /// Mixed deployments with Redisson: see `interop` for its setters.
+    pub(crate) interop: Interop,
 }
 
 impl fmt::Debug for Builder {
@@ -99,6 +104,7 @@ impl fmt::Debug for Builder {
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
             .field("acks", &self.acks)
+            .field("interop", &self.interop)
             .finish()
     }
 }
@@ -119,6 +125,7 @@ impl Default for Builder {
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
+            interop: Interop::default(),
         }
     }
 }
@@ -260,6 +267,7 @@ impl Builder {
         };
         let deployment = self.sentinel.resolve(parsed)?;
         self.acks.validate()?;
+        self.interop.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -329,6 +337,7 @@ impl Builder {
             fair_wait_timeout: self.fair_wait_timeout,
             tls: self.tls,
             acks: self.acks,
+            interop: self.interop,
         })
     }
 }
@@ -347,6 +356,7 @@ pub(crate) struct Config {
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
+    pub(crate) interop: Interop,
 }
 
 impl Config {

@@ -372,6 +372,7 @@ impl Lock {
                 counters: self.inner.client.counters().clone(),
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
+                publish: self.inner.client.publish(),
             };
             let due = if renew { sent + lease / 3 } else { valid_until };
             watchdog::register(entry, due);

@@ -386,6 +386,7 @@ impl ExpiringSemaphore {
                 timeouts: self.timeouts.clone(),
                 id: id.0,
             })),
+            publish: self.client.publish(),
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

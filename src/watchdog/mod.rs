@@ -73,6 +73,8 @@ pub(crate) struct Entry {
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.
     pub(crate) sync: Option<Box<SyncHold>>,
+    /// How its release at client shutdown wakes waiters (the client's).
+    pub(crate) publish: crate::scripts::Publish,
 }
 
 impl Entry {

@@ -627,7 +627,7 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry.publish,
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -635,7 +635,7 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry.publish,
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),
