@@ -166,6 +166,7 @@ mod tests {
             include_str!("../../lua/rw_read_unlock.lua"),
             include_str!("../../lua/rw_write_unlock.lua"),
             include_str!("../../lua/rw_read_renew.lua"),
+            include_str!("../../lua/rw_read_keep.lua"),
             include_str!("../../lua/rw_force_unlock.lua"),
             include_str!("../../lua/semaphore_acquire.lua"),
             include_str!("../../lua/semaphore_release.lua"),

@@ -375,6 +375,7 @@ impl ExpiringSemaphore {
             holder: Arc::from(id.to_string()),
             lease,
             renew,
+            recheck: None,
             renew_batch: self.client.config().renew_batch,
             queue: None,
             state: state.clone(),

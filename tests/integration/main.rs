@@ -27,6 +27,7 @@ mod packaging;
 mod persistence;
 mod pool_contention;
 mod red_lock;
+mod redisson_mix;
 mod reentrant;
 mod renew_batch;
 mod rw_lock;
