@@ -8,7 +8,7 @@
 //! that clients that met the same outage do not come back in step, and a
 //! dead server sees a handful of attempts per second instead of a flood.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The first step of a retry loop that follows a lease: 10 ms.
 pub(crate) const FIRST: Duration = Duration::from_millis(10);
@@ -61,6 +61,19 @@ impl Backoff {
     #[cfg(test)]
     pub(crate) fn step(&self) -> Duration {
         self.step
+    }
+}
+
+/// Blocks the calling thread until `until`. The library does not use
+/// `thread::sleep`; parking may wake early, hence the loop.
+pub(crate) fn pause_until(until: Instant) {
+    // Bounded: each turn parks until `until` or returns.
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::park_timeout(until - now);
     }
 }
 

@@ -96,6 +96,10 @@ pub struct Stats {
     /// Watchdog wake-ups that renewed at least one of this client's leases.
     /// Each sends at most ⌈due / renew batch⌉ script calls per server.
     pub renewal_ticks: u64,
+    /// Releases (of locks, permits, run-once claims) and other operations
+    /// on held leases that met a failover and are being retried by the
+    /// watchdog (see [`Client::await_releases`]).
+    pub pending_releases: usize,
 }
 
 impl Client {
@@ -279,7 +283,31 @@ impl Client {
                 .renewal_round_trips
                 .load(Ordering::Relaxed),
             renewal_ticks: self.shared.counters.renewal_ticks.load(Ordering::Relaxed),
+            pending_releases: self.shared.counters.retries.get(),
         }
+    }
+
+    /// Waits until no release of this client is being retried, for at most
+    /// `timeout`; `true` when none is left.
+    ///
+    /// A release (of a lock, a permit, or a run-once claim, by
+    /// [`LockGuard::unlock`](crate::LockGuard::unlock),
+    /// [`PermitGuard::release`](crate::PermitGuard::release) or a guard's
+    /// drop) that fails because the master is gone or changing (a failover,
+    /// a restart: a connection error, `READONLY`, `MOVED`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `LOADING`, `TRYAGAIN`) returns `Ok(())` and is handed
+    /// to the watchdog, which retries it against the new master, with
+    /// growing pauses (10 ms up to 500 ms), until it goes through or the
+    /// lease is over (the key then expires by itself). Without this, a lock
+    /// replicated to the new master would block everyone until its lease
+    /// ran out. A process about to exit calls this first, bounded by its
+    /// longest lease, so that its pending releases are not lost with it:
+    /// `redguard exec` does.
+    ///
+    /// Each retry ends by its lease, so the wait is bounded by the longest
+    /// lease of the releases pending, whatever `timeout`.
+    pub fn await_releases(&self, timeout: Duration) -> bool {
+        self.shared.counters.retries.wait_none(timeout)
     }
 
     /// Shuts the client down: every thread waiting for a lock of this
@@ -336,12 +364,13 @@ impl Client {
         &self.shared.counters
     }
 
-    /// How this client's scripts publish unlock messages.
-    pub(crate) fn publish(&self) -> crate::scripts::Publish {
-        crate::scripts::Publish::on_cluster(
-            self.shared.source.is_cluster(),
-            self.shared.config.interop.classic_publish,
-        )
+    /// How this client's scripts publish the unlock messages of `key`
+    /// (see [`Source::publish_for`]), under its [`ClassicPublish`](crate::ClassicPublish) setting.
+    pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
+        self.shared
+            .source
+            .publish_for(key)
+            .with_classic(self.shared.config.interop.classic_publish)
     }
 
     /// Runs `op` on a connection to the server that owns `key`.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::interop::Interop;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
@@ -275,7 +276,10 @@ impl Builder {
         ] {
             if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
                 return Err(Error::invalid(format!(
-                    "{what} {d:?} is outside {MIN_TIMEOUT:?} ..= {MAX_TIMEOUT:?}"
+                    "{what} {} is outside {} ..= {}",
+                    Human(d),
+                    Human(MIN_TIMEOUT),
+                    Human(MAX_TIMEOUT)
                 )));
             }
         }
@@ -285,7 +289,10 @@ impl Builder {
         ] {
             if !(MIN_LEASE..=MAX_LEASE).contains(&d) {
                 return Err(Error::invalid(format!(
-                    "{what} {d:?} is outside {MIN_LEASE:?} ..= {MAX_LEASE:?}"
+                    "{what} {} is outside {} ..= {}",
+                    Human(d),
+                    Human(MIN_LEASE),
+                    Human(MAX_LEASE)
                 )));
             }
         }
@@ -315,14 +322,16 @@ impl Builder {
         lease_ms(self.fair_wait_timeout)?;
         if self.watchdog_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
-                "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
-                self.watchdog_timeout, self.response_timeout
+                "watchdog timeout {} must be at least 3 x the response timeout {}",
+                Human(self.watchdog_timeout),
+                Human(self.response_timeout)
             )));
         }
         if self.fair_wait_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
-                "fair wait timeout {:?} must be at least 3 x the response timeout {:?}",
-                self.fair_wait_timeout, self.response_timeout
+                "fair wait timeout {} must be at least 3 x the response timeout {}",
+                Human(self.fair_wait_timeout),
+                Human(self.response_timeout)
             )));
         }
         Ok(Config {
@@ -552,6 +561,43 @@ mod tests {
                 .response_timeout(Duration::from_millis(200))
                 .into_config()
                 .is_ok()
+        );
+    }
+
+    /// Durations in messages read as typed (`30s`, not `0ns` or
+    /// `31536000s`), and URL errors say what is wrong in plain words.
+    #[test]
+    fn messages_say_durations_and_urls_plainly() {
+        let message = |b: Builder| b.into_config().unwrap_err().to_string();
+        assert_eq!(
+            message(Builder::default().response_timeout(Duration::ZERO)),
+            "invalid argument: response timeout 0s is outside 1ms ..= 1d"
+        );
+        assert_eq!(
+            message(Builder::default().watchdog_timeout(Duration::from_secs(400 * 86_400))),
+            "invalid argument: watchdog timeout 400d is outside 5ms ..= 365d"
+        );
+        assert_eq!(
+            message(
+                Builder::default()
+                    .watchdog_timeout(Duration::from_secs(2))
+                    .response_timeout(Duration::from_millis(1500))
+            ),
+            "invalid argument: watchdog timeout 2s must be at least 3 x the response timeout \
+             1s 500ms"
+        );
+        let http = message(Builder::default().url("http://x"));
+        assert!(http.contains("unsupported URL scheme \"http\""), "{http}");
+        assert!(http.contains("redis+cluster://"), "{http}");
+        assert!(!http.contains("invalid client config"), "{http}");
+        let bare = message(Builder::default().url("127.0.0.1:6379"));
+        assert!(bare.contains("no scheme"), "{bare}");
+        let secret = message(Builder::default().url("user:s3cret@host://x"));
+        assert!(!secret.contains("s3cret"), "{secret}");
+        let port = message(Builder::default().url("redis://127.0.0.1:notaport/"));
+        assert!(
+            port.starts_with("invalid argument: bad Redis URL: "),
+            "{port}"
         );
     }
 

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
 /// The longest lease accepted: 365 days. Longer leases are rejected with
@@ -54,6 +55,9 @@ pub(crate) struct Counters {
     pub(crate) renewal_round_trips: AtomicU64,
     /// Watchdog rounds that renewed at least one of this client's leases.
     pub(crate) renewal_ticks: AtomicU64,
+    /// Releases (and other operations on held leases) of this client that
+    /// met a failover and are being retried.
+    pub(crate) retries: crate::watchdog::Pending,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).
@@ -160,12 +164,16 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     }
     if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
-            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+            "lease {} is shorter than the minimum {}",
+            Human(lease),
+            Human(MIN_LEASE)
         )));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(format!(
-            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
+            "lease {} is longer than the maximum {}",
+            Human(lease),
+            Human(MAX_LEASE)
         )));
     }
     let ms = lease.as_millis();

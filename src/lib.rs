@@ -115,6 +115,7 @@ mod backoff;
 mod client;
 mod config;
 mod connection;
+mod duration_text;
 mod error;
 mod fencing;
 mod holder;

@@ -5,10 +5,12 @@
 pub(crate) mod cluster;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
+pub(crate) mod server;
 
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
+use crate::scripts::Publish;
 use pool::Pool;
 
 /// Where a client's Redis lives, from its URL (or builder calls): one case
@@ -41,9 +43,13 @@ impl Deployment {
         if sentinel::is_sentinel_url(url) {
             return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
         }
+        check_scheme(url)?;
         url.into_connection_info()
             .map(Deployment::Single)
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
+            .map_err(|e| match Error::redis(e) {
+                Error::InvalidArgument(why) => Error::invalid(format!("bad Redis URL: {why}")),
+                other => Error::invalid(format!("bad Redis URL: {other}")),
+            })
     }
 
     /// What the client talks to, safe to print: `"<host:port>/<db>"`.
@@ -76,6 +82,47 @@ impl Deployment {
                 .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
+}
+
+/// The schemes of a single server's URL (redis-rs's), beside which
+/// `redis+sentinel://`, `rediss+sentinel://`, `redis+cluster://` and
+/// `rediss+cluster://` choose the other deployments.
+const SINGLE_SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "redis+unix",
+    "unix",
+    "valkey",
+    "valkeys",
+    "valkey+unix",
+];
+
+/// Refuses a URL without a scheme redguard knows, saying which schemes
+/// there are. The scheme is repeated only when it looks like one (it
+/// cannot hold a password then).
+fn check_scheme(url: &str) -> Result<()> {
+    let known = "use redis://, rediss://, redis+unix://, redis+sentinel://, \
+                 rediss+sentinel://, redis+cluster:// or rediss+cluster://";
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(Error::invalid(format!(
+            "not a Redis URL: it has no scheme; {known}"
+        )));
+    };
+    if SINGLE_SCHEMES
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(scheme))
+    {
+        return Ok(());
+    }
+    let printable = scheme.len() <= 20
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    Err(Error::invalid(if printable {
+        format!("unsupported URL scheme {scheme:?}; {known}")
+    } else {
+        format!("unsupported URL scheme; {known}")
+    }))
 }
 
 /// Certificates for TLS connections (`rediss://`), beyond the system roots.
@@ -206,6 +253,31 @@ impl Source {
     pub(crate) fn refresh_topology(&self) {
         if let Source::Cluster(cluster) = self {
             cluster.refresh_map();
+        }
+    }
+
+    /// How scripts that wake waiters publish for `key`: on a Cluster node
+    /// with sharded pub/sub (Redis 7+, Valkey), `SPUBLISH` and a classic
+    /// `PUBLISH` only for classic listeners ([`Publish::Cluster`]); on a
+    /// node without it (Redis 6.2), and outside a Cluster, classic
+    /// `PUBLISH` ([`Publish::Classic`]). Each node's version is learned
+    /// once, by its pool's first connection; a node not asked yet gets
+    /// [`Publish::Cluster`], whose script falls back to `PUBLISH` by itself.
+    pub(crate) fn publish_for(&self, key: &[u8]) -> Publish {
+        match self {
+            Source::Cluster(cluster) if cluster.sharded_pubsub(cluster.node_of(key)) => {
+                Publish::Cluster
+            }
+            Source::Single(_) | Source::Sentinel(_) | Source::Cluster(_) => Publish::Classic,
+        }
+    }
+
+    /// Whether node `node` has sharded pub/sub, as far as its pool knows
+    /// (`true` until it learned otherwise). Only a Cluster uses it.
+    pub(crate) fn sharded_pubsub(&self, node: NodeId) -> bool {
+        match self {
+            Source::Cluster(cluster) => cluster.sharded_pubsub(node),
+            Source::Single(_) | Source::Sentinel(_) => true,
         }
     }
 

@@ -9,10 +9,12 @@
 //! background threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::connection::Tls;
+use crate::connection::server::{self, Server};
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "tls")]
@@ -53,6 +55,10 @@ pub(crate) struct Pool {
     /// is used: set for a master found through Sentinel, which may have
     /// been demoted since.
     master_only: bool,
+    /// What the server is, from the first connection that could tell
+    /// (`None` inside: it would not say). Unset until then, and while the
+    /// server is one redguard refuses.
+    server: OnceLock<Option<Server>>,
 }
 
 struct State {
@@ -108,6 +114,7 @@ impl Pool {
             response_timeout,
             generation: AtomicU64::new(0),
             master_only: false,
+            server: OnceLock::new(),
         })
     }
 
@@ -124,27 +131,87 @@ impl Pool {
     }
 
     /// A new connection outside the pool (pub/sub, admin), with the pool's
-    /// timeouts applied.
+    /// timeouts applied. The pool's first connection also learns what the
+    /// server is (see [`Pool::server`]) and refuses one that is too old.
+    ///
+    /// # Errors
+    ///
+    /// The connection's failure, named after the server; a server older
+    /// than Redis 6.2 is [`Error::UnsupportedServer`].
     pub(crate) fn connect(&self) -> Result<redis::Connection> {
-        let conn = self
+        let addr = self.addr();
+        let mut conn = self
             .client
             .get_connection_with_timeout(self.connect_timeout)
-            .map_err(Error::redis)?;
+            .map_err(|e| self.connect_error(Error::redis(e), &addr, self.connect_timeout))?;
         conn.set_read_timeout(Some(self.response_timeout))
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(self.response_timeout))
             .map_err(Error::redis)?;
+        if self.server.get().is_none() {
+            // The first round trip: over TLS it also completes the
+            // handshake, so a plaintext port shows here.
+            let found = server::probe(&mut conn)
+                .map_err(|e| self.connect_error(e, &addr, self.response_timeout))?;
+            if let Some(server) = &found {
+                server.check(&addr)?;
+            }
+            let _ = self.server.set(found);
+        }
         if self.master_only {
-            let mut conn = conn;
             let role: redis::Role = redis::cmd("ROLE").query(&mut conn).map_err(Error::redis)?;
             if !matches!(role, redis::Role::Primary { .. }) {
-                return Err(not_master(
-                    &self.client.get_connection_info().addr().to_string(),
-                ));
+                return Err(not_master(&addr));
             }
-            return Ok(conn);
         }
         Ok(conn)
+    }
+
+    /// What the server is, once a connection of this pool learned it;
+    /// `None` before, or when the server would not say.
+    pub(crate) fn server(&self) -> Option<&Server> {
+        self.server.get().and_then(Option::as_ref)
+    }
+
+    /// `host:port` of the server.
+    fn addr(&self) -> String {
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+            other => other.to_string(),
+        }
+    }
+
+    /// A failed connect (or first round trip, `waited` long) in plain
+    /// words: which server, and for a TLS connection whose handshake got no
+    /// TLS answer, the likely cause (a `rediss://` URL pointing at a
+    /// plaintext port).
+    fn connect_error(&self, err: Error, addr: &str, waited: Duration) -> Error {
+        let tls = matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        );
+        let not_tls = || {
+            format!(
+                "{addr} did not answer the TLS handshake within {}: it may not speak TLS on \
+                 this port (a rediss:// URL needs the server's tls-port)",
+                Human(waited)
+            )
+        };
+        match err {
+            Error::Timeout(_) if tls => Error::Timeout(not_tls()),
+            Error::Timeout(_) => {
+                Error::Timeout(format!("{addr} did not answer within {}", Human(waited)))
+            }
+            Error::Connection(_) if tls && err.to_string().contains("corrupt message") => {
+                err.at(addr).noted(
+                    ": the server does not speak TLS on this port (a rediss:// URL needs \
+                     the server's tls-port)"
+                        .into(),
+                )
+            }
+            other => other.at(addr),
+        }
     }
 
     /// Runs `op` on a pooled connection.
@@ -209,8 +276,9 @@ impl Pool {
             );
             if now >= deadline {
                 return Err(Error::Timeout(format!(
-                    "all {} pooled connections stayed busy for {:?}",
-                    self.max, self.connect_timeout
+                    "all {} pooled connections stayed busy for {}",
+                    self.max,
+                    Human(self.connect_timeout)
                 )));
             }
             state.waiting += 1;

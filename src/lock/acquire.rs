@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
@@ -191,6 +192,11 @@ impl Lock {
                 "this thread holds the read side of this read-write lock; the write side \
                  cannot be had while it reads (no upgrade: release the read side first)",
             ));
+        }
+        // This thread's release of the lock may still be retried after a
+        // failover: it drops every hold of this holder, a new one too.
+        if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
+            return Ok(None);
         }
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
@@ -379,7 +385,7 @@ impl Lock {
                 counters: self.inner.client.counters().clone(),
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
-                publish: self.inner.client.publish(),
+                classic_publish: self.inner.client.config().interop.classic_publish,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,
@@ -421,7 +427,7 @@ impl Lock {
         let released = self.inner.client.with_conn(key, |conn| match &sync {
             Some(hold) => scripts::release_sync_hold(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 hold,
                 key,
                 channel,
@@ -429,7 +435,7 @@ impl Lock {
             ),
             None => scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 key,
                 channel,
                 self.queue_key(),
@@ -449,8 +455,10 @@ impl Lock {
     }
 }
 
-/// Pause between two attempts of a call that met a failover.
+/// Pauses between two attempts of a call that met a failover: from 50 ms,
+/// doubling (with jitter) up to half a second.
 const FAILOVER_RETRY: Duration = Duration::from_millis(50);
+const FAILOVER_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// The waiter loop shared by every lock kind: attempt; when busy, register
 /// on `channel` (confirmed before the next attempt, so no unlock published
@@ -474,6 +482,7 @@ pub(crate) fn wait_loop<T>(
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
+    let mut failover = Backoff::new(FAILOVER_RETRY, FAILOVER_MAX_RETRY);
     if queue_first && let Some(sub) = client.running_subscriber() {
         let now = Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -492,7 +501,10 @@ pub(crate) fn wait_loop<T>(
     loop {
         let hint = match attempt() {
             Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
-            Ok(Attempt::Busy(hint)) => hint,
+            Ok(Attempt::Busy(hint)) => {
+                failover.reset();
+                hint
+            }
             // A failover in progress (Sentinel): the source asks for the
             // new master on every try, so a call with a deadline keeps
             // trying until it instead of failing in the middle.
@@ -501,8 +513,11 @@ pub(crate) fn wait_loop<T>(
                     && client.source().rides_out_failovers()
                     && deadline.is_some_and(|d| Instant::now() + FAILOVER_RETRY < d) =>
             {
-                log::debug!("redguard: attempt failed during a failover ({e}); retrying");
-                Some(FAILOVER_RETRY)
+                let pause = failover.next_pause();
+                log::debug!(
+                    "redguard: attempt failed during a failover ({e}); retrying in {pause:?}"
+                );
+                Some(pause)
             }
             Err(e) => return Err(e),
         };

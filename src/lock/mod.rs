@@ -473,7 +473,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::force_unlock(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),
@@ -546,6 +546,11 @@ impl Lock {
         }
     }
 
+    /// The lock's key (its name), shared.
+    pub(crate) fn key(&self) -> &Arc<[u8]> {
+        &self.inner.name
+    }
+
     /// This kind's key in the calling thread's record of holds: the name,
     /// except for the read side of a read-write lock, whose holds are
     /// counted apart from the write side's.
@@ -572,12 +577,16 @@ impl Lock {
         self.inner
             .client
             .with_conn(&self.inner.name, |conn| match self.fair_keys() {
-                Some(keys) => {
-                    scripts::fair_release(conn, self.inner.client.publish(), keys, holder, ms)
-                }
+                Some(keys) => scripts::fair_release(
+                    conn,
+                    self.inner.client.publish(&self.inner.name),
+                    keys,
+                    holder,
+                    ms,
+                ),
                 None => scripts::release(
                     conn,
-                    self.inner.client.publish(),
+                    self.inner.client.publish(&self.inner.name),
                     &self.inner.name,
                     &self.inner.channel,
                     holder,
@@ -598,7 +607,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),

@@ -169,7 +169,7 @@ impl ReadWriteLock {
         lock.inner.client.with_conn(&lock.inner.name, |conn| {
             rwlock::force_unlock(
                 conn,
-                lock.inner.client.publish(),
+                lock.inner.client.publish(&lock.inner.name),
                 &lock.inner.name,
                 &lock.inner.channel,
                 None,
@@ -278,13 +278,19 @@ impl Lock {
                         timeout_prefix: &prefix,
                         key_prefix,
                     };
-                    rwlock::read_release(conn, self.inner.client.publish(), keys, holder, all)
+                    rwlock::read_release(
+                        conn,
+                        self.inner.client.publish(&self.inner.name),
+                        keys,
+                        holder,
+                        all,
+                    )
                 }
                 _ => {
                     let field = keys::write_field(holder);
                     rwlock::write_release(
                         conn,
-                        self.inner.client.publish(),
+                        self.inner.client.publish(&self.inner.name),
                         &self.inner.name,
                         &self.inner.channel,
                         &field,
@@ -333,7 +339,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             rwlock::force_unlock(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 Some(mode),

@@ -31,9 +31,11 @@ macro_rules! notifying {
 /// (`lua/notify.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Publish {
-    /// One server (or Sentinel's master): a classic `PUBLISH` on every
-    /// release, listened to or not, since a waiter may listen on a replica
-    /// that passes it on.
+    /// One server (or Sentinel's master), or a Cluster node without
+    /// sharded pub/sub (Redis 6.2): a classic `PUBLISH` on every release,
+    /// listened to or not, since a waiter may listen on a replica that
+    /// passes it on (on a Cluster: on any node, which the cluster forwards
+    /// it to).
     Classic,
     /// Redis Cluster: `SPUBLISH` always; the classic `PUBLISH`, which the
     /// cluster forwards to every node, only when the slot's node counts a
@@ -46,13 +48,12 @@ pub(crate) enum Publish {
 }
 
 impl Publish {
-    /// The way of a deployment: one of the cluster ways on a Redis Cluster,
-    /// as `classic` says.
-    pub(crate) fn on_cluster(cluster: bool, classic: ClassicPublish) -> Publish {
-        match (cluster, classic) {
-            (false, _) => Publish::Classic,
-            (true, ClassicPublish::Always) => Publish::ClusterAlways,
-            (true, _) => Publish::Cluster,
+    /// The way `self` becomes under `classic`: [`Publish::Cluster`] sends
+    /// the classic message on every release with [`ClassicPublish::Always`].
+    pub(crate) fn with_classic(self, classic: ClassicPublish) -> Publish {
+        match (self, classic) {
+            (Publish::Cluster, ClassicPublish::Always) => Publish::ClusterAlways,
+            (other, _) => other,
         }
     }
 }

@@ -19,6 +19,8 @@ static PERMIT_RELEASE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!(
 pub(super) static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/permit_renew.lua")));
 static PERMIT_COUNT: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("permit_count"));
+static PERMIT_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/permit_delete.lua")));
 
 /// The keys of an expiring-permit semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +170,17 @@ pub(crate) fn permit_count(
         },
         other => Err(unexpected("permit count", other)),
     }
+}
+
+/// Deletes an expiring-permit semaphore's counter and leases: `true` when
+/// either existed.
+pub(crate) fn permit_delete(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: PermitKeys<'_>,
+) -> Result<bool> {
+    let reply = evalsha(conn, &PERMIT_DELETE, &[keys.counter, keys.timeouts], |_| {})
+        .map_err(|e| Error::from_redis(e, keys.counter))?;
+    Ok(int("permit delete", &reply)? == 1)
 }
 
 #[cfg(test)]

@@ -198,7 +198,7 @@ impl ExpiringSemaphore {
     fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_count(conn, self.client.publish(), self.keys())
+            script::permit_count(conn, self.client.publish(&self.name), self.keys())
         })
     }
 
@@ -336,7 +336,13 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
+                script::permit_acquire(
+                    conn,
+                    self.client.publish(&self.name),
+                    self.keys(),
+                    ms,
+                    &[id.0],
+                )
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;
@@ -387,7 +393,7 @@ impl ExpiringSemaphore {
                 timeouts: self.timeouts.clone(),
                 id: id.0,
             })),
-            publish: self.client.publish(),
+            classic_publish: self.client.config().interop.classic_publish,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);
@@ -412,8 +418,30 @@ impl ExpiringSemaphore {
     pub fn release(&self, id: &PermitId) -> Result<bool> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_release(conn, self.client.publish(), self.keys(), &id.0)
+            script::permit_release(conn, self.client.publish(&self.name), self.keys(), &id.0)
         })
+    }
+
+    /// Deletes the semaphore (Redisson's `delete`): its permit counter and
+    /// the leases of its held permits, in one step. `true` when there was
+    /// something to delete. Afterwards no permit is available until
+    /// [`ExpiringSemaphore::try_set_permits`] sets a count again; a holder
+    /// finds its permit gone at its next renewal ([`PermitGuard::check`]
+    /// then reports it lost). For an administrator resetting a semaphore
+    /// whose count is wrong (`redguard unlock --force --kind semaphore`);
+    /// it also resets a plain [`Semaphore`](crate::Semaphore) of the same
+    /// name, which keeps only the counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// when the name holds something that is not a permit count or the
+    /// lease key something that is not a sorted set (both left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn delete(&self) -> Result<bool> {
+        self.check()?;
+        self.client
+            .with_conn(&self.name, |conn| script::permit_delete(conn, self.keys()))
     }
 }
 
@@ -493,6 +521,11 @@ impl PermitGuard {
     /// [`Error::NotHeld`] when Redis no longer held it under this id (its
     /// lease ended), connection, timeout and server errors (the permit then
     /// comes back when its lease ends: the watchdog stops renewing it).
+    ///
+    /// A release that fails because the master is gone or changing (a
+    /// failover or a restart) returns `Ok(())`: the watchdog retries it
+    /// against the new master until it goes through or the lease runs out
+    /// (see [`Client::await_releases`](crate::Client::await_releases)).
     pub fn release(mut self) -> Result<()> {
         self.give_back()
     }
@@ -513,6 +546,7 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {
             Ok(true) => {
@@ -525,7 +559,29 @@ impl PermitGuard {
             }
             Err(e) => {
                 self.state.mark_released();
-                Err(e)
+                if !e.is_failover() {
+                    return Err(e);
+                }
+                // Giving a permit back by its id is safe to repeat.
+                let (semaphore, id) = (self.semaphore.clone(), self.id);
+                let client = &self.semaphore.client;
+                crate::watchdog::retry::submit(
+                    format!(
+                        "release of permit {} of semaphore {:?}",
+                        self.id,
+                        String::from_utf8_lossy(&self.semaphore.name)
+                    ),
+                    self.semaphore.name.clone(),
+                    client.source().clone(),
+                    client.counters(),
+                    self.semaphore
+                        .lease
+                        .unwrap_or_else(|| client.watchdog_timeout()),
+                    until,
+                    e,
+                    move || semaphore.release(&id).map(|_| ()),
+                );
+                Ok(())
             }
         }
     }

@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+pub(crate) mod retry;
 mod schedule;
 mod worker;
 
@@ -45,6 +46,8 @@ use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+pub(crate) use retry::Pending;
+use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -80,8 +83,9 @@ pub(crate) struct Entry {
     /// `lockWatchdogTimeout`): each look-up restores what was cut, and a
     /// hold whose cut lease ran out meanwhile is lost.
     pub(crate) recheck: Option<Duration>,
-    /// How its release at client shutdown wakes waiters (the client's).
-    pub(crate) publish: crate::scripts::Publish,
+    /// How its release at client shutdown wakes waiters (the client's
+    /// setting).
+    pub(crate) classic_publish: crate::ClassicPublish,
 }
 
 impl Entry {
@@ -157,6 +161,9 @@ enum Command {
     /// The pub/sub connection of the source at this address broke: check
     /// every lease held on its servers.
     Suspect(usize),
+    /// An operation on a held lease met a failover: hand it to the worker
+    /// of its key's server.
+    Retry(Retry),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -271,6 +278,15 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
+    }
+}
+
+/// Hands `retry` to the watchdog, started if needed; dropped (ending with
+/// its error) when no thread can be started.
+fn retry(retry: Retry) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::Retry(retry));
     }
 }
 
@@ -447,6 +463,13 @@ impl Watchdog {
                     self.drop_client(&counters, done);
                 }
                 Ok(Command::Detached) => {}
+                Ok(Command::Retry(retry)) => {
+                    let source = retry.source.clone();
+                    let server = (Arc::as_ptr(&source) as usize, source.node_of(&retry.key));
+                    if !self.send(server, &source, Job::Retry(retry)) {
+                        log::error!("redguard watchdog: a retry could not reach its worker");
+                    }
+                }
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -689,11 +712,21 @@ impl Watchdog {
                 }
             }
             if waiting.at <= now {
-                let per_trip = waiting
-                    .entries
-                    .first()
-                    .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
-                self.start(server, waiting.entries, per_trip);
+                // A key's server may have changed meanwhile (a Cluster
+                // failover: the slot map was asked for again after the
+                // node refused): such renewals go to their new server.
+                let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+                for entry in waiting.entries {
+                    groups.entry(entry.server()).or_default().push(entry);
+                }
+                for (to, entries) in groups {
+                    if to == server {
+                        let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+                        self.start(server, entries, per_trip);
+                    } else {
+                        self.renew_or_wait(to, entries);
+                    }
+                }
             } else if let Some(state) = self.servers.get_mut(&server) {
                 state.retry = Some(waiting);
             }

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::retry::{self, Retry, Step};
 use super::{Entry, Outcome, Server};
-use crate::backoff::Backoff;
+use crate::backoff::{self, Backoff};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
@@ -60,6 +61,8 @@ pub(super) enum Job {
     },
     /// Keep (or stop keeping) a watch connection open.
     Watch(bool),
+    /// Retry an operation that met a failover (see [`retry`]).
+    Retry(Retry),
 }
 
 /// What a worker tells the scheduling thread.
@@ -92,6 +95,9 @@ pub(super) fn spawn(
         source: Arc::downgrade(source),
         jobs: rx,
         reports,
+        retries: Vec::new(),
+        retry_at: None,
+        retry_backoff: Backoff::new(backoff::FIRST, retry::MAX_PAUSE),
         watch: Watch {
             wanted: false,
             conn: None,
@@ -129,15 +135,24 @@ struct Worker {
     /// A renewal job is under way: the scheduling thread waits for its
     /// last batch.
     renewing: bool,
+    /// Operations being retried, all in one round after one pause.
+    retries: Vec<Retry>,
+    /// When their next round starts.
+    retry_at: Option<Instant>,
+    /// Pauses between rounds that failed.
+    retry_backoff: Backoff,
 }
 
 impl Worker {
     fn run(&mut self) {
         loop {
-            let deadline = match self.watch.next_look {
+            let mut deadline = match self.watch.next_look {
                 Some(at) if self.watch.wanted => at,
                 _ => Instant::now() + IDLE_CHECK,
             };
+            if let Some(at) = self.retry_wake() {
+                deadline = deadline.min(at);
+            }
             match self.jobs.recv_deadline(deadline) {
                 Ok(job) => {
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -164,7 +179,73 @@ impl Worker {
             if self.watch.wanted && self.watch.next_look.is_none_or(|at| at <= Instant::now()) {
                 self.look();
             }
+            if self.retry_wake().is_some_and(|at| at <= Instant::now()) {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.retry_round(Instant::now());
+                }));
+                if ran.is_err() {
+                    log::error!("redguard watchdog: a retry panicked; continuing");
+                }
+            }
         }
+    }
+
+    /// When the retries need the thread next: their next round, or the
+    /// end of a lease among them (given up then, at once).
+    fn retry_wake(&self) -> Option<Instant> {
+        let first_end = self.retries.iter().map(|r| r.until).min()?;
+        Some(self.retry_at.map_or(first_end, |at| at.min(first_end)))
+    }
+
+    /// Gives up the retries whose lease is over, and when a round is due,
+    /// tries the others in turn. A failover error that shows the server
+    /// unreachable ends the round: the rest would only cost one more
+    /// connection attempt each. Another round follows after a pause that
+    /// grows while rounds fail, up to [`retry::MAX_PAUSE`] or a sixth of
+    /// the shortest lease.
+    fn retry_round(&mut self, now: Instant) {
+        let due = self.retry_at.is_none_or(|at| at <= now);
+        let mut kept = Vec::with_capacity(self.retries.len());
+        let mut stop = !due;
+        let mut answered = false;
+        for mut retry in std::mem::take(&mut self.retries) {
+            if now >= retry.until {
+                retry.give_up();
+                continue;
+            }
+            if stop {
+                kept.push(retry);
+                continue;
+            }
+            match retry.attempt(now) {
+                Step::Finished => answered = true,
+                Step::Again { unreachable } => {
+                    stop = unreachable;
+                    kept.push(retry);
+                }
+            }
+        }
+        self.retries = kept;
+        if !due {
+            return;
+        }
+        if answered {
+            self.retry_backoff.reset();
+        }
+        self.retry_at = match self.retries.iter().map(|r| r.lease).min() {
+            Some(shortest) => {
+                let pause = self
+                    .retry_backoff
+                    .next_pause()
+                    .min(shortest / 6)
+                    .max(Duration::from_millis(1));
+                Some(Instant::now() + pause)
+            }
+            None => {
+                self.retry_backoff.reset();
+                None
+            }
+        };
     }
 
     fn job(&mut self, job: Job) {
@@ -177,6 +258,19 @@ impl Worker {
             Job::Release { entries, done } => {
                 release_gone(entries);
                 drop(done);
+            }
+            Job::Retry(retry) => {
+                // The first attempt just failed: the next waits a pause,
+                // with the other retries of this server.
+                if self.retry_at.is_none() {
+                    let pause = self
+                        .retry_backoff
+                        .next_pause()
+                        .min(retry.lease / 6)
+                        .max(Duration::from_millis(1));
+                    self.retry_at = Some(Instant::now() + pause);
+                }
+                self.retries.push(retry);
             }
             Job::Watch(on) => {
                 self.watch.wanted = on;
@@ -648,7 +742,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        entry.publish,
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -656,7 +753,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        entry.publish,
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),

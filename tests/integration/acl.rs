@@ -12,13 +12,8 @@ const PW: &str = "j1-acl-pw-77c2";
 /// The README's `ACL SETUSER redguard …` line, with the password filled
 /// in, split into the arguments after `ACL`.
 fn readme_acl_args() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("ACL SETUSER redguard "))
-        .expect("README.md has an `ACL SETUSER redguard ...` line");
-    line.split_whitespace()
+    crate::support::readme_acl_line()
+        .split_whitespace()
         .skip(1)
         .map(|w| w.replace(">CHANGE-ME", &format!(">{PW}")))
         .collect()
@@ -198,7 +193,10 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
     let wait_on = |name: &'static str| {
         let lock = waiters.lock(name);
         std::thread::spawn(move || {
-            let got = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+            let started = Instant::now();
+            let got = lock
+                .try_lock_for(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{name}: {e:?} after {:?}", started.elapsed()));
             let at = Instant::now();
             assert!(got.is_some(), "{name}: never acquired");
             at
@@ -219,6 +217,22 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
             .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
             .collect()
     };
+    // Registered waiters are not yet a subscription: on a loaded machine
+    // the subscriber may still be connecting when both threads wait (they
+    // wait for its confirmation for one response timeout only). Read the
+    // connection once the server has it subscribed to the granted channel.
+    let granted_subscribed = || {
+        let counts: Vec<(String, i64)> = server.cmd(
+            "PUBSUB",
+            &[&b"NUMSUB"[..], b"redisson_lock__channel:{rg:granted}"],
+        );
+        counts.first().is_some_and(|(_, n)| *n == 1)
+    };
+    assert!(
+        crate::support::wait_until(Duration::from_secs(5), || granted_subscribed()
+            && pubsub_ids().len() == 1),
+        "the waiters' subscriber never subscribed the granted channel"
+    );
     let first = pubsub_ids();
     for _ in 0..10 {
         sleep(ms(100));

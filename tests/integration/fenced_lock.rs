@@ -3,15 +3,14 @@
 //! holder paused past its lease cannot clobber the next holder's write
 //! (H1). A server-side expiry (H3) is in watchdog.rs with every other kind.
 
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redguard::{FencedWrite, FencingToken};
 
 use crate::support::{
-    ChildTest, TEST_WATCHDOG, TestContext, child_role, hear, ms, say, sleep, test_builder,
-    test_client, unique_name, wait_until,
+    ChildTest, TEST_WATCHDOG, TestContext, child_env, child_role, hear, ms, say, sleep,
+    test_builder, test_client, unique_name, wait_until,
 };
 
 fn token_key(name: &str) -> Vec<u8> {
@@ -285,42 +284,47 @@ fn h1_sigstopped_holder_write_is_rejected() {
     guard_b.unlock().unwrap();
 }
 
-/// H1 figure: tokens are strictly increasing in grant order, over 10,000
-/// grants from contending threads (plus re-entries).
-#[test]
-fn h1_tokens_strictly_increase_over_10000_grants() {
-    const THREADS: usize = 4;
-    const GRANTS: usize = 10_000;
-    let ctx = TestContext::new();
-    // Not a timing test: roomy timeouts, so that a loaded machine cannot
-    // turn a slow reply into a failed grant.
-    let client = test_builder(&ctx.server.url())
-        .response_timeout(Duration::from_secs(2))
-        .watchdog_timeout(Duration::from_secs(6))
-        .build()
-        .unwrap();
-    let name = unique_name("h1-tokens");
-    let lock = client.fenced_lock(&name);
-    let seen = Arc::new(Mutex::new(Vec::with_capacity(GRANTS)));
-    let started = Instant::now();
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let lock = lock.clone();
-            let seen = seen.clone();
+/// Contenders of one process in the H1 token test: `CLIENTS` clients of
+/// `THREADS` threads each take the fenced lock `grants` times in all,
+/// re-entering once every 8th grant, and push every token they get onto
+/// the list `order` while they hold the lock. Mutual exclusion makes the
+/// list the order of the grants.
+fn h1_contend(url: &str, name: &str, order: &str, grants: usize) {
+    const CLIENTS: usize = 2;
+    const THREADS: usize = 2;
+    let per_thread = grants / (CLIENTS * THREADS);
+    let threads: Vec<_> = (0..CLIENTS)
+        .flat_map(|_| {
+            // Not a timing test: roomy timeouts, so that a loaded machine
+            // cannot turn a slow reply into a failed grant.
+            let client = test_builder(url)
+                .response_timeout(Duration::from_secs(2))
+                .watchdog_timeout(Duration::from_secs(6))
+                .build()
+                .unwrap();
+            (0..THREADS).map(move |t| (client.clone(), t))
+        })
+        .map(|(client, t)| {
+            let lock = client.fenced_lock(name);
+            let order = order.to_owned();
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
             thread::spawn(move || {
+                let mut push = |token: FencingToken| {
+                    let _: i64 = redis::cmd("RPUSH")
+                        .arg(&order)
+                        .arg(token.get())
+                        .query(&mut conn)
+                        .unwrap();
+                };
                 let mut i = 0;
-                while i < GRANTS / THREADS {
+                while i < per_thread {
                     let outer = lock.lock().unwrap();
-                    seen.lock()
-                        .unwrap()
-                        .push(outer.fencing_token().unwrap().get());
+                    push(outer.fencing_token().unwrap());
                     i += 1;
                     // Every 8th grant re-enters once: another token.
-                    if (i + t) % 8 == 0 && i < GRANTS / THREADS {
+                    if (i + t) % 8 == 0 && i < per_thread {
                         let inner = lock.lock().unwrap();
-                        seen.lock()
-                            .unwrap()
-                            .push(inner.fencing_token().unwrap().get());
+                        push(inner.fencing_token().unwrap());
                         i += 1;
                         inner.unlock().unwrap();
                     }
@@ -332,17 +336,70 @@ fn h1_tokens_strictly_increase_over_10000_grants() {
     for t in threads {
         t.join().unwrap();
     }
-    let elapsed = started.elapsed();
-    let seen = seen.lock().unwrap();
-    eprintln!("h1: {} grants in {elapsed:?}", seen.len());
-    assert_eq!(seen.len(), GRANTS);
-    for pair in seen.windows(2) {
-        assert!(pair[0] < pair[1], "token {} then {}", pair[0], pair[1]);
-    }
-    assert_eq!(
-        lock.last_fencing_token().unwrap().map(FencingToken::get),
-        seen.last().copied()
+}
+
+/// The child half of the H1 token test: its process's contenders.
+#[test]
+#[ignore = "child process of h1_tokens_strictly_increase_over_10000_grants"]
+fn h1_child_contenders() {
+    let Some(_) = child_role() else { return };
+    let grants: usize = child_env("RG_GRANTS").parse().unwrap();
+    say("READY");
+    assert_eq!(hear(), "GO");
+    h1_contend(
+        &child_env("RG_URL"),
+        &child_env("RG_NAME"),
+        &child_env("RG_ORDER"),
+        grants,
     );
+    say("DONE");
+}
+
+/// H1's guarantee is about competing holders: 10,000 grants of one fenced
+/// lock to 4 clients (2 threads each) in 2 processes, re-entries included.
+/// Listed in grant order (each holder pushes its token while it holds the
+/// lock), the tokens strictly increase. Threads of one client would not
+/// show it: the client's local queue serialises them.
+#[test]
+fn h1_tokens_strictly_increase_over_10000_grants() {
+    const GRANTS: usize = 10_000;
+    const PROCESSES: usize = 2;
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let name = unique_name("h1-tokens");
+    let order = format!("{{{name}}}:order");
+    let per_process = GRANTS / PROCESSES;
+    let mut child = ChildTest::spawn(
+        "fenced_lock::h1_child_contenders",
+        "h1-tokens",
+        &[
+            ("RG_URL", &url),
+            ("RG_NAME", &name),
+            ("RG_ORDER", &order),
+            ("RG_GRANTS", &per_process.to_string()),
+        ],
+    );
+    child.expect_line("READY", Duration::from_secs(30));
+    let started = Instant::now();
+    child.send_line("GO");
+    h1_contend(&url, &name, &order, per_process);
+    child.expect_line("DONE", Duration::from_secs(120));
+    assert!(
+        child.wait_success(Duration::from_secs(10)),
+        "the child failed"
+    );
+    let elapsed = started.elapsed();
+    let seen: Vec<u64> = ctx.server.cmd("LRANGE", &[order.as_bytes(), b"0", b"-1"]);
+    let out_of_order = seen.windows(2).filter(|p| p[0] >= p[1]).count();
+    eprintln!(
+        "H1: {} grants to 4 clients in {PROCESSES} processes in {elapsed:?}; {out_of_order} \
+         tokens not above the one before",
+        seen.len()
+    );
+    assert_eq!(seen.len(), GRANTS);
+    assert_eq!(out_of_order, 0, "tokens out of grant order");
+    let last = ctx.client.fenced_lock(&name).last_fencing_token().unwrap();
+    assert_eq!(last.map(FencingToken::get), seen.last().copied());
 }
 
 #[test]

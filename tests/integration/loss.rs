@@ -23,7 +23,7 @@ fn long_lease_client(url: &str) -> redguard::Client {
 
 /// `true` once a connection of the watchdog watches `server`: the only
 /// connection whose last command was `INFO`.
-fn watched(server: &RedisServer) -> bool {
+pub(crate) fn watched(server: &RedisServer) -> bool {
     let clients: String = server.cmd("CLIENT", &[b"LIST"]);
     clients.contains("cmd=info")
 }

@@ -81,12 +81,7 @@ fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
 /// which takes `ROLE` on every new connection, and `WAIT`.
 fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
     let readme = include_str!("../../README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("ACL SETUSER redguard "))
-        .expect("README.md has an `ACL SETUSER redguard ...` line");
-    let args: Vec<String> = line
+    let args: Vec<String> = crate::support::readme_acl_line()
         .split_whitespace()
         .skip(1)
         .map(|w| w.replace(">CHANGE-ME", ">j1-sentinel-pw"))
@@ -718,6 +713,7 @@ impl Exec {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
         cmd.env_remove("REDIS_URL")
             .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
+            .env_remove("RUST_LOG")
             .env_remove("REDGUARD_LOG")
             .env_remove("REDGUARD_MIN_REPLICA_ACKS")
             .env("REDIS_SENTINEL_PASSWORD", SENTINEL_PW)

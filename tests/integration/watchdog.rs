@@ -234,24 +234,32 @@ fn b3_a_release_stops_its_renewals_at_once() {
     assert_eq!(ctx.client.stats().held_locks, 0);
 }
 
+/// B4: Redis restarts without persistence while a lock is held. The lease
+/// is 30 s, so no regular renewal falls within the bound: the loss is seen
+/// within 1 s only because the restart is noticed and the lease checked at
+/// once.
 #[test]
 fn b4_redis_restart_without_persistence_reports_lock_lost() {
     let mut ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let name = unique_name("b4");
-    let lock = ctx.client.lock(&name);
+    let lock = client.lock(&name);
     let guard = lock.lock().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || crate::loss::watched(
+        &ctx.server
+    )));
     let t0 = Instant::now();
     ctx.server.restart();
-    // Loss reported within a renewal period + reconnect + a round trip.
     assert!(
-        wait_until(Duration::from_secs(2), || guard.is_lost()),
+        wait_until(Duration::from_secs(3), || guard.is_lost()),
         "loss not reported"
     );
-    assert!(
-        t0.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        t0.elapsed()
-    );
+    let seen = t0.elapsed();
+    eprintln!("B4 watchdog: loss seen {seen:?} after the restart began (L = 30 s)");
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
     assert!(guard.check().unwrap_err().is_lock_lost());
     // Another client can take it after the restart (documented limitation).
     let other = ctx.other_client().lock(&name);

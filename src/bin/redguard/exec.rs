@@ -9,11 +9,12 @@ use std::time::Duration;
 use redguard::{Lock, LockGuard};
 
 use crate::child::{CmdEnd, OnLoss, lost_reason, preflight, run_cmd, signal_exit, signal_name};
-use crate::cli::{ExecArgs, OnLost, name_bytes, show_name};
+use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
+use crate::show;
 use crate::spinner::Spinner;
 use crate::status::describe_holder;
 
@@ -68,7 +69,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         out::error(&format!(
             "{} while waiting for lock {}; CMD not run",
             signal_name(signal),
-            show_name(&name)
+            show::name(&name)
         ));
         return Ok(signal_exit(signal));
     }
@@ -83,6 +84,11 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         Err(e) => return Err(Failure::from_lib(&e, &conn.server)),
     };
 
+    log::info!(
+        "redguard: holding lock {} as {}; running CMD",
+        show::name(&name),
+        guard.holder_id()
+    );
     let mut cmd = Command::new(program);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
@@ -95,7 +101,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         action: args.on_lost,
         kill_grace: args.kill_grace,
         why: &why,
-        subject: format!("lock {}", show_name(&name)),
+        subject: format!("lock {}", show::name(&name)),
     };
     let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
@@ -125,7 +131,16 @@ fn finish(
             OnLost::Warn => ExitCode::from(cmd_code),
         });
     }
-    match guard.unlock() {
+    let client = guard.lock().client().clone();
+    let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    let released = guard.unlock();
+    await_release(
+        &client,
+        &format!("lock {}", show::name(name)),
+        lease,
+        args.quiet,
+    );
+    match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
@@ -133,14 +148,14 @@ fn finish(
                 OnLost::Kill => {
                     out::error(&format!(
                         "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
                     out::warn(&format!(
                         "{why} of lock {} before CMD ended",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(cmd_code))
                 }
@@ -149,10 +164,33 @@ fn finish(
         Err(e) => {
             out::warn(&format!(
                 "could not release lock {} ({e}); it frees itself when its lease runs out",
-                show_name(name)
+                show::name(name)
             ));
             Ok(ExitCode::from(cmd_code))
         }
+    }
+}
+
+/// Before the process exits (and takes the watchdog with it): waits for a
+/// release that met a failover and is being retried against the new
+/// master, at most `lease` (the retry ends by then anyway). Without this,
+/// a lock replicated to the new master would block every waiter until its
+/// lease ran out.
+pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
+    if client.stats().pending_releases == 0 {
+        return;
+    }
+    if !quiet {
+        out::warn(&format!(
+            "the release of {what} met a failover; retrying it against the new master \
+             (for at most {})",
+            humantime::format_duration(lease)
+        ));
+    }
+    if !client.await_releases(lease) && !quiet {
+        out::warn(&format!(
+            "could not release {what}; it frees itself when its lease runs out"
+        ));
     }
 }
 
@@ -171,6 +209,6 @@ fn busy_message(lock: &Lock, name: &[u8]) -> String {
     };
     format!(
         "lock {} {holder}; not acquired in time, CMD not run",
-        show_name(name)
+        show::name(name)
     )
 }

@@ -68,6 +68,27 @@ impl Failure {
             _ => Failure::new(code::UNAVAILABLE, format!("Redis at {server}: {err}")),
         }
     }
+
+    /// As [`Failure::from_lib`], for an operation on `name` as a `what`
+    /// (`latch`, `semaphore`, ...): a value of another type there is
+    /// refused with 65, named as not being one.
+    pub(crate) fn from_lib_on(
+        err: &redguard::Error,
+        server: &str,
+        name: &[u8],
+        what: &str,
+    ) -> Failure {
+        match err {
+            redguard::Error::WrongType { .. } => Failure::new(
+                code::DATAERR,
+                format!(
+                    "key {} holds a value that is not a {what}; left untouched",
+                    crate::show::name(name)
+                ),
+            ),
+            _ => Failure::from_lib(err, server),
+        }
+    }
 }
 
 impl fmt::Display for Failure {

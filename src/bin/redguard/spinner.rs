@@ -10,7 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::show_name;
+use crate::show;
 use crate::status::describe_holder;
 
 /// How often the holder shown is looked up again.
@@ -44,7 +44,7 @@ impl Spinner {
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_spinner());
                 bar.set_style(style);
-                bar.set_prefix(show_name(lock.name()));
+                bar.set_prefix(show::name(lock.name()));
                 bar.enable_steady_tick(Duration::from_millis(100));
                 loop {
                     let msg = match lock.inspect() {

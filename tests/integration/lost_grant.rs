@@ -1,0 +1,124 @@
+//! C3 for every kind: a grant whose reply is lost is undone before the
+//! failing call returns. The proxy lets the acquire reach Redis (the grant
+//! is made) and replaces its reply with bytes that are not RESP, so the call
+//! fails with a `Protocol` error while Redis holds the grant. With a 30 s
+//! lease, a grant left to its lease (or undone later, in the background)
+//! would still be there when the call returns.
+
+use std::time::Duration;
+
+use redguard::{Client, Once};
+
+use crate::support::{FaultProxy, RedisServer, ReplyFault, test_builder, unique_name};
+
+/// Every kind that grants with a script whose reply can be lost.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Reentrant,
+    Fair,
+    Fenced,
+    Read,
+    Write,
+    Permit,
+    Once,
+}
+
+const KINDS: [Kind; 7] = [
+    Kind::Reentrant,
+    Kind::Fair,
+    Kind::Fenced,
+    Kind::Read,
+    Kind::Write,
+    Kind::Permit,
+    Kind::Once,
+];
+
+/// Permits of each expiring semaphore here.
+const PERMITS: u32 = 2;
+
+/// One acquire of `kind` at `name` (a semaphore's permits set before):
+/// `Ok(true)` when granted (the guard is released at once), `Ok(false)`
+/// when busy, or the call's error.
+fn acquire(client: &Client, kind: Kind, name: &str) -> redguard::Result<bool> {
+    let lock = match kind {
+        Kind::Reentrant => client.lock(name),
+        Kind::Fair => client.fair_lock(name),
+        Kind::Fenced => client.fenced_lock(name),
+        Kind::Read => client.read_write_lock(name).read(),
+        Kind::Write => client.read_write_lock(name).write(),
+        Kind::Permit => return Ok(client.expiring_semaphore(name).try_acquire()?.is_some()),
+        Kind::Once => {
+            return Ok(matches!(
+                client.once(name, Duration::from_secs(60))?,
+                Once::Run(_)
+            ));
+        }
+    };
+    Ok(lock.try_lock()?.is_some())
+}
+
+/// What is left at `name` of a grant: every key but those that outlive
+/// grants by design (a fencing-token counter; a permit counter holding
+/// all its permits).
+fn grant_left(server: &RedisServer, name: &str) -> Vec<String> {
+    let keys: Vec<String> = server.cmd("KEYS", &[format!("*{name}*").as_bytes()]);
+    keys.into_iter()
+        .filter(|k| !k.starts_with("redisson_lock_token:"))
+        .filter(|k| {
+            k != name || server.cmd::<String>("TYPE", &[k.as_bytes()]) != "string" || {
+                server.cmd::<i64>("GET", &[k.as_bytes()]) != i64::from(PERMITS)
+            }
+        })
+        .collect()
+}
+
+/// C3, 5 lost replies for each of 7 kinds: the failing call returns a
+/// `Protocol` error, and by then nothing of its grant is left on the server
+/// (the lease is 30 s).
+#[test]
+fn c3_a_lost_grant_is_undone_before_the_call_returns_for_every_kind() {
+    const EACH: usize = 5;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let prefix = unique_name("c3k");
+    let mut report = Vec::new();
+    let mut not_undone = Vec::new();
+    for kind in KINDS {
+        let names: Vec<String> = (0..=EACH)
+            .map(|trial| format!("{prefix}-{kind:?}-{trial}"))
+            .collect();
+        if let Kind::Permit = kind {
+            for name in &names {
+                let sem = client.expiring_semaphore(name);
+                assert!(sem.try_set_permits(PERMITS).unwrap());
+            }
+        }
+        // Warm: the connection and the kind's scripts are loaded.
+        assert!(acquire(&client, kind, &names[EACH]).unwrap());
+        let mut left = Vec::new();
+        for name in &names[..EACH] {
+            let cut = proxy.reply_faults_done();
+            proxy.fault_replies_to(name.as_bytes(), ReplyFault::Garbage, 1);
+            let err = acquire(&client, kind, name).unwrap_err();
+            assert_eq!(proxy.reply_faults_done(), cut + 1, "{kind:?}: {err:?}");
+            assert!(
+                matches!(err, redguard::Error::Protocol(_)),
+                "{kind:?}: {err:?}"
+            );
+            left.extend(grant_left(&server, name));
+        }
+        report.push(format!("{kind:?}: {} keys left", left.len()));
+        if !left.is_empty() {
+            not_undone.push(format!("{kind:?}: {left:?}"));
+        }
+    }
+    eprintln!("C3 every kind: {EACH} lost grant replies each; {report:?}");
+    assert!(
+        not_undone.is_empty(),
+        "lost grants not undone: {not_undone:#?}"
+    );
+}
