@@ -669,7 +669,7 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
         for e in entries {
             match e.sync.as_deref() {
                 // A permit is held while its id is in the lease set.
-                Some(scripts::SyncHold::Permit { timeouts, id }) => {
+                Some(scripts::SyncHold::Permit { timeouts, id, .. }) => {
                     pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
                 }
                 // A read hold looked up before its end: kept as granted.

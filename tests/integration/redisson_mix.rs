@@ -7,8 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::foreign::Foreign;
-use crate::support::{TestContext, ms, sleep, test_builder, unique_name, wait_until};
+use crate::foreign::{Foreign, unix_ms};
+use crate::support::{
+    ChildTest, RedisServer, TestContext, child_env, child_role, hear, ms, say, sleep, test_builder,
+    unique_name, wait_until,
+};
 
 /// Redisson's read-lock renewal before 4.4 (`renewExpirationAsync`): when
 /// the renewing holder still holds, the lock key and the timeout keys of
@@ -248,4 +251,226 @@ fn a_cut_read_hold_that_ran_out_is_reported_lost(ctx: &TestContext) {
     );
     assert!(reader.check().unwrap_err().is_lock_lost());
     drop(writer);
+}
+
+/// Redisson's expiring-permit acquire (`tryAcquireAsync`): permits whose
+/// stamped lease end is at or before the *client's* clock (`ARGV[3]`) are
+/// taken back first; then `ARGV[1]` permits are taken, each stamped with the
+/// lease end `ARGV[2]` the client computed from its own clock.
+/// KEYS: counter, `{name}:timeout`, channel; ARGV: permits, lease end, now,
+/// ids from `ARGV[4]`.
+const REDISSON_PERMIT_ACQUIRE: &str = r"
+local ended = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1])
+if #ended > 0 then
+    redis.call('zrem', KEYS[2], unpack(ended))
+    local value = redis.call('incrby', KEYS[1], #ended)
+    if tonumber(value) > 0 then
+        redis.call('publish', KEYS[3], value)
+    end
+end
+local value = redis.call('get', KEYS[1])
+if value ~= false and tonumber(value) >= tonumber(ARGV[1]) then
+    redis.call('decrby', KEYS[1], ARGV[1])
+    for i = 4, #ARGV do
+        redis.call('zadd', KEYS[2], ARGV[2], ARGV[i])
+    end
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl > 0 then
+        redis.call('pexpire', KEYS[2], ttl)
+    end
+    return 1
+end
+return 0
+";
+
+/// How far the Java client's clock is off (`faketime`).
+const CLOCK_OFF: Duration = Duration::from_secs(2);
+/// The skew the recommended setting tolerates: at least how far clocks may
+/// be off.
+const TOLERATED_SKEW: Duration = Duration::from_millis(2_500);
+/// Lease of the permits on both sides.
+const PERMIT_LEASE: Duration = Duration::from_secs(3);
+
+/// The Java client of an expiring semaphore, run under `faketime`: reports
+/// its wall clock and, told to go, takes one permit with Redisson's acquire (its own clock
+/// for "now" and for the lease end; retrying every 20 ms for at most 15 s),
+/// says `HELD`, and says `EXPIRED` once its own clock passes the lease end
+/// (until then it counts itself a holder).
+#[test]
+#[ignore = "child process of permits_stamped_by_a_clock_two_seconds_off"]
+fn java_permit_child() {
+    let Some(_) = child_role() else { return };
+    let mut conn = redis::Client::open(child_env("RG_URL"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let name = child_env("RG_NAME");
+    let lease: u64 = child_env("RG_LEASE_MS").parse().unwrap();
+    say(&format!("WALL {}", unix_ms()));
+    assert_eq!(hear(), "GO");
+    let id: [u8; 16] = rand::random();
+    let script = redis::Script::new(REDISSON_PERMIT_ACQUIRE);
+    let mut ends = 0;
+    let held = (0..750).any(|_| {
+        let now = unix_ms();
+        ends = now + lease;
+        let taken: i64 = script
+            .key(&name)
+            .key(format!("{{{name}}}:timeout"))
+            .key(format!("redisson_sc:{{{name}}}"))
+            .arg(1)
+            .arg(ends)
+            .arg(now)
+            .arg(&id[..])
+            .invoke(&mut conn)
+            .unwrap();
+        if taken == 0 {
+            sleep(ms(20));
+        }
+        taken == 1
+    });
+    assert!(held, "no permit within 15 s");
+    say("HELD");
+    while unix_ms() < ends {
+        sleep(ms(5));
+    }
+    say("EXPIRED");
+}
+
+/// Spawns the Java child with its clock `offset` ("+2s" or "-2s") and
+/// checks that faketime moved its clock by about that much.
+fn java_child(server: &RedisServer, name: &str, offset: &str, ahead: bool) -> ChildTest {
+    let child = ChildTest::spawn_under(
+        &["faketime", "-f", offset],
+        "redisson_mix::java_permit_child",
+        "java",
+        &[
+            ("RG_URL", &server.url()),
+            ("RG_NAME", name),
+            ("RG_LEASE_MS", &PERMIT_LEASE.as_millis().to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let wall: u64 = child
+        .expect_line("WALL ", Duration::from_secs(20))
+        .parse()
+        .unwrap();
+    let off = wall as i64 - unix_ms() as i64;
+    let expected = CLOCK_OFF.as_millis() as i64 * if ahead { 1 } else { -1 };
+    assert!(
+        (off - expected).abs() < 500,
+        "the child's clock is {off} ms off, not {expected}: is faketime working?"
+    );
+    child
+}
+
+/// The Java clock runs 2 s behind the server: its permit's stamped end is
+/// 2 s early on the server's clock. Returns whether the Rust client got
+/// the (only) permit while the Java holder still counted itself a holder,
+/// and after how long.
+fn java_behind(server: &RedisServer, client: &redguard::Client) -> (bool, Duration) {
+    let name = unique_name("mix-permit-behind");
+    let semaphore = client.expiring_semaphore(&name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let mut java = java_child(server, &name, "-2s", false);
+    java.send_line("GO");
+    java.expect_line("HELD", Duration::from_secs(20));
+    let t = Instant::now();
+    let ours = semaphore
+        .try_acquire_for(Duration::from_secs(8))
+        .unwrap()
+        .expect("the Java permit comes back once its lease is over");
+    let waited = t.elapsed();
+    let java_still_holds = !java.transcript().iter().any(|l| l == "EXPIRED");
+    drop(ours);
+    java.expect_line("EXPIRED", Duration::from_secs(10));
+    assert!(java.wait_success(Duration::from_secs(10)));
+    (java_still_holds, waited)
+}
+
+/// The Java clock runs 2 s ahead: it takes back a Rust permit (fixed 3 s
+/// lease) 2 s before its end. Returns whether the Java client got the
+/// (only) permit while the Rust guard still held a valid lease, and after
+/// how long.
+fn java_ahead(server: &RedisServer, client: &redguard::Client) -> (bool, Duration) {
+    let name = unique_name("mix-permit-ahead");
+    let semaphore = client.expiring_semaphore(&name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let mut java = java_child(server, &name, "+2s", true);
+    let ours = semaphore
+        .with_lease(PERMIT_LEASE)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let t = Instant::now();
+    java.send_line("GO");
+    java.expect_line("HELD", Duration::from_secs(20));
+    let waited = t.elapsed();
+    let rust_still_holds = ours.check().is_ok();
+    drop(ours);
+    java.expect_line("EXPIRED", Duration::from_secs(10));
+    assert!(java.wait_success(Duration::from_secs(10)));
+    (rust_still_holds, waited)
+}
+
+/// The Java clock runs 2 s ahead of a Rust permit renewed by the watchdog
+/// (900 ms lease, renewed every 300 ms), held for 3 s. Returns whether the
+/// Java client took it while the Rust guard held it.
+fn java_ahead_of_a_renewed_permit(server: &RedisServer, client: &redguard::Client) -> bool {
+    let name = unique_name("mix-permit-renewed");
+    let semaphore = client.expiring_semaphore(&name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let mut java = java_child(server, &name, "+2s", true);
+    let ours = semaphore.try_acquire().unwrap().unwrap();
+    java.send_line("GO");
+    let taken = wait_until(Duration::from_secs(3), || {
+        java.transcript().iter().any(|l| l == "HELD")
+    });
+    // Taken from under a guard that was not released: two holders until
+    // the guard's next renewal finds its permit gone.
+    drop(ours);
+    java.expect_line("HELD", Duration::from_secs(10));
+    java.expect_line("EXPIRED", Duration::from_secs(10));
+    assert!(java.wait_success(Duration::from_secs(10)));
+    taken
+}
+
+/// Issue 22, part 2: Redisson stamps permit lease ends with its own clock,
+/// redguard with the server's. A Java client whose clock runs 2 s behind
+/// (`faketime -f -2s`) holds the only permit for 3 s by its clock; one 2 s
+/// ahead takes the only permit from a Rust holder, whether its lease is
+/// fixed (3 s) or renewed by the watchdog (900 ms). With the default
+/// (`permit_clock_skew` 0) both directions let two holders share the one
+/// permit (for about 2 s); with the skew the README recommends for mixed
+/// deployments (at least the clocks' offset, here 2.5 s) neither does.
+#[test]
+fn permits_stamped_by_a_clock_two_seconds_off() {
+    let _heavy = crate::support::cpu_heavy();
+    let server = RedisServer::start();
+    for skew in [Duration::ZERO, TOLERATED_SKEW] {
+        let client = test_builder(&server.url())
+            .permit_clock_skew(skew)
+            .build()
+            .unwrap();
+        let (behind, rust_waited) = java_behind(&server, &client);
+        let (ahead, java_waited) = java_ahead(&server, &client);
+        let renewed = java_ahead_of_a_renewed_permit(&server, &client);
+        eprintln!(
+            "permit clock skew {skew:?}: Java 2 s behind: Rust took the permit after \
+             {rust_waited:?} (Java lease {PERMIT_LEASE:?}), two holders: {behind}; Java 2 s \
+             ahead: Java took the Rust permit after {java_waited:?} (Rust lease \
+             {PERMIT_LEASE:?}), two holders: {ahead}; Java 2 s ahead of a renewed Rust \
+             permit, two holders: {renewed}"
+        );
+        if skew.is_zero() {
+            assert!(
+                behind && ahead,
+                "the default shows the problem: {behind} {ahead}"
+            );
+        } else {
+            assert!(!behind, "a Rust holder joined a live Java permit");
+            assert!(!ahead, "a Java holder joined a live Rust permit");
+            assert!(!renewed, "a Java holder joined a renewed Rust permit");
+        }
+    }
 }
