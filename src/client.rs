@@ -365,9 +365,12 @@ impl Client {
     }
 
     /// How this client's scripts publish the unlock messages of `key`
-    /// (see [`Source::publish_for`]).
+    /// (see [`Source::publish_for`]), under its [`ClassicPublish`](crate::ClassicPublish) setting.
     pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
-        self.shared.source.publish_for(key)
+        self.shared
+            .source
+            .publish_for(key)
+            .with_classic(self.shared.config.interop.classic_publish)
     }
 
     /// Runs `op` on a connection to the server that owns `key`.

@@ -29,6 +29,7 @@ mod packaging;
 mod persistence;
 mod pool_contention;
 mod red_lock;
+mod redisson_mix;
 mod reentrant;
 mod release_retry;
 mod renew_batch;

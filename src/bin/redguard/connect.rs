@@ -60,6 +60,9 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     if let Some(timeout) = args.replica_ack_timeout {
         builder = builder.replica_ack_timeout(timeout);
     }
+    if let Some(when) = args.classic_publish {
+        builder = builder.classic_publish(when.into());
+    }
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);
     }
