@@ -11,9 +11,11 @@ use crate::config::{Builder, Config};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
+use crate::hooks::Hooks;
 use crate::latch::CountDownLatch;
 use crate::lease::Counters;
 use crate::lock::{Lock, ReadWriteLock};
+use crate::record::{self, HolderRecord, RecordSpec};
 use crate::semaphore::{ExpiringSemaphore, Semaphore};
 use crate::subscriber::Subscriber;
 use crate::watchdog;
@@ -53,6 +55,7 @@ pub(crate) struct Shared {
     source: Arc<Source>,
     subscriber: OnceLock<Option<Subscriber>>,
     counters: Arc<Counters>,
+    hooks: Arc<Hooks>,
     shut_down: AtomicBool,
 }
 
@@ -100,6 +103,12 @@ pub struct Stats {
     /// on held leases that met a failover and are being retried by the
     /// watchdog (see [`Client::await_releases`]).
     pub pending_releases: usize,
+    /// Round trips that carried nothing but holder-record writes (see
+    /// [`Builder::holder_record`]): the first write of a record on each
+    /// server, a refresh every third of the lease while the client renews
+    /// nothing there, and hold start times that could not wait for a
+    /// renewal. Refreshes otherwise ride on renewal round trips.
+    pub record_round_trips: u64,
 }
 
 impl Client {
@@ -146,16 +155,29 @@ impl Client {
     }
 
     fn from_config(config: Config) -> Result<Client> {
-        let source = Source::open(&config.deployment, &config.connect_options())?;
+        let id = ClientId::new_random();
+        let name: Arc<str> = format!("redguard-{}", &record::client_text(&id)[..8]).into();
+        let source = Source::open(&config.deployment, &config.connect_options(Some(name)))?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        let hooks = Arc::new(Hooks {
+            on_lost: config.on_lease_lost.clone(),
+            record: config.holder_record.then(|| {
+                Arc::new(RecordSpec::new(
+                    &id,
+                    config.program.as_deref(),
+                    config.watchdog_timeout,
+                ))
+            }),
+        });
         Ok(Client {
             shared: Arc::new(Shared {
-                id: ClientId::new_random(),
+                id,
                 config,
                 source: Arc::new(source),
                 subscriber: OnceLock::new(),
                 counters: Arc::new(Counters::default()),
+                hooks,
                 shut_down: AtomicBool::new(false),
             }),
         })
@@ -257,6 +279,37 @@ impl Client {
         HolderId::current(self.shared.id)
     }
 
+    /// The holder records of the client whose id is `client` (the text of
+    /// a [`ClientId`], the first part of its holder ids): one from a single
+    /// server or Sentinel, one per master where it holds something on a
+    /// Cluster; empty when it keeps none (a Java client, records off, or a
+    /// client gone for longer than its lease). See
+    /// [`Builder::holder_record`]. Reads only: one round trip per master.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `client` is not a client id (a UUID),
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// for record in client.holder_records("e605b3b7-3c5e-4d1a-9f00-1b2c3d4e5f60")? {
+    ///     println!("{} pid {:?} runs {}", record.host, record.pid, record.program);
+    ///     for hold in &record.holds {
+    ///         println!("  holds {:?} since {:?}", String::from_utf8_lossy(&hold.name), hold.since);
+    ///     }
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn holder_records(&self, client: &str) -> Result<Vec<HolderRecord>> {
+        self.check_open()?;
+        let id = uuid::Uuid::parse_str(client)
+            .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
+        record::records_of(&self.shared.source, &id.hyphenated().to_string())
+    }
+
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_timeout(&self) -> Duration {
         self.shared.config.watchdog_timeout
@@ -284,6 +337,11 @@ impl Client {
                 .load(Ordering::Relaxed),
             renewal_ticks: self.shared.counters.renewal_ticks.load(Ordering::Relaxed),
             pending_releases: self.shared.counters.retries.get(),
+            record_round_trips: self
+                .shared
+                .counters
+                .record_round_trips
+                .load(Ordering::Relaxed),
         }
     }
 
@@ -362,6 +420,10 @@ impl Client {
 
     pub(crate) fn counters(&self) -> &Arc<Counters> {
         &self.shared.counters
+    }
+
+    pub(crate) fn hooks(&self) -> &Arc<Hooks> {
+        &self.shared.hooks
     }
 
     /// How this client's scripts publish the unlock messages of `key`

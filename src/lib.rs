@@ -119,13 +119,16 @@ mod duration_text;
 mod error;
 mod fencing;
 mod holder;
+mod hooks;
 mod interop;
 mod keys;
 mod latch;
 mod lease;
 mod lock;
+mod lost;
 mod multi;
 mod once;
+mod record;
 mod replicas;
 mod scripts;
 mod semaphore;
@@ -144,8 +147,10 @@ pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
 pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
+pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use record::{HolderRecord, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

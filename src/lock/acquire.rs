@@ -181,6 +181,7 @@ impl Lock {
     /// or `deadline` (`None`: no deadline) has passed, waiting between
     /// attempts. The guard owns a clone of this handle.
     pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
         self.check_name()?;
         self.inner.client.check_open()?;
         let (lease, renew) = self.lease_mode()?;
@@ -218,6 +219,7 @@ impl Lock {
         if granted.is_some() && self.is_read() {
             self.pass_read_wake();
         }
+        log_outcome(self, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
@@ -358,7 +360,7 @@ impl Lock {
         }
         let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
-            Arc::new(LeaseState::new(valid_until, counters))
+            Arc::new(LeaseState::since(sent, valid_until, counters))
         });
         if fresh {
             let sync = self.sync_hold(holder).map(Box::new);
@@ -383,6 +385,9 @@ impl Lock {
                 state: state.clone(),
                 source: self.inner.client.source().clone(),
                 counters: self.inner.client.counters().clone(),
+                kind: self.hold_kind(),
+                hooks: self.inner.client.hooks().clone(),
+                renewed_at: sent,
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
@@ -451,6 +456,22 @@ impl Lock {
                  thread's next release of the lock)",
                 String::from_utf8_lossy(key)
             ),
+        }
+    }
+}
+
+/// Logs (debug) how an acquisition of `lock` that began at `started`
+/// ended: granted after how long a wait, or not granted in time. Contention
+/// is no error: never more than debug.
+fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = String::from_utf8_lossy(lock.name());
+        let kind = lock.hold_kind();
+        let waited = started.elapsed();
+        if granted {
+            log::debug!("redguard: acquired {kind} lock {name:?} after waiting {waited:?}");
+        } else {
+            log::debug!("redguard: {kind} lock {name:?} not acquired: busy for {waited:?}");
         }
     }
 }

@@ -294,11 +294,21 @@ impl LockGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
+        if left == 0 {
+            // A loss the watchdog sees from now on may be this release.
+            self.state.begin_release();
+        }
         let until = self.state.valid_until();
         let reply = script(&self.lock, &self.holder);
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();
+                log::debug!(
+                    "redguard: released {} lock {:?} after holding it {:?}",
+                    self.lock.hold_kind(),
+                    String::from_utf8_lossy(name),
+                    self.state.held_since().elapsed()
+                );
                 Ok(())
             }
             Ok(Release::StillHeld) if left == 0 => {

@@ -9,6 +9,7 @@ use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
+use crate::record::{self, HolderRecord};
 
 /// What [`Lock::inspect`] found at a lock name.
 ///
@@ -16,6 +17,8 @@ use crate::lock::Lock;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
+    /// The lock's name.
+    pub name: Vec<u8>,
     /// The kind of lock stored at the name (or [`LockKind::Free`]).
     pub kind: LockKind,
     /// Every holder id with its hold count, as stored in the lock hash
@@ -26,9 +29,47 @@ pub struct LockInfo {
     /// The remaining lease of the lock key: `None` when nothing is stored
     /// there, [`Ttl::Persistent`] when the key has no expiry.
     pub ttl: Option<Ttl>,
+    /// The holder records of the holders' clients that keep one (see
+    /// [`Builder::holder_record`](crate::Builder::holder_record)): host,
+    /// pid, program, and since when each hold began. A holder whose client
+    /// has none here (a Java process, a client with records off, a record
+    /// not written yet) is simply missing: [`LockInfo::record_of`] answers
+    /// `None` for it.
+    pub records: Vec<HolderRecord>,
+    /// The server's clock when the records were read: "held for" is this
+    /// minus [`LockInfo::held_since`]. `None` when nothing was held.
+    pub server_time: Option<SystemTime>,
+    /// Connections subscribed to the lock's unlock channel (and, for a fair
+    /// lock, its waiters' channels): the waiters of other processes,
+    /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
+    /// many of its threads wait). On a Cluster, only the lock's node is
+    /// asked. `None` when the server would not say.
+    pub subscribers: Option<u64>,
 }
 
 impl LockInfo {
+    /// The holder record of `holder`'s client, if it keeps one.
+    pub fn record_of(&self, holder: &HolderId) -> Option<&HolderRecord> {
+        let client = crate::record::client_of(holder.as_str())?;
+        self.records.iter().find(|r| r.client == client)
+    }
+
+    /// When `holder`'s hold began (server clock), as its record says.
+    pub fn held_since(&self, holder: &HolderId) -> Option<SystemTime> {
+        self.record_of(holder)?
+            .held_since(holder.as_str(), &self.name)
+    }
+
+    /// How long `holder` has held the lock: [`LockInfo::server_time`]
+    /// minus [`LockInfo::held_since`].
+    pub fn held_for(&self, holder: &HolderId) -> Option<Duration> {
+        let now = self.server_time?;
+        Some(
+            now.duration_since(self.held_since(holder)?)
+                .unwrap_or_default(),
+        )
+    }
+
     /// `true` when some holder holds the lock (or a value that is not a
     /// lock occupies the name, which blocks every acquirer all the same).
     pub fn is_held(&self) -> bool {
@@ -141,9 +182,13 @@ impl Lock {
             })?;
         let fair = !queue.is_empty() || !deadlines.is_empty();
         let mut info = LockInfo {
+            name: name.to_vec(),
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: Pttl::from_ms(pttl).remaining(),
+            records: Vec::new(),
+            server_time: None,
+            subscribers: None,
         };
         match redis_type.as_str() {
             "none" => {}
@@ -203,7 +248,31 @@ impl Lock {
                 .collect();
             info.kind = LockKind::Fair { queue };
         }
+        self.read_around(&mut info)?;
         Ok(info)
+    }
+
+    /// Fills in what one more round trip says: the holders' records, the
+    /// server's clock and the subscribed waiters.
+    fn read_around(&self, info: &mut LockInfo) -> Result<()> {
+        let name = self.name();
+        let mut channels = vec![match info.kind {
+            LockKind::ReadWrite { .. } => keys::rw_channel(name),
+            _ => keys::channel(name),
+        }];
+        if let LockKind::Fair { queue } = &info.kind {
+            channels.extend(
+                queue
+                    .iter()
+                    .map(|w| keys::fair_channel(name, w.holder.as_str())),
+            );
+        }
+        let clients = record::clients_of(info.holders.iter().map(|(h, _)| h.as_str()));
+        let around = record::around(self.client().source(), name, &channels, &clients)?;
+        info.records = around.records;
+        info.server_time = around.server_time;
+        info.subscribers = around.subscribers;
+        Ok(())
     }
 }
 
@@ -220,9 +289,13 @@ mod tests {
     #[test]
     fn held_means_holders_or_foreign_value() {
         let mut info = LockInfo {
+            name: b"job".to_vec(),
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: None,
+            records: Vec::new(),
+            server_time: None,
+            subscribers: None,
         };
         assert!(!info.is_held());
         info.kind = LockKind::Other {

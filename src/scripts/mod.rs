@@ -453,16 +453,25 @@ fn query_pipeline(
 ///
 /// With `by_slot` (a cluster), `batch` comes sorted by hash slot and no call
 /// mixes two slots: a multi-key script may not cross slots.
+///
+/// `extra` commands ride along at the start of the same pipeline (the
+/// client's holder record: see `record`); their replies come back as they
+/// are. They must be safe to send twice: the pipeline is sent again when
+/// the server lost its script cache.
 pub(crate) fn renew_batch(
     conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
     by_slot: bool,
-) -> Result<Vec<Result<bool>>> {
+    extra: &[redis::Cmd],
+) -> Result<(Vec<Result<bool>>, Vec<Value>)> {
     let groups = script_calls(batch, per_call, by_slot);
     let calls = groups.len();
     let build = || {
         let mut pipe = redis::pipe();
+        for cmd in extra {
+            pipe.add_command(cmd.clone());
+        }
         for call in groups.iter().copied() {
             let cmd = pipe
                 .cmd("EVALSHA")
@@ -478,16 +487,17 @@ pub(crate) fn renew_batch(
         pipe
     };
     if batch.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
-    let mut replies = query_pipeline(conn, &build(), calls)?;
+    let mut replies = query_pipeline(conn, &build(), extra.len() + calls)?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
-    if replies.iter().any(noscript) {
+    if replies[extra.len()..].iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW_MANY.load(conn).map_err(Error::redis)?;
-        replies = query_pipeline(conn, &build(), calls)?;
+        replies = query_pipeline(conn, &build(), extra.len() + calls)?;
     }
+    let extra_replies: Vec<Value> = replies.drain(..extra.len()).collect();
     if replies.len() != calls {
         return Err(Error::Protocol(format!(
             "renew pipeline answered {} replies for {calls} calls",
@@ -518,7 +528,7 @@ pub(crate) fn renew_batch(
             other => return Err(unexpected("renew", &other)),
         }
     }
-    Ok(out)
+    Ok((out, extra_replies))
 }
 
 /// Splits one round trip's renewals into script calls of at most

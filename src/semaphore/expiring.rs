@@ -389,7 +389,11 @@ impl ExpiringSemaphore {
             self.client.check_open()?;
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
-        let state = Arc::new(LeaseState::new(valid_until, self.client.counters().clone()));
+        let state = Arc::new(LeaseState::since(
+            sent,
+            valid_until,
+            self.client.counters().clone(),
+        ));
         let entry = watchdog::Entry {
             key: self.name.clone(),
             channel: self.channel.clone(),
@@ -402,6 +406,9 @@ impl ExpiringSemaphore {
             state: state.clone(),
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
+            kind: crate::lost::HoldKind::Permit,
+            hooks: self.client.hooks().clone(),
+            renewed_at: sent,
             acks,
             response_timeout: self.client.config().response_timeout,
             sync: Some(Box::new(SyncHold::Permit {
@@ -562,6 +569,7 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        self.state.begin_release();
         let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {
