@@ -287,6 +287,11 @@ fn retry(retry: Retry) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.ensure_running() {
         let _ = shared.commands.send(Command::Retry(retry));
+    } else {
+        log::error!(
+            "redguard: {} cannot be retried without the watchdog thread",
+            retry.what
+        );
     }
 }
 

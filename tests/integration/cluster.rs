@@ -70,7 +70,7 @@ fn admin(bed: &RedisCluster) -> redis::cluster::ClusterConnection {
 }
 
 #[test]
-fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
+fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let started = Instant::now();
@@ -92,6 +92,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
     f2_automatic_failover(&mut bed);
+    f5_release_across_a_failover(&mut bed);
     cli_exec_on_cluster(&bed);
     eprintln!("cluster cases done in {:?}", started.elapsed());
 }
@@ -1082,6 +1083,87 @@ fn f2_automatic_failover(bed: &mut RedisCluster) {
         "F2: long lease kept and unlocked on the new master; short lease and unreplicated \
          lock reported lost"
     );
+}
+
+/// F5: a release that meets a Cluster failover is not lost. A lock with a
+/// 30 s lease, replicated, on a master that is `kill -9`ed; its holder
+/// unlocks right after the kill, and two waiters of other clients wait
+/// 20 s for it. The unlock meets the dead node and is retried until it
+/// lands on the promoted replica: the hold is gone within the promotion
+/// (every live node agreeing on it) + 1 s, and both waiters get the lock.
+/// Without the retry the lock stayed on the new master for the rest of its
+/// lease, and both waiters timed out.
+fn f5_release_across_a_failover(bed: &mut RedisCluster) {
+    let master = bed
+        .masters()
+        .into_iter()
+        .find(|&m| {
+            let id = bed.id_of(m);
+            bed.nodes_seen_by(m)
+                .iter()
+                .any(|n| n.master_id.as_deref() == Some(&id) && !n.failed)
+        })
+        .expect("a master with a replica");
+    let replica = bed.replica_of(master);
+    let lease = Duration::from_secs(30);
+    let client = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+    let name = name_on(bed, master, "f5");
+    let guard = client.lock(&name).lock().unwrap();
+    let holder = guard.holder_id().as_str().to_owned();
+    let mut on_replica = bed.node(replica).conn();
+    let () = redis::cmd("READONLY").query(&mut on_replica).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_replica)
+            .unwrap()),
+        "F5: the lock did not reach the replica"
+    );
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let waiter = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let got = waiter.lock(&name).try_lock_for(Duration::from_secs(20));
+                let got = matches!(got, Ok(Some(_)));
+                (got, Instant::now())
+            })
+        })
+        .collect();
+    // Let them find it busy and start waiting.
+    crate::support::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    let mut unlocked = None;
+    bed.kill_master_then(master, |_| unlocked = Some(guard.unlock()));
+    let promoted = Instant::now();
+    unlocked.expect("unlocked after the kill").unwrap();
+    let mut on_new = bed.node(replica).conn();
+    let freed = wait_until(Duration::from_secs(20), || {
+        !redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_new)
+            .unwrap_or(true)
+    });
+    let after = promoted.elapsed();
+    let got: Vec<(bool, Instant)> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert!(freed, "F5: the hold stayed on the promoted replica");
+    eprintln!(
+        "F5: promotion agreed {:?} after kill -9; hold gone {after:?} after that; waiters got \
+         the lock {:?} after the kill",
+        promoted - killed,
+        got.iter().map(|(_, at)| *at - killed).collect::<Vec<_>>()
+    );
+    assert!(
+        after <= Duration::from_secs(1),
+        "F5: the hold was gone only {after:?} after the promotion"
+    );
+    assert!(
+        got.iter().all(|(got, _)| *got),
+        "F5: a waiter did not get the lock"
+    );
+    assert!(client.await_releases(Duration::from_secs(1)));
 }
 
 /// `redguard exec` with a `redis+cluster://` URL.
