@@ -96,7 +96,8 @@ pub struct Stats {
     /// Redis as script calls of at most [`Builder::renew_batch`] renewals,
     /// up to 16 calls per round trip.
     pub renewal_round_trips: u64,
-    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    /// Watchdog wake-ups that renewed at least one of this client's leases
+    /// (or looked up one of its fixed-lease read holds).
     /// Each sends at most ⌈due / renew batch⌉ script calls per server.
     pub renewal_ticks: u64,
     /// Releases (of locks, permits, run-once claims) and other operations
