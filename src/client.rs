@@ -96,7 +96,8 @@ pub struct Stats {
     /// Redis as script calls of at most [`Builder::renew_batch`] renewals,
     /// up to 16 calls per round trip.
     pub renewal_round_trips: u64,
-    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    /// Watchdog wake-ups that renewed at least one of this client's leases
+    /// (or looked up one of its fixed-lease read holds).
     /// Each sends at most ⌈due / renew batch⌉ script calls per server.
     pub renewal_ticks: u64,
     /// Releases (of locks, permits, run-once claims) and other operations
@@ -441,9 +442,12 @@ impl Client {
     }
 
     /// How this client's scripts publish the unlock messages of `key`
-    /// (see [`Source::publish_for`]).
+    /// (see [`Source::publish_for`]), under its [`ClassicPublish`](crate::ClassicPublish) setting.
     pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
-        self.shared.source.publish_for(key)
+        self.shared
+            .source
+            .publish_for(key)
+            .with_classic(self.shared.config.interop.classic_publish)
     }
 
     /// Runs `op` on a connection to the server that owns `key`.

@@ -9,6 +9,7 @@ use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::interop::Interop;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
@@ -62,6 +63,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`classic_publish`](Builder::classic_publish) | [`Auto`](crate::ClassicPublish::Auto) | |
+/// | [`permit_clock_skew`](Builder::permit_clock_skew) | 0 | 0 ..= 1 day |
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
@@ -88,6 +91,8 @@ pub struct Builder {
     pub(crate) sentinel: SentinelOptions,
     /// Replica acknowledgement: see `replicas` for its setters.
     pub(crate) acks: ReplicaAcks,
+    /// Mixed deployments with Redisson: see `interop` for its setters.
+    pub(crate) interop: Interop,
 }
 
 impl fmt::Debug for Builder {
@@ -111,6 +116,7 @@ impl fmt::Debug for Builder {
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
             .field("acks", &self.acks)
+            .field("interop", &self.interop)
             .finish()
     }
 }
@@ -134,6 +140,7 @@ impl Default for Builder {
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
+            interop: Interop::default(),
         }
     }
 }
@@ -353,6 +360,7 @@ impl Builder {
         };
         let deployment = self.sentinel.resolve(parsed)?;
         self.acks.validate()?;
+        self.interop.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -433,6 +441,7 @@ impl Builder {
             program: self.program,
             tls: self.tls,
             acks: self.acks,
+            interop: self.interop,
         })
     }
 }
@@ -454,6 +463,7 @@ pub(crate) struct Config {
     pub(crate) program: Option<String>,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
+    pub(crate) interop: Interop,
 }
 
 impl Config {

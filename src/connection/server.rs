@@ -130,4 +130,33 @@ mod tests {
         );
         assert!(Server::parse("# Server\r\n").is_none());
     }
+
+    /// The README's "Supported servers" states the minimum this module
+    /// enforces, and lists every server the test suite runs on.
+    #[test]
+    fn readme_states_the_minimum_and_the_tested_servers() {
+        let readme = include_str!("../../README.md");
+        let section = readme
+            .split("## Supported servers")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README has a \"Supported servers\" section");
+        let (major, minor, _) = MIN_REDIS;
+        assert!(
+            section.contains(&format!("The minimum is Redis {major}.{minor},")),
+            "{section}"
+        );
+        assert!(section.contains("`Error::UnsupportedServer`"));
+        let script = include_str!("../../scripts/ensure-servers");
+        for (row, pinned) in [
+            ("| Redis 6.2 | yes, 6.2.14", "v=6.2.14"),
+            ("| Valkey 7.2, 8 | yes, 8.1.8", "v=8.1.8"),
+        ] {
+            assert!(section.contains(row), "README lacks {row:?}");
+            assert!(
+                script.contains(pinned),
+                "scripts/ensure-servers lacks {pinned}"
+            );
+        }
+    }
 }

@@ -14,7 +14,7 @@ use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
 use crate::lock::{Kind, Lock, holds};
-use crate::scripts::{self, Acquire, FairKeys};
+use crate::scripts::{self, Acquire, FairKeys, SyncHold};
 use crate::subscriber::Event;
 use crate::watchdog;
 
@@ -363,6 +363,12 @@ impl Lock {
             Arc::new(LeaseState::since(sent, valid_until, counters))
         });
         if fresh {
+            let sync = self.sync_hold(holder).map(Box::new);
+            // Fixed read holds are looked up (and kept) every third of the
+            // watchdog timeout: in a deployment shared with Redisson, that is
+            // within its read-lock watchdog's own period (see `Entry::recheck`).
+            let recheck = (!renew && matches!(sync.as_deref(), Some(SyncHold::Read { .. })))
+                .then(|| self.inner.client.config().watchdog_timeout / 3);
             let entry = watchdog::Entry {
                 key: self.inner.name.clone(),
                 channel: self.inner.channel.clone(),
@@ -370,9 +376,10 @@ impl Lock {
                     std::borrow::Cow::Owned(field) => Arc::from(field),
                     std::borrow::Cow::Borrowed(_) => holder.clone(),
                 },
-                sync: self.sync_hold(holder).map(Box::new),
+                sync,
                 lease,
                 renew,
+                recheck,
                 renew_batch: self.inner.client.config().renew_batch,
                 queue: self.queue_key().map(Arc::from),
                 state: state.clone(),
@@ -383,8 +390,13 @@ impl Lock {
                 renewed_at: sent,
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
+                classic_publish: self.inner.client.config().interop.classic_publish,
             };
-            let due = if renew { sent + lease / 3 } else { valid_until };
+            let due = match (renew, recheck) {
+                (true, _) => sent + lease / 3,
+                (false, Some(every)) => valid_until.min(sent + every),
+                (false, None) => valid_until,
+            };
             watchdog::register(entry, due);
         } else if renew {
             state.extend_to(valid_until);

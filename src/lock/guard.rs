@@ -316,7 +316,13 @@ impl LockGuard {
                 // whose reply was lost): none of them has a guard, drop them.
                 let all = self.lock.release_all(&self.holder);
                 self.state.mark_released();
-                all.map(|_| ())
+                match all {
+                    Err(e) if retry && e.is_failover() => {
+                        self.retry_release(until, e);
+                        Ok(())
+                    }
+                    all => all.map(|_| ()),
+                }
             }
             Ok(Release::StillHeld) => Ok(()),
             Ok(Release::NotHeld) => {

@@ -11,17 +11,19 @@
 macro_rules! notifying {
     ($name:literal) => {
         $crate::scripts::Notifying {
-            classic: redis::Script::new(concat!(
-                "local cluster = false\n",
-                include_str!("../../lua/notify.lua"),
-                include_str!(concat!("../../lua/", $name, ".lua"))
-            )),
-            cluster: redis::Script::new(concat!(
-                "local cluster = true\n",
-                include_str!("../../lua/notify.lua"),
-                include_str!(concat!("../../lua/", $name, ".lua"))
-            )),
+            classic: notifying!(@variant "false, false", $name),
+            cluster: notifying!(@variant "true, false", $name),
+            cluster_always: notifying!(@variant "true, true", $name),
         }
+    };
+    (@variant $flags:literal, $name:literal) => {
+        redis::Script::new(concat!(
+            "local cluster, always_classic = ",
+            $flags,
+            "\n",
+            include_str!("../../lua/notify.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
     };
 }
 
@@ -37,14 +39,30 @@ pub(crate) enum Publish {
     Classic,
     /// Redis Cluster: `SPUBLISH` always; the classic `PUBLISH`, which the
     /// cluster forwards to every node, only when the slot's node counts a
-    /// classic listener of the channel.
+    /// classic listener of the channel ([`ClassicPublish::Auto`]).
     Cluster,
+    /// Redis Cluster with [`ClassicPublish::Always`]: `SPUBLISH` and the
+    /// classic `PUBLISH` on every release, for classic listeners on
+    /// replicas, which the slot's master cannot count.
+    ClusterAlways,
 }
 
-/// The two variants of a script that wakes waiters.
+impl Publish {
+    /// The way `self` becomes under `classic`: [`Publish::Cluster`] sends
+    /// the classic message on every release with [`ClassicPublish::Always`].
+    pub(crate) fn with_classic(self, classic: ClassicPublish) -> Publish {
+        match (self, classic) {
+            (Publish::Cluster, ClassicPublish::Always) => Publish::ClusterAlways,
+            (other, _) => other,
+        }
+    }
+}
+
+/// The variants of a script that wakes waiters.
 pub(crate) struct Notifying {
     classic: Script,
     cluster: Script,
+    cluster_always: Script,
 }
 
 impl Notifying {
@@ -53,6 +71,7 @@ impl Notifying {
         match publish {
             Publish::Classic => &self.classic,
             Publish::Cluster => &self.cluster,
+            Publish::ClusterAlways => &self.cluster_always,
         }
     }
 }
@@ -68,6 +87,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
+use crate::interop::ClassicPublish;
 use crate::keys::UNLOCK_MESSAGE;
 use crate::lease::Pttl;
 pub(crate) use holds::{

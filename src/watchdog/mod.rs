@@ -88,6 +88,16 @@ pub(crate) struct Entry {
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.
     pub(crate) sync: Option<Box<SyncHold>>,
+    /// For a fixed lease (`renew == false`): how often it is looked up
+    /// before its end. `None`: only at its end, to mark it over. Fixed read
+    /// holds have it, since another client may shorten them (Redisson's
+    /// read-lock watchdog sets every read hold's expiry to its own
+    /// `lockWatchdogTimeout`): each look-up restores what was cut, and a
+    /// hold whose cut lease ran out meanwhile is lost.
+    pub(crate) recheck: Option<Duration>,
+    /// How its release at client shutdown wakes waiters (the client's
+    /// setting).
+    pub(crate) classic_publish: crate::ClassicPublish,
 }
 
 impl Entry {
@@ -103,6 +113,13 @@ impl Entry {
         } else {
             Duration::ZERO
         }
+    }
+
+    /// When a fixed lease is next looked at, from `now`: its end, or its
+    /// next look-up before that.
+    fn next_look(&self, now: Instant) -> Instant {
+        let end = self.state.valid_until();
+        self.recheck.map_or(end, |every| end.min(now + every))
     }
 
     fn lease_ms(&self) -> u64 {
@@ -283,6 +300,11 @@ fn retry(retry: Retry) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.ensure_running() {
         let _ = shared.commands.send(Command::Retry(retry));
+    } else {
+        log::error!(
+            "redguard: {} cannot be retried without the watchdog thread",
+            retry.what
+        );
     }
 }
 
@@ -814,6 +836,11 @@ impl Watchdog {
             };
             if !entry.renew {
                 let valid_until = entry.state.valid_until();
+                if valid_until > now && entry.recheck.is_some() {
+                    // A look-up before its end.
+                    groups.entry(entry.server()).or_default().push(entry);
+                    continue;
+                }
                 if valid_until > now {
                     // Extended meanwhile (`LockGuard::extend`): look again then.
                     self.schedule.insert(valid_until, entry);
@@ -1032,7 +1059,7 @@ impl Watchdog {
                 }
                 Outcome::Held => {
                     entry.renewed_at = done.sent;
-                    let due = entry.state.valid_until();
+                    let due = entry.next_look(now);
                     self.schedule.insert(due, entry);
                 }
                 Outcome::Gone(reason) => self.lose(entry, reason, None),

@@ -848,20 +848,41 @@ fn outcomes(
 /// Whether each entry's holder still holds its lock (`HEXISTS`), in one
 /// pipelined round trip; nothing is changed.
 fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Result<bool>>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for e in entries {
-        match e.sync.as_deref() {
-            // A permit is held while its id is in the lease set.
-            Some(scripts::SyncHold::Permit { timeouts, id }) => {
-                pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
-            }
-            _ => {
-                pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+    let now = Instant::now();
+    let build = || {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for e in entries {
+            match e.sync.as_deref() {
+                // A permit is held while its id is in the lease set.
+                Some(scripts::SyncHold::Permit { timeouts, id, .. }) => {
+                    pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
+                }
+                // A read hold looked up before its end: kept as granted.
+                Some(scripts::SyncHold::Read { timeout_prefix, .. }) if e.recheck.is_some() => {
+                    let left = e.state.valid_until().saturating_duration_since(now);
+                    pipe.add_command(scripts::rwlock::read_keep_cmd(
+                        &e.key,
+                        timeout_prefix,
+                        left,
+                        &e.holder,
+                    ));
+                }
+                _ => {
+                    pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+                }
             }
         }
+        pipe
+    };
+    let mut replies: Vec<redis::Value> = build().query(conn).map_err(Error::redis)?;
+    let noscript =
+        |v: &redis::Value| matches!(v, redis::Value::ServerError(e) if e.code() == "NOSCRIPT");
+    if replies.iter().any(noscript) {
+        // The server lost its script cache (or never had it): load, ask again.
+        scripts::rwlock::load_read_keep(conn)?;
+        replies = build().query(conn).map_err(Error::redis)?;
     }
-    let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
     if replies.len() != entries.len() {
         return Err(Error::Protocol(format!(
             "{} replies to {} lookups",
@@ -935,7 +956,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        entry.source.publish_for(&entry.key),
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -943,7 +967,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        entry.source.publish_for(&entry.key),
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),

@@ -31,6 +31,7 @@ mod persistence;
 mod pool_contention;
 mod records;
 mod red_lock;
+mod redisson_mix;
 mod reentrant;
 mod release_retry;
 mod renew_batch;

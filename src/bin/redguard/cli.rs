@@ -136,6 +136,38 @@ pub(crate) struct ConnArgs {
         requires = "tls_cert"
     )]
     pub(crate) tls_key: Option<std::path::PathBuf>,
+
+    /// On a Redis Cluster, when unlocks, releases and latches reaching
+    /// zero also send a classic PUBLISH besides SPUBLISH [default: auto]:
+    /// auto when the slot's master counts a classic subscriber; always for
+    /// Java (Redisson) waiters without sharded pub/sub, which may subscribe
+    /// on a replica. No effect outside a Cluster.
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        value_enum,
+        env = "REDGUARD_CLASSIC_PUBLISH"
+    )]
+    pub(crate) classic_publish: Option<ClassicPublishArg>,
+}
+
+/// `--classic-publish`: [`redguard::ClassicPublish`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClassicPublishArg {
+    /// Only when the slot's master counts a classic subscriber.
+    Auto,
+    /// On every wake-up.
+    Always,
+}
+
+impl From<ClassicPublishArg> for redguard::ClassicPublish {
+    fn from(arg: ClassicPublishArg) -> redguard::ClassicPublish {
+        match arg {
+            ClassicPublishArg::Auto => redguard::ClassicPublish::Auto,
+            ClassicPublishArg::Always => redguard::ClassicPublish::Always,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

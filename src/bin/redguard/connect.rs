@@ -61,6 +61,9 @@ pub(crate) fn connect(args: &ConnArgs, program: &str) -> Result<Connection, Fail
     if let Some(timeout) = args.replica_ack_timeout {
         builder = builder.replica_ack_timeout(timeout);
     }
+    if let Some(when) = args.classic_publish {
+        builder = builder.classic_publish(when.into());
+    }
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);
     }
