@@ -2,13 +2,16 @@
 //! `Builder::build` itself lives with the [`Client`](crate::Client) it makes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::interop::Interop;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
@@ -60,6 +63,11 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`classic_publish`](Builder::classic_publish) | [`Auto`](crate::ClassicPublish::Auto) | |
+/// | [`permit_clock_skew`](Builder::permit_clock_skew) | 0 | 0 ..= 1 day |
+/// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
+/// | [`holder_record`](Builder::holder_record) | `true` | |
+/// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -75,11 +83,16 @@ pub struct Builder {
     renew_batch: usize,
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
+    on_lease_lost: Option<LostCallback>,
+    holder_record: bool,
+    program: Option<String>,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
     /// Replica acknowledgement: see `replicas` for its setters.
     pub(crate) acks: ReplicaAcks,
+    /// Mixed deployments with Redisson: see `interop` for its setters.
+    pub(crate) interop: Interop,
 }
 
 impl fmt::Debug for Builder {
@@ -96,10 +109,14 @@ impl fmt::Debug for Builder {
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("on_lease_lost", &self.on_lease_lost.is_some())
+            .field("holder_record", &self.holder_record)
+            .field("program", &self.program)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
             .field("acks", &self.acks)
+            .field("interop", &self.interop)
             .finish()
     }
 }
@@ -117,9 +134,13 @@ impl Default for Builder {
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            on_lease_lost: None,
+            holder_record: true,
+            program: None,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
+            interop: Interop::default(),
         }
     }
 }
@@ -234,6 +255,84 @@ impl Builder {
         self
     }
 
+    /// Calls `callback` once for every lease of this client that the
+    /// watchdog finds lost, with the lock's name and kind, the holder id,
+    /// when the loss was noticed and why ([`LostLease`]). Default: none
+    /// (the loss is logged as a warning either way, and the hold's guard
+    /// reports it from [`LockGuard::check`](crate::LockGuard::check)).
+    ///
+    /// * **Once per lost lease**, from the watchdog's own thread, never
+    ///   while redguard holds an internal lock: the callback may call
+    ///   redguard (look at the lock, take another one on another thread).
+    /// * **It must not block**: the same thread renews the leases of every
+    ///   client of the process. Hand slow work (paging someone, stopping a
+    ///   job) to a thread or a channel of your own. A panic in it is
+    ///   caught and logged.
+    /// * **Not called for a normal release**, nor for what the holder's
+    ///   own release finds: an unlock that answers
+    ///   [`Error::NotHeld`](crate::Error::NotHeld) tells the caller
+    ///   directly; nor when the client's shutdown releases its locks.
+    ///
+    /// Redisson has no such hook (its watchdog only stops renewing).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .on_lease_lost(|lost| {
+    ///         eprintln!("lost {} ({}): {}", lost.name_lossy(), lost.kind, lost.reason);
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn on_lease_lost(
+        mut self,
+        callback: impl Fn(&LostLease) + Send + Sync + 'static,
+    ) -> Builder {
+        self.on_lease_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Whether the client keeps a holder record beside its locks, so that
+    /// `redguard status` and [`Lock::inspect`](crate::Lock::inspect) can
+    /// say which host, process and program holds a lock and since when.
+    /// Default `true`.
+    ///
+    /// The record is one small hash per client (on a Cluster: per master
+    /// where it holds something), `redguard:client:{<client id>}`, holding
+    /// the host name, pid, [`program`](Builder::program), crate version and
+    /// the client's start time, plus the start time of each of its holds
+    /// (up to 1,000 per record), all on the server's clock. It lives one
+    /// [`watchdog_timeout`](Builder::watchdog_timeout), is refreshed in the
+    /// same round trips as the client's renewals and deleted when the
+    /// client shuts down, so a killed process's record is gone within one
+    /// lease. The locks themselves keep Redisson's layout: a Java holder
+    /// simply has no record. The ACL user needs the key pattern
+    /// `~redguard:client:*` (see the README).
+    ///
+    /// Hold start times are written off the acquire path, by the watchdog:
+    /// the first hold at once, later ones within one renewal period
+    /// (a third of the watchdog timeout), so holds shorter than that may
+    /// show no start time.
+    ///
+    /// Every connection of the client is named `redguard-<first 8 hex
+    /// digits of the client id>` (`CLIENT SETNAME`) either way, so that
+    /// `CLIENT LIST` ties connections to their record.
+    pub fn holder_record(mut self, keep: bool) -> Builder {
+        self.holder_record = keep;
+        self
+    }
+
+    /// What the holder record says this client runs. Default: the
+    /// process's `argv[0]`. Cut to 256 bytes; say what helps an operator
+    /// (a job's name, a command line without secrets). The `redguard`
+    /// tool puts the command it runs there.
+    pub fn program(mut self, program: impl Into<String>) -> Builder {
+        self.program = Some(program.into());
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -261,6 +360,7 @@ impl Builder {
         };
         let deployment = self.sentinel.resolve(parsed)?;
         self.acks.validate()?;
+        self.interop.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -336,8 +436,12 @@ impl Builder {
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
+            on_lease_lost: self.on_lease_lost,
+            holder_record: self.holder_record,
+            program: self.program,
             tls: self.tls,
             acks: self.acks,
+            interop: self.interop,
         })
     }
 }
@@ -354,14 +458,20 @@ pub(crate) struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
+    pub(crate) on_lease_lost: Option<LostCallback>,
+    pub(crate) holder_record: bool,
+    pub(crate) program: Option<String>,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
+    pub(crate) interop: Interop,
 }
 
 impl Config {
     /// How the connection source makes its connections.
-    pub(crate) fn connect_options(&self) -> ConnectOptions {
+    /// `name`: what each connection is named (`CLIENT SETNAME`).
+    pub(crate) fn connect_options(&self, name: Option<Arc<str>>) -> ConnectOptions {
         ConnectOptions {
+            name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,

@@ -12,6 +12,7 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
+//! bench --cluster-seeds P1,P2,P3 --ab-classic   S1/S3 A/B of ClassicPublish::Always against Auto
 //! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running
 //!                                cluster (CLUSTER=1 scripts/bench starts one)
 //! ```
@@ -68,7 +69,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -84,6 +85,15 @@ struct Args {
     /// cluster-wide publish from the rest (not part of the protocol).
     #[arg(long, requires = "cluster_seeds")]
     floor_publish: bool,
+    /// redguard's `ClassicPublish` on a cluster (`auto`, the default, or
+    /// `always`), for every mode.
+    #[arg(long, value_parser = parse_classic_publish, default_value = "auto")]
+    classic_publish: redguard::ClassicPublish,
+    /// With `--cluster-seeds`: S1 and S3 A/B of redguard with
+    /// `ClassicPublish::Always` (reported as "redguard") against redguard
+    /// with `Auto` (reported as "floor"): the cost of the classic message.
+    #[arg(long, requires = "cluster_seeds")]
+    ab_classic: bool,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -185,9 +195,25 @@ fn main() -> ExitCode {
     }
     let url = target.client_url.clone();
     let _ = now_ns();
-    let client = || Client::open(&url).expect("redguard client");
+    let classic = args.classic_publish;
+    let client_with = |classic| {
+        Client::builder()
+            .url(&url)
+            .classic_publish(classic)
+            .build()
+            .expect("redguard client")
+    };
+    let client = || client_with(classic);
 
-    let out = if args.ab {
+    let out = if args.ab_classic {
+        let always = guard_factory(&client_with(redguard::ClassicPublish::Always));
+        let auto = guard_factory(&client_with(redguard::ClassicPublish::Auto));
+        json!({"ab_classic": {
+            "a": "redguard, ClassicPublish::Always", "b": "redguard, ClassicPublish::Auto",
+            "s1": ab::run_ab_s1(&always, &auto, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&always, &auto, args.ab_rounds / 2, Duration::from_millis(500)),
+        }})
+    } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());
         json!({"ab": {
             "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", args.ab_rounds, 1000),
@@ -281,4 +307,9 @@ fn run_row(factory: &Factory, only: &[Scenario]) -> (Value, Value, Value) {
         run(Scenario::S2, scenarios::run_s2),
         run(Scenario::S3, scenarios::run_s3),
     )
+}
+
+/// `--classic-publish`: `auto` or `always`.
+fn parse_classic_publish(s: &str) -> Result<redguard::ClassicPublish, String> {
+    s.parse().map_err(|e: redguard::Error| e.to_string())
 }

@@ -309,14 +309,16 @@ impl Cluster {
             1,
             self.options.connect_timeout,
             self.options.response_timeout,
-        )?;
+        )?
+        .named(self.options.name.clone());
         let pool = Pool::new(
             info,
             &self.options.tls,
             self.options.pool_size,
             self.options.connect_timeout,
             self.options.response_timeout,
-        )?;
+        )?
+        .named(self.options.name.clone());
         let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
             return Ok(id);
@@ -555,6 +557,30 @@ impl Cluster {
         Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
     }
 
+    /// Every master serving slots, as the slot map (refreshed when due)
+    /// says.
+    ///
+    /// # Errors
+    ///
+    /// When no node could be asked for the slot map and none is known.
+    pub(crate) fn masters(&self) -> Result<Vec<NodeId>> {
+        let refreshed = self.refresh(false);
+        let mut ids: Vec<NodeId> = self
+            .slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|&&id| id != UNOWNED)
+            .map(|&id| id as NodeId)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        match (ids.is_empty(), refreshed) {
+            (true, Err(e)) => Err(e),
+            _ => Ok(ids),
+        }
+    }
+
     /// Open pooled connections over every node.
     pub(crate) fn open_connections(&self) -> usize {
         self.nodes().iter().map(|n| n.pool.open_connections()).sum()
@@ -583,6 +609,7 @@ mod tests {
 
     fn options() -> ConnectOptions {
         ConnectOptions {
+            name: None,
             tls: super::super::Tls::default(),
             pool_size: 2,
             connect_timeout: Duration::from_secs(1),

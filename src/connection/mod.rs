@@ -7,6 +7,8 @@ pub(crate) mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 
+use std::sync::Arc;
+
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
@@ -162,6 +164,8 @@ pub(crate) type NodeId = usize;
 /// How a [`Source`]'s connections are made, whatever the deployment.
 #[derive(Clone)]
 pub(crate) struct ConnectOptions {
+    /// The name every connection gets (`CLIENT SETNAME`), if any.
+    pub(crate) name: Option<Arc<str>>,
     pub(crate) tls: Tls,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: std::time::Duration,
@@ -177,13 +181,16 @@ impl Source {
     /// [`Error::InvalidArgument`] when the TLS material cannot be used.
     pub(crate) fn open(deployment: &Deployment, options: &ConnectOptions) -> Result<Source> {
         match deployment {
-            Deployment::Single(info) => Ok(Source::Single(Pool::new(
-                info.clone(),
-                &options.tls,
-                options.pool_size,
-                options.connect_timeout,
-                options.response_timeout,
-            )?)),
+            Deployment::Single(info) => Ok(Source::Single(
+                Pool::new(
+                    info.clone(),
+                    &options.tls,
+                    options.pool_size,
+                    options.connect_timeout,
+                    options.response_timeout,
+                )?
+                .named(options.name.clone()),
+            )),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
                 spec.clone(),
                 options.clone(),
@@ -307,6 +314,19 @@ impl Source {
             Source::Single(pool) => pool.connect(),
             Source::Sentinel(sentinel) => sentinel.connect(),
             Source::Cluster(cluster) => cluster.pubsub_connection(),
+        }
+    }
+
+    /// The masters of the deployment: one for a single server or Sentinel,
+    /// every master serving slots for a Cluster.
+    ///
+    /// # Errors
+    ///
+    /// A Cluster whose slot map cannot be had.
+    pub(crate) fn masters(&self) -> Result<Vec<NodeId>> {
+        match self {
+            Source::Single(_) | Source::Sentinel(_) => Ok(vec![0]),
+            Source::Cluster(cluster) => cluster.masters(),
         }
     }
 

@@ -59,6 +59,8 @@ pub(crate) struct Pool {
     /// (`None` inside: it would not say). Unset until then, and while the
     /// server is one redguard refuses.
     server: OnceLock<Option<Server>>,
+    /// What each new connection is named (`CLIENT SETNAME`), if anything.
+    name: Option<std::sync::Arc<str>>,
 }
 
 struct State {
@@ -115,6 +117,7 @@ impl Pool {
             generation: AtomicU64::new(0),
             master_only: false,
             server: OnceLock::new(),
+            name: None,
         })
     }
 
@@ -123,6 +126,13 @@ impl Pool {
     /// error (see [`is_not_master`]) and is closed.
     pub(crate) fn master_only(mut self) -> Pool {
         self.master_only = true;
+        self
+    }
+
+    /// The same pool, naming every new connection `name` once it is set up
+    /// (`CLIENT SETNAME`: `CLIENT LIST` then says whose it is).
+    pub(crate) fn named(mut self, name: Option<std::sync::Arc<str>>) -> Pool {
+        self.name = name;
         self
     }
 
@@ -162,6 +172,20 @@ impl Pool {
             let role: redis::Role = redis::cmd("ROLE").query(&mut conn).map_err(Error::redis)?;
             if !matches!(role, redis::Role::Primary { .. }) {
                 return Err(not_master(&addr));
+            }
+        }
+        if let Some(name) = &self.name {
+            // After the connection is set up (authenticated): nothing is
+            // sent behind a failing AUTH. An ACL user without
+            // `client|setname` just has unnamed connections.
+            let named = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(&**name)
+                .query::<()>(&mut conn)
+                .map_err(Error::redis);
+            match named {
+                Ok(()) | Err(Error::Permission(_) | Error::Redis(_)) => {}
+                Err(e) => return Err(e.at(&addr)),
             }
         }
         Ok(conn)

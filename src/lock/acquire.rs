@@ -14,7 +14,7 @@ use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
 use crate::lock::{Kind, Lock, holds};
-use crate::scripts::{self, Acquire, FairKeys};
+use crate::scripts::{self, Acquire, FairKeys, SyncHold};
 use crate::subscriber::Event;
 use crate::watchdog;
 
@@ -181,6 +181,7 @@ impl Lock {
     /// or `deadline` (`None`: no deadline) has passed, waiting between
     /// attempts. The guard owns a clone of this handle.
     pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
         self.check_name()?;
         self.inner.client.check_open()?;
         let (lease, renew) = self.lease_mode()?;
@@ -218,6 +219,7 @@ impl Lock {
         if granted.is_some() && self.is_read() {
             self.pass_read_wake();
         }
+        log_outcome(self, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
@@ -358,9 +360,15 @@ impl Lock {
         }
         let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
-            Arc::new(LeaseState::new(valid_until, counters))
+            Arc::new(LeaseState::since(sent, valid_until, counters))
         });
         if fresh {
+            let sync = self.sync_hold(holder).map(Box::new);
+            // Fixed read holds are looked up (and kept) every third of the
+            // watchdog timeout: in a deployment shared with Redisson, that is
+            // within its read-lock watchdog's own period (see `Entry::recheck`).
+            let recheck = (!renew && matches!(sync.as_deref(), Some(SyncHold::Read { .. })))
+                .then(|| self.inner.client.config().watchdog_timeout / 3);
             let entry = watchdog::Entry {
                 key: self.inner.name.clone(),
                 channel: self.inner.channel.clone(),
@@ -368,18 +376,27 @@ impl Lock {
                     std::borrow::Cow::Owned(field) => Arc::from(field),
                     std::borrow::Cow::Borrowed(_) => holder.clone(),
                 },
-                sync: self.sync_hold(holder).map(Box::new),
+                sync,
                 lease,
                 renew,
+                recheck,
                 renew_batch: self.inner.client.config().renew_batch,
                 queue: self.queue_key().map(Arc::from),
                 state: state.clone(),
                 source: self.inner.client.source().clone(),
                 counters: self.inner.client.counters().clone(),
+                kind: self.hold_kind(),
+                hooks: self.inner.client.hooks().clone(),
+                renewed_at: sent,
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
+                classic_publish: self.inner.client.config().interop.classic_publish,
             };
-            let due = if renew { sent + lease / 3 } else { valid_until };
+            let due = match (renew, recheck) {
+                (true, _) => sent + lease / 3,
+                (false, Some(every)) => valid_until.min(sent + every),
+                (false, None) => valid_until,
+            };
             watchdog::register(entry, due);
         } else if renew {
             state.extend_to(valid_until);
@@ -439,6 +456,22 @@ impl Lock {
                  thread's next release of the lock)",
                 String::from_utf8_lossy(key)
             ),
+        }
+    }
+}
+
+/// Logs (debug) how an acquisition of `lock` that began at `started`
+/// ended: granted after how long a wait, or not granted in time. Contention
+/// is no error: never more than debug.
+fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = String::from_utf8_lossy(lock.name());
+        let kind = lock.hold_kind();
+        let waited = started.elapsed();
+        if granted {
+            log::debug!("redguard: acquired {kind} lock {name:?} after waiting {waited:?}");
+        } else {
+            log::debug!("redguard: {kind} lock {name:?} not acquired: busy for {waited:?}");
         }
     }
 }

@@ -294,11 +294,21 @@ impl LockGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
+        if left == 0 {
+            // A loss the watchdog sees from now on may be this release.
+            self.state.begin_release();
+        }
         let until = self.state.valid_until();
         let reply = script(&self.lock, &self.holder);
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();
+                log::debug!(
+                    "redguard: released {} lock {:?} after holding it {:?}",
+                    self.lock.hold_kind(),
+                    String::from_utf8_lossy(name),
+                    self.state.held_since().elapsed()
+                );
                 Ok(())
             }
             Ok(Release::StillHeld) if left == 0 => {
@@ -306,7 +316,13 @@ impl LockGuard {
                 // whose reply was lost): none of them has a guard, drop them.
                 let all = self.lock.release_all(&self.holder);
                 self.state.mark_released();
-                all.map(|_| ())
+                match all {
+                    Err(e) if retry && e.is_failover() => {
+                        self.retry_release(until, e);
+                        Ok(())
+                    }
+                    all => all.map(|_| ()),
+                }
             }
             Ok(Release::StillHeld) => Ok(()),
             Ok(Release::NotHeld) => {

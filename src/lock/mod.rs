@@ -9,6 +9,7 @@ mod guard;
 pub(crate) mod holds;
 mod inspect;
 mod read_write;
+mod scan;
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
+use crate::lost::HoldKind;
 use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
@@ -221,6 +223,17 @@ impl Lock {
         match self.inner.kind {
             Kind::Fair { wait_timeout, .. } => Some(wait_timeout),
             _ => None,
+        }
+    }
+
+    /// The kind of hold this handle takes.
+    pub(crate) fn hold_kind(&self) -> HoldKind {
+        match self.inner.kind {
+            Kind::Reentrant => HoldKind::Reentrant,
+            Kind::Fair { .. } => HoldKind::Fair,
+            Kind::Fenced { .. } => HoldKind::Fenced,
+            Kind::Read { .. } => HoldKind::Read,
+            Kind::Write => HoldKind::Write,
         }
     }
 

@@ -144,7 +144,13 @@ impl ReadWriteLock {
     }
 
     /// The same lock with a fixed `lease` for both sides, not renewed by
-    /// the watchdog (see [`Lock::with_lease`]).
+    /// the watchdog (see [`Lock::with_lease`]). A read hold is still looked
+    /// up every third of the
+    /// [`watchdog_timeout`](crate::Builder::watchdog_timeout): an expiry
+    /// another client cut short (Redisson's read-lock watchdog sets every
+    /// read hold's to its own `lockWatchdogTimeout`) is given back, up to the
+    /// hold's own end, and a hold that ran out meanwhile is reported by
+    /// [`LockGuard::check`](crate::LockGuard::check).
     pub fn with_lease(&self, lease: Duration) -> ReadWriteLock {
         ReadWriteLock {
             read: self.read.with_lease(lease),

@@ -95,12 +95,14 @@ pub(crate) enum PermitAcquire {
 }
 
 /// Takes one permit per id in `ids`, all or none, each with a lease of
-/// `lease_ms`.
+/// `lease_ms`; lease ends are stamped `skew_ms` later, and taken back only
+/// `skew_ms` after they passed (the tolerated clock skew).
 pub(crate) fn permit_acquire(
     conn: &mut dyn redis::ConnectionLike,
     publish: super::Publish,
     keys: PermitKeys<'_>,
     lease_ms: u64,
+    skew_ms: u64,
     ids: &[[u8; 16]],
 ) -> Result<PermitAcquire> {
     let reply = evalsha(
@@ -108,7 +110,7 @@ pub(crate) fn permit_acquire(
         PERMIT_ACQUIRE.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
         |cmd| {
-            cmd.arg(lease_ms);
+            cmd.arg(lease_ms).arg(skew_ms);
             for id in ids {
                 cmd.arg(&id[..]);
             }
@@ -148,17 +150,21 @@ pub(crate) fn permit_release(
     Ok(int("permit release", &reply)? == 1)
 }
 
-/// Takes back permits whose lease ended, then counts: (available, held).
+/// Takes back permits whose lease ended more than `skew_ms` ago, then
+/// counts: (available, held).
 pub(crate) fn permit_count(
     conn: &mut dyn redis::ConnectionLike,
     publish: super::Publish,
     keys: PermitKeys<'_>,
+    skew_ms: u64,
 ) -> Result<(i64, u64)> {
     let reply = evalsha(
         conn,
         PERMIT_COUNT.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
-        |_| {},
+        |cmd| {
+            cmd.arg(skew_ms);
+        },
     )
     .map_err(|e| Error::from_redis(e, keys.counter))?;
     match &reply {

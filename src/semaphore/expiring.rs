@@ -160,6 +160,12 @@ impl ExpiringSemaphore {
         }
     }
 
+    /// [`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew), in ms.
+    fn skew_ms(&self) -> u64 {
+        let skew = self.client.config().interop.permit_clock_skew;
+        skew.as_millis().min(u128::from(u64::MAX)) as u64
+    }
+
     fn counter(&self) -> Counter<'_> {
         Counter {
             client: &self.client,
@@ -198,7 +204,12 @@ impl ExpiringSemaphore {
     fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_count(conn, self.client.publish(&self.name), self.keys())
+            script::permit_count(
+                conn,
+                self.client.publish(&self.name),
+                self.keys(),
+                self.skew_ms(),
+            )
         })
     }
 
@@ -238,7 +249,10 @@ impl ExpiringSemaphore {
     /// The permits held now, each with the time left on its lease (zero
     /// for a lease that ended but was not counted back yet), by the
     /// server's clock. Reads only: nothing is counted back. Members of the
-    /// lease set that are not 16-byte ids are left out.
+    /// lease set that are not 16-byte ids are left out. Lease ends are read
+    /// as stored: a permit taken by a client with a
+    /// [`permit_clock_skew`](crate::Builder::permit_clock_skew) shows that
+    /// much more, and one taken by Redisson ends by its client's clock.
     ///
     /// # Errors
     ///
@@ -341,6 +355,7 @@ impl ExpiringSemaphore {
                     self.client.publish(&self.name),
                     self.keys(),
                     ms,
+                    self.skew_ms(),
                     &[id.0],
                 )
             })?;
@@ -374,24 +389,34 @@ impl ExpiringSemaphore {
             self.client.check_open()?;
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
-        let state = Arc::new(LeaseState::new(valid_until, self.client.counters().clone()));
+        let state = Arc::new(LeaseState::since(
+            sent,
+            valid_until,
+            self.client.counters().clone(),
+        ));
         let entry = watchdog::Entry {
             key: self.name.clone(),
             channel: self.channel.clone(),
             holder: Arc::from(id.to_string()),
             lease,
             renew,
+            recheck: None,
             renew_batch: self.client.config().renew_batch,
             queue: None,
             state: state.clone(),
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
+            kind: crate::lost::HoldKind::Permit,
+            hooks: self.client.hooks().clone(),
+            renewed_at: sent,
             acks,
             response_timeout: self.client.config().response_timeout,
             sync: Some(Box::new(SyncHold::Permit {
                 timeouts: self.timeouts.clone(),
                 id: id.0,
+                skew_ms: self.skew_ms(),
             })),
+            classic_publish: self.client.config().interop.classic_publish,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);
@@ -544,6 +569,7 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        self.state.begin_release();
         let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {

@@ -28,6 +28,7 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+mod records;
 pub(crate) mod retry;
 mod schedule;
 mod worker;
@@ -42,10 +43,14 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
 use crate::error::Error;
+use crate::hooks::Hooks;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
+use crate::lost::{HoldKind, LossReason};
+use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+use records::RecordState;
 pub(crate) use retry::Pending;
 use retry::Retry;
 use schedule::Schedule;
@@ -68,6 +73,13 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// What the hold is, for the lost-lease hooks.
+    pub(crate) kind: HoldKind,
+    pub(crate) hooks: Arc<Hooks>,
+    /// When the lease was last known held: the send time of the granting
+    /// script, then of each renewal (or look-up) that found it held. A
+    /// server restart after it explains a loss.
+    pub(crate) renewed_at: Instant,
     /// Replica acknowledgement a renewal needs before the holder's lease
     /// counts as extended, and the response timeout `WAIT` adds to.
     pub(crate) acks: ReplicaAcks,
@@ -76,6 +88,16 @@ pub(crate) struct Entry {
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.
     pub(crate) sync: Option<Box<SyncHold>>,
+    /// For a fixed lease (`renew == false`): how often it is looked up
+    /// before its end. `None`: only at its end, to mark it over. Fixed read
+    /// holds have it, since another client may shorten them (Redisson's
+    /// read-lock watchdog sets every read hold's expiry to its own
+    /// `lockWatchdogTimeout`): each look-up restores what was cut, and a
+    /// hold whose cut lease ran out meanwhile is lost.
+    pub(crate) recheck: Option<Duration>,
+    /// How its release at client shutdown wakes waiters (the client's
+    /// setting).
+    pub(crate) classic_publish: crate::ClassicPublish,
 }
 
 impl Entry {
@@ -91,6 +113,13 @@ impl Entry {
         } else {
             Duration::ZERO
         }
+    }
+
+    /// When a fixed lease is next looked at, from `now`: its end, or its
+    /// next look-up before that.
+    fn next_look(&self, now: Instant) -> Instant {
+        let end = self.state.valid_until();
+        self.recheck.map_or(end, |every| end.min(now + every))
     }
 
     fn lease_ms(&self) -> u64 {
@@ -118,7 +147,8 @@ enum Outcome {
     Renewed,
     /// A fixed lease, looked up by a check: still there, not extended.
     Held,
-    Gone,
+    /// The holder no longer holds it, for the reason the worker found.
+    Gone(LossReason),
     /// The renewal did not get an answer; the error keeps its kind
     /// (connection, authentication, timeout, ...). Shared by every renewal
     /// of a round trip that failed as a whole.
@@ -270,6 +300,11 @@ fn retry(retry: Retry) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.ensure_running() {
         let _ = shared.commands.send(Command::Retry(retry));
+    } else {
+        log::error!(
+            "redguard: {} cannot be retried without the watchdog thread",
+            retry.what
+        );
     }
 }
 
@@ -340,6 +375,11 @@ struct ServerState {
     retry: Option<Retrying>,
     /// The pauses between those attempts; `None` while renewals succeed.
     backoff: Option<Backoff>,
+    /// Renewals failed since the last round trip that went through (the
+    /// warning is logged once per streak, and when it ends).
+    failing: bool,
+    /// The client's holder record there, when it keeps one.
+    record: Option<RecordState>,
 }
 
 /// Renewals of one server waiting out a pause after a failed round trip.
@@ -370,6 +410,11 @@ impl Retrying {
     fn wake_at(&self) -> Instant {
         self.at.min(self.first_deadline)
     }
+}
+
+/// The key of `client`'s holder record on node `node` of `source`.
+fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
+    record::key_for(client, |key| source.node_of(key) == node)
 }
 
 /// An instant no deadline reaches (a year after `now`).
@@ -415,11 +460,16 @@ impl Watchdog {
         let now = Instant::now();
         self.dispatch_due(now);
         self.retry_due(now);
+        self.records_due(now);
 
-        let next = match (self.schedule.next_due(), self.next_retry()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [
+            self.schedule.next_due(),
+            self.next_retry(),
+            self.next_record(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         self.shared
             .next_wake
             .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
@@ -470,6 +520,9 @@ impl Watchdog {
             recv(self.reports_rx) -> report => match report {
                 Ok(Report::Renewed(done)) => self.apply(done),
                 Ok(Report::Suspect(server)) => self.check(server),
+                Ok(Report::Recorded { server, write, result }) => {
+                    self.recorded(server, write, result);
+                }
                 Err(_) => {}
             },
             recv(timeout) -> _ => {},
@@ -515,7 +568,18 @@ impl Watchdog {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        let now = Instant::now();
+        let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
+            if entry.hooks.record.is_some() {
+                // Short holds too keep the record alive: the client uses
+                // the server. Once per run of entries of one server.
+                let server = entry.server();
+                if last_used != Some(server) {
+                    last_used = Some(server);
+                    self.record_use(&entry, now);
+                }
+            }
             if entry.finished() {
                 continue;
             }
@@ -524,7 +588,146 @@ impl Watchdog {
                 .watchdog_entries
                 .fetch_add(1, Ordering::Relaxed);
             self.count(&entry);
+            if let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+            {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
             self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Notes that the client of `entry` uses its server: its holder record
+    /// there is made (and kept) from now on.
+    fn record_use(&mut self, entry: &Entry, now: Instant) {
+        let Some(spec) = entry.hooks.record.clone() else {
+            return;
+        };
+        let Some(state) = self.state(entry.server(), &entry.source) else {
+            return;
+        };
+        state
+            .record
+            .get_or_insert_with(|| RecordState::new(spec, entry.counters.clone(), now))
+            .used(now);
+    }
+
+    /// Sends the holder-record writes that are due and cannot wait for a
+    /// renewal round trip.
+    fn records_due(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .and_then(|r| r.due_at(s.entries > 0, now))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(state) = self.servers.get_mut(&server) else {
+                continue;
+            };
+            let Some(source) = state.source.upgrade() else {
+                continue;
+            };
+            let Some(write) = state
+                .record
+                .as_mut()
+                .and_then(|r| r.take(|client| record_key(&source, server.1, client), now))
+            else {
+                continue;
+            };
+            if let Err(write) = self.send_record(server, &source, write) {
+                self.recorded(server, write, Err(Error::Shutdown));
+            }
+        }
+    }
+
+    fn send_record(
+        &mut self,
+        server: Server,
+        source: &Arc<Source>,
+        write: RecordWrite,
+    ) -> Result<(), RecordWrite> {
+        let Some(state) = self.state(server, source) else {
+            return Err(write);
+        };
+        state.jobs.send(Job::Record(write)).map_err(|e| match e.0 {
+            Job::Record(write) => write,
+            _ => unreachable!("the job sent back is the one sent"),
+        })
+    }
+
+    /// The earliest instant a holder record needs a write of its own.
+    fn next_record(&self, now: Instant) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|s| s.record.as_ref()?.due_at(s.entries > 0, now))
+            .min()
+    }
+
+    /// What became of a holder-record write. A record found gone gets every
+    /// live hold on the server again, for the next write to rebuild it.
+    fn recorded(&mut self, server: Server, write: RecordWrite, result: crate::error::Result<bool>) {
+        let Some(record) = self
+            .servers
+            .get_mut(&server)
+            .and_then(|s| s.record.as_mut())
+        else {
+            return;
+        };
+        if !record.settle(write, result) {
+            return;
+        }
+        for entry in self.schedule.iter() {
+            if entry.server() == server && !entry.finished() {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
+        }
+    }
+
+    /// Deletes the holder records of the client owning `counters` (when it
+    /// released its locks: otherwise they expire with the leases they
+    /// describe). `done` is dropped when the deletions are over.
+    fn forget_records(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
+        let release = counters.release_when_gone.load(Ordering::Acquire);
+        let mine: Vec<(Server, Option<Arc<[u8]>>)> = self
+            .servers
+            .iter_mut()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .is_some_and(|r| Arc::ptr_eq(&r.counters, counters))
+            })
+            .filter_map(|(server, s)| {
+                let record = s.record.take()?;
+                Some((*server, record.key().cloned()))
+            })
+            .collect();
+        for (server, key) in mine {
+            let (Some(key), true) = (key, release) else {
+                continue;
+            };
+            if let Some(state) = self.servers.get(&server)
+                && let Some(source) = state.source.upgrade()
+            {
+                let _ = state.jobs.send(Job::Forget {
+                    key,
+                    source,
+                    done: done.clone(),
+                });
+            }
         }
     }
 
@@ -553,6 +756,14 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
+        if entry.state.is_recorded()
+            && let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+        {
+            record.ended(record::hold_field(&entry.holder, &entry.key));
+        }
         entry
             .counters
             .watchdog_entries
@@ -580,6 +791,8 @@ impl Watchdog {
                             suspect_at: None,
                             retry: None,
                             backoff: None,
+                            failing: false,
+                            record: None,
                         },
                     );
                 }
@@ -623,14 +836,18 @@ impl Watchdog {
             };
             if !entry.renew {
                 let valid_until = entry.state.valid_until();
+                if valid_until > now && entry.recheck.is_some() {
+                    // A look-up before its end.
+                    groups.entry(entry.server()).or_default().push(entry);
+                    continue;
+                }
                 if valid_until > now {
                     // Extended meanwhile (`LockGuard::extend`): look again then.
                     self.schedule.insert(valid_until, entry);
                     continue;
                 }
                 // A fixed lease ran out: the lock is gone on the server.
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
                 continue;
             }
             groups.entry(entry.server()).or_default().push(entry);
@@ -713,11 +930,25 @@ impl Watchdog {
 
     /// A lease whose renewals failed until its local deadline: lost.
     fn lapse(&mut self, entry: Entry) {
-        log::warn!(
-            "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out",
-            entry.name()
-        );
-        entry.state.mark_lost();
+        self.lose(entry, LossReason::DeadlinePassed, None);
+    }
+
+    /// Marks a lease lost for `reason` and drops its entry. The hooks
+    /// (warning, callback) hear of it once, unless the holder released it
+    /// or began to meanwhile: then the loss is that release, whose own
+    /// reply tells the holder. `detail` goes into the warning.
+    fn lose(&mut self, entry: Entry, reason: LossReason, detail: Option<&Error>) {
+        if entry.state.mark_lost() {
+            if let Some(e) = detail {
+                log::debug!(
+                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    entry.name()
+                );
+            }
+            entry
+                .hooks
+                .lease_lost(&entry.key, entry.kind, &entry.holder, reason);
+        }
         self.forget(entry);
     }
 
@@ -730,9 +961,9 @@ impl Watchdog {
         let source = first.source.clone();
         let counters = first.counters.clone();
         let Some(state) = self.state(server, &source) else {
+            // No thread can renew them: they run out unrenewed.
             for entry in entries {
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
             }
             return;
         };
@@ -741,8 +972,20 @@ impl Watchdog {
             return;
         }
         state.busy = Some(Vec::new());
+        // The record's expiry is refreshed in the same round trip.
+        let record = state.record.as_mut().and_then(|r| {
+            r.take(
+                |client| record_key(&source, server.1, client),
+                Instant::now(),
+            )
+        });
         counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-        if !self.send(server, &source, Job::Renew { entries, per_trip }) {
+        let job = Job::Renew {
+            entries,
+            per_trip,
+            record,
+        };
+        if !self.send(server, &source, job) {
             // The entries went with the job; their guards see the lease run
             // out on their own clock.
             if let Some(state) = self.servers.get_mut(&server) {
@@ -793,11 +1036,18 @@ impl Watchdog {
             if !matches!(outcome, Outcome::Failed(_)) {
                 answered = true;
             }
-            let Some(entry) = self.still_wanted(entry) else {
+            let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
             match outcome {
+                // The reply came after the lease ran out on this client's
+                // clock: its holder may already have been told it was lost,
+                // and a lease once reported lost stays lost.
+                Outcome::Renewed if entry.state.is_lost_at(now) => {
+                    self.lose(entry, LossReason::DeadlinePassed, None);
+                }
                 Outcome::Renewed => {
+                    entry.renewed_at = done.sent;
                     entry
                         .state
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
@@ -814,18 +1064,11 @@ impl Watchdog {
                     recheck.push(entry);
                 }
                 Outcome::Held => {
-                    let due = entry.state.valid_until();
+                    entry.renewed_at = done.sent;
+                    let due = entry.next_look(now);
                     self.schedule.insert(due, entry);
                 }
-                Outcome::Gone => {
-                    log::warn!(
-                        "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
-                        entry.name(),
-                        entry.holder
-                    );
-                    entry.state.mark_lost();
-                    self.forget(entry);
-                }
+                Outcome::Gone(reason) => self.lose(entry, reason, None),
                 Outcome::Failed(e) => failed.push((entry, e)),
             }
         }
@@ -862,20 +1105,30 @@ impl Watchdog {
         if failed.is_empty() {
             if answered && let Some(state) = self.servers.get_mut(&server) {
                 state.backoff = None;
+                if std::mem::take(&mut state.failing) {
+                    log::warn!("redguard: lease renewals succeed again after failing");
+                }
             }
             return;
+        }
+        if let Some(state) = self.servers.get_mut(&server)
+            && !std::mem::replace(&mut state.failing, true)
+            && let Some((entry, err)) = failed.first()
+        {
+            // Once per failure streak; the rest of it is logged at debug
+            // level, and its end at warn level again.
+            log::warn!(
+                "redguard: lease renewals failing ({err}, lock {:?} and {} more); retried with \
+                 backoff until each lease runs out",
+                entry.name(),
+                failed.len() - 1
+            );
         }
         let mut kept = Vec::with_capacity(failed.len());
         let mut shortest = crate::lease::MAX_LEASE;
         for (entry, err) in failed {
             if now >= entry.state.valid_until() {
-                log::warn!(
-                    "redguard: lease of lock {:?} lost: no renewal succeeded before it ran \
-                     out (last error: {err})",
-                    entry.name()
-                );
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, Some(&err));
                 continue;
             }
             shortest = shortest.min(entry.lease);
@@ -925,6 +1178,7 @@ impl Watchdog {
                 entries.extend::<Vec<Entry>>(gone);
             }
         }
+        self.forget_records(counters, done.clone());
         self.release_gone(entries, done);
         // Workers whose source is gone end by themselves; forget them.
         self.servers

@@ -142,10 +142,11 @@ impl Done {
             {
                 return;
             }
+            // Not pending any more before anyone waiting for it wakes.
+            self.counters.retries.end();
             *slot = Some(outcome);
         }
         self.ended.notify_all();
-        self.counters.retries.end();
     }
 }
 

@@ -50,7 +50,15 @@ fn j1_readme_acl_user_runs_the_whole_lock_cycle() {
     assert!(lock.is_locked().unwrap());
     assert_eq!(lock.holders().unwrap().len(), 1);
     assert!(lock.remaining_ttl().unwrap().is_some());
-    lock.inspect().unwrap();
+    // The holder record is written and read back as this user, and the
+    // connections are named after the client.
+    let info = lock.inspect().unwrap();
+    let record = info.record_of(guard.holder_id()).expect("a holder record");
+    assert_eq!(record.pid, Some(std::process::id()));
+    assert!(info.held_since(guard.holder_id()).is_some());
+    let list: String = server.cmd("CLIENT", &[b"LIST"]);
+    let short = &client.id().to_string()[..8];
+    assert!(list.contains(&format!("name=redguard-{short}")), "{list}");
 
     // A waiter on another client is woken by the unlock message (well
     // before its 200 ms poll interval would have it retry).

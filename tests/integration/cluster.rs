@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redguard::{Client, Error};
+use redguard::{ClassicPublish, Client, Error};
 
 use crate::support::{
     Cap, ChildTest, RedisCluster, caps, capture_logs, case_lacks, child_env, child_role,
@@ -70,7 +70,7 @@ fn admin(bed: &RedisCluster) -> redis::cluster::ClusterConnection {
 }
 
 #[test]
-fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
+fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let started = Instant::now();
@@ -79,6 +79,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     bed_selftest(&bed);
     f4_live(&bed);
     kinds_on_cluster(&bed);
+    classic_listeners_on_a_replica(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
     if !case_lacks(Cap::Spublish, "D follow") {
@@ -91,6 +92,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
     f2_automatic_failover(&mut bed);
+    f5_release_across_a_failover(&mut bed);
     cli_exec_on_cluster(&bed);
     eprintln!("cluster cases done in {:?}", started.elapsed());
 }
@@ -647,6 +649,189 @@ fn d_classic_only_to_listeners(bed: &RedisCluster, client: &Client) {
     }
 }
 
+/// A classic (`SUBSCRIBE`) listener on node `node`, read by a thread of
+/// its own: its messages, `(channel, payload)`, come out of the receiver.
+/// A `PUBLISH` of `"end"` on the first channel ends the thread.
+fn classic_listener(
+    bed: &RedisCluster,
+    node: usize,
+    channels: &[String],
+) -> (
+    std::sync::mpsc::Receiver<(String, String)>,
+    std::thread::JoinHandle<()>,
+) {
+    let mut conn = bed.node(node).conn();
+    let mut cmd = redis::cmd("SUBSCRIBE");
+    for c in channels {
+        cmd.arg(c);
+    }
+    conn.send_packed_command(&cmd.get_packed_command()).unwrap();
+    for _ in channels {
+        let confirm = conn.recv_response().unwrap();
+        assert!(format!("{confirm:?}").contains("subscribe"), "{confirm:?}");
+    }
+    // Quiet spells are expected: only "end" (or a closed connection) ends it.
+    conn.set_read_timeout(None).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // Bounded: the test publishes "end" when it is done.
+        for _ in 0..1_000 {
+            let Ok(redis::Value::Array(parts)) = conn.recv_response() else {
+                return;
+            };
+            let text = |v: &redis::Value| match v {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            };
+            let (channel, payload) = (text(&parts[1]), text(&parts[2]));
+            if payload == "end" {
+                return;
+            }
+            let _ = tx.send((channel, payload));
+        }
+    });
+    (rx, reader)
+}
+
+/// Mixed deployments (issue 22, part 1). A Redisson waiter without sharded
+/// pub/sub (before 3.22, `shardedSubscriptionMode = OFF`, or Redis 6) with
+/// `subscriptionMode = SLAVE` listens with `SUBSCRIBE` on a replica of the
+/// slot's master, where `PUBSUB NUMSUB` on the master does not count it.
+/// With `ClassicPublish::Always` such a listener hears every wake-up: an
+/// unlock, a read unlock, a write unlock, a semaphore release and a latch
+/// reaching zero (5 of 5). With `Auto` (the default) it hears none of them
+/// (0 of 5, within 400 ms of each), which is what strands Java's
+/// `RSemaphore.acquire()` and `RCountDownLatch.await()`.
+fn classic_listeners_on_a_replica(bed: &RedisCluster) {
+    let master = bed.masters()[0];
+    let replica = bed.replica_of(master);
+    for (mode, wait) in [
+        (ClassicPublish::Auto, ms(400)),
+        (ClassicPublish::Always, Duration::from_secs(5)),
+    ] {
+        let client = builder(&bed.url()).classic_publish(mode).build().unwrap();
+        let names = ["mix-lock", "mix-rw", "mix-sem", "mix-latch"].map(|p| name_on(bed, master, p));
+        let channels = [
+            format!("redisson_lock__channel:{{{}}}", names[0]),
+            format!("redisson_rwlock:{{{}}}", names[1]),
+            format!("redisson_sc:{{{}}}", names[2]),
+            format!("redisson_countdownlatch__channel__{{{}}}", names[3]),
+        ];
+        let (messages, reader) = classic_listener(bed, replica, &channels);
+        // The premise: the slot's master counts no classic listener.
+        let counted: Vec<redis::Value> = bed
+            .node(master)
+            .cmd("PUBSUB", &[b"NUMSUB", channels[0].as_bytes()]);
+        assert_eq!(counted.get(1), Some(&redis::Value::Int(0)), "{counted:?}");
+        let rw = client.read_write_lock(&names[1]);
+        let semaphore = client.semaphore(&names[2]);
+        assert!(semaphore.try_set_permits(1).unwrap());
+        let latch = client.count_down_latch(&names[3]);
+        assert!(latch.try_set_count(1).unwrap());
+        // Set-ups publish too (a new count): only the wake-ups below count.
+        crate::support::sleep(ms(200));
+        while messages.try_recv().is_ok() {}
+        let wake_ups: [(&str, &dyn Fn(), usize, &str); 5] = [
+            (
+                "unlock",
+                &|| client.lock(&names[0]).lock().unwrap().unlock().unwrap(),
+                0,
+                "0",
+            ),
+            (
+                "read unlock",
+                &|| rw.read().lock().unwrap().unlock().unwrap(),
+                1,
+                "0",
+            ),
+            (
+                "write unlock",
+                &|| rw.write().lock().unwrap().unlock().unwrap(),
+                1,
+                "1",
+            ),
+            (
+                "semaphore release",
+                &|| semaphore.acquire(1).unwrap().release().unwrap(),
+                2,
+                "1",
+            ),
+            (
+                "latch zero",
+                &|| assert_eq!(latch.count_down().unwrap(), 0),
+                3,
+                "0",
+            ),
+        ];
+        let mut heard = Vec::new();
+        for (what, wake, channel, payload) in wake_ups {
+            wake();
+            let expected = (channels[channel].clone(), payload.to_owned());
+            let deadline = Instant::now() + wait;
+            let got = std::iter::from_fn(|| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                messages.recv_timeout(left).ok()
+            })
+            .any(|m| m == expected);
+            if got {
+                heard.push(what);
+            }
+        }
+        let _: i64 = bed
+            .node(replica)
+            .cmd("PUBLISH", &[channels[0].as_bytes(), b"end"]);
+        reader.join().unwrap();
+        eprintln!(
+            "classic publish {mode}: a SUBSCRIBE listener on the replica heard {}/5 wake-ups {heard:?}",
+            heard.len()
+        );
+        match mode {
+            ClassicPublish::Always => assert_eq!(heard.len(), 5, "{heard:?}"),
+            _ => assert!(heard.is_empty(), "{heard:?}"),
+        }
+    }
+    cli_classic_publish(bed, master, replica);
+}
+
+/// The CLI's `--classic-publish always` and `REDGUARD_CLASSIC_PUBLISH=always`:
+/// the replica's classic listener hears `redguard exec`'s unlock.
+fn cli_classic_publish(bed: &RedisCluster, master: usize, replica: usize) {
+    let name = name_on(bed, master, "mix-cli");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let (messages, reader) = classic_listener(bed, replica, std::slice::from_ref(&channel));
+    for (flag, env) in [
+        (Some("--classic-publish=always"), None),
+        (None, Some("always")),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
+        cmd.env_remove("REDIS_URL")
+            .env_remove("REDGUARD_LOG")
+            .env_remove("REDGUARD_CLASSIC_PUBLISH")
+            .args(["--url", &bed.url()])
+            .args(flag)
+            .args(["exec", &name, "--", "true"]);
+        if let Some(env) = env {
+            cmd.env("REDGUARD_CLASSIC_PUBLISH", env);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let heard = messages.recv_timeout(Duration::from_secs(5));
+        assert_eq!(
+            heard,
+            Ok((channel.clone(), "0".to_owned())),
+            "{flag:?} {env:?}"
+        );
+    }
+    let _: i64 = bed
+        .node(replica)
+        .cmd("PUBLISH", &[channel.as_bytes(), b"end"]);
+    reader.join().unwrap();
+}
+
 /// Locks held at once in W1 on the cluster.
 const W1_LOCKS: usize = 3_000;
 
@@ -898,6 +1083,87 @@ fn f2_automatic_failover(bed: &mut RedisCluster) {
         "F2: long lease kept and unlocked on the new master; short lease and unreplicated \
          lock reported lost"
     );
+}
+
+/// F5: a release that meets a Cluster failover is not lost. A lock with a
+/// 30 s lease, replicated, on a master that is `kill -9`ed; its holder
+/// unlocks right after the kill, and two waiters of other clients wait
+/// 20 s for it. The unlock meets the dead node and is retried until it
+/// lands on the promoted replica: the hold is gone within the promotion
+/// (every live node agreeing on it) + 1 s, and both waiters get the lock.
+/// Without the retry the lock stayed on the new master for the rest of its
+/// lease, and both waiters timed out.
+fn f5_release_across_a_failover(bed: &mut RedisCluster) {
+    let master = bed
+        .masters()
+        .into_iter()
+        .find(|&m| {
+            let id = bed.id_of(m);
+            bed.nodes_seen_by(m)
+                .iter()
+                .any(|n| n.master_id.as_deref() == Some(&id) && !n.failed)
+        })
+        .expect("a master with a replica");
+    let replica = bed.replica_of(master);
+    let lease = Duration::from_secs(30);
+    let client = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+    let name = name_on(bed, master, "f5");
+    let guard = client.lock(&name).lock().unwrap();
+    let holder = guard.holder_id().as_str().to_owned();
+    let mut on_replica = bed.node(replica).conn();
+    let () = redis::cmd("READONLY").query(&mut on_replica).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_replica)
+            .unwrap()),
+        "F5: the lock did not reach the replica"
+    );
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let waiter = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let got = waiter.lock(&name).try_lock_for(Duration::from_secs(20));
+                let got = matches!(got, Ok(Some(_)));
+                (got, Instant::now())
+            })
+        })
+        .collect();
+    // Let them find it busy and start waiting.
+    crate::support::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    let mut unlocked = None;
+    bed.kill_master_then(master, |_| unlocked = Some(guard.unlock()));
+    let promoted = Instant::now();
+    unlocked.expect("unlocked after the kill").unwrap();
+    let mut on_new = bed.node(replica).conn();
+    let freed = wait_until(Duration::from_secs(20), || {
+        !redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_new)
+            .unwrap_or(true)
+    });
+    let after = promoted.elapsed();
+    let got: Vec<(bool, Instant)> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert!(freed, "F5: the hold stayed on the promoted replica");
+    eprintln!(
+        "F5: promotion agreed {:?} after kill -9; hold gone {after:?} after that; waiters got \
+         the lock {:?} after the kill",
+        promoted - killed,
+        got.iter().map(|(_, at)| *at - killed).collect::<Vec<_>>()
+    );
+    assert!(
+        after <= Duration::from_secs(1),
+        "F5: the hold was gone only {after:?} after the promotion"
+    );
+    assert!(
+        got.iter().all(|(got, _)| *got),
+        "F5: a waiter did not get the lock"
+    );
+    assert!(client.await_releases(Duration::from_secs(1)));
 }
 
 /// `redguard exec` with a `redis+cluster://` URL.

@@ -59,7 +59,17 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
     assert!(lock.is_fair());
     assert_eq!(lock.fair_wait_timeout(), Some(Duration::from_secs(300)));
     let outer = lock.lock().unwrap();
+    let lease = TEST_WATCHDOG.as_millis() as i64;
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > lease - 300 && pttl <= lease,
+        "granted with PTTL {pttl}"
+    );
+    // A re-entry sets the lease again (an admin cut the key to 200 ms).
+    let _: i64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"200"]);
     let inner = lock.try_lock().unwrap().expect("re-entry of a fair lock");
+    let pttl = ctx.server.pttl(&name);
+    assert!(pttl > lease - 300, "re-entered with PTTL {pttl}");
     assert_eq!(lock.hold_count().unwrap(), 2);
     let holders: Vec<(String, u64)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
     assert_eq!(
@@ -224,7 +234,13 @@ fn fair_waiter_leaves_queue_on_error() {
 fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let ctx = TestContext::new();
     let name = unique_name("fair-ghost");
-    let lock = ctx.client.fair_lock(&name);
+    // A 10 s poll interval: only the time until the head's deadline, which
+    // the busy acquire reports, bounds the wait for the ghost to go.
+    let client = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let lock = client.fair_lock(&name);
     let ghost_deadline = server_now_ms(&ctx.server) + 1_000;
     let deadline = ghost_deadline.to_string();
     let () = ctx.server.cmd(
@@ -238,11 +254,15 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
         "the lock is free, but promised to the queue head"
     );
     let started = Instant::now();
+    let calls = ctx.server.command_calls(&["evalsha", "eval"]);
     let guard = lock
         .try_lock_for(Duration::from_secs(5))
         .unwrap()
         .expect("acquired once the dead head is pruned");
     let waited = started.elapsed();
+    // It slept until the head's deadline instead of trying again and again.
+    let attempts = ctx.server.command_calls(&["evalsha", "eval"]) - calls;
+    assert!(attempts < 10, "{attempts} script calls while waiting");
     assert!(
         server_now_ms(&ctx.server) >= ghost_deadline,
         "acquired before the head's deadline"
@@ -255,6 +275,22 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let _: u64 = ctx.server.cmd("RPUSH", &[&queue_key(&name), b"ghost:2"]);
     let guard = lock.try_lock().unwrap().expect("entry without deadline");
     assert!(no_trace(&ctx.server, &name));
+    drop(guard);
+
+    // The caller's own entry is never dropped as one without a deadline: at
+    // the head, ahead of a live waiter, it keeps its turn.
+    let me = client.holder_id();
+    let live = (server_now_ms(&ctx.server) + 60_000).to_string();
+    let () = ctx
+        .server
+        .cmd("ZADD", &[&timeout_key(&name), live.as_bytes(), b"live:1"]);
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"live:1"],
+    );
+    let guard = lock.try_lock().unwrap().expect("the head's turn");
+    let queue: Vec<String> = ctx.server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
+    assert_eq!(queue, ["live:1"], "the live waiter is next");
     drop(guard);
 }
 
@@ -609,4 +645,27 @@ fn a8_fair_lock_dead_waiter() {
         t.join().unwrap();
     }
     assert!(no_trace(&server, &name), "dead waiter pruned");
+}
+
+/// A fair waiter sleeps until the holder's lease ends: the holder's fixed
+/// lease runs out (no unlock message comes), and the waiter, whose poll
+/// interval is 10 s, acquires right after it.
+#[test]
+fn fair_waiter_sleeps_until_the_holders_lease_ends() {
+    let ctx = TestContext::new();
+    let name = unique_name("fair-ttl");
+    let holder = ctx.other_client();
+    let _held = holder.fair_lock(&name).with_lease(ms(500)).lock().unwrap();
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let got = waiter
+        .fair_lock(&name)
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(got.is_some(), "never acquired");
+    assert!(waited < ms(500 + 400), "acquired after {waited:?}");
 }

@@ -150,7 +150,9 @@ fn c1_partitioned_holder_reports_the_loss_while_the_key_still_lives() {
             let url = proxy.url();
             let mut direct = server.conn();
             std::thread::spawn(move || {
-                let client = test_builder(&url)
+                let losses = crate::lost_lease::Losses::default();
+                let client = losses
+                    .attach(test_builder(&url))
                     .watchdog_timeout(lease)
                     .response_timeout(lease / 3)
                     .build()
@@ -188,9 +190,14 @@ fn c1_partitioned_holder_reports_the_loss_while_the_key_still_lives() {
                         .as_secs_f64()
                         * 1000.0;
                     margins.push(expiry_ms as f64 - deadline_ms);
+                    // Told once, as a deadline passed unrenewed.
+                    let lost = losses.exactly(&name, 1, ms(50)).remove(0);
+                    assert_eq!(lost.reason, redguard::LossReason::DeadlinePassed);
                     proxy.set_mode(Mode::Pass);
                     drop(guard);
+                    losses.exactly(&name, 1, ms(0));
                 }
+                assert_eq!(losses.seen().len(), RUNS, "{:?}", losses.seen());
                 margins
             })
         })

@@ -47,8 +47,8 @@ const MAX_RENEWAL_DELAY: Duration = Duration::from_millis(1000);
 
 /// The holder: takes the locks, then reports how their leases fared.
 #[test]
-#[ignore = "child process of s1_no_renewal_storm_while_redis_is_down"]
-fn s1_child_holder() {
+#[ignore = "child process of b9_no_renewal_storm_while_redis_is_down"]
+fn b9_child_holder() {
     let Some(_) = child_role() else { return };
     let url = child_env("RG_URL");
     let name = child_env("RG_NAME");
@@ -128,19 +128,19 @@ fn s1_child_holder() {
     drop(short_guards);
 }
 
-/// S1: 1,000 held locks, Redis down for 10 s: at most 20 connection
+/// B9: 1,000 held locks, Redis down for 10 s: at most 20 connection
 /// attempts per second, at most 5 % of a core, every short lease reported
 /// lost at its local deadline; with AOF, the kept leases renewed within
 /// 1 s of the server's return.
 #[test]
-fn s1_no_renewal_storm_while_redis_is_down() {
+fn b9_no_renewal_storm_while_redis_is_down() {
     let _heavy = crate::support::cpu_heavy();
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let name = unique_name("s1");
+    let name = unique_name("b8");
     let url = server.url();
     let mut child = ChildTest::spawn(
-        "storm::s1_child_holder",
-        "s1",
+        "storm::b9_child_holder",
+        "b8",
         &[("RG_URL", &url), ("RG_NAME", &name)],
     );
     child.expect_line("HELD", Duration::from_secs(60));
@@ -177,7 +177,7 @@ fn s1_no_renewal_storm_while_redis_is_down() {
         .unwrap_or(0);
     let cpu_share = cpu.as_secs_f64() / window.as_secs_f64();
     eprintln!(
-        "S1: {LOCKS} locks, Redis down {window:?}: {} connection attempts ({per_second:.1}/s, \
+        "B9: {LOCKS} locks, Redis down {window:?}: {} connection attempts ({per_second:.1}/s, \
          busiest second {peak}), holder CPU {:.1} % of a core ({cpu:?}); {lost}; {renewed}",
         attempts.len(),
         cpu_share * 100.0

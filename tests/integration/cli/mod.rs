@@ -32,6 +32,7 @@ mod exec;
 mod exec_lease;
 mod exec_tree;
 mod help;
+mod ops;
 mod readme;
 mod status;
 mod unlock;
@@ -73,6 +74,7 @@ fn redguard_bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
         .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
+        .env_remove("REDGUARD_CLASSIC_PUBLISH")
         .env_remove("RUST_LOG")
         .env_remove("REDGUARD_LOG");
     if let Ok(level) = std::env::var("REDGUARD_TEST_LOG") {
