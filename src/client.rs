@@ -161,8 +161,10 @@ impl Client {
         let source = Source::open(&config.deployment, &config.connect_options(Some(name)))?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        crate::metrics::register();
         let hooks = Arc::new(Hooks {
             on_lost: config.on_lease_lost.clone(),
+            metrics_names: config.metrics_lock_names,
             record: config.holder_record.then(|| {
                 Arc::new(RecordSpec::new(
                     &id,

@@ -68,6 +68,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -86,6 +87,7 @@ pub struct Builder {
     on_lease_lost: Option<LostCallback>,
     holder_record: bool,
     program: Option<String>,
+    metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
@@ -112,6 +114,7 @@ impl fmt::Debug for Builder {
             .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("holder_record", &self.holder_record)
             .field("program", &self.program)
+            .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
@@ -137,6 +140,7 @@ impl Default for Builder {
             on_lease_lost: None,
             holder_record: true,
             program: None,
+            metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
@@ -333,6 +337,16 @@ impl Builder {
         self
     }
 
+    /// Whether the metrics (feature `metrics`) carry the lock's name as a
+    /// `name` label, beside `kind`. Default `false`: lock names are
+    /// unbounded (one per order, per tenant...), and a series per name can
+    /// swamp a metrics store. Turn it on for a small, fixed set of names.
+    /// Without the feature it changes nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Builder {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -439,6 +453,7 @@ impl Builder {
             on_lease_lost: self.on_lease_lost,
             holder_record: self.holder_record,
             program: self.program,
+            metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
             interop: self.interop,
@@ -461,6 +476,7 @@ pub(crate) struct Config {
     pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) holder_record: bool,
     pub(crate) program: Option<String>,
+    pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
     pub(crate) interop: Interop,

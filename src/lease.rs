@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::lost::HoldKind;
 
 /// The longest lease accepted: 365 days. Longer leases are rejected with
 /// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
@@ -76,6 +77,8 @@ pub(crate) struct LeaseState {
     recorded: AtomicBool,
     /// When the hold began (the granting script was sent).
     since: Instant,
+    /// What kind of hold it is (the held-locks gauge).
+    kind: HoldKind,
     /// Nanoseconds since the origin until which the lease is known to be
     /// valid on this client's clock.
     valid_until: AtomicU64,
@@ -85,7 +88,7 @@ pub(crate) struct LeaseState {
 impl LeaseState {
     #[cfg(test)]
     pub(crate) fn new(valid_until: Instant, counters: Arc<Counters>) -> LeaseState {
-        LeaseState::since(Instant::now(), valid_until, counters)
+        LeaseState::since(Instant::now(), valid_until, counters, HoldKind::Reentrant)
     }
 
     /// A hold granted by a script sent at `since`.
@@ -93,8 +96,10 @@ impl LeaseState {
         since: Instant,
         valid_until: Instant,
         counters: Arc<Counters>,
+        kind: HoldKind,
     ) -> LeaseState {
         counters.held.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::held(kind, 1.0);
         LeaseState {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
@@ -102,6 +107,7 @@ impl LeaseState {
             finished: AtomicBool::new(false),
             recorded: AtomicBool::new(false),
             since,
+            kind,
             valid_until: AtomicU64::new(nanos(valid_until)),
             counters,
         }
@@ -110,6 +116,7 @@ impl LeaseState {
     fn finish(&self) {
         if !self.finished.swap(true, Ordering::AcqRel) {
             self.counters.held.fetch_sub(1, Ordering::Relaxed);
+            crate::metrics::held(self.kind, -1.0);
         }
     }
 

@@ -126,6 +126,7 @@ mod latch;
 mod lease;
 mod lock;
 mod lost;
+mod metrics;
 mod multi;
 mod once;
 mod record;

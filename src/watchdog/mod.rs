@@ -461,6 +461,7 @@ impl Watchdog {
         self.dispatch_due(now);
         self.retry_due(now);
         self.records_due(now);
+        crate::metrics::pending_renewals(self.schedule.len());
 
         let next = [
             self.schedule.next_due(),
@@ -1111,6 +1112,7 @@ impl Watchdog {
             }
             return;
         }
+        crate::metrics::renewal_failures(failed.len() as u64);
         if let Some(state) = self.servers.get_mut(&server)
             && !std::mem::replace(&mut state.failing, true)
             && let Some((entry, err)) = failed.first()
