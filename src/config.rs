@@ -9,7 +9,7 @@ use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
-use crate::interop::Interop;
+use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
@@ -699,6 +699,45 @@ impl Builder {
     /// may take up to this much longer than its response timeout.
     pub fn replica_ack_timeout(mut self, timeout: Duration) -> Builder {
         self.acks.timeout = timeout;
+        self
+    }
+}
+
+/// Settings for deployments shared with Redisson (Java) clients (see
+/// `interop`).
+impl Builder {
+    /// Whether wake-ups on a Redis Cluster also send a classic `PUBLISH`
+    /// when the slot's master counts no classic listener. Default
+    /// [`ClassicPublish::Auto`]. Set [`ClassicPublish::Always`] when Java
+    /// clients without sharded pub/sub (Redisson before 3.22,
+    /// `shardedSubscriptionMode = OFF`, Redis 6) may wait on these names with
+    /// `subscriptionMode = SLAVE` (Redisson's default), so that they hear
+    /// unlocks, releases and latches reaching zero. No effect outside a
+    /// Cluster, where the classic message is always sent.
+    pub fn classic_publish(mut self, when: ClassicPublish) -> Builder {
+        self.interop.classic_publish = when;
+        self
+    }
+
+    /// The largest clock skew the lease ends of expiring permits
+    /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore))
+    /// tolerate between the Redis server and other clients of the same
+    /// semaphores. Default 0; at most 1 day.
+    ///
+    /// redguard stamps lease ends with the server's clock (`TIME`); Redisson
+    /// stamps them with its own `System.currentTimeMillis()`. With a skew
+    /// `s`, this client stamps its permits' lease ends `s` later than their
+    /// leases (so a client whose clock runs up to `s` ahead does not take
+    /// them back early) and takes back a permit only `s` after its stamped
+    /// end (so a permit stamped by a clock up to `s` behind is not taken
+    /// back early). The holder's own lease, as
+    /// [`PermitGuard`](crate::PermitGuard) reports it, is unchanged. Cost:
+    /// a permit whose holder died comes back up to `2 × s` later. Set it to
+    /// the bound your clock synchronisation keeps between the Redis server
+    /// and every Java client when Redisson's `RPermitExpirableSemaphore`
+    /// shares these names; leave it at 0 otherwise.
+    pub fn permit_clock_skew(mut self, skew: Duration) -> Builder {
+        self.interop.permit_clock_skew = skew;
         self
     }
 }

@@ -60,7 +60,7 @@ pub(crate) struct Counters {
     pub(crate) record_round_trips: AtomicU64,
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
-    pub(crate) retries: crate::watchdog::Pending,
+    pub(crate) retries: crate::pending::Pending,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).

@@ -51,7 +51,7 @@ use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
 use records::RecordState;
-pub(crate) use retry::Pending;
+
 use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
