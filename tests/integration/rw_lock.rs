@@ -107,6 +107,17 @@ fn layout_reentry_and_downgrade(ctx: &TestContext) {
     assert_eq!(got[1], b"1".to_vec(), "write release publishes 1: {got:?}");
     let info = rw.read().inspect().unwrap();
     assert!(!info.is_held());
+
+    // Reading while writing, the read side goes first: the write side
+    // stays, and nobody else gets in.
+    let w = rw.write().lock().unwrap();
+    let r = rw.read().try_lock().unwrap().expect("a writer may read");
+    r.unlock().unwrap();
+    let mode: String = ctx.server.cmd("HGET", &[name.as_bytes(), b"mode"]);
+    assert_eq!(mode, "write", "the write side stays");
+    assert!(other.read().try_lock().unwrap().is_none(), "still written");
+    w.unlock().unwrap();
+    assert_eq!(ctx.server.cmd::<i64>("EXISTS", &[name.as_bytes()]), 0);
 }
 
 /// The lock key lives as long as its longest read hold: the first grant
@@ -571,4 +582,35 @@ fn rw1_two_processes_of_readers_and_writers(ctx: &TestContext) {
     assert_eq!(value, writes, "no write was lost");
     assert!(max_readers > 1, "readers really share: max {max_readers}");
     assert!(wait_until(Duration::from_secs(5), || child.wait_success(ms(10))));
+}
+
+/// Waiters of either side sleep until the holder's lease ends: the holder's
+/// fixed lease runs out (no message comes) and the waiter, whose poll
+/// interval is 10 s, gets in right after it.
+#[test]
+fn rw_waiters_sleep_until_the_holders_lease_ends() {
+    let ctx = TestContext::new();
+    let holder = ctx.other_client();
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for (held, wanted) in [("write", "read"), ("read", "write")] {
+        let name = unique_name("rw-ttl");
+        let rw = holder.read_write_lock(&name).with_lease(ms(500));
+        let side = |rw: &redguard::ReadWriteLock, s: &str| {
+            if s == "read" { rw.read() } else { rw.write() }
+        };
+        let _held = side(&rw, held).lock().unwrap();
+        let started = Instant::now();
+        let got = side(&waiter.read_write_lock(&name), wanted)
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap();
+        let waited = started.elapsed();
+        assert!(got.is_some(), "{wanted} behind {held}: never acquired");
+        assert!(
+            waited < ms(500 + 400),
+            "{wanted} behind {held}: acquired after {waited:?}"
+        );
+    }
 }
