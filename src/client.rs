@@ -461,6 +461,18 @@ impl Client {
         self.shared.source.with_conn(key, op)
     }
 
+    /// Runs `op` on a connection to the server that owns `key`, shared
+    /// with other threads when the client combines
+    /// ([`ConnectionMode::Combining`](crate::ConnectionMode::Combining)).
+    /// `op` must leave the connection as it found it.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.shared.source.with_shared_conn(key, op)
+    }
+
     /// The subscriber, started on first use. `None` when its thread could
     /// not be started (waiters then poll).
     pub(crate) fn subscriber(&self) -> Option<&Subscriber> {

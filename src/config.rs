@@ -44,6 +44,41 @@ const MAX_POOL_SIZE: usize = 4096;
 /// call runs, so a huge batch would stall every client of the server.
 const MAX_RENEW_BATCH: usize = 10_000;
 
+/// How a client's lock calls use connections to a server
+/// ([`Builder::connection_mode`]).
+///
+/// Only the calls that acquire and release a lock combine: anything that
+/// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
+/// watchdog's pipelines, `WAIT` for replica acknowledgement, which
+/// [`Builder::min_replica_acks`] asks for) keeps using the
+/// pool. Sentinel and Cluster deployments stay exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ConnectionMode {
+    /// Each call takes a pooled connection ([`Builder::pool_size`]) for
+    /// itself: one write and one read per command. The best for a few
+    /// threads, and what a single thread gets in either mode.
+    #[default]
+    Exclusive,
+    /// Threads share `connections` connections (each thread keeps to one).
+    /// Commands that threads send at the same moment on one connection go
+    /// out in one write, and their replies come back in one read: Redis
+    /// pays one pair of system calls for the lot. No thread is started: the
+    /// first thread to find the connection idle writes and reads for the
+    /// others, which wait for their replies.
+    ///
+    /// Each call still waits at most the response timeout for its reply.
+    /// A call that is still queued at its deadline is taken back unsent
+    /// ([`Error::Timeout`]); one sent whose reply is late, or whose
+    /// connection broke, has an unknown outcome, handled as on a connection
+    /// of its own (an acquire is undone).
+    Combining {
+        /// Shared connections, 1 ..= 4096 (beside the pool, which the
+        /// calls that do not combine still use).
+        connections: usize,
+    },
+}
+
 /// Configuration of a [`Client`](crate::Client), made by
 /// [`Client::builder`](crate::Client::builder).
 ///
@@ -59,6 +94,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
+/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
@@ -77,6 +113,7 @@ pub struct Builder {
     /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
     cluster: Option<Vec<String>>,
     pool_size: usize,
+    connection_mode: ConnectionMode,
     watchdog_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -104,6 +141,7 @@ impl fmt::Debug for Builder {
             .field("url_set", &self.url.is_some())
             .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
+            .field("connection_mode", &self.connection_mode)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -130,6 +168,7 @@ impl Default for Builder {
             url: None,
             cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
+            connection_mode: ConnectionMode::Exclusive,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -189,6 +228,15 @@ impl Builder {
     /// extra). Default 16; must be at least 1.
     pub fn pool_size(mut self, size: usize) -> Builder {
         self.pool_size = size;
+        self
+    }
+
+    /// How lock calls use connections: each call on a pooled connection of
+    /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
+    /// calls combined into pipelines on a few shared connections
+    /// ([`ConnectionMode::Combining`]). See [`ConnectionMode`].
+    pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
+        self.connection_mode = mode;
         self
     }
 
@@ -418,6 +466,13 @@ impl Builder {
                 self.pool_size
             )));
         }
+        if let ConnectionMode::Combining { connections } = self.connection_mode
+            && !(1..=MAX_POOL_SIZE).contains(&connections)
+        {
+            return Err(Error::invalid(format!(
+                "combining connections {connections} is outside 1 ..= {MAX_POOL_SIZE}"
+            )));
+        }
         if !(1..=MAX_RENEW_BATCH).contains(&self.renew_batch) {
             return Err(Error::invalid(format!(
                 "renew batch {} is outside 1 ..= {MAX_RENEW_BATCH}",
@@ -443,6 +498,7 @@ impl Builder {
         Ok(Config {
             deployment,
             pool_size: self.pool_size,
+            connection_mode: self.connection_mode,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
@@ -466,6 +522,7 @@ impl Builder {
 pub(crate) struct Config {
     pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
+    pub(crate) connection_mode: ConnectionMode,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -490,6 +547,10 @@ impl Config {
             name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
+            combining: match self.connection_mode {
+                ConnectionMode::Combining { connections } => Some(connections),
+                ConnectionMode::Exclusive => None,
+            },
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
         }

@@ -348,6 +348,12 @@ mod tests {
         assert_eq!(counters.held.load(Ordering::Relaxed), 0, "finished once");
     }
     #[test]
+    fn the_documented_bounds() {
+        assert_eq!(MAX_LEASE, Duration::from_secs(31_536_000), "365 days");
+        assert_eq!(MIN_LEASE, Duration::from_millis(5));
+    }
+
+    #[test]
     fn lease_rounding_and_bounds() {
         assert!(lease_ms(Duration::ZERO).is_err());
         assert!(lease_ms(Duration::from_nanos(1)).is_err());
@@ -366,6 +372,10 @@ mod tests {
         assert_eq!(Pttl::from_ms(-1).remaining(), Some(Ttl::Persistent));
         assert_eq!(Pttl::from_ms(-1).expiry(), None);
         assert_eq!(Ttl::Persistent.expires_in(), None);
+        assert_eq!(
+            Ttl::Expires(Duration::from_millis(250)).expires_in(),
+            Some(Duration::from_millis(250))
+        );
         assert_eq!(
             Pttl::from_ms(250).remaining(),
             Some(Ttl::Expires(Duration::from_millis(250)))

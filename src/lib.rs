@@ -139,7 +139,7 @@ mod transaction;
 mod watchdog;
 
 pub use client::{Client, Stats};
-pub use config::Builder;
+pub use config::{Builder, ConnectionMode};
 pub use error::{Error, RedisCause, Result};
 pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};

@@ -13,6 +13,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::connection::Tls;
+use crate::connection::combine::Combiner;
 use crate::connection::server::{self, Server};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
@@ -61,6 +62,8 @@ pub(crate) struct Pool {
     server: OnceLock<Option<Server>>,
     /// What each new connection is named (`CLIENT SETNAME`), if anything.
     name: Option<std::sync::Arc<str>>,
+    /// Shared connections, when lock calls combine.
+    combiner: Option<Combiner>,
 }
 
 struct State {
@@ -118,6 +121,7 @@ impl Pool {
             master_only: false,
             server: OnceLock::new(),
             name: None,
+            combiner: None,
         })
     }
 
@@ -235,6 +239,25 @@ impl Pool {
                 )
             }
             other => other.at(addr),
+        }
+    }
+
+    /// Makes lock calls combine on `connections` shared connections
+    /// (`None`: exclusive connections).
+    pub(crate) fn combining(mut self, connections: Option<usize>) -> Pool {
+        self.combiner = connections.map(|n| Combiner::new(n, self.response_timeout));
+        self
+    }
+
+    /// Runs `op` on a shared connection when the pool combines, else on a
+    /// pooled one.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        match &self.combiner {
+            Some(combiner) => combiner.with_conn(&|| self.connect(), op),
+            None => self.with_conn(|conn| op(conn)),
         }
     }
 
@@ -362,11 +385,14 @@ impl Pool {
         };
         self.freed.notify_all();
         drop(idle);
+        if let Some(combiner) = &self.combiner {
+            combiner.flush();
+        }
     }
 
     /// Connections currently open (idle or in use).
     pub(crate) fn open_connections(&self) -> usize {
-        self.state().open
+        self.state().open + self.combiner.as_ref().map_or(0, Combiner::open_connections)
     }
 }
 

@@ -248,32 +248,39 @@ impl Lock {
         let acks = self.replica_acks();
         acks.validate()?;
         let response_timeout = self.inner.client.config().response_timeout;
-        self.inner
-            .client
-            .with_conn(&self.inner.name, |conn| {
+        let script = |conn: &mut dyn redis::ConnectionLike| match &self.inner.kind {
+            Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
+            Kind::Fenced { token } => {
+                scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
+            }
+            Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
+            Kind::Fair {
+                queue,
+                timeouts,
+                wait_timeout,
+            } => {
+                let keys = FairKeys {
+                    key: &self.inner.name,
+                    queue,
+                    timeouts,
+                    channel: &self.inner.channel,
+                };
+                let wait_ms = lease_ms(*wait_timeout)?;
+                scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+            }
+        };
+        let reply = if acks.min == 0 {
+            // Nothing to WAIT for: the call may share a connection.
+            self.inner
+                .client
+                .with_shared_conn(&self.inner.name, |conn| {
+                    *sent_script = true;
+                    script(conn)
+                })
+        } else {
+            self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) =
-                    acks.run(conn, response_timeout, |conn| match &self.inner.kind {
-                        Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
-                        Kind::Fenced { token } => {
-                            scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
-                        }
-                        Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
-                        Kind::Fair {
-                            queue,
-                            timeouts,
-                            wait_timeout,
-                        } => {
-                            let keys = FairKeys {
-                                key: &self.inner.name,
-                                queue,
-                                timeouts,
-                                channel: &self.inner.channel,
-                            };
-                            let wait_ms = lease_ms(*wait_timeout)?;
-                            scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
-                        }
-                    })?;
+                let (reply, acked) = acks.run(conn, response_timeout, script)?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -281,17 +288,18 @@ impl Lock {
                 }
                 Ok(reply)
             })
-            .map(|reply| match (&self.inner.kind, reply) {
-                // A queued waiter must attempt again well before its
-                // deadline, or the others prune it as dead.
-                (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
-                    let heartbeat = *wait_timeout / 3;
-                    Acquire::Busy {
-                        pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
-                    }
+        };
+        reply.map(|reply| match (&self.inner.kind, reply) {
+            // A queued waiter must attempt again well before its
+            // deadline, or the others prune it as dead.
+            (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
+                let heartbeat = *wait_timeout / 3;
+                Acquire::Busy {
+                    pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
                 }
-                (_, reply) => reply,
-            })
+            }
+            (_, reply) => reply,
+        })
     }
 
     /// One acquisition attempt. On success the hold is recorded and, when

@@ -26,7 +26,7 @@ const MAX_PAGES: usize = 10_000_000;
 impl Client {
     /// Every lock (reentrant, fenced, fair, read-write: a hash of hold
     /// counts) whose name matches `pattern` (a `SCAN MATCH` glob: `*`, `?`,
-    /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`]
+    /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
     /// (crate::Lock::inspect) would describe each: kind, holders, lease
     /// left, fair queue (without the waiters' deadlines), subscribed
     /// waiters and the holders' records. With `others`, keys of other

@@ -80,7 +80,7 @@ pub(crate) fn client_of(holder: &str) -> Option<&str> {
     (uuid::Uuid::parse_str(uuid).is_ok() && holder[36..].starts_with(':')).then_some(uuid)
 }
 
-/// What a client's holder record says (see [`LockInfo::records`]
+/// What a client's holder record says (see [`LockInfo::records`](crate::LockInfo::records)
 /// (crate::LockInfo::records) and
 /// [`Client::holder_records`](crate::Client::holder_records)).
 ///

@@ -1041,6 +1041,12 @@ impl Watchdog {
                 continue;
             };
             match outcome {
+                // The reply came after the lease ran out on this client's
+                // clock: its holder may already have been told it was lost,
+                // and a lease once reported lost stays lost.
+                Outcome::Renewed if entry.state.is_lost_at(now) => {
+                    self.lose(entry, LossReason::DeadlinePassed, None);
+                }
                 Outcome::Renewed => {
                     entry.renewed_at = done.sent;
                     entry

@@ -32,6 +32,7 @@ fn rw1_rw2_read_write_lock_bed() {
     let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     layout_reentry_and_downgrade(&ctx);
+    the_key_lives_as_long_as_its_longest_read_hold(&ctx);
     readers_share_and_writers_exclude(&ctx);
     upgrade_is_refused_and_bad_input_is_reported(&ctx);
     interop_foreign_reader_blocks_our_writer_until_its_release(&ctx);
@@ -106,6 +107,50 @@ fn layout_reentry_and_downgrade(ctx: &TestContext) {
     assert_eq!(got[1], b"1".to_vec(), "write release publishes 1: {got:?}");
     let info = rw.read().inspect().unwrap();
     assert!(!info.is_held());
+}
+
+/// The lock key lives as long as its longest read hold: the first grant
+/// sets its expiry, a reader with a longer lease extends it, one with a
+/// shorter lease never shortens it.
+fn the_key_lives_as_long_as_its_longest_read_hold(ctx: &TestContext) {
+    let other = ctx.other_client();
+    let lease = TEST_WATCHDOG.as_millis() as i64;
+    let name = unique_name("rw-lease-first");
+    let first = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > lease - 300 && pttl <= lease,
+        "first read hold: PTTL {pttl}"
+    );
+    drop(first);
+
+    let read = |client: &redguard::Client, name: &str, lease: u64| {
+        client
+            .read_write_lock(name)
+            .with_lease(ms(lease))
+            .read()
+            .lock()
+            .unwrap()
+    };
+    let name = unique_name("rw-lease-longer");
+    let short = read(&ctx.client, &name, 1_000);
+    let long = read(&other, &name, 10_000);
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 9_000,
+        "a longer read hold extends the key: PTTL {pttl}"
+    );
+    drop((long, short));
+
+    let name = unique_name("rw-lease-shorter");
+    let long = read(&ctx.client, &name, 10_000);
+    let short = read(&other, &name, 1_000);
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 9_000,
+        "a shorter read hold shortens the key: PTTL {pttl}"
+    );
+    drop((short, long));
 }
 
 fn readers_share_and_writers_exclude(ctx: &TestContext) {
