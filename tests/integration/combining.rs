@@ -247,3 +247,18 @@ fn kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
         );
     }
 }
+
+/// No shared connection is no mode: refused when built, with the bounds.
+#[test]
+fn combining_on_zero_connections_is_refused() {
+    let err = redguard::Client::builder()
+        .url("redis://127.0.0.1:1/")
+        .connection_mode(ConnectionMode::Combining { connections: 0 })
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, redguard::Error::InvalidArgument(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+}
