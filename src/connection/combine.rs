@@ -22,7 +22,7 @@
 //! pub/sub, a longer read timeout for `WAIT`) keeps a connection of its own.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,9 @@ use crate::error::{Error, Result};
 pub(crate) struct Combiner {
     lanes: Box<[Lane]>,
     response_timeout: Duration,
+    connect_timeout: Duration,
+    /// What the slots' deadlines count from.
+    base: Instant,
 }
 
 impl std::fmt::Debug for Combiner {
@@ -66,7 +69,10 @@ struct Slot {
     bytes: Vec<u8>,
     /// How many replies the command brings back (a pipeline: several).
     replies: usize,
-    deadline: Instant,
+    /// Nanoseconds after [`Combiner::base`]: the response timeout after
+    /// enqueueing, moved on while the flusher makes a new connection (as
+    /// on a pooled connection, connecting has its own timeout).
+    deadline: AtomicU64,
     state: Mutex<SlotState>,
     ready: Condvar,
 }
@@ -120,11 +126,46 @@ fn no_reply(waited: Duration) -> RedisError {
 impl Combiner {
     /// `connections` shared connections (made when first needed), each
     /// command waiting at most `response_timeout` for its reply.
-    pub(crate) fn new(connections: usize, response_timeout: Duration) -> Combiner {
+    /// New connections are made within `connect_timeout`.
+    pub(crate) fn new(
+        connections: usize,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Combiner {
         Combiner {
             lanes: (0..connections.max(1)).map(|_| Lane::default()).collect(),
             response_timeout,
+            connect_timeout,
+            base: Instant::now(),
         }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn deadline(&self, slot: &Slot) -> Instant {
+        self.base + Duration::from_nanos(slot.deadline.load(Ordering::Acquire))
+    }
+
+    /// A new connection for `batch`. Connecting has its own timeout, as for
+    /// a pooled connection: the batch's deadlines move on meanwhile, and
+    /// count the response timeout from when the connection is there.
+    fn connect_for(
+        &self,
+        batch: &[Arc<Slot>],
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+    ) -> Result<redis::Connection> {
+        let limit = self.ns(Instant::now() + self.connect_timeout + self.response_timeout);
+        for slot in batch {
+            slot.deadline.fetch_max(limit, Ordering::AcqRel);
+        }
+        let made = connect(None);
+        let after = self.ns(Instant::now() + self.response_timeout);
+        for slot in batch {
+            slot.deadline.store(after, Ordering::Release);
+        }
+        made
     }
 
     /// Shared connections open now.
@@ -153,7 +194,7 @@ impl Combiner {
     /// `op`'s, or the failure to connect.
     pub(crate) fn with_conn<T>(
         &self,
-        connect: &dyn Fn() -> Result<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         let mut conn = Combined {
@@ -174,22 +215,36 @@ impl Combiner {
     fn request(
         &self,
         lane: &Lane,
-        connect: &dyn Fn() -> Result<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
         bytes: &[u8],
         replies: usize,
     ) -> RedisResult<Vec<Value>> {
+        {
+            let mut st = lock(&lane.state);
+            if !st.busy {
+                // The lane is idle: send at once, without queueing (what a
+                // single thread always finds).
+                st.busy = true;
+                let conn = st.conn.take();
+                drop(st);
+                let (result, conn) = self.alone(conn, bytes, replies, connect, connect_error);
+                hand_over(lane, conn);
+                return result;
+            }
+        }
         let enqueued = Instant::now();
         let slot = Arc::new(Slot {
             bytes: bytes.to_vec(),
             replies,
-            deadline: enqueued + self.response_timeout,
+            deadline: AtomicU64::new(self.ns(enqueued + self.response_timeout)),
             state: Mutex::new(SlotState::Queued),
             ready: Condvar::new(),
         });
         let lead = {
             let mut st = lock(&lane.state);
             st.queue.push_back(slot.clone());
+            // Idle again since the look above: this thread flushes.
             !std::mem::replace(&mut st.busy, true)
         };
         if lead {
@@ -209,7 +264,8 @@ impl Combiner {
                 other => *st = other,
             }
             let now = Instant::now();
-            if now >= slot.deadline {
+            let deadline = self.deadline(&slot);
+            if now >= deadline {
                 if matches!(*st, SlotState::Sent) {
                     *st = SlotState::Abandoned;
                     return Err(no_reply(now - enqueued));
@@ -230,7 +286,7 @@ impl Combiner {
             }
             st = slot
                 .ready
-                .wait_timeout(st, slot.deadline - now)
+                .wait_timeout(st, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -242,7 +298,7 @@ impl Combiner {
     fn flush_lane(
         &self,
         lane: &Lane,
-        connect: &dyn Fn() -> Result<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) {
         let now = Instant::now();
@@ -251,7 +307,7 @@ impl Combiner {
             let mut batch = Vec::with_capacity(st.queue.len());
             for slot in st.queue.drain(..) {
                 let mut s = lock(&slot.state);
-                if now >= slot.deadline {
+                if now >= self.deadline(&slot) {
                     // Expired before it could be sent: nothing ran.
                     if matches!(*s, SlotState::Queued | SlotState::Sent) {
                         *s = SlotState::Done(Err(not_sent(self.response_timeout)));
@@ -270,17 +326,52 @@ impl Combiner {
         } else {
             self.send(batch, conn, connect, connect_error)
         };
-        let mut st = lock(&lane.state);
-        if st.conn.is_none() {
-            st.conn = conn;
-        }
-        match st.queue.front() {
-            Some(next) => {
-                let mut s = lock(&next.state);
-                *s = SlotState::Lead;
-                next.ready.notify_one();
+        hand_over(lane, conn);
+    }
+
+    /// Sends `bytes` (`replies` commands) alone on `conn` (or a new
+    /// connection) and reads the replies: the idle lane's path. The
+    /// connection back when it is still good.
+    fn alone(
+        &self,
+        conn: Option<redis::Connection>,
+        bytes: &[u8],
+        replies: usize,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> (RedisResult<Vec<Value>>, Option<redis::Connection>) {
+        let mut reused = conn.is_some();
+        let mut conn = conn;
+        loop {
+            let mut c = match conn.take() {
+                Some(c) => c,
+                // With the connect timeout, as a pooled connection: the
+                // response timeout counts from the write.
+                None => match connect(None) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let cause = connect_cause(&e);
+                        *connect_error = Some(e);
+                        return (Err(cause), None);
+                    }
+                },
+            };
+            let shortened = self.bound_reads(&c, Some(Instant::now() + self.response_timeout));
+            let result = c.send_packed_command(bytes).and_then(|()| {
+                (0..replies)
+                    .map(|_| c.recv_response())
+                    .collect::<RedisResult<Vec<Value>>>()
+            });
+            match result {
+                Ok(values) => {
+                    if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                        return (Ok(values), None);
+                    }
+                    return (Ok(values), Some(c));
+                }
+                Err(e) if reused && e.is_connection_dropped() => reused = false,
+                Err(e) => return (Err(e), None),
             }
-            None => st.busy = false,
         }
     }
 
@@ -292,44 +383,36 @@ impl Combiner {
         &self,
         batch: Vec<Arc<Slot>>,
         conn: Option<redis::Connection>,
-        connect: &dyn Fn() -> Result<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
         let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
         for slot in &batch {
             bytes.extend_from_slice(&slot.bytes);
         }
-        // Bound the reads by the latest deadline in the batch when that is
-        // sooner than the connection's own timeout (the batch waited for an
-        // earlier one): no thread waits past its deadline for the flusher.
-        let latest = batch.iter().map(|s| s.deadline).max();
+        // The flusher is the oldest command of the batch: the batch is
+        // bounded by its deadline, the earliest, when that is sooner than
+        // the connection's own timeout (the batch waited for an earlier
+        // one). The flusher returns by its deadline; a later command whose
+        // reply would have come in time fails early instead, with an
+        // unknown outcome (as any timeout), handled by its caller.
         let mut conn = conn;
         let mut reused = conn.is_some();
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
-                None => match connect() {
+                None => match self.connect_for(&batch, connect) {
                     Ok(c) => c,
                     Err(e) => {
-                        let cause = RedisError::from(std::io::Error::new(
-                            std::io::ErrorKind::ConnectionRefused,
-                            e.to_string(),
-                        ));
+                        let cause = connect_cause(&e);
                         *connect_error = Some(e);
                         deliver_err(&batch, &cause);
                         return None;
                     }
                 },
             };
-            let left = latest.map(|t| t.saturating_duration_since(Instant::now()));
-            let shortened =
-                left.is_some_and(|l| l + self.response_timeout / 8 < self.response_timeout);
-            if shortened {
-                let l = left
-                    .unwrap_or(self.response_timeout)
-                    .max(Duration::from_millis(1));
-                let _ = c.set_read_timeout(Some(l));
-            }
+            let earliest = batch.iter().map(|s| self.deadline(s)).min();
+            let shortened = self.bound_reads(&c, earliest);
             match exchange(&mut c, &bytes, &batch) {
                 Ok(()) => {
                     if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
@@ -347,6 +430,49 @@ impl Combiner {
             }
         }
     }
+}
+
+impl Combiner {
+    /// Shortens `conn`'s read timeout to what is left until `deadline` when
+    /// that is well under the response timeout (a command that waited, or
+    /// a connection just made); `true` when it did, and the timeout must
+    /// be put back after.
+    fn bound_reads(&self, conn: &redis::Connection, deadline: Option<Instant>) -> bool {
+        let Some(left) = deadline.map(|t| t.saturating_duration_since(Instant::now())) else {
+            return false;
+        };
+        if left + self.response_timeout / 8 >= self.response_timeout {
+            return false;
+        }
+        let _ = conn.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+        true
+    }
+}
+
+/// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
+/// oldest queued command, or leaves it idle.
+fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
+    let mut st = lock(&lane.state);
+    if st.conn.is_none() {
+        st.conn = conn;
+    }
+    match st.queue.front() {
+        Some(next) => {
+            let mut s = lock(&next.state);
+            *s = SlotState::Lead;
+            next.ready.notify_one();
+        }
+        None => st.busy = false,
+    }
+}
+
+/// A failure to connect in redis-rs's terms, for the commands that were to
+/// use the connection (their callers get the typed error).
+fn connect_cause(e: &Error) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        e.to_string(),
+    ))
 }
 
 /// One write of `bytes`, then the replies of every slot of `batch` in
@@ -386,7 +512,7 @@ fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
 struct Combined<'a> {
     combiner: &'a Combiner,
     lane: &'a Lane,
-    connect: &'a dyn Fn() -> Result<redis::Connection>,
+    connect: &'a dyn Fn(Option<Duration>) -> Result<redis::Connection>,
     /// A failure to connect, kept typed for the caller (redis-rs's
     /// interface carries only its own error type).
     connect_error: Option<Error>,

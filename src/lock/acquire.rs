@@ -451,7 +451,7 @@ impl Lock {
         };
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
-        let released = self.inner.client.with_conn(key, |conn| match &sync {
+        let released = self.inner.client.with_shared_conn(key, |conn| match &sync {
             Some(hold) => scripts::release_sync_hold(
                 conn,
                 self.inner.client.publish(key),

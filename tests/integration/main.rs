@@ -7,6 +7,7 @@ mod acl;
 mod bad_input;
 mod clock;
 mod cluster;
+mod combining;
 mod config_bounds;
 mod fair_lock;
 mod faults;
