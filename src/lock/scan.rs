@@ -27,7 +27,7 @@ impl Client {
     /// Every lock (reentrant, fenced, fair, read-write: a hash of hold
     /// counts) whose name matches `pattern` (a `SCAN MATCH` glob: `*`, `?`,
     /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
-    /// (crate::Lock::inspect) would describe each: kind, holders, lease
+    /// would describe each: kind, holders, lease
     /// left, fair queue (without the waiters' deadlines), subscribed
     /// waiters and the holders' records. With `others`, keys of other
     /// types and hashes of other layouts are listed too, as
