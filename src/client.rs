@@ -161,8 +161,10 @@ impl Client {
         let source = Source::open(&config.deployment, &config.connect_options(Some(name)))?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        crate::metrics::register();
         let hooks = Arc::new(Hooks {
             on_lost: config.on_lease_lost.clone(),
+            metrics_names: config.metrics_lock_names,
             record: config.holder_record.then(|| {
                 Arc::new(RecordSpec::new(
                     &id,
@@ -309,6 +311,20 @@ impl Client {
         let id = uuid::Uuid::parse_str(client)
             .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
         record::records_of(&self.shared.source, &id.hyphenated().to_string())
+    }
+
+    /// The Redis server's clock (`TIME`; on a Cluster, one master's), the
+    /// clock of holder records and fair-lock deadlines. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    pub fn server_time(&self) -> Result<std::time::SystemTime> {
+        self.check_open()?;
+        let reply: redis::Value = self.with_conn(b"redguard", |conn| {
+            redis::cmd("TIME").query(conn).map_err(Error::redis)
+        })?;
+        record::server_time(&reply)
     }
 
     /// The lease of locks taken without an explicit lease.

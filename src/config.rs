@@ -9,7 +9,7 @@ use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
-use crate::interop::Interop;
+use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
@@ -104,6 +104,7 @@ pub enum ConnectionMode {
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -123,6 +124,7 @@ pub struct Builder {
     on_lease_lost: Option<LostCallback>,
     holder_record: bool,
     program: Option<String>,
+    metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
@@ -150,6 +152,7 @@ impl fmt::Debug for Builder {
             .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("holder_record", &self.holder_record)
             .field("program", &self.program)
+            .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
@@ -176,6 +179,7 @@ impl Default for Builder {
             on_lease_lost: None,
             holder_record: true,
             program: None,
+            metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
@@ -381,6 +385,16 @@ impl Builder {
         self
     }
 
+    /// Whether the metrics (feature `metrics`) carry the lock's name as a
+    /// `name` label, beside `kind`. Default `false`: lock names are
+    /// unbounded (one per order, per tenant...), and a series per name can
+    /// swamp a metrics store. Turn it on for a small, fixed set of names.
+    /// Without the feature it changes nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Builder {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -495,6 +509,7 @@ impl Builder {
             on_lease_lost: self.on_lease_lost,
             holder_record: self.holder_record,
             program: self.program,
+            metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
             interop: self.interop,
@@ -518,6 +533,7 @@ pub(crate) struct Config {
     pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) holder_record: bool,
     pub(crate) program: Option<String>,
+    pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
     pub(crate) interop: Interop,
@@ -683,6 +699,45 @@ impl Builder {
     /// may take up to this much longer than its response timeout.
     pub fn replica_ack_timeout(mut self, timeout: Duration) -> Builder {
         self.acks.timeout = timeout;
+        self
+    }
+}
+
+/// Settings for deployments shared with Redisson (Java) clients (see
+/// `interop`).
+impl Builder {
+    /// Whether wake-ups on a Redis Cluster also send a classic `PUBLISH`
+    /// when the slot's master counts no classic listener. Default
+    /// [`ClassicPublish::Auto`]. Set [`ClassicPublish::Always`] when Java
+    /// clients without sharded pub/sub (Redisson before 3.22,
+    /// `shardedSubscriptionMode = OFF`, Redis 6) may wait on these names with
+    /// `subscriptionMode = SLAVE` (Redisson's default), so that they hear
+    /// unlocks, releases and latches reaching zero. No effect outside a
+    /// Cluster, where the classic message is always sent.
+    pub fn classic_publish(mut self, when: ClassicPublish) -> Builder {
+        self.interop.classic_publish = when;
+        self
+    }
+
+    /// The largest clock skew the lease ends of expiring permits
+    /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore))
+    /// tolerate between the Redis server and other clients of the same
+    /// semaphores. Default 0; at most 1 day.
+    ///
+    /// redguard stamps lease ends with the server's clock (`TIME`); Redisson
+    /// stamps them with its own `System.currentTimeMillis()`. With a skew
+    /// `s`, this client stamps its permits' lease ends `s` later than their
+    /// leases (so a client whose clock runs up to `s` ahead does not take
+    /// them back early) and takes back a permit only `s` after its stamped
+    /// end (so a permit stamped by a clock up to `s` behind is not taken
+    /// back early). The holder's own lease, as
+    /// [`PermitGuard`](crate::PermitGuard) reports it, is unchanged. Cost:
+    /// a permit whose holder died comes back up to `2 × s` later. Set it to
+    /// the bound your clock synchronisation keeps between the Redis server
+    /// and every Java client when Redisson's `RPermitExpirableSemaphore`
+    /// shares these names; leave it at 0 otherwise.
+    pub fn permit_clock_skew(mut self, skew: Duration) -> Builder {
+        self.interop.permit_clock_skew = skew;
         self
     }
 }

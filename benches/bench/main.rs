@@ -17,6 +17,7 @@
 //! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-pools 1,4,16] [--scale-secs 1]
 //!                                S3 with many threads on few connections, exclusive vs combining
 //! bench --cluster-seeds P1,P2,P3 --ab-classic   S1/S3 A/B of ClassicPublish::Always against Auto
+//! bench --port P --ab-records                     S1/S3 A/B of holder records on against off
 //! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running
 //!                                cluster (CLUSTER=1 scripts/bench starts one)
 //! ```
@@ -74,7 +75,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_combining", "s3_scale", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "s3_scale", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -99,6 +100,11 @@ struct Args {
     /// with `Auto` (reported as "floor"): the cost of the classic message.
     #[arg(long, requires = "cluster_seeds")]
     ab_classic: bool,
+    /// S1 and S3 A/B of redguard with holder records on (reported as
+    /// "redguard") against records off (reported as "floor"): what the
+    /// records cost.
+    #[arg(long)]
+    ab_records: bool,
     /// redguard's client combines concurrent calls on this many shared
     /// connections (`ConnectionMode::Combining`), in every mode.
     #[arg(long)]
@@ -240,7 +246,25 @@ fn main() -> ExitCode {
     };
     let client = || client_with(classic);
 
-    let out = if args.ab_classic {
+    let out = if args.ab_records {
+        let records = |on: bool| {
+            Client::builder()
+                .url(&url)
+                .classic_publish(classic)
+                .holder_record(on)
+                .build()
+                .expect("redguard client")
+        };
+        let (on, off) = (
+            guard_factory(&records(true)),
+            guard_factory(&records(false)),
+        );
+        json!({"ab_records": {
+            "a": "redguard, holder records on", "b": "redguard, holder records off",
+            "s1": ab::run_ab_s1(&on, &off, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&on, &off, args.ab_rounds / 2, Duration::from_millis(500)),
+        }})
+    } else if args.ab_classic {
         let always = guard_factory(&client_with(redguard::ClassicPublish::Always));
         let auto = guard_factory(&client_with(redguard::ClassicPublish::Auto));
         json!({"ab_classic": {

@@ -301,6 +301,7 @@ impl Pool {
             Err(e) if e.breaks_connection() => {
                 self.discard(conn);
                 if reused && e.is_connection() {
+                    crate::metrics::reconnect();
                     self.flush();
                     let (mut fresh, _) = self.checkout()?;
                     let again = op(&mut fresh.0);

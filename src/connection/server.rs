@@ -132,7 +132,7 @@ mod tests {
     }
 
     /// The README's "Supported servers" states the minimum this module
-    /// enforces, and lists every server the test suite runs on.
+    /// enforces, and marks the servers the test suite runs on as tested.
     #[test]
     fn readme_states_the_minimum_and_the_tested_servers() {
         let readme = include_str!("../../README.md");
@@ -147,16 +147,12 @@ mod tests {
             "{section}"
         );
         assert!(section.contains("`Error::UnsupportedServer`"));
-        let script = include_str!("../../scripts/ensure-servers");
-        for (row, pinned) in [
-            ("| Redis 6.2 | yes, 6.2.14", "v=6.2.14"),
-            ("| Valkey 7.2, 8 | yes, 8.1.8", "v=8.1.8"),
+        for row in [
+            "| Redis 6.2 | yes",
+            "| Redis 7.0 | yes",
+            "| Valkey 7.2, 8 | yes",
         ] {
             assert!(section.contains(row), "README lacks {row:?}");
-            assert!(
-                script.contains(pinned),
-                "scripts/ensure-servers lacks {pinned}"
-            );
         }
     }
 }

@@ -199,9 +199,17 @@ impl Lock {
         if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
             return Ok(None);
         }
+        let mut waiting = crate::metrics::Waiting::none();
+        let kind = self.hold_kind();
+        let mut counted = |attempt: Result<Attempt<Granted>>| {
+            if matches!(attempt, Ok(Attempt::Busy(_))) {
+                waiting.start(kind);
+            }
+            attempt
+        };
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
-                self.attempt(&holder_str, lease, ms, renew, enqueue)
+                counted(self.attempt(&holder_str, lease, ms, renew, enqueue))
             }),
             None => {
                 // A re-entry never queues: it would wait for itself.
@@ -212,13 +220,14 @@ impl Lock {
                     &self.inner.channel,
                     deadline,
                     queue_first,
-                    || self.attempt(&holder_str, lease, ms, renew, false),
+                    || counted(self.attempt(&holder_str, lease, ms, renew, false)),
                 )
             }
         }?;
         if granted.is_some() && self.is_read() {
             self.pass_read_wake();
         }
+        drop(waiting);
         log_outcome(self, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
@@ -368,7 +377,12 @@ impl Lock {
         }
         let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
-            Arc::new(LeaseState::since(sent, valid_until, counters))
+            Arc::new(LeaseState::since(
+                sent,
+                valid_until,
+                counters,
+                self.hold_kind(),
+            ))
         });
         if fresh {
             let sync = self.sync_hold(holder).map(Box::new);
@@ -472,6 +486,12 @@ impl Lock {
 /// ended: granted after how long a wait, or not granted in time. Contention
 /// is no error: never more than debug.
 fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+    let labels = lock.client().hooks().labels(lock.hold_kind(), lock.name());
+    if granted {
+        crate::metrics::acquired(labels, started.elapsed());
+    } else {
+        crate::metrics::timed_out(labels);
+    }
     if log::log_enabled!(log::Level::Debug) {
         let name = String::from_utf8_lossy(lock.name());
         let kind = lock.hold_kind();

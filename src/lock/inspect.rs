@@ -126,7 +126,7 @@ pub struct QueuedWaiter {
 }
 
 /// One field of a hash and its value, as raw bytes.
-type Field = (Vec<u8>, Vec<u8>);
+pub(crate) type Field = (Vec<u8>, Vec<u8>);
 
 impl Lock {
     /// Looks at what is stored at this lock's name without changing it:
@@ -199,29 +199,7 @@ impl Lock {
                     })
                 })?;
                 info.ttl = Pttl::from_ms(pttl).remaining();
-                let mut mode = None;
-                let mut foreign = false;
-                for (field, value) in fields {
-                    let field = String::from_utf8_lossy(&field).into_owned();
-                    let value = String::from_utf8_lossy(&value);
-                    if field == "mode" {
-                        mode = Some(value.into_owned());
-                    } else if let Ok(count) = value.parse::<u64>() {
-                        info.holders.push((HolderId::from_stored(field), count));
-                    } else {
-                        foreign = true;
-                    }
-                }
-                info.kind = match mode {
-                    _ if foreign => LockKind::Other {
-                        redis_type: redis_type.clone(),
-                    },
-                    Some(mode) => LockKind::ReadWrite { mode },
-                    None => LockKind::Reentrant,
-                };
-                if matches!(info.kind, LockKind::Other { .. }) {
-                    info.holders.clear();
-                }
+                (info.kind, info.holders) = read_hash(fields);
             }
             _ => {
                 info.kind = LockKind::Other {
@@ -273,6 +251,32 @@ impl Lock {
         info.server_time = around.server_time;
         info.subscribers = around.subscribers;
         Ok(())
+    }
+}
+
+/// The kind and holders of a lock hash, from its fields: hold counts (and
+/// `mode` for a read-write lock); anything else makes it
+/// [`LockKind::Other`], without holders.
+pub(crate) fn read_hash(fields: Vec<Field>) -> (LockKind, Vec<(HolderId, u64)>) {
+    let mut mode = None;
+    let mut holders = Vec::new();
+    for (field, value) in fields {
+        let field = String::from_utf8_lossy(&field).into_owned();
+        let value = String::from_utf8_lossy(&value);
+        if field == "mode" {
+            mode = Some(value.into_owned());
+        } else if let Ok(count) = value.parse::<u64>() {
+            holders.push((HolderId::from_stored(field), count));
+        } else {
+            let other = LockKind::Other {
+                redis_type: "hash".to_owned(),
+            };
+            return (other, Vec::new());
+        }
+    }
+    match mode {
+        Some(mode) => (LockKind::ReadWrite { mode }, holders),
+        None => (LockKind::Reentrant, holders),
     }
 }
 

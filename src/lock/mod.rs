@@ -9,6 +9,7 @@ mod guard;
 pub(crate) mod holds;
 mod inspect;
 mod read_write;
+mod scan;
 
 use std::fmt;
 use std::sync::Arc;

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Ttl;
 
-pub(crate) use read::{around, clients_of, records_of};
+pub(crate) use read::{around, clients_of, on_node, records_of};
 pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
 
 /// Most hold start times one record keeps: a client holding more locks on
@@ -80,8 +80,8 @@ pub(crate) fn client_of(holder: &str) -> Option<&str> {
     (uuid::Uuid::parse_str(uuid).is_ok() && holder[36..].starts_with(':')).then_some(uuid)
 }
 
-/// What a client's holder record says (see [`LockInfo::records`]
-/// (crate::LockInfo::records) and
+/// What a client's holder record says (see [`LockInfo::records`](crate::LockInfo::records)
+/// and
 /// [`Client::holder_records`](crate::Client::holder_records)).
 ///
 /// Times are on the Redis server's clock. Fields a record lacks (a newer
@@ -131,6 +131,20 @@ impl HolderRecord {
             .iter()
             .find(|h| h.holder == holder && h.name == name)
             .map(|h| h.since)
+    }
+
+    /// The same record without its holds.
+    pub(crate) fn clone_without_holds(&self) -> HolderRecord {
+        HolderRecord {
+            client: self.client.clone(),
+            host: self.host.clone(),
+            pid: self.pid,
+            program: self.program.clone(),
+            version: self.version.clone(),
+            started: self.started,
+            holds: Vec::new(),
+            ttl: self.ttl,
+        }
     }
 
     /// Reads a record from its `HGETALL` reply (field, value pairs) and

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use redis::Value;
 
 use super::HolderRecord;
-use crate::connection::Source;
+use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
 
 /// A hash's fields and values.
@@ -47,22 +47,58 @@ pub(crate) fn around(
     clients: &[String],
 ) -> Result<Around> {
     let node = source.node_of(name);
+    let read = on_node(source, node, channels, clients)?;
+    let counts: Vec<u64> = read.subscribers.iter().flatten().copied().collect();
+    Ok(Around {
+        server_time: read.server_time,
+        subscribers: (!counts.is_empty() || channels.is_empty()).then(|| counts.iter().sum()),
+        records: read.records,
+    })
+}
+
+/// What [`on_node`] read.
+#[derive(Debug, Default)]
+pub(crate) struct NodeRead {
+    /// The node's clock.
+    pub(crate) server_time: Option<SystemTime>,
+    /// Subscribers of each channel asked about, in order (`None`: the
+    /// server would not say).
+    pub(crate) subscribers: Vec<Option<u64>>,
+    /// The records found.
+    pub(crate) records: Vec<HolderRecord>,
+}
+
+/// Reads, on node `node`, in one round trip: its clock, the subscribers of
+/// each of `channels` (classic, plus sharded on a Cluster node that has
+/// them) and the records there of `clients`.
+///
+/// # Errors
+///
+/// As [`around`].
+pub(crate) fn on_node(
+    source: &Source,
+    node: NodeId,
+    channels: &[Vec<u8>],
+    clients: &[String],
+) -> Result<NodeRead> {
     let keys: Vec<Option<Vec<u8>>> = clients
         .iter()
         .map(|c| super::key_for(c, |k| source.node_of(k) == node))
         .collect();
     let sharded = source.is_cluster() && source.sharded_pubsub(node);
-    let replies: Vec<Value> = source.with_conn(name, |conn| {
+    let replies: Vec<Value> = source.with_node_conn(node, |conn| {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
-        pipe.cmd("PUBSUB").arg("NUMSUB");
-        for ch in channels {
-            pipe.arg(&ch[..]);
-        }
-        if sharded {
-            pipe.cmd("PUBSUB").arg("SHARDNUMSUB");
+        if !channels.is_empty() {
+            pipe.cmd("PUBSUB").arg("NUMSUB");
             for ch in channels {
                 pipe.arg(&ch[..]);
+            }
+            if sharded {
+                pipe.cmd("PUBSUB").arg("SHARDNUMSUB");
+                for ch in channels {
+                    pipe.arg(&ch[..]);
+                }
             }
         }
         for key in keys.iter().flatten() {
@@ -72,24 +108,29 @@ pub(crate) fn around(
         pipe.query(conn).map_err(Error::redis)
     })?;
     let mut replies = replies.into_iter();
-    let mut out = Around {
+    let mut out = NodeRead {
         server_time: replies.next().and_then(|t| super::server_time(&t).ok()),
-        ..Around::default()
+        ..NodeRead::default()
     };
-    let mut subscribers = numsub(replies.next());
-    if sharded {
-        subscribers = match (subscribers, numsub(replies.next())) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
+    if !channels.is_empty() {
+        let mut counts = numsub(replies.next(), channels.len());
+        if sharded {
+            let more = numsub(replies.next(), channels.len());
+            for (a, b) in counts.iter_mut().zip(more) {
+                *a = match (*a, b) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        out.subscribers = counts;
     }
-    out.subscribers = subscribers;
     for (client, key) in clients.iter().zip(&keys) {
         if key.is_none() {
             continue;
         }
         let (fields, pttl) = (replies.next(), replies.next());
-        let fields: Vec<(Vec<u8>, Vec<u8>)> = fields
+        let fields: Fields = fields
             .and_then(|v| redis::from_redis_value(v).ok())
             .unwrap_or_default();
         let pttl: i64 = pttl
@@ -101,10 +142,14 @@ pub(crate) fn around(
     Ok(out)
 }
 
-/// The total of a `PUBSUB NUMSUB` reply (channel, count, channel, count…).
-fn numsub(reply: Option<Value>) -> Option<u64> {
-    let pairs: Vec<(Vec<u8>, u64)> = redis::from_redis_value(reply?).ok()?;
-    Some(pairs.iter().map(|(_, n)| n).sum())
+/// The counts of a `PUBSUB NUMSUB` reply (channel, count, channel,
+/// count…), one per channel asked about; `None`s when it is no such reply.
+fn numsub(reply: Option<Value>, channels: usize) -> Vec<Option<u64>> {
+    let pairs: Option<Vec<(Vec<u8>, u64)>> = reply.and_then(|r| redis::from_redis_value(r).ok());
+    match pairs {
+        Some(pairs) if pairs.len() == channels => pairs.into_iter().map(|(_, n)| Some(n)).collect(),
+        _ => vec![None; channels],
+    }
 }
 
 /// The records of `client` on every master of `source` (one on a single
@@ -152,14 +197,14 @@ mod tests {
     }
 
     #[test]
-    fn numsub_replies_add_up() {
+    fn numsub_replies_are_read_per_channel() {
         let reply = Value::Array(vec![
             Value::BulkString(b"a".to_vec()),
             Value::Int(2),
             Value::BulkString(b"b".to_vec()),
             Value::Int(3),
         ]);
-        assert_eq!(numsub(Some(reply)), Some(5));
-        assert_eq!(numsub(Some(Value::Nil)), None);
+        assert_eq!(numsub(Some(reply), 2), vec![Some(2), Some(3)]);
+        assert_eq!(numsub(Some(Value::Nil), 2), vec![None, None]);
     }
 }

@@ -51,5 +51,7 @@ mod watchdog_threads;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_sync;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "tls")]
 mod tls;

@@ -712,7 +712,9 @@ fn bad_inputs_are_clear_errors(server: &RedisServer) {
         "nothing written"
     );
 
-    // A huge outcome is refused and the run abandoned; the limit itself is fine.
+    // A huge outcome is refused and the run abandoned; the limit itself (1
+    // MiB, as documented) is fine.
+    assert_eq!(MAX_OUTCOME_LEN, 1 << 20);
     let Once::Run(run) = c.once(&key, DAY).unwrap() else {
         panic!("first caller runs");
     };

@@ -128,7 +128,7 @@ fn b9_child_holder() {
     drop(short_guards);
 }
 
-/// B8: 1,000 held locks, Redis down for 10 s: at most 20 connection
+/// B9: 1,000 held locks, Redis down for 10 s: at most 20 connection
 /// attempts per second, at most 5 % of a core, every short lease reported
 /// lost at its local deadline; with AOF, the kept leases renewed within
 /// 1 s of the server's return.
@@ -177,7 +177,7 @@ fn b9_no_renewal_storm_while_redis_is_down() {
         .unwrap_or(0);
     let cpu_share = cpu.as_secs_f64() / window.as_secs_f64();
     eprintln!(
-        "B8: {LOCKS} locks, Redis down {window:?}: {} connection attempts ({per_second:.1}/s, \
+        "B9: {LOCKS} locks, Redis down {window:?}: {} connection attempts ({per_second:.1}/s, \
          busiest second {peak}), holder CPU {:.1} % of a core ({cpu:?}); {lost}; {renewed}",
         attempts.len(),
         cpu_share * 100.0

@@ -215,6 +215,21 @@ pub(crate) enum Command {
     /// --allow-missing); --conflict-exit-code (75) when --wait runs out
     /// before the latch opens, or --count finds the latch set already.
     Latch(LatchArgs),
+    /// List the locks whose names match PATTERN (default `*`): holders with
+    /// host and pid, held for, lease left, waiters.
+    ///
+    /// Uses SCAN (1,000 keys per call) on every master, never KEYS. Keys of
+    /// other types are skipped; --all lists them as "not a lock". Exits 0.
+    #[command(after_help = crate::help::LIST_HELP)]
+    List(ListArgs),
+    /// Show everything one client holds, from its holder record: host,
+    /// pid, program, and each lock with how long it has been held.
+    ///
+    /// CLIENT is a client id, the first part of a holder id
+    /// (`<client id>:<thread>`). Exits 0 when a record was found, 1 when
+    /// none (not a redguard client, records off, or gone for longer than
+    /// its lease).
+    Who(WhoArgs),
 }
 
 /// What to do when the lease is lost while CMD runs.
@@ -402,6 +417,54 @@ pub(crate) struct StatusArgs {
     pub(crate) name: OsString,
 
     /// Print one JSON object instead of text (fields below).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Which names: a SCAN MATCH glob (`*`, `?`, `[abc]`, `\` escapes).
+    #[arg(value_name = "PATTERN", default_value = "*")]
+    pub(crate) pattern: String,
+
+    /// Also list keys that are not locks (as "not a lock").
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// Print one JSON array instead of text (fields below).
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Order: by how long held (longest first), lease left (least first)
+    /// or name.
+    #[arg(long, value_enum, default_value = "name")]
+    pub(crate) sort: SortBy,
+
+    /// Only locks some holder has held for at least this long (by its
+    /// holder record): the stuck ones. Holders without a record are left
+    /// out.
+    #[arg(long, value_name = "DUR", value_parser = durations::any)]
+    pub(crate) older_than: Option<std::time::Duration>,
+}
+
+/// How `list` orders its lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SortBy {
+    /// Longest held first (locks without a hold start last).
+    Held,
+    /// Least lease left first.
+    Ttl,
+    /// By name.
+    Name,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WhoArgs {
+    /// The client id (a UUID), as in holder ids `<client id>:<thread>`.
+    #[arg(value_name = "CLIENT")]
+    pub(crate) client: String,
+
+    /// Print one JSON object instead of text.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -21,7 +21,8 @@ pub(crate) struct Connection {
 }
 
 /// Builds the client. Nothing is sent to Redis yet.
-pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
+/// `program` goes into the client's holder record.
+pub(crate) fn connect(args: &ConnArgs, program: &str) -> Result<Connection, Failure> {
     let url = args
         .url
         .as_deref()
@@ -50,7 +51,7 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         }
     }
 
-    let mut builder = redguard::Client::builder().url(url);
+    let mut builder = redguard::Client::builder().url(url).program(program);
     if let Some(pw) = &args.sentinel_password {
         builder = builder.sentinel_password(pw);
     }

@@ -33,6 +33,20 @@ Exit status:
   127        CMD was not found (nothing was locked)";
 
 /// `redguard status`'s exit statuses and JSON fields.
+pub(crate) const LIST_HELP: &str = "\
+Text: one line per lock: name, kind, lease left, waiters; then one line
+per holder: its id, hold count, host, pid and how long it has held the
+lock (\"no record\" for a holder without a holder record, such as a Java
+process).
+
+JSON (--json), one array of objects with the fields of `redguard status
+--json` for a lock (name, kind, held, expires_in_ms, expires_at_unix_ms,
+holders, queue, mode, subscribers); with --all, other keys have kind
+\"other\" and redis_type.
+
+--older-than DUR keeps the locks one of whose holders has held them at
+least DUR (by its holder record), to find stuck holders.";
+
 pub(crate) const STATUS_HELP: &str = "\
 Exit status:
   0   something is held: a lock's holders, an expiring permit, a run of
@@ -52,7 +66,14 @@ JSON (--json), one object; times named *_in_ms count from now, times named
   held                true when something is held (see Exit status)
   expires_in_ms       time left on the key; null for no key or no expiry
   expires_at_unix_ms  when the key expires; null likewise
-  holders             locks: [{id, count}], holder ids and hold counts
+  holders             locks: [{id, count, record, host, pid, program,
+                      version, held_for_ms, held_since_unix_ms}], holder
+                      ids, hold counts and what the holder's record says
+                      (record false and the rest null: no record, as for
+                      a Java holder; held_* null: start not recorded)
+  subscribers         locks: waiting clients subscribed to the unlock
+                      channel (one per client process; fair: also the
+                      queued waiters' channels); null when unknown
   mode                read_write: \"read\" or \"write\"
   queue               fair: [{id, deadline_unix_ms}], first in line first
                       (deadline null when the waiter has none)

@@ -12,6 +12,7 @@ mod exec;
 mod fail;
 mod help;
 mod latch;
+mod list;
 mod logging;
 mod once;
 mod out;
@@ -26,6 +27,7 @@ mod sync_status;
 #[cfg(target_os = "linux")]
 mod tree;
 mod unlock;
+mod who;
 
 use std::process::ExitCode;
 
@@ -57,7 +59,7 @@ fn run() -> Result<ExitCode, Failure> {
         Err(err) => return cli::parse_error(err),
     };
     logging::init(cli.verbose);
-    let conn = connect::connect(&cli.conn)?;
+    let conn = connect::connect(&cli.conn, &program(&cli.command))?;
     log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),
@@ -65,5 +67,45 @@ fn run() -> Result<ExitCode, Failure> {
         Command::Unlock(args) => unlock::unlock(args, &conn),
         Command::Once(args) => once::once(args, &conn),
         Command::Latch(args) => latch::latch(args, &conn),
+        Command::List(args) => list::list(args, &conn),
+        Command::Who(args) => who::who(args, &conn),
+    }
+}
+
+/// What the holder record says this process runs: the command line of
+/// `exec` and `once` (their CMD included: the arguments only, never the
+/// environment), else the subcommand.
+fn program(command: &Command) -> String {
+    let line = |words: &[&std::ffi::OsStr]| {
+        words
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match command {
+        Command::Exec(args) => {
+            let mut words = vec![
+                std::ffi::OsStr::new("redguard exec"),
+                &args.name,
+                "--".as_ref(),
+            ];
+            words.extend(args.command.iter().map(|w| w.as_os_str()));
+            line(&words)
+        }
+        Command::Once(args) => {
+            let mut words = vec![
+                std::ffi::OsStr::new("redguard once"),
+                &args.key,
+                "--".as_ref(),
+            ];
+            words.extend(args.command.iter().map(|w| w.as_os_str()));
+            line(&words)
+        }
+        Command::Status(_) => "redguard status".to_owned(),
+        Command::Unlock(_) => "redguard unlock".to_owned(),
+        Command::Latch(_) => "redguard latch".to_owned(),
+        Command::List(_) => "redguard list".to_owned(),
+        Command::Who(_) => "redguard who".to_owned(),
     }
 }

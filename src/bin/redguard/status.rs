@@ -156,7 +156,16 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
     let _ = writeln!(s, "  ttl: {}", show::ttl(info.ttl));
     for (holder, count) in &info.holders {
         let _ = writeln!(s, "  holder: {holder} (hold count {count})");
+        let _ = writeln!(s, "    {}", holder_line(info, holder));
     }
+    let queued = match &info.kind {
+        LockKind::Fair { queue } => format!("{} queued, ", queue.len()),
+        _ => String::new(),
+    };
+    let subscribed = info
+        .subscribers
+        .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+    let _ = writeln!(s, "  waiters: {queued}{subscribed} subscribed");
     if let LockKind::Fair { queue } = &info.kind {
         let now = std::time::SystemTime::now();
         for (i, waiter) in queue.iter().enumerate() {
@@ -171,6 +180,37 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
         }
     }
     s
+}
+
+/// What `holder`'s record says, on one line: host, pid, program and how
+/// long it has held the lock; or that it has no record.
+pub(crate) fn holder_line(info: &LockInfo, holder: &redguard::HolderId) -> String {
+    let Some(record) = info.record_of(holder) else {
+        return "no record (not a redguard client, records off, or not written yet)".to_owned();
+    };
+    let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let held = info
+        .held_for(holder)
+        .map_or_else(|| "unknown".to_owned(), show::left);
+    format!(
+        "host {}, pid {pid}, program {}; held for {held}",
+        record.host,
+        show::name(record.program.as_bytes())
+    )
+}
+
+/// The record fields of one holder for `--json`: `record` (whether there
+/// is one), `host`, `pid`, `program`, `version`, `held_for_ms`,
+/// `held_since_unix_ms` (null when unknown).
+pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut Value) {
+    let record = info.record_of(holder);
+    v["record"] = json!(record.is_some());
+    v["host"] = json!(record.map(|r| r.host.as_str()));
+    v["pid"] = json!(record.and_then(|r| r.pid));
+    v["program"] = json!(record.map(|r| r.program.as_str()));
+    v["version"] = json!(record.map(|r| r.version.as_str()));
+    v["held_for_ms"] = json!(info.held_for(holder).map(show::ms));
+    v["held_since_unix_ms"] = json!(info.held_since(holder).map(show::unix_ms));
 }
 
 /// `expires_in_ms` and `expires_at_unix_ms` of a key's remaining lifetime
@@ -191,8 +231,13 @@ fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     v["holders"] = info
         .holders
         .iter()
-        .map(|(h, n)| json!({"id": h.as_str(), "count": n}))
+        .map(|(h, n)| {
+            let mut holder = json!({"id": h.as_str(), "count": n});
+            holder_json(info, h, &mut holder);
+            holder
+        })
         .collect();
+    v["subscribers"] = json!(info.subscribers);
     match &info.kind {
         LockKind::Fair { queue } => {
             v["queue"] = queue

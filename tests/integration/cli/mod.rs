@@ -32,6 +32,7 @@ mod exec;
 mod exec_lease;
 mod exec_tree;
 mod help;
+mod ops;
 mod readme;
 mod status;
 mod unlock;
