@@ -67,11 +67,15 @@ pub enum ConnectionMode {
     /// first thread to find the connection idle writes and reads for the
     /// others, which wait for their replies.
     ///
-    /// Each call still waits at most the response timeout for its reply.
-    /// A call that is still queued at its deadline is taken back unsent
+    /// Each call still waits at most the response timeout for its reply,
+    /// counted from when it was queued (plus the connect timeout while the
+    /// shared connection is being made, as for a pooled one). A call that
+    /// is still queued at its deadline is taken back unsent
     /// ([`Error::Timeout`]); one sent whose reply is late, or whose
     /// connection broke, has an unknown outcome, handled as on a connection
-    /// of its own (an acquire is undone).
+    /// of its own (an acquire is undone). A shared connection that breaks
+    /// before its first reply is tried once more on a fresh one, as a
+    /// pooled connection is.
     Combining {
         /// Shared connections, 1 ..= 4096 (beside the pool, which the
         /// calls that do not combine still use).
