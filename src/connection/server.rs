@@ -147,7 +147,11 @@ mod tests {
             "{section}"
         );
         assert!(section.contains("`Error::UnsupportedServer`"));
-        for row in ["| Redis 6.2 | yes", "| Redis 7.0 | yes", "| Valkey 7.2, 8 | yes"] {
+        for row in [
+            "| Redis 6.2 | yes",
+            "| Redis 7.0 | yes",
+            "| Valkey 7.2, 8 | yes",
+        ] {
             assert!(section.contains(row), "README lacks {row:?}");
         }
     }
