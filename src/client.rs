@@ -161,8 +161,10 @@ impl Client {
         let source = Source::open(&config.deployment, &config.connect_options(Some(name)))?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        crate::metrics::register();
         let hooks = Arc::new(Hooks {
             on_lost: config.on_lease_lost.clone(),
+            metrics_names: config.metrics_lock_names,
             record: config.holder_record.then(|| {
                 Arc::new(RecordSpec::new(
                     &id,
@@ -457,6 +459,18 @@ impl Client {
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         self.shared.source.with_conn(key, op)
+    }
+
+    /// Runs `op` on a connection to the server that owns `key`, shared
+    /// with other threads when the client combines
+    /// ([`ConnectionMode::Combining`](crate::ConnectionMode::Combining)).
+    /// `op` must leave the connection as it found it.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.shared.source.with_shared_conn(key, op)
     }
 
     /// The subscriber, started on first use. `None` when its thread could

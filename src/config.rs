@@ -9,7 +9,7 @@ use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
-use crate::interop::Interop;
+use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
@@ -44,6 +44,45 @@ const MAX_POOL_SIZE: usize = 4096;
 /// call runs, so a huge batch would stall every client of the server.
 const MAX_RENEW_BATCH: usize = 10_000;
 
+/// How a client's lock calls use connections to a server
+/// ([`Builder::connection_mode`]).
+///
+/// Only the calls that acquire and release a lock combine: anything that
+/// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
+/// watchdog's pipelines, `WAIT` for replica acknowledgement, which
+/// [`Builder::min_replica_acks`] asks for) keeps using the
+/// pool. Sentinel and Cluster deployments stay exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ConnectionMode {
+    /// Each call takes a pooled connection ([`Builder::pool_size`]) for
+    /// itself: one write and one read per command. The best for a few
+    /// threads, and what a single thread gets in either mode.
+    #[default]
+    Exclusive,
+    /// Threads share `connections` connections (each thread keeps to one).
+    /// Commands that threads send at the same moment on one connection go
+    /// out in one write, and their replies come back in one read: Redis
+    /// pays one pair of system calls for the lot. No thread is started: the
+    /// first thread to find the connection idle writes and reads for the
+    /// others, which wait for their replies.
+    ///
+    /// Each call still waits at most the response timeout for its reply,
+    /// counted from when it was queued (plus the connect timeout while the
+    /// shared connection is being made, as for a pooled one). A call that
+    /// is still queued at its deadline is taken back unsent
+    /// ([`Error::Timeout`]); one sent whose reply is late, or whose
+    /// connection broke, has an unknown outcome, handled as on a connection
+    /// of its own (an acquire is undone). A shared connection that breaks
+    /// before its first reply is tried once more on a fresh one, as a
+    /// pooled connection is.
+    Combining {
+        /// Shared connections, 1 ..= 4096 (beside the pool, which the
+        /// calls that do not combine still use).
+        connections: usize,
+    },
+}
+
 /// Configuration of a [`Client`](crate::Client), made by
 /// [`Client::builder`](crate::Client::builder).
 ///
@@ -59,6 +98,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
+/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
@@ -68,6 +108,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -76,6 +117,7 @@ pub struct Builder {
     /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
     cluster: Option<Vec<String>>,
     pool_size: usize,
+    connection_mode: ConnectionMode,
     watchdog_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -86,6 +128,7 @@ pub struct Builder {
     on_lease_lost: Option<LostCallback>,
     holder_record: bool,
     program: Option<String>,
+    metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
@@ -102,6 +145,7 @@ impl fmt::Debug for Builder {
             .field("url_set", &self.url.is_some())
             .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
+            .field("connection_mode", &self.connection_mode)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -112,6 +156,7 @@ impl fmt::Debug for Builder {
             .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("holder_record", &self.holder_record)
             .field("program", &self.program)
+            .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
@@ -127,6 +172,7 @@ impl Default for Builder {
             url: None,
             cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
+            connection_mode: ConnectionMode::Exclusive,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -137,6 +183,7 @@ impl Default for Builder {
             on_lease_lost: None,
             holder_record: true,
             program: None,
+            metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
@@ -185,6 +232,15 @@ impl Builder {
     /// extra). Default 16; must be at least 1.
     pub fn pool_size(mut self, size: usize) -> Builder {
         self.pool_size = size;
+        self
+    }
+
+    /// How lock calls use connections: each call on a pooled connection of
+    /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
+    /// calls combined into pipelines on a few shared connections
+    /// ([`ConnectionMode::Combining`]). See [`ConnectionMode`].
+    pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
+        self.connection_mode = mode;
         self
     }
 
@@ -333,6 +389,16 @@ impl Builder {
         self
     }
 
+    /// Whether the metrics (feature `metrics`) carry the lock's name as a
+    /// `name` label, beside `kind`. Default `false`: lock names are
+    /// unbounded (one per order, per tenant...), and a series per name can
+    /// swamp a metrics store. Turn it on for a small, fixed set of names.
+    /// Without the feature it changes nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Builder {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -404,6 +470,13 @@ impl Builder {
                 self.pool_size
             )));
         }
+        if let ConnectionMode::Combining { connections } = self.connection_mode
+            && !(1..=MAX_POOL_SIZE).contains(&connections)
+        {
+            return Err(Error::invalid(format!(
+                "combining connections {connections} is outside 1 ..= {MAX_POOL_SIZE}"
+            )));
+        }
         if !(1..=MAX_RENEW_BATCH).contains(&self.renew_batch) {
             return Err(Error::invalid(format!(
                 "renew batch {} is outside 1 ..= {MAX_RENEW_BATCH}",
@@ -429,6 +502,7 @@ impl Builder {
         Ok(Config {
             deployment,
             pool_size: self.pool_size,
+            connection_mode: self.connection_mode,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
@@ -439,6 +513,7 @@ impl Builder {
             on_lease_lost: self.on_lease_lost,
             holder_record: self.holder_record,
             program: self.program,
+            metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
             interop: self.interop,
@@ -451,6 +526,7 @@ impl Builder {
 pub(crate) struct Config {
     pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
+    pub(crate) connection_mode: ConnectionMode,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -461,6 +537,7 @@ pub(crate) struct Config {
     pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) holder_record: bool,
     pub(crate) program: Option<String>,
+    pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
     pub(crate) interop: Interop,
@@ -474,6 +551,10 @@ impl Config {
             name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
+            combining: match self.connection_mode {
+                ConnectionMode::Combining { connections } => Some(connections),
+                ConnectionMode::Exclusive => None,
+            },
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
         }
@@ -622,6 +703,45 @@ impl Builder {
     /// may take up to this much longer than its response timeout.
     pub fn replica_ack_timeout(mut self, timeout: Duration) -> Builder {
         self.acks.timeout = timeout;
+        self
+    }
+}
+
+/// Settings for deployments shared with Redisson (Java) clients (see
+/// `interop`).
+impl Builder {
+    /// Whether wake-ups on a Redis Cluster also send a classic `PUBLISH`
+    /// when the slot's master counts no classic listener. Default
+    /// [`ClassicPublish::Auto`]. Set [`ClassicPublish::Always`] when Java
+    /// clients without sharded pub/sub (Redisson before 3.22,
+    /// `shardedSubscriptionMode = OFF`, Redis 6) may wait on these names with
+    /// `subscriptionMode = SLAVE` (Redisson's default), so that they hear
+    /// unlocks, releases and latches reaching zero. No effect outside a
+    /// Cluster, where the classic message is always sent.
+    pub fn classic_publish(mut self, when: ClassicPublish) -> Builder {
+        self.interop.classic_publish = when;
+        self
+    }
+
+    /// The largest clock skew the lease ends of expiring permits
+    /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore))
+    /// tolerate between the Redis server and other clients of the same
+    /// semaphores. Default 0; at most 1 day.
+    ///
+    /// redguard stamps lease ends with the server's clock (`TIME`); Redisson
+    /// stamps them with its own `System.currentTimeMillis()`. With a skew
+    /// `s`, this client stamps its permits' lease ends `s` later than their
+    /// leases (so a client whose clock runs up to `s` ahead does not take
+    /// them back early) and takes back a permit only `s` after its stamped
+    /// end (so a permit stamped by a clock up to `s` behind is not taken
+    /// back early). The holder's own lease, as
+    /// [`PermitGuard`](crate::PermitGuard) reports it, is unchanged. Cost:
+    /// a permit whose holder died comes back up to `2 × s` later. Set it to
+    /// the bound your clock synchronisation keeps between the Redis server
+    /// and every Java client when Redisson's `RPermitExpirableSemaphore`
+    /// shares these names; leave it at 0 otherwise.
+    pub fn permit_clock_skew(mut self, skew: Duration) -> Builder {
+        self.interop.permit_clock_skew = skew;
         self
     }
 }

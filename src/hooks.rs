@@ -8,6 +8,7 @@ use std::time::SystemTime;
 
 use crate::holder::HolderId;
 use crate::lost::{self, HoldKind, LossReason, LostCallback, LostLease};
+use crate::metrics::Labels;
 use crate::record::RecordSpec;
 
 /// One client's hooks.
@@ -18,6 +19,8 @@ pub(crate) struct Hooks {
     /// What the client's holder records say; `None` when it keeps none
     /// ([`Builder::holder_record`](crate::Builder::holder_record)).
     pub(crate) record: Option<Arc<RecordSpec>>,
+    /// [`Builder::metrics_lock_names`](crate::Builder::metrics_lock_names).
+    pub(crate) metrics_names: bool,
 }
 
 impl fmt::Debug for Hooks {
@@ -30,6 +33,14 @@ impl fmt::Debug for Hooks {
 }
 
 impl Hooks {
+    /// The metrics labels of an event of lock `name` of `kind`.
+    pub(crate) fn labels<'a>(&self, kind: HoldKind, name: &'a [u8]) -> Labels<'a> {
+        Labels {
+            kind,
+            name: self.metrics_names.then_some(name),
+        }
+    }
+
     /// Tells the world that the lease of `holder` on `name` is lost: a
     /// warning in the log, and the callback when one is set. Called by the
     /// watchdog thread, which holds no lock meanwhile.
@@ -40,6 +51,7 @@ impl Hooks {
         holder: &Arc<str>,
         reason: LossReason,
     ) {
+        crate::metrics::lost(self.labels(kind, name), reason);
         log::warn!(
             "redguard: lease of {kind} lock {:?} held by {holder} lost: {reason}",
             String::from_utf8_lossy(name)

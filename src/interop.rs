@@ -1,14 +1,13 @@
 //! Settings for deployments shared with Redisson (Java) clients: how unlock
 //! messages reach Java waiters on a Cluster ([`ClassicPublish`]) and how much
 //! clock skew the lease ends of expiring permits tolerate
-//! ([`Builder::permit_clock_skew`]). See the README's "Mixing with Redisson
+//! ([`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew)). See the README's "Mixing with Redisson
 //! (Java)".
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::config::Builder;
 use crate::error::{Error, Result};
 
 /// Largest permit clock skew: a day, far above any clock that is kept at all.
@@ -16,7 +15,7 @@ const MAX_PERMIT_CLOCK_SKEW: Duration = Duration::from_secs(24 * 3600);
 
 /// When the scripts that wake waiters (unlocks, releases, a latch reaching
 /// zero) send a classic `PUBLISH` on a Redis Cluster, besides `SPUBLISH`.
-/// Set with [`Builder::classic_publish`]; outside a Cluster every wake-up is
+/// Set with [`Builder::classic_publish`](crate::Builder::classic_publish); outside a Cluster every wake-up is
 /// a classic `PUBLISH` whatever this says.
 ///
 /// A Cluster forwards every classic `PUBLISH` to every node over its bus,
@@ -88,7 +87,7 @@ impl FromStr for ClassicPublish {
     }
 }
 
-/// The settings of this module, kept by the [`Builder`] and its config.
+/// The settings of this module, kept by the [`Builder`](crate::Builder) and its config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Interop {
     pub(crate) classic_publish: ClassicPublish,
@@ -105,43 +104,6 @@ impl Interop {
             )));
         }
         Ok(())
-    }
-}
-
-impl Builder {
-    /// Whether wake-ups on a Redis Cluster also send a classic `PUBLISH`
-    /// when the slot's master counts no classic listener. Default
-    /// [`ClassicPublish::Auto`]. Set [`ClassicPublish::Always`] when Java
-    /// clients without sharded pub/sub (Redisson before 3.22,
-    /// `shardedSubscriptionMode = OFF`, Redis 6) may wait on these names with
-    /// `subscriptionMode = SLAVE` (Redisson's default), so that they hear
-    /// unlocks, releases and latches reaching zero. No effect outside a
-    /// Cluster, where the classic message is always sent.
-    pub fn classic_publish(mut self, when: ClassicPublish) -> Builder {
-        self.interop.classic_publish = when;
-        self
-    }
-
-    /// The largest clock skew the lease ends of expiring permits
-    /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore))
-    /// tolerate between the Redis server and other clients of the same
-    /// semaphores. Default 0; at most 1 day.
-    ///
-    /// redguard stamps lease ends with the server's clock (`TIME`); Redisson
-    /// stamps them with its own `System.currentTimeMillis()`. With a skew
-    /// `s`, this client stamps its permits' lease ends `s` later than their
-    /// leases (so a client whose clock runs up to `s` ahead does not take
-    /// them back early) and takes back a permit only `s` after its stamped
-    /// end (so a permit stamped by a clock up to `s` behind is not taken
-    /// back early). The holder's own lease, as
-    /// [`PermitGuard`](crate::PermitGuard) reports it, is unchanged. Cost:
-    /// a permit whose holder died comes back up to `2 × s` later. Set it to
-    /// the bound your clock synchronisation keeps between the Redis server
-    /// and every Java client when Redisson's `RPermitExpirableSemaphore`
-    /// shares these names; leave it at 0 otherwise.
-    pub fn permit_clock_skew(mut self, skew: Duration) -> Builder {
-        self.interop.permit_clock_skew = skew;
-        self
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::lost::HoldKind;
 
 /// The longest lease accepted: 365 days. Longer leases are rejected with
 /// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
@@ -59,7 +60,7 @@ pub(crate) struct Counters {
     pub(crate) record_round_trips: AtomicU64,
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
-    pub(crate) retries: crate::watchdog::Pending,
+    pub(crate) retries: crate::pending::Pending,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).
@@ -76,6 +77,8 @@ pub(crate) struct LeaseState {
     recorded: AtomicBool,
     /// When the hold began (the granting script was sent).
     since: Instant,
+    /// What kind of hold it is (the held-locks gauge).
+    kind: HoldKind,
     /// Nanoseconds since the origin until which the lease is known to be
     /// valid on this client's clock.
     valid_until: AtomicU64,
@@ -85,7 +88,7 @@ pub(crate) struct LeaseState {
 impl LeaseState {
     #[cfg(test)]
     pub(crate) fn new(valid_until: Instant, counters: Arc<Counters>) -> LeaseState {
-        LeaseState::since(Instant::now(), valid_until, counters)
+        LeaseState::since(Instant::now(), valid_until, counters, HoldKind::Reentrant)
     }
 
     /// A hold granted by a script sent at `since`.
@@ -93,8 +96,10 @@ impl LeaseState {
         since: Instant,
         valid_until: Instant,
         counters: Arc<Counters>,
+        kind: HoldKind,
     ) -> LeaseState {
         counters.held.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::held(kind, 1.0);
         LeaseState {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
@@ -102,6 +107,7 @@ impl LeaseState {
             finished: AtomicBool::new(false),
             recorded: AtomicBool::new(false),
             since,
+            kind,
             valid_until: AtomicU64::new(nanos(valid_until)),
             counters,
         }
@@ -110,6 +116,7 @@ impl LeaseState {
     fn finish(&self) {
         if !self.finished.swap(true, Ordering::AcqRel) {
             self.counters.held.fetch_sub(1, Ordering::Relaxed);
+            crate::metrics::held(self.kind, -1.0);
         }
     }
 
@@ -341,6 +348,12 @@ mod tests {
         assert_eq!(counters.held.load(Ordering::Relaxed), 0, "finished once");
     }
     #[test]
+    fn the_documented_bounds() {
+        assert_eq!(MAX_LEASE, Duration::from_secs(31_536_000), "365 days");
+        assert_eq!(MIN_LEASE, Duration::from_millis(5));
+    }
+
+    #[test]
     fn lease_rounding_and_bounds() {
         assert!(lease_ms(Duration::ZERO).is_err());
         assert!(lease_ms(Duration::from_nanos(1)).is_err());
@@ -359,6 +372,10 @@ mod tests {
         assert_eq!(Pttl::from_ms(-1).remaining(), Some(Ttl::Persistent));
         assert_eq!(Pttl::from_ms(-1).expiry(), None);
         assert_eq!(Ttl::Persistent.expires_in(), None);
+        assert_eq!(
+            Ttl::Expires(Duration::from_millis(250)).expires_in(),
+            Some(Duration::from_millis(250))
+        );
         assert_eq!(
             Pttl::from_ms(250).remaining(),
             Some(Ttl::Expires(Duration::from_millis(250)))

@@ -612,6 +612,7 @@ mod tests {
             name: None,
             tls: super::super::Tls::default(),
             pool_size: 2,
+            combining: None,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
         }

@@ -3,6 +3,7 @@
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
 pub(crate) mod cluster;
+pub(crate) mod combine;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod server;
@@ -168,6 +169,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) name: Option<Arc<str>>,
     pub(crate) tls: Tls,
     pub(crate) pool_size: usize,
+    /// Shared connections for combining, `None` for exclusive ones.
+    pub(crate) combining: Option<usize>,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
 }
@@ -189,7 +192,8 @@ impl Source {
                     options.connect_timeout,
                     options.response_timeout,
                 )?
-                .named(options.name.clone()),
+                .named(options.name.clone())
+                .combining(options.combining),
             )),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
                 spec.clone(),
@@ -211,6 +215,21 @@ impl Source {
             Source::Single(pool) => pool.with_conn(op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
             Source::Cluster(cluster) => cluster.with_conn(key, op),
+        }
+    }
+
+    /// Runs `op` on a connection to the server that owns `key`, shared with
+    /// other threads when the client combines (a single server's); else as
+    /// [`Source::with_conn`]. `op` must leave the connection as it found
+    /// it: no `MULTI`, no pub/sub, no timeouts changed.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            Source::Single(pool) => pool.with_shared_conn(op),
+            _ => self.with_conn(key, |conn| op(conn)),
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::connection::Tls;
+use crate::connection::combine::Combiner;
 use crate::connection::server::{self, Server};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
@@ -61,6 +62,8 @@ pub(crate) struct Pool {
     server: OnceLock<Option<Server>>,
     /// What each new connection is named (`CLIENT SETNAME`), if anything.
     name: Option<std::sync::Arc<str>>,
+    /// Shared connections, when lock calls combine.
+    combiner: Option<Combiner>,
 }
 
 struct State {
@@ -118,6 +121,7 @@ impl Pool {
             master_only: false,
             server: OnceLock::new(),
             name: None,
+            combiner: None,
         })
     }
 
@@ -149,14 +153,30 @@ impl Pool {
     /// The connection's failure, named after the server; a server older
     /// than Redis 6.2 is [`Error::UnsupportedServer`].
     pub(crate) fn connect(&self) -> Result<redis::Connection> {
+        self.connect_within(None)
+    }
+
+    /// [`Pool::connect`], all of it within `limit` when given (each of
+    /// its steps bounded by what is left of it): a shared connection made
+    /// for commands whose deadlines are near.
+    pub(crate) fn connect_within(&self, limit: Option<Duration>) -> Result<redis::Connection> {
         let addr = self.addr();
+        let until = limit.map(|l| Instant::now() + l);
+        let left = |full: Duration| match until {
+            Some(until) => full
+                .min(until.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => full,
+        };
+        let connect_timeout = left(self.connect_timeout);
         let mut conn = self
             .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|e| self.connect_error(Error::redis(e), &addr, self.connect_timeout))?;
-        conn.set_read_timeout(Some(self.response_timeout))
+            .get_connection_with_timeout(connect_timeout)
+            .map_err(|e| self.connect_error(Error::redis(e), &addr, connect_timeout))?;
+        let setup_timeout = left(self.response_timeout);
+        conn.set_read_timeout(Some(setup_timeout))
             .map_err(Error::redis)?;
-        conn.set_write_timeout(Some(self.response_timeout))
+        conn.set_write_timeout(Some(setup_timeout))
             .map_err(Error::redis)?;
         if self.server.get().is_none() {
             // The first round trip: over TLS it also completes the
@@ -187,6 +207,12 @@ impl Pool {
                 Ok(()) | Err(Error::Permission(_) | Error::Redis(_)) => {}
                 Err(e) => return Err(e.at(&addr)),
             }
+        }
+        if setup_timeout != self.response_timeout {
+            conn.set_read_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
         }
         Ok(conn)
     }
@@ -238,6 +264,26 @@ impl Pool {
         }
     }
 
+    /// Makes lock calls combine on `connections` shared connections
+    /// (`None`: exclusive connections).
+    pub(crate) fn combining(mut self, connections: Option<usize>) -> Pool {
+        self.combiner =
+            connections.map(|n| Combiner::new(n, self.response_timeout, self.connect_timeout));
+        self
+    }
+
+    /// Runs `op` on a shared connection when the pool combines, else on a
+    /// pooled one.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        match &self.combiner {
+            Some(combiner) => combiner.with_conn(&|limit| self.connect_within(limit), op),
+            None => self.with_conn(|conn| op(conn)),
+        }
+    }
+
     /// Runs `op` on a pooled connection.
     ///
     /// A connection on which `op` failed in a way that leaves its state
@@ -255,6 +301,7 @@ impl Pool {
             Err(e) if e.breaks_connection() => {
                 self.discard(conn);
                 if reused && e.is_connection() {
+                    crate::metrics::reconnect();
                     self.flush();
                     let (mut fresh, _) = self.checkout()?;
                     let again = op(&mut fresh.0);
@@ -361,11 +408,14 @@ impl Pool {
         };
         self.freed.notify_all();
         drop(idle);
+        if let Some(combiner) = &self.combiner {
+            combiner.flush();
+        }
     }
 
     /// Connections currently open (idle or in use).
     pub(crate) fn open_connections(&self) -> usize {
-        self.state().open
+        self.state().open + self.combiner.as_ref().map_or(0, Combiner::open_connections)
     }
 }
 

@@ -199,9 +199,17 @@ impl Lock {
         if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
             return Ok(None);
         }
+        let mut waiting = crate::metrics::Waiting::none();
+        let kind = self.hold_kind();
+        let mut counted = |attempt: Result<Attempt<Granted>>| {
+            if matches!(attempt, Ok(Attempt::Busy(_))) {
+                waiting.start(kind);
+            }
+            attempt
+        };
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
-                self.attempt(&holder_str, lease, ms, renew, enqueue)
+                counted(self.attempt(&holder_str, lease, ms, renew, enqueue))
             }),
             None => {
                 // A re-entry never queues: it would wait for itself.
@@ -212,13 +220,14 @@ impl Lock {
                     &self.inner.channel,
                     deadline,
                     queue_first,
-                    || self.attempt(&holder_str, lease, ms, renew, false),
+                    || counted(self.attempt(&holder_str, lease, ms, renew, false)),
                 )
             }
         }?;
         if granted.is_some() && self.is_read() {
             self.pass_read_wake();
         }
+        drop(waiting);
         log_outcome(self, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
@@ -239,32 +248,39 @@ impl Lock {
         let acks = self.replica_acks();
         acks.validate()?;
         let response_timeout = self.inner.client.config().response_timeout;
-        self.inner
-            .client
-            .with_conn(&self.inner.name, |conn| {
+        let script = |conn: &mut dyn redis::ConnectionLike| match &self.inner.kind {
+            Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
+            Kind::Fenced { token } => {
+                scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
+            }
+            Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
+            Kind::Fair {
+                queue,
+                timeouts,
+                wait_timeout,
+            } => {
+                let keys = FairKeys {
+                    key: &self.inner.name,
+                    queue,
+                    timeouts,
+                    channel: &self.inner.channel,
+                };
+                let wait_ms = lease_ms(*wait_timeout)?;
+                scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+            }
+        };
+        let reply = if acks.min == 0 {
+            // Nothing to WAIT for: the call may share a connection.
+            self.inner
+                .client
+                .with_shared_conn(&self.inner.name, |conn| {
+                    *sent_script = true;
+                    script(conn)
+                })
+        } else {
+            self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) =
-                    acks.run(conn, response_timeout, |conn| match &self.inner.kind {
-                        Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
-                        Kind::Fenced { token } => {
-                            scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
-                        }
-                        Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
-                        Kind::Fair {
-                            queue,
-                            timeouts,
-                            wait_timeout,
-                        } => {
-                            let keys = FairKeys {
-                                key: &self.inner.name,
-                                queue,
-                                timeouts,
-                                channel: &self.inner.channel,
-                            };
-                            let wait_ms = lease_ms(*wait_timeout)?;
-                            scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
-                        }
-                    })?;
+                let (reply, acked) = acks.run(conn, response_timeout, script)?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -272,17 +288,18 @@ impl Lock {
                 }
                 Ok(reply)
             })
-            .map(|reply| match (&self.inner.kind, reply) {
-                // A queued waiter must attempt again well before its
-                // deadline, or the others prune it as dead.
-                (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
-                    let heartbeat = *wait_timeout / 3;
-                    Acquire::Busy {
-                        pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
-                    }
+        };
+        reply.map(|reply| match (&self.inner.kind, reply) {
+            // A queued waiter must attempt again well before its
+            // deadline, or the others prune it as dead.
+            (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
+                let heartbeat = *wait_timeout / 3;
+                Acquire::Busy {
+                    pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
                 }
-                (_, reply) => reply,
-            })
+            }
+            (_, reply) => reply,
+        })
     }
 
     /// One acquisition attempt. On success the hold is recorded and, when
@@ -360,7 +377,12 @@ impl Lock {
         }
         let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
-            Arc::new(LeaseState::since(sent, valid_until, counters))
+            Arc::new(LeaseState::since(
+                sent,
+                valid_until,
+                counters,
+                self.hold_kind(),
+            ))
         });
         if fresh {
             let sync = self.sync_hold(holder).map(Box::new);
@@ -429,7 +451,7 @@ impl Lock {
         };
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
-        let released = self.inner.client.with_conn(key, |conn| match &sync {
+        let released = self.inner.client.with_shared_conn(key, |conn| match &sync {
             Some(hold) => scripts::release_sync_hold(
                 conn,
                 self.inner.client.publish(key),
@@ -464,6 +486,12 @@ impl Lock {
 /// ended: granted after how long a wait, or not granted in time. Contention
 /// is no error: never more than debug.
 fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+    let labels = lock.client().hooks().labels(lock.hold_kind(), lock.name());
+    if granted {
+        crate::metrics::acquired(labels, started.elapsed());
+    } else {
+        crate::metrics::timed_out(labels);
+    }
     if log::log_enabled!(log::Level::Debug) {
         let name = String::from_utf8_lossy(lock.name());
         let kind = lock.hold_kind();

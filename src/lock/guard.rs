@@ -303,11 +303,11 @@ impl LockGuard {
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();
+                let (kind, held) = (self.lock.hold_kind(), self.state.held_since().elapsed());
+                crate::metrics::released(self.lock.client().hooks().labels(kind, name), held);
                 log::debug!(
-                    "redguard: released {} lock {:?} after holding it {:?}",
-                    self.lock.hold_kind(),
-                    String::from_utf8_lossy(name),
-                    self.state.held_since().elapsed()
+                    "redguard: released {kind} lock {:?} after holding it {held:?}",
+                    String::from_utf8_lossy(name)
                 );
                 Ok(())
             }

@@ -589,7 +589,7 @@ impl Lock {
         }
         self.inner
             .client
-            .with_conn(&self.inner.name, |conn| match self.fair_keys() {
+            .with_shared_conn(&self.inner.name, |conn| match self.fair_keys() {
                 Some(keys) => scripts::fair_release(
                     conn,
                     self.inner.client.publish(&self.inner.name),

@@ -27,16 +27,17 @@ impl Client {
     /// Every lock (reentrant, fenced, fair, read-write: a hash of hold
     /// counts) whose name matches `pattern` (a `SCAN MATCH` glob: `*`, `?`,
     /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
-    /// (crate::Lock::inspect) would describe each: kind, holders, lease
+    /// would describe each: kind, holders, lease
     /// left, fair queue (without the waiters' deadlines), subscribed
     /// waiters and the holders' records. With `others`, keys of other
     /// types and hashes of other layouts are listed too, as
     /// [`LockKind::Other`] (the fair queues and other keys beside the locks
     /// among them).
     ///
-    /// Uses `SCAN` with `COUNT` 1,000, never `KEYS`, so the server stays
-    /// responsive however many keys it has; about four pipelined round
-    /// trips per 1,000 keys. A snapshot per page, not of the whole
+    /// Uses `SCAN` with `COUNT` 1,000 (and `TYPE hash` without `others`),
+    /// never `KEYS`, so the server stays responsive however many keys it
+    /// has; one `SCAN` per 1,000 keys, and three pipelined round trips per
+    /// page that has locks (four with `others`). A snapshot per page, not of the whole
     /// keyspace: keys written meanwhile may or may not appear. In no
     /// particular order.
     ///
@@ -64,14 +65,17 @@ impl Client {
             let mut cursor: u64 = 0;
             for _ in 0..MAX_PAGES {
                 let (next, keys): (u64, Vec<Vec<u8>>) = source.with_node_conn(node, |conn| {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
+                    let mut scan = redis::cmd("SCAN");
+                    scan.arg(cursor)
                         .arg("MATCH")
                         .arg(pattern)
                         .arg("COUNT")
-                        .arg(SCAN_COUNT)
-                        .query(conn)
-                        .map_err(Error::redis)
+                        .arg(SCAN_COUNT);
+                    if !others {
+                        // Locks are hashes: the server skips the rest.
+                        scan.arg("TYPE").arg("hash");
+                    }
+                    scan.query(conn).map_err(Error::redis)
                 })?;
                 if !keys.is_empty() {
                     out.extend(page(source, node, keys, others)?);
@@ -89,13 +93,17 @@ impl Client {
 /// Reads one page of keys of node `node`: their types, the lock hashes
 /// with their ttl and fair queue, then the records and subscribers.
 fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Result<Vec<LockInfo>> {
-    let types: Vec<String> = source.with_node_conn(node, |conn| {
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("TYPE").arg(&key[..]);
-        }
-        pipe.query(conn).map_err(Error::redis)
-    })?;
+    let types: Vec<String> = if others {
+        source.with_node_conn(node, |conn| {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("TYPE").arg(&key[..]);
+            }
+            pipe.query(conn).map_err(Error::redis)
+        })?
+    } else {
+        vec!["hash".to_owned(); keys.len()]
+    };
     let wanted: Vec<(Vec<u8>, String)> = keys
         .into_iter()
         .zip(types)

@@ -81,7 +81,7 @@ pub(crate) fn client_of(holder: &str) -> Option<&str> {
 }
 
 /// What a client's holder record says (see [`LockInfo::records`](crate::LockInfo::records)
-/// (crate::LockInfo::records) and
+/// and
 /// [`Client::holder_records`](crate::Client::holder_records)).
 ///
 /// Times are on the Redis server's clock. Fields a record lacks (a newer

@@ -221,6 +221,7 @@ mod tests {
             Instant::now() - Duration::from_secs(5),
             Instant::now() + Duration::from_secs(25),
             Arc::new(Counters::default()),
+            crate::lost::HoldKind::Reentrant,
         ));
         write.statics = true;
         write.adds.push((b"hold:h|n".to_vec(), state));

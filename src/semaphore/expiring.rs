@@ -393,6 +393,7 @@ impl ExpiringSemaphore {
             sent,
             valid_until,
             self.client.counters().clone(),
+            crate::lost::HoldKind::Permit,
         ));
         let entry = watchdog::Entry {
             key: self.name.clone(),

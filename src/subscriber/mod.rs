@@ -292,6 +292,7 @@ impl Worker {
             match exit {
                 Exit::Stop => return,
                 Exit::Reconnect => {
+                    crate::metrics::reconnect();
                     // The server may have restarted and lost its data: the
                     // watchdog checks this client's leases there at once.
                     crate::watchdog::suspect(&self.source);

@@ -51,7 +51,7 @@ use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
 use records::RecordState;
-pub(crate) use retry::Pending;
+
 use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
@@ -461,6 +461,7 @@ impl Watchdog {
         self.dispatch_due(now);
         self.retry_due(now);
         self.records_due(now);
+        crate::metrics::pending_renewals(self.schedule.len());
 
         let next = [
             self.schedule.next_due(),
@@ -1111,6 +1112,7 @@ impl Watchdog {
             }
             return;
         }
+        crate::metrics::renewal_failures(failed.len() as u64);
         if let Some(state) = self.servers.get_mut(&server)
             && !std::mem::replace(&mut state.failing, true)
             && let Some((entry, err)) = failed.first()

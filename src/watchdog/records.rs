@@ -183,6 +183,7 @@ mod tests {
             now,
             now + Duration::from_secs(30),
             Arc::new(Counters::default()),
+            crate::lost::HoldKind::Reentrant,
         ))
     }
 

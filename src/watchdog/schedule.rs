@@ -149,7 +149,7 @@ impl<T> Schedule<T> {
         self.free = Vec::new();
     }
 
-    #[cfg(test)]
+    /// How many items are scheduled.
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }

@@ -776,6 +776,7 @@ fn renew_acked(
     counters
         .renewals
         .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    crate::metrics::renewals(entries.len() as u64);
     counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
     let (acks, response_timeout) = (batch_acks(&entries), first_response_timeout(&entries));
     let (replies, acked) = match source.with_node_conn(node, |conn| {

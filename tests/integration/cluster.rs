@@ -79,6 +79,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     bed_selftest(&bed);
     f4_live(&bed);
     kinds_on_cluster(&bed);
+    records_on_cluster(&bed);
     classic_listeners_on_a_replica(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
@@ -183,6 +184,66 @@ fn f4_live(bed: &RedisCluster) {
 /// Every kind works on a cluster: a multi-lock over all three masters, a
 /// fenced lock's tokens, a fair lock's queue handing over, a latch, a
 /// run-once key and a one-use token.
+/// Holder records on a Cluster: one per master where the client holds
+/// something, each on that master, found by `inspect` and `who`.
+fn records_on_cluster(bed: &RedisCluster) {
+    let client = builder(&bed.url())
+        .program("cluster-records")
+        .build()
+        .unwrap();
+    let names = names_on_every_master(bed, "records");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let reader = builder(&bed.url()).build().unwrap();
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let info = reader.lock(name).inspect().unwrap();
+                info.held_since(guard.holder_id()).is_some()
+                    && info.record_of(guard.holder_id()).unwrap().program == "cluster-records"
+            }),
+            "no record for {name}"
+        );
+    }
+    let records = reader.holder_records(&client.id().to_string()).unwrap();
+    assert_eq!(records.len(), bed.masters().len(), "{records:?}");
+    assert!(records.iter().all(|r| r.holds.len() == 1), "{records:?}");
+    // Each record lives on the master of the lock it describes.
+    let mut admin = admin(bed);
+    for name in &names {
+        let keys: Vec<String> = (0..10)
+            .map(|n| match n {
+                0 => format!("redguard:client:{{{}}}", client.id()),
+                n => format!("redguard:client:{{{}:{n}}}", client.id()),
+            })
+            .filter(|k| {
+                redis::cmd("HEXISTS")
+                    .arg(k)
+                    .arg(format!("hold:{}|{name}", guards[0].holder_id()))
+                    .query::<bool>(&mut admin)
+                    .unwrap_or(false)
+            })
+            .collect();
+        assert_eq!(keys.len(), 1, "{name}: {keys:?}");
+        assert_eq!(
+            bed.master_of_slot(slot(keys[0].as_bytes())),
+            bed.master_of_slot(slot(name.as_bytes()))
+        );
+    }
+    let listed = reader.list_locks("records*", false).unwrap();
+    assert_eq!(listed.len(), names.len());
+    drop(guards);
+    client.shutdown();
+    assert!(
+        reader
+            .holder_records(&client.id().to_string())
+            .unwrap()
+            .is_empty()
+    );
+}
+
 fn kinds_on_cluster(bed: &RedisCluster) {
     let client = builder(&bed.url()).build().unwrap();
     let names = names_on_every_master(bed, "kinds");

@@ -669,3 +669,51 @@ fn fair_waiter_sleeps_until_the_holders_lease_ends() {
     assert!(got.is_some(), "never acquired");
     assert!(waited < ms(500 + 400), "acquired after {waited:?}");
 }
+
+/// A waiter that leaves the queue wakes the next one only when it was the
+/// head the free lock was promised to: not when the lock is held (the next
+/// waiter is woken by the release), not when another waiter is the head.
+#[test]
+fn fair_a_leaving_waiter_wakes_no_one_unless_it_was_the_promised_head() {
+    use crate::reentrant::Listener;
+    let ctx = TestContext::new();
+    let channel = |name: &str, id: &str| format!("redisson_lock__channel:{{{name}}}:{id}");
+    let live = |name: &str, id: &str| {
+        let deadline = (server_now_ms(&ctx.server) + 60_000).to_string();
+        let () = ctx.server.cmd(
+            "ZADD",
+            &[&timeout_key(name), deadline.as_bytes(), id.as_bytes()],
+        );
+        let _: u64 = ctx.server.cmd("RPUSH", &[&queue_key(name), id.as_bytes()]);
+    };
+
+    // Held: the head times out and leaves; the waiter behind it is told
+    // nothing (the holder's release will tell it).
+    let held = unique_name("fair-leave-held");
+    let holder = ctx.other_client();
+    let _guard = holder.fair_lock(&held).lock().unwrap();
+    let lock = ctx.client.fair_lock(&held);
+    let head = thread::spawn({
+        let lock = lock.clone();
+        move || lock.try_lock_for(ms(500)).unwrap().is_none()
+    });
+    wait_queue_len(&lock, 1);
+    live(&held, "next:1");
+    let next = Listener::start(&ctx.server, channel(&held, "next:1").into_bytes());
+    assert!(head.join().unwrap(), "the head timed out");
+    crate::support::sleep(ms(100));
+    assert!(next.messages().is_empty(), "woken while the lock is held");
+
+    // Free, promised to a live head: a waiter behind it times out and
+    // leaves; the head is told nothing more.
+    let free = unique_name("fair-leave-free");
+    live(&free, "head:1");
+    let promised = Listener::start(&ctx.server, channel(&free, "head:1").into_bytes());
+    let got = ctx.client.fair_lock(&free).try_lock_for(ms(300)).unwrap();
+    assert!(got.is_none(), "the lock is promised to the head");
+    crate::support::sleep(ms(100));
+    assert!(
+        promised.messages().is_empty(),
+        "woken by a waiter behind it"
+    );
+}

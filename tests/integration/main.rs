@@ -7,6 +7,7 @@ mod acl;
 mod bad_input;
 mod clock;
 mod cluster;
+mod combining;
 mod config_bounds;
 mod fair_lock;
 mod faults;
@@ -50,5 +51,7 @@ mod watchdog_threads;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_sync;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "tls")]
 mod tls;

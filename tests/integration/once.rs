@@ -659,6 +659,14 @@ fn a_runner_that_lost_its_key_cannot_record(server: &RedisServer) {
         panic!("first caller runs");
     };
     let _: i64 = server.cmd("DEL", &[key.as_bytes()]);
+    // The next renewal tells the runner; its guard says so.
+    assert!(wait_until(TEST_WATCHDOG, || late.is_lost()), "never told");
+    assert!(late.check().unwrap_err().is_lock_lost());
+    let shown = format!("{late:?}");
+    assert!(
+        shown.starts_with("OnceGuard") && shown.contains(&key) && shown.contains("lost: true"),
+        "{shown}"
+    );
     let Once::Run(fresh) = b.once(&key, DAY).unwrap() else {
         panic!("the key is free again");
     };
@@ -712,7 +720,9 @@ fn bad_inputs_are_clear_errors(server: &RedisServer) {
         "nothing written"
     );
 
-    // A huge outcome is refused and the run abandoned; the limit itself is fine.
+    // A huge outcome is refused and the run abandoned; the limit itself (1
+    // MiB, as documented) is fine.
+    assert_eq!(MAX_OUTCOME_LEN, 1 << 20);
     let Once::Run(run) = c.once(&key, DAY).unwrap() else {
         panic!("first caller runs");
     };
@@ -1407,4 +1417,41 @@ exit "${JOB_EXIT:-0}"
         assert_eq!(run(no_cmd).code, Some(64));
         assert!(runs(&runs_file).is_empty(), "nothing ran");
     }
+}
+
+/// A claim asking for replica acknowledgement: with one replica, a claim
+/// that needs one acknowledgement runs; one that needs two is undone (the
+/// key is free again) and reported as `NotReplicated`.
+#[test]
+fn a_claim_runs_only_when_enough_replicas_acknowledged_it() {
+    // No diskless-sync delay: the replica syncs at once.
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let info: String = replica.cmd("INFO", &[b"replication"]);
+            info.contains("master_link_status:up")
+        }),
+        "the replica never synced"
+    );
+    let one = test_builder(&master.url())
+        .min_replica_acks(1)
+        .build()
+        .unwrap();
+    let key = unique_name("once-acked");
+    let Once::Run(run) = one.once(&key, DAY).unwrap() else {
+        panic!("one replica acknowledged the claim");
+    };
+    run.complete(b"acked").unwrap();
+
+    let two = test_builder(&master.url())
+        .min_replica_acks(2)
+        .replica_ack_timeout(ms(100))
+        .build()
+        .unwrap();
+    let key = unique_name("once-short");
+    let err = two.once(&key, DAY).unwrap_err();
+    assert!(err.is_not_replicated(), "{err:?}");
+    assert!(!master.exists(&key), "the claim was undone");
 }

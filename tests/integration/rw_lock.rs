@@ -32,6 +32,7 @@ fn rw1_rw2_read_write_lock_bed() {
     let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     layout_reentry_and_downgrade(&ctx);
+    the_key_lives_as_long_as_its_longest_read_hold(&ctx);
     readers_share_and_writers_exclude(&ctx);
     upgrade_is_refused_and_bad_input_is_reported(&ctx);
     interop_foreign_reader_blocks_our_writer_until_its_release(&ctx);
@@ -106,6 +107,61 @@ fn layout_reentry_and_downgrade(ctx: &TestContext) {
     assert_eq!(got[1], b"1".to_vec(), "write release publishes 1: {got:?}");
     let info = rw.read().inspect().unwrap();
     assert!(!info.is_held());
+
+    // Reading while writing, the read side goes first: the write side
+    // stays, and nobody else gets in.
+    let w = rw.write().lock().unwrap();
+    let r = rw.read().try_lock().unwrap().expect("a writer may read");
+    r.unlock().unwrap();
+    let mode: String = ctx.server.cmd("HGET", &[name.as_bytes(), b"mode"]);
+    assert_eq!(mode, "write", "the write side stays");
+    assert!(other.read().try_lock().unwrap().is_none(), "still written");
+    w.unlock().unwrap();
+    assert_eq!(ctx.server.cmd::<i64>("EXISTS", &[name.as_bytes()]), 0);
+}
+
+/// The lock key lives as long as its longest read hold: the first grant
+/// sets its expiry, a reader with a longer lease extends it, one with a
+/// shorter lease never shortens it.
+fn the_key_lives_as_long_as_its_longest_read_hold(ctx: &TestContext) {
+    let other = ctx.other_client();
+    let lease = TEST_WATCHDOG.as_millis() as i64;
+    let name = unique_name("rw-lease-first");
+    let first = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > lease - 300 && pttl <= lease,
+        "first read hold: PTTL {pttl}"
+    );
+    drop(first);
+
+    let read = |client: &redguard::Client, name: &str, lease: u64| {
+        client
+            .read_write_lock(name)
+            .with_lease(ms(lease))
+            .read()
+            .lock()
+            .unwrap()
+    };
+    let name = unique_name("rw-lease-longer");
+    let short = read(&ctx.client, &name, 1_000);
+    let long = read(&other, &name, 10_000);
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 9_000,
+        "a longer read hold extends the key: PTTL {pttl}"
+    );
+    drop((long, short));
+
+    let name = unique_name("rw-lease-shorter");
+    let long = read(&ctx.client, &name, 10_000);
+    let short = read(&other, &name, 1_000);
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 9_000,
+        "a shorter read hold shortens the key: PTTL {pttl}"
+    );
+    drop((short, long));
 }
 
 fn readers_share_and_writers_exclude(ctx: &TestContext) {
@@ -526,4 +582,35 @@ fn rw1_two_processes_of_readers_and_writers(ctx: &TestContext) {
     assert_eq!(value, writes, "no write was lost");
     assert!(max_readers > 1, "readers really share: max {max_readers}");
     assert!(wait_until(Duration::from_secs(5), || child.wait_success(ms(10))));
+}
+
+/// Waiters of either side sleep until the holder's lease ends: the holder's
+/// fixed lease runs out (no message comes) and the waiter, whose poll
+/// interval is 10 s, gets in right after it.
+#[test]
+fn rw_waiters_sleep_until_the_holders_lease_ends() {
+    let ctx = TestContext::new();
+    let holder = ctx.other_client();
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for (held, wanted) in [("write", "read"), ("read", "write")] {
+        let name = unique_name("rw-ttl");
+        let rw = holder.read_write_lock(&name).with_lease(ms(500));
+        let side = |rw: &redguard::ReadWriteLock, s: &str| {
+            if s == "read" { rw.read() } else { rw.write() }
+        };
+        let _held = side(&rw, held).lock().unwrap();
+        let started = Instant::now();
+        let got = side(&waiter.read_write_lock(&name), wanted)
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap();
+        let waited = started.elapsed();
+        assert!(got.is_some(), "{wanted} behind {held}: never acquired");
+        assert!(
+            waited < ms(500 + 400),
+            "{wanted} behind {held}: acquired after {waited:?}"
+        );
+    }
 }

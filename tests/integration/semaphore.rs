@@ -432,3 +432,110 @@ fn expiring_semaphore_delete_resets_counter_and_leases() {
     ));
     assert!(ctx.server.exists(&name), "left untouched");
 }
+
+/// An expiry set on an expiring semaphore's counter (Redisson's `expire`)
+/// is lent to its permit leases by every grant, so both keys go together.
+#[test]
+fn an_expiring_counter_lends_its_expiry_to_the_permit_leases() {
+    let ctx = TestContext::new();
+    let name = unique_name("exp-ttl");
+    let sem = ctx.client.expiring_semaphore(&name);
+    assert!(sem.try_set_permits(2).unwrap());
+    let _: i64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"60000"]);
+    let permit = sem.acquire().unwrap();
+    let pttl = ctx.server.pttl(format!("{{{name}}}:timeout"));
+    assert!(pttl > 50_000 && pttl <= 60_000, "permit leases PTTL {pttl}");
+    permit.release().unwrap();
+}
+
+/// A released permit wakes a waiter at once, for both kinds: the waiter
+/// polls every 20 s and the holder's lease is 30 s, so only the release's
+/// message can let it in within half a second.
+#[test]
+fn a_release_wakes_a_waiting_acquirer_of_either_kind() {
+    let ctx = TestContext::new();
+    let holder = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiter = deaf_client(&ctx.server.url());
+    // Waiting, and its channel subscribed on the server (a registered
+    // waiter's subscription may still be on its way on a loaded machine).
+    let subscribed = |name: &str| {
+        let channel = format!("redisson_sc:{{{name}}}");
+        let counts: Vec<(String, i64)> = ctx
+            .server
+            .cmd("PUBSUB", &[&b"NUMSUB"[..], channel.as_bytes()]);
+        waiter.stats().waiters == 1 && counts.first().is_some_and(|(_, n)| *n == 1)
+    };
+
+    let name = unique_name("exp-wake");
+    assert!(holder.expiring_semaphore(&name).try_set_permits(1).unwrap());
+    let permit = holder.expiring_semaphore(&name).acquire().unwrap();
+    let sem = waiter.expiring_semaphore(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = sem.try_acquire_for(Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || subscribed(&name)));
+    let released = Instant::now();
+    permit.release().unwrap();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "expiring: never acquired");
+    let woken = at.saturating_duration_since(released);
+    assert!(woken < ms(500), "expiring: woken after {woken:?}");
+
+    let name = unique_name("plain-wake");
+    assert!(holder.semaphore(&name).try_set_permits(1).unwrap());
+    let permit = holder.semaphore(&name).acquire(1).unwrap();
+    let sem = waiter.semaphore(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = sem.try_acquire_for(1, Duration::from_secs(10)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || subscribed(&name)));
+    let released = Instant::now();
+    permit.release().unwrap();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "plain: never acquired");
+    let woken = at.saturating_duration_since(released);
+    assert!(woken < ms(500), "plain: woken after {woken:?}");
+}
+
+/// The renewal of an expiring permit reports it lost at once when its
+/// lease ended on the server's clock (an ended permit is never revived:
+/// any acquirer may count it back), and when a value of another type
+/// replaced the permit leases; both are seen at the next renewal (L/3),
+/// long before the lease runs out on the holder's clock.
+#[test]
+fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
+    let ctx = TestContext::new();
+    let bound = TEST_WATCHDOG / 3 + ms(400);
+    for how in ["ended", "wrong type"] {
+        let name = unique_name("exp-ended");
+        let sem = ctx.client.expiring_semaphore(&name);
+        assert!(sem.try_set_permits(1).unwrap());
+        let permit = sem.acquire().unwrap();
+        let timeouts = format!("{{{name}}}:timeout");
+        let started = Instant::now();
+        if how == "ended" {
+            let (secs, micros): (u64, u64) = ctx.server.cmd("TIME", &[]);
+            let past = (secs * 1000 + micros / 1000 - 1_000).to_string();
+            let _: i64 = ctx.server.cmd(
+                "ZADD",
+                &[
+                    timeouts.as_bytes(),
+                    b"XX",
+                    past.as_bytes(),
+                    &permit.id().as_bytes()[..],
+                ],
+            );
+        } else {
+            let () = ctx.server.cmd("SET", &[timeouts.as_bytes(), b"not a zset"]);
+        }
+        assert!(wait_until(TEST_WATCHDOG * 2, || permit.is_lost()), "{how}");
+        let told = started.elapsed();
+        assert!(told <= bound, "{how}: told after {told:?} > {bound:?}");
+        drop(permit);
+    }
+}

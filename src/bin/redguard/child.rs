@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::{ExecArgs, OnLost};
-use crate::fail::{Failure, code};
+use crate::fail::{Failure, code, exit_status_code};
 use crate::out;
 use crate::relay::Relay;
 
@@ -149,16 +149,6 @@ pub(crate) fn lost_reason(args: &ExecArgs) -> String {
     }
 }
 
-/// CMD's status as a shell reports it: its exit code, or 128 + the signal
-/// that killed it.
-pub(crate) fn exit_status_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(signal)) => code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8),
-        (None, None) => code::SOFTWARE,
-    }
-}
-
 pub(crate) fn signal_exit(signal: i32) -> ExitCode {
     ExitCode::from(code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8))
 }
@@ -230,7 +220,7 @@ fn start_failure(_program: &OsStr, err: &io::Error) -> Failure {
 
 #[cfg(not(target_os = "linux"))]
 fn start_failure(program: &OsStr, err: &io::Error) -> Failure {
-    spawn_failure(program, err)
+    crate::fail::spawn_failure(program, err)
 }
 
 /// Checks that CMD can be found and run, as a shell would before running
@@ -266,13 +256,26 @@ pub(crate) fn preflight(program: &OsStr) -> Result<(), Failure> {
     Err(denied.unwrap_or_else(not_found))
 }
 
-pub(crate) fn spawn_failure(program: &OsStr, err: &io::Error) -> Failure {
-    let shown = program.to_string_lossy();
-    match err.kind() {
-        io::ErrorKind::NotFound => {
-            Failure::new(code::NOT_FOUND, format!("{shown}: command not found"))
-        }
-        _ => Failure::new(code::CANNOT_EXECUTE, format!("{shown}: cannot run: {err}")),
+/// Before the process exits (and takes the watchdog with it): waits for a
+/// release that met a failover and is being retried against the new
+/// master, at most `lease` (the retry ends by then anyway). Without this,
+/// a lock replicated to the new master would block every waiter until its
+/// lease ran out.
+pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
+    if client.stats().pending_releases == 0 {
+        return;
+    }
+    if !quiet {
+        out::warn(&format!(
+            "the release of {what} met a failover; retrying it against the new master \
+             (for at most {})",
+            humantime::format_duration(lease)
+        ));
+    }
+    if !client.await_releases(lease) && !quiet {
+        out::warn(&format!(
+            "could not release {what}; it frees itself when its lease runs out"
+        ));
     }
 }
 

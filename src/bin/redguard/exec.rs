@@ -16,7 +16,6 @@ use crate::out;
 use crate::relay::Relay;
 use crate::show;
 use crate::spinner::Spinner;
-use crate::status::describe_holder;
 
 /// Runs `redguard exec`.
 pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -134,7 +133,7 @@ fn finish(
     let client = guard.lock().client().clone();
     let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
     let released = guard.unlock();
-    await_release(
+    crate::child::await_release(
         &client,
         &format!("lock {}", show::name(name)),
         lease,
@@ -171,34 +170,11 @@ fn finish(
     }
 }
 
-/// Before the process exits (and takes the watchdog with it): waits for a
-/// release that met a failover and is being retried against the new
-/// master, at most `lease` (the retry ends by then anyway). Without this,
-/// a lock replicated to the new master would block every waiter until its
-/// lease ran out.
-pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
-    if client.stats().pending_releases == 0 {
-        return;
-    }
-    if !quiet {
-        out::warn(&format!(
-            "the release of {what} met a failover; retrying it against the new master \
-             (for at most {})",
-            humantime::format_duration(lease)
-        ));
-    }
-    if !client.await_releases(lease) && !quiet {
-        out::warn(&format!(
-            "could not release {what}; it frees itself when its lease runs out"
-        ));
-    }
-}
-
 /// The one-line message when the lock could not be had in time: the lock,
 /// its holder and the holder's remaining ttl.
 fn busy_message(lock: &Lock, name: &[u8]) -> String {
     let holder = match lock.inspect() {
-        Ok(info) if info.is_held() => describe_holder(&info),
+        Ok(info) if info.is_held() => show::describe_holder(&info),
         Ok(_) => "was busy, now free".to_owned(),
         Err(_) => "is busy (holder unknown: Redis did not answer)".to_owned(),
     };

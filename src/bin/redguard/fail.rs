@@ -1,7 +1,11 @@
 //! [`Failure`]: an error of the tool with its exit status, and the table of
 //! exit statuses (sysexits.h values where one fits).
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 /// Exit statuses of redguard itself. CMD's own status passes through
 /// unchanged, so these are chosen where shells and sysexits.h put tool
@@ -94,5 +98,27 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// CMD's status as a shell reports it: its exit code, or 128 + the signal
+/// that killed it.
+pub(crate) fn exit_status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(signal)) => code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8),
+        (None, None) => code::SOFTWARE,
+    }
+}
+
+/// The failure of starting CMD, with the exit code a shell gives it: 127
+/// when it is not found, 126 when it cannot run.
+pub(crate) fn spawn_failure(program: &OsStr, err: &io::Error) -> Failure {
+    let shown = program.to_string_lossy();
+    match err.kind() {
+        io::ErrorKind::NotFound => {
+            Failure::new(code::NOT_FOUND, format!("{shown}: command not found"))
+        }
+        _ => Failure::new(code::CANNOT_EXECUTE, format!("{shown}: cannot run: {err}")),
     }
 }

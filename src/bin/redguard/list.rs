@@ -12,7 +12,8 @@ use crate::cli::{ListArgs, SortBy};
 use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
-use crate::status::{expiry_fields, holder_json, holder_line, kind_word};
+use crate::show::expiry_fields;
+use crate::status::{holder_json, holder_line, kind_word};
 
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {

@@ -132,7 +132,7 @@ fn run_once(
     }
     if status != 0 && !args.record_failure {
         let abandoned = run.abandon();
-        crate::exec::await_release(
+        crate::child::await_release(
             &conn.client,
             &format!("run-once key {}", show::name(key)),
             conn.client.watchdog_timeout(),

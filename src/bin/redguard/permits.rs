@@ -142,7 +142,7 @@ fn finish(
     let id = permit.id().to_string();
     let released = permit.release();
     let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
-    crate::exec::await_release(
+    crate::child::await_release(
         client,
         &format!("permit {id} of semaphore {}", show::name(name)),
         lease,

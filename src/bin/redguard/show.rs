@@ -9,7 +9,8 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redguard::Ttl;
+use redguard::{LockInfo, LockKind, Ttl};
+use serde_json::{Value, json};
 
 /// A name for messages and text output: quoted and escaped.
 pub(crate) fn name(name: &[u8]) -> String {
@@ -74,6 +75,30 @@ pub(crate) fn unix_ms_in(d: Duration) -> u64 {
 /// A time as Unix ms (0 for times before 1970).
 pub(crate) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, ms)
+}
+
+/// One line naming the current holder(s) and the remaining ttl, for the
+/// spinner and the "busy" message.
+pub(crate) fn describe_holder(info: &LockInfo) -> String {
+    let ttl = ttl(info.ttl);
+    match (&info.kind, info.holders.as_slice()) {
+        (LockKind::Other { redis_type }, _) => {
+            format!("the key holds a {redis_type}, not a lock (ttl {ttl})")
+        }
+        (_, []) => format!("no holder recorded (ttl {ttl})"),
+        (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
+        (_, [(holder, _), rest @ ..]) => {
+            format!("held by {holder} and {} more (ttl {ttl})", rest.len())
+        }
+    }
+}
+
+/// `expires_in_ms` and `expires_at_unix_ms` of a key's remaining lifetime
+/// (both null for no key or no expiry).
+pub(crate) fn expiry_fields(ttl: Option<Ttl>, v: &mut Value) {
+    let left = ttl.and_then(Ttl::expires_in);
+    v["expires_in_ms"] = json!(left.map(ms));
+    v["expires_at_unix_ms"] = json!(left.map(unix_ms_in));
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use crossbeam_channel::{Sender, bounded};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::show;
-use crate::status::describe_holder;
 
 /// How often the holder shown is looked up again.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -48,7 +47,7 @@ impl Spinner {
                 bar.enable_steady_tick(Duration::from_millis(100));
                 loop {
                     let msg = match lock.inspect() {
-                        Ok(info) if info.is_held() => describe_holder(&info),
+                        Ok(info) if info.is_held() => show::describe_holder(&info),
                         Ok(_) => "free, acquiring".to_owned(),
                         Err(_) => "holder unknown (Redis did not answer)".to_owned(),
                     };

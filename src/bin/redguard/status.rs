@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use redguard::{LockInfo, LockKind, OnceStatus, Outcome, Ttl};
+use redguard::{LockInfo, LockKind, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
 use crate::cli::{StatusArgs, name_bytes};
@@ -67,22 +67,6 @@ fn exit_code(found: &Found) -> u8 {
         Found::Lock(info) if info.is_held() => 0,
         Found::Counter(counter) if counter.is_held() => 0,
         Found::Lock(_) | Found::Counter(_) | Found::Once(_) => FREE,
-    }
-}
-
-/// One line naming the current holder(s) and the remaining ttl, for the
-/// spinner and the "busy" message.
-pub(crate) fn describe_holder(info: &LockInfo) -> String {
-    let ttl = show::ttl(info.ttl);
-    match (&info.kind, info.holders.as_slice()) {
-        (LockKind::Other { redis_type }, _) => {
-            format!("the key holds a {redis_type}, not a lock (ttl {ttl})")
-        }
-        (_, []) => format!("no holder recorded (ttl {ttl})"),
-        (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
-        (_, [(holder, _), rest @ ..]) => {
-            format!("held by {holder} and {} more (ttl {ttl})", rest.len())
-        }
     }
 }
 
@@ -213,21 +197,13 @@ pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut 
     v["held_since_unix_ms"] = json!(info.held_since(holder).map(show::unix_ms));
 }
 
-/// `expires_in_ms` and `expires_at_unix_ms` of a key's remaining lifetime
-/// (both null for no key or no expiry).
-pub(crate) fn expiry_fields(ttl: Option<Ttl>, v: &mut Value) {
-    let left = ttl.and_then(Ttl::expires_in);
-    v["expires_in_ms"] = json!(left.map(show::ms));
-    v["expires_at_unix_ms"] = json!(left.map(show::unix_ms_in));
-}
-
 fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     let mut v = json!({
         "name": show::json_name(name),
         "kind": kind_word(&info.kind),
         "held": info.is_held(),
     });
-    expiry_fields(info.ttl, &mut v);
+    show::expiry_fields(info.ttl, &mut v);
     v["holders"] = info
         .holders
         .iter()

@@ -56,8 +56,8 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
 
-use crate::child::{exit_status_code, spawn_failure};
 use crate::fail::{Failure, code};
+use crate::fail::{exit_status_code, spawn_failure};
 use crate::out;
 use crate::tree;
 

@@ -86,7 +86,7 @@ impl Counter {
         } else {
             self.semaphore_json(name)
         };
-        crate::status::expiry_fields(self.ttl, &mut v);
+        show::expiry_fields(self.ttl, &mut v);
         v
     }
 

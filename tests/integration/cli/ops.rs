@@ -187,3 +187,62 @@ fn list_skips_other_keys_unless_all() {
         out.stdout
     );
 }
+
+/// `list` over 100,000 keys of which 10,000 are locks (one holder client
+/// with a record of 1,000 hold starts): under 5 s, every lock listed once.
+#[test]
+fn list_reads_100k_keys_with_10k_locks() {
+    let _heavy = crate::support::cpu_heavy();
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let uuid = "e605b3b7-3c5e-4d1a-9f00-1b2c3d4e5f60";
+    let record = format!("redguard:client:{{{uuid}}}");
+    let mut conn = ctx.server.conn();
+    for chunk in 0..10 {
+        let mut pipe = redis::pipe();
+        for i in chunk * 9_000..(chunk + 1) * 9_000 {
+            pipe.cmd("SET").arg(format!("filler:{i}")).arg("x").ignore();
+        }
+        for i in chunk * 1_000..(chunk + 1) * 1_000 {
+            let (name, holder) = (format!("job:{i}"), format!("{uuid}:{}", i % 8 + 1));
+            pipe.cmd("HSET").arg(&name).arg(&holder).arg(1).ignore();
+            pipe.cmd("PEXPIRE").arg(&name).arg(600_000).ignore();
+            if i < 1_000 {
+                pipe.cmd("HSET")
+                    .arg(&record)
+                    .arg(format!("hold:{holder}|{name}"))
+                    .arg(1_700_000_000_000u64)
+                    .ignore();
+            }
+        }
+        let () = pipe.query(&mut conn).unwrap();
+    }
+    let () = redis::cmd("HSET")
+        .arg(&record)
+        .arg(&[
+            "host", "bench", "pid", "1", "program", "bench", "version", "0",
+        ])
+        .query(&mut conn)
+        .unwrap();
+    let mut cmd = redguard(&url);
+    cmd.args(["list"]);
+    let start = Instant::now();
+    let out = Proc::spawn(cmd).wait(Duration::from_secs(30));
+    let took = start.elapsed();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let locks = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("\"job:"))
+        .count();
+    let recorded = out.stdout.matches("program \"bench\"; held for ").count();
+    let unknown = out.stdout.matches("held for unknown").count();
+    eprintln!(
+        "list: 100,000 keys, {locks} locks ({} with a hold start) in {took:?}",
+        recorded - unknown
+    );
+    assert_eq!(locks, 10_000);
+    assert_eq!((recorded, unknown), (10_000, 9_000));
+    // The 5 s goal is a speed figure (BENCHMARKS.md, `list`); a loaded
+    // 2-core machine misses it now and then, so it is printed, not asserted.
+}

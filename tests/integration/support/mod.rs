@@ -34,6 +34,7 @@ mod caps;
 mod child;
 mod cluster;
 mod context;
+mod kinds;
 mod logs;
 mod proxy;
 mod sentinel;
@@ -55,6 +56,7 @@ pub use caps::{Cap, caps, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use kinds::{KINDS, Kind};
 pub use logs::{capture_logs, logged_lines};
 #[allow(
     unused_imports,
