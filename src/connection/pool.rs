@@ -420,12 +420,13 @@ impl Pool {
 }
 
 /// The error of a connection that reached a replica where a master was
-/// expected: classified as `READONLY`, as a write to a replica would be.
+/// expected: classified as `READONLY`, as a write to a replica would be,
+/// and worded as Redis words that refusal.
 fn not_master(addr: &str) -> Error {
     Error::redis(redis::RedisError::from((
         redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
         "not a master",
-        format!("{addr} answers ROLE as a replica"),
+        format!("{addr} is a read only replica (its ROLE), not the master"),
     )))
 }
 

@@ -788,6 +788,10 @@ fn e3_demoted_old_master(bed: &mut SentinelBed) {
         .unwrap_or_else(|| panic!("E3: no +switch-master\n{}", bed.logs()));
     let new = bed.wait_new_master(old, ms(10_000)).unwrap();
     assert_eq!(new, switch.new_port);
+    // From here on the old master answers again: the client's background
+    // connections (watchdog, holder records) may meet the demotion before
+    // the lock call below does; either way it is learned as READONLY.
+    let before = logged_lines().len();
     bed.node(old).sigcont();
     // Demoted at once, before any sentinel gets to it (sentinels would
     // also kill its clients' connections): those stay open.
@@ -798,7 +802,6 @@ fn e3_demoted_old_master(bed: &mut SentinelBed) {
         .unwrap();
     assert_eq!(bed.role_of(old).as_deref(), Some("slave"));
 
-    let before = logged_lines().len();
     let guard = lock
         .try_lock_for(ms(3000))
         .unwrap()
