@@ -17,7 +17,7 @@ use crate::support::{KINDS, Kind, RedisServer, ms, test_builder, unique_name, wa
 
 /// One key's type, content and `PTTL`.
 #[derive(Debug, Clone, PartialEq)]
-struct KeyState {
+pub(crate) struct KeyState {
     kind: String,
     content: Vec<Vec<u8>>,
     pttl: i64,
@@ -25,7 +25,7 @@ struct KeyState {
 
 /// Every key whose name contains `name` (names here are fixed-width, so
 /// none is part of another): the lock, its queue, counters, timeout keys.
-fn snapshot(conn: &mut redis::Connection, name: &str) -> BTreeMap<Vec<u8>, KeyState> {
+pub(crate) fn snapshot(conn: &mut redis::Connection, name: &str) -> BTreeMap<Vec<u8>, KeyState> {
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
         .arg(format!("*{name}*"))
         .query(conn)
@@ -85,7 +85,7 @@ fn snapshot(conn: &mut redis::Connection, name: &str) -> BTreeMap<Vec<u8>, KeySt
 /// `Err(reason)` unless `after` has the same keys and contents as
 /// `before`, and every expiry only ran down (by less than `slack`), never
 /// moved.
-fn unchanged(
+pub(crate) fn unchanged(
     before: &BTreeMap<Vec<u8>, KeyState>,
     after: &BTreeMap<Vec<u8>, KeyState>,
     slack: Duration,

@@ -100,3 +100,64 @@ fn c3_a_lost_grant_is_undone_before_the_call_returns_for_every_kind() {
         "lost grants not undone: {not_undone:#?}"
     );
 }
+
+/// A lost reply to a busy attempt: the script ran and found the lock held
+/// by B, the reply was garbled, and the undo of a grant that did not happen
+/// leaves B's lock (its fields, its expiry, the queue, the permits) as it
+/// was, for every kind.
+#[test]
+fn c3_a_lost_busy_reply_leaves_the_holders_lock_alone_for_every_kind() {
+    use crate::holder_checks::{snapshot, unchanged};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let a = test_builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let b = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let prefix = unique_name("c3b");
+    let mut conn = server.conn();
+    let mut changed = Vec::new();
+    for kind in KINDS {
+        let name = format!("{prefix}-{kind:?}");
+        let warm = format!("{prefix}-{kind:?}-warm");
+        if let Kind::Permit = kind {
+            for n in [&name, &warm] {
+                assert!(a.expiring_semaphore(n).try_set_permits(1).unwrap());
+            }
+        }
+        assert!(acquire(&a, kind, &warm).unwrap());
+        // B holds it (a run-once claim it keeps running).
+        let _held: Box<dyn std::any::Any> = match kind {
+            Kind::Permit => Box::new(b.expiring_semaphore(&name).acquire().unwrap()),
+            Kind::Once => match b.once(&name, Duration::from_secs(60)).unwrap() {
+                Once::Run(g) => Box::new(g),
+                other => panic!("{other:?}"),
+            },
+            Kind::Reentrant => Box::new(b.lock(&name).lock().unwrap()),
+            Kind::Fair => Box::new(b.fair_lock(&name).lock().unwrap()),
+            Kind::Fenced => Box::new(b.fenced_lock(&name).lock().unwrap()),
+            Kind::Read => Box::new(b.read_write_lock(&name).write().lock().unwrap()),
+            Kind::Write => Box::new(b.read_write_lock(&name).read().lock().unwrap()),
+        };
+        let t = std::time::Instant::now();
+        let before = snapshot(&mut conn, &name);
+        proxy.fault_replies_to(name.as_bytes(), ReplyFault::Garbage, 1);
+        let err = acquire(&a, kind, &name).unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::Protocol(_)),
+            "{kind:?}: {err:?}"
+        );
+        let after = snapshot(&mut conn, &name);
+        if let Err(e) = unchanged(&before, &after, t.elapsed() + crate::support::ms(2)) {
+            changed.push(format!("{kind:?}: {e}"));
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "the holder's lock changed: {changed:#?}"
+    );
+}

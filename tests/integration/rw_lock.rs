@@ -614,3 +614,69 @@ fn rw_waiters_sleep_until_the_holders_lease_ends() {
         );
     }
 }
+
+/// The key of a read-write lock never runs out before its longest hold: a
+/// write re-entry sets the lease again, but one with a shorter lease does
+/// not shorten the key below the outer hold's; a read renewal does not
+/// shorten it below another reader's longer hold. A hash that is not a read-write lock
+/// (a reentrant lock of the same name) is `WrongType` for either side.
+#[test]
+fn rw_the_key_outlives_every_hold_and_a_foreign_hash_is_wrong_type() {
+    let ctx = TestContext::new();
+    let other = ctx.other_client();
+
+    let name = unique_name("rw-reenter-cut");
+    let rw = ctx.client.read_write_lock(&name).with_lease(ms(5_000));
+    let w = rw.write().lock().unwrap();
+    let _: i64 = ctx.server.cmd("PEXPIRE", &[name.as_bytes(), b"200"]);
+    let again = rw.write().lock().unwrap();
+    let pttl = ctx.server.pttl(&name);
+    assert!(pttl > 4_000, "a write re-entry left PTTL {pttl}");
+    drop((again, w));
+
+    let name = unique_name("rw-reenter-shorter");
+    let rw = ctx.client.read_write_lock(&name);
+    let w = rw.with_lease(ms(10_000)).write().lock().unwrap();
+    let again = rw.with_lease(ms(1_000)).write().lock().unwrap();
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 9_000,
+        "a shorter write re-entry shortened the key: PTTL {pttl}"
+    );
+    drop((again, w));
+
+    let name = unique_name("rw-renew");
+    let long = other
+        .read_write_lock(&name)
+        .with_lease(ms(10_000))
+        .read()
+        .lock()
+        .unwrap();
+    let renewed = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let before = ctx.client.stats().renewals;
+    assert!(wait_until(TEST_WATCHDOG * 2, || ctx
+        .client
+        .stats()
+        .renewals
+        >= before + 2));
+    let pttl = ctx.server.pttl(&name);
+    assert!(
+        pttl > 8_000,
+        "a read renewal shortened the key: PTTL {pttl}"
+    );
+    drop((renewed, long));
+
+    let name = unique_name("rw-foreign");
+    let _held = other.lock(&name).lock().unwrap();
+    let before: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    let rw = ctx.client.read_write_lock(&name);
+    for side in [rw.read(), rw.write()] {
+        let err = side.try_lock().unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::WrongType { .. }),
+            "{side:?}: {err:?}"
+        );
+    }
+    let after: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
+    assert_eq!(before, after, "the foreign lock was touched");
+}
