@@ -1,7 +1,7 @@
 -- notify(channel, message): publish a message for the waiters of every client generation.
 -- Put before the text of every script that wakes waiters, after a first line
--- `local cluster = true` or `local cluster = false` (the client knows its deployment); the
--- scripts call it instead of PUBLISH.
+-- `local cluster, always_classic = <bool>, <bool>` (the client knows its deployment and its
+-- setting); the scripts call it instead of PUBLISH.
 --
 -- Outside a Cluster: classic PUBLISH, always (waiters may listen on a replica, as Redisson's
 -- `subscriptionMode = SLAVE` does, where this node cannot count them; the publish is cheap).
@@ -9,9 +9,11 @@
 -- On a Cluster:
 --   SPUBLISH, always: it reaches this shard only (this master and its replicas), where
 --   Redisson 3.2x and redguard's own waiters SSUBSCRIBE.
---   PUBLISH only when a client of this node listens on the channel with SUBSCRIBE (older
---   Redisson subscribes on the master of the channel's slot, which is this node): a Cluster
---   forwards every classic message to every node, which cost more than the rest of an unlock.
+--   PUBLISH when `always_classic` (ClassicPublish::Always: Java waiters without sharded pub/sub
+--   may SUBSCRIBE on a replica, which this node cannot count), else only when a client of this
+--   node listens on the channel with SUBSCRIBE (older Redisson subscribes on the master of the
+--   channel's slot, which is this node): a Cluster forwards every classic message to every
+--   node, which cost more than the rest of an unlock.
 --   Without sharded pub/sub (Redis < 7, or an ACL without SPUBLISH) or without a readable
 --   subscriber count, classic PUBLISH is sent always, as outside a Cluster.
 local function notify(channel, message)
@@ -20,7 +22,7 @@ local function notify(channel, message)
         return
     end
     local sharded = redis.pcall('spublish', channel, message)
-    if type(sharded) == 'table' and sharded.err then
+    if always_classic or (type(sharded) == 'table' and sharded.err) then
         redis.call('publish', channel, message)
         return
     end

@@ -4,16 +4,18 @@
 -- KEYS[2]  permit leases "{name}:timeout": a zset of permit id -> lease end (ms epoch)
 -- KEYS[3]  the semaphore's channel "redisson_sc:{name}"
 -- ARGV[1]  lease in milliseconds
--- ARGV[2..n]  the ids of the permits to take (16 random bytes each), one per permit
+-- ARGV[2]  tolerated clock skew in milliseconds (0: none), against other clients that stamp lease
+--          ends with their own clocks (Redisson does)
+-- ARGV[3..n]  the ids of the permits to take (16 random bytes each), one per permit
 --
--- Lease ends come from this server's clock (TIME). Permits whose lease has ended (their holder
--- died or stopped renewing) are first given back to the counter, and the new count published.
--- Then, when enough permits are available, all n - 1 are taken at once, each recorded under its
--- id with the end of its lease.
+-- Lease ends come from this server's clock (TIME). Permits whose lease ended more than the skew
+-- ago (their holder died or stopped renewing) are first given back to the counter, and the new
+-- count published. Then, when enough permits are available, all n - 2 are taken at once, each
+-- recorded under its id with the end of its lease plus the skew.
 --
 -- Returns  {1}       taken
---          {0, ms}   not enough permits: ms = time until the earliest lease ends (-1: no lease
---                    recorded, or the semaphore was never set)
+--          {0, ms}   not enough permits: ms = time until the earliest lease can be taken back
+--                    (-1: no lease recorded, or the semaphore was never set)
 -- Errors   WRONGTYPE when KEYS[1] holds a value that is not a permit count, or KEYS[2] is not a
 --          zset; both are left untouched.
 redis.replicate_commands()
@@ -23,7 +25,8 @@ local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) == nil then
     return redis.error_reply('WRONGTYPE the value at this key is not a permit count')
 end
-local ended = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1000)
+local skew = tonumber(ARGV[2])
+local ended = redis.call('zrangebyscore', KEYS[2], 0, now - skew, 'limit', 0, 1000)
 if #ended > 0 then
     for _, id in ipairs(ended) do
         redis.call('zrem', KEYS[2], id)
@@ -33,11 +36,11 @@ if #ended > 0 then
         notify(KEYS[3], value)
     end
 end
-local wanted = #ARGV - 1
+local wanted = #ARGV - 2
 if value ~= false and tonumber(value) >= wanted then
     redis.call('decrby', KEYS[1], wanted)
-    local ends = now + tonumber(ARGV[1])
-    for i = 2, #ARGV do
+    local ends = now + tonumber(ARGV[1]) + skew
+    for i = 3, #ARGV do
         redis.call('zadd', KEYS[2], ends, ARGV[i])
     end
     local ttl = redis.call('pttl', KEYS[1])
@@ -48,6 +51,6 @@ if value ~= false and tonumber(value) >= wanted then
 end
 local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
 if first[1] ~= nil then
-    return {0, math.max(tonumber(first[2]) - now, 0)}
+    return {0, math.max(tonumber(first[2]) + skew - now, 0)}
 end
 return {0, -1}

@@ -2,7 +2,8 @@
 -- must live on one server (for a cluster: in one slot).
 --
 -- KEYS[i]     permit leases "{name}:timeout" of the i-th renewal (zset: id -> lease end, ms epoch)
--- ARGV[2i-1]  new lease in milliseconds, counted from now (this server's clock)
+-- ARGV[2i-1]  new lease in milliseconds, counted from now (this server's clock), plus the
+--             tolerated clock skew (see permit_acquire.lua)
 -- ARGV[2i]    the permit id
 --
 -- A permit whose lease already ended is not revived: any acquirer may have counted it back.

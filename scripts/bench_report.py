@@ -4,6 +4,7 @@ and an SVG chart. Standard library only.
 
     python3 scripts/bench_report.py OUT_DIR RUN_DIR [RUN_DIR ...]
     python3 scripts/bench_report.py --merge RUN_DIR
+    python3 scripts/bench_report.py --servers OUT.md OUT_DIR [OUT_DIR ...]
 
 Each RUN_DIR holds one repetition: redguard.json and floor.json (raw driver
 JSON of benches/bench, the shared peers format) and meta.json; the first
@@ -13,7 +14,9 @@ S2 handoff / release-to-other / overlap rules), so rows are comparable with
 the peers report.
 
 Writes OUT_DIR/results.json, OUT_DIR/results.md (also printed) and
-OUT_DIR/bench.svg.
+OUT_DIR/bench.svg. With --servers, reads the results.json of one OUT_DIR
+per server (`scripts/bench --servers`) and writes one table, a row per
+server, every ratio to the floor on the same server.
 """
 import json
 import math
@@ -268,9 +271,52 @@ def merge(d):
             json.dump(merged, f)
 
 
+def servers(out_md, out_dirs):
+    """One S1/S2/S3 row per server: A/B ratios for S1 and S3, S2 beside the
+    floor's S2 on the same server."""
+    md = ["| server | load | S1 redguard / floor, A/B (p25–p75) | S1 cyc/s redguard / floor "
+          "| S2 acq/s redguard / floor | S2 rel→other ms p50 / p99 redguard (floor) "
+          "| S2 overlaps / fails | S3 redguard / floor, A/B (p25–p75) | S3 cyc/s redguard / floor |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for d in out_dirs:
+        r = load(os.path.join(d, "results.json"))
+        if not r:
+            md.append(f"| {os.path.basename(d)} | no results |||||||")
+            continue
+        host = get(r, "meta", "host") or {}
+        name = host.get("server", os.path.basename(d))
+        version = (host.get("server_version") or "").split(" sha=")[0].replace(" server v=", " ")
+        run = r["runs"][0]
+        g2, f2 = run["redguard"]["s2"] or {}, run["floor"]["s2"] or {}
+        ab = r.get("ab") or {}
+        def abr(k):
+            x = (ab.get(k) or {}).get("ratio")
+            return "–" if not x else f"{x['median']:.3f} ({x['p25']:.3f}–{x['p75']:.3f})"
+        def abc(k):
+            x = ab.get(k) or {}
+            if "redguard_cps" not in x:
+                return "–"
+            return f"{x['redguard_cps']['median']:,.0f} / {x['floor_cps']['median']:,.0f}"
+        ms = lambda v: "–" if v is None else f"{v / 1000:,.2f}"
+        loads = run.get("loadavg", {})
+        load_ab = " ".join((loads.get("ab") or ["?"])[:1])
+        md.append(
+            f"| {name} ({version}) | {load_ab} | {abr('s1')} | {abc('s1')} "
+            f"| {fmt(g2.get('acquisitions_per_s'))} / {fmt(f2.get('acquisitions_per_s'))} "
+            f"| {ms(g2.get('release_to_other_p50_us'))} / {ms(g2.get('release_to_other_p99_us'))} "
+            f"({ms(f2.get('release_to_other_p50_us'))} / {ms(f2.get('release_to_other_p99_us'))}) "
+            f"| {g2.get('overlaps', '–')} / {g2.get('acquire_failures', '–')} "
+            f"| {abr('s3')} | {abc('s3')} |")
+    with open(out_md, "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
 def main():
     if sys.argv[1] == "--merge":
         merge(sys.argv[2])
+        return
+    if sys.argv[1] == "--servers":
+        servers(sys.argv[2], sys.argv[3:])
         return
     out_dir, run_dirs = sys.argv[1], sys.argv[2:]
     runs, raws = [], []

@@ -11,9 +11,11 @@ use crate::config::{Builder, Config};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
+use crate::hooks::Hooks;
 use crate::latch::CountDownLatch;
 use crate::lease::Counters;
 use crate::lock::{Lock, ReadWriteLock};
+use crate::record::{self, HolderRecord, RecordSpec};
 use crate::semaphore::{ExpiringSemaphore, Semaphore};
 use crate::subscriber::Subscriber;
 use crate::watchdog;
@@ -53,6 +55,7 @@ pub(crate) struct Shared {
     source: Arc<Source>,
     subscriber: OnceLock<Option<Subscriber>>,
     counters: Arc<Counters>,
+    hooks: Arc<Hooks>,
     shut_down: AtomicBool,
 }
 
@@ -93,9 +96,20 @@ pub struct Stats {
     /// Redis as script calls of at most [`Builder::renew_batch`] renewals,
     /// up to 16 calls per round trip.
     pub renewal_round_trips: u64,
-    /// Watchdog wake-ups that renewed at least one of this client's leases.
+    /// Watchdog wake-ups that renewed at least one of this client's leases
+    /// (or looked up one of its fixed-lease read holds).
     /// Each sends at most ⌈due / renew batch⌉ script calls per server.
     pub renewal_ticks: u64,
+    /// Releases (of locks, permits, run-once claims) and other operations
+    /// on held leases that met a failover and are being retried by the
+    /// watchdog (see [`Client::await_releases`]).
+    pub pending_releases: usize,
+    /// Round trips that carried nothing but holder-record writes (see
+    /// [`Builder::holder_record`]): the first write of a record on each
+    /// server, a refresh every third of the lease while the client renews
+    /// nothing there, and hold start times that could not wait for a
+    /// renewal. Refreshes otherwise ride on renewal round trips.
+    pub record_round_trips: u64,
 }
 
 impl Client {
@@ -142,16 +156,31 @@ impl Client {
     }
 
     fn from_config(config: Config) -> Result<Client> {
-        let source = Source::open(&config.deployment, &config.connect_options())?;
+        let id = ClientId::new_random();
+        let name: Arc<str> = format!("redguard-{}", &record::client_text(&id)[..8]).into();
+        let source = Source::open(&config.deployment, &config.connect_options(Some(name)))?;
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
+        crate::metrics::register();
+        let hooks = Arc::new(Hooks {
+            on_lost: config.on_lease_lost.clone(),
+            metrics_names: config.metrics_lock_names,
+            record: config.holder_record.then(|| {
+                Arc::new(RecordSpec::new(
+                    &id,
+                    config.program.as_deref(),
+                    config.watchdog_timeout,
+                ))
+            }),
+        });
         Ok(Client {
             shared: Arc::new(Shared {
-                id: ClientId::new_random(),
+                id,
                 config,
                 source: Arc::new(source),
                 subscriber: OnceLock::new(),
                 counters: Arc::new(Counters::default()),
+                hooks,
                 shut_down: AtomicBool::new(false),
             }),
         })
@@ -253,6 +282,51 @@ impl Client {
         HolderId::current(self.shared.id)
     }
 
+    /// The holder records of the client whose id is `client` (the text of
+    /// a [`ClientId`], the first part of its holder ids): one from a single
+    /// server or Sentinel, one per master where it holds something on a
+    /// Cluster; empty when it keeps none (a Java client, records off, or a
+    /// client gone for longer than its lease). See
+    /// [`Builder::holder_record`]. Reads only: one round trip per master.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `client` is not a client id (a UUID),
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// for record in client.holder_records("e605b3b7-3c5e-4d1a-9f00-1b2c3d4e5f60")? {
+    ///     println!("{} pid {:?} runs {}", record.host, record.pid, record.program);
+    ///     for hold in &record.holds {
+    ///         println!("  holds {:?} since {:?}", String::from_utf8_lossy(&hold.name), hold.since);
+    ///     }
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn holder_records(&self, client: &str) -> Result<Vec<HolderRecord>> {
+        self.check_open()?;
+        let id = uuid::Uuid::parse_str(client)
+            .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
+        record::records_of(&self.shared.source, &id.hyphenated().to_string())
+    }
+
+    /// The Redis server's clock (`TIME`; on a Cluster, one master's), the
+    /// clock of holder records and fair-lock deadlines. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    pub fn server_time(&self) -> Result<std::time::SystemTime> {
+        self.check_open()?;
+        let reply: redis::Value = self.with_conn(b"redguard", |conn| {
+            redis::cmd("TIME").query(conn).map_err(Error::redis)
+        })?;
+        record::server_time(&reply)
+    }
+
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_timeout(&self) -> Duration {
         self.shared.config.watchdog_timeout
@@ -279,7 +353,36 @@ impl Client {
                 .renewal_round_trips
                 .load(Ordering::Relaxed),
             renewal_ticks: self.shared.counters.renewal_ticks.load(Ordering::Relaxed),
+            pending_releases: self.shared.counters.retries.get(),
+            record_round_trips: self
+                .shared
+                .counters
+                .record_round_trips
+                .load(Ordering::Relaxed),
         }
+    }
+
+    /// Waits until no release of this client is being retried, for at most
+    /// `timeout`; `true` when none is left.
+    ///
+    /// A release (of a lock, a permit, or a run-once claim, by
+    /// [`LockGuard::unlock`](crate::LockGuard::unlock),
+    /// [`PermitGuard::release`](crate::PermitGuard::release) or a guard's
+    /// drop) that fails because the master is gone or changing (a failover,
+    /// a restart: a connection error, `READONLY`, `MOVED`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `LOADING`, `TRYAGAIN`) returns `Ok(())` and is handed
+    /// to the watchdog, which retries it against the new master, with
+    /// growing pauses (10 ms up to 500 ms), until it goes through or the
+    /// lease is over (the key then expires by itself). Without this, a lock
+    /// replicated to the new master would block everyone until its lease
+    /// ran out. A process about to exit calls this first, bounded by its
+    /// longest lease, so that its pending releases are not lost with it:
+    /// `redguard exec` does.
+    ///
+    /// Each retry ends by its lease, so the wait is bounded by the longest
+    /// lease of the releases pending, whatever `timeout`.
+    pub fn await_releases(&self, timeout: Duration) -> bool {
+        self.shared.counters.retries.wait_none(timeout)
     }
 
     /// Shuts the client down: every thread waiting for a lock of this
@@ -336,9 +439,17 @@ impl Client {
         &self.shared.counters
     }
 
-    /// How this client's scripts publish unlock messages.
-    pub(crate) fn publish(&self) -> crate::scripts::Publish {
-        crate::scripts::Publish::on_cluster(self.shared.source.is_cluster())
+    pub(crate) fn hooks(&self) -> &Arc<Hooks> {
+        &self.shared.hooks
+    }
+
+    /// How this client's scripts publish the unlock messages of `key`
+    /// (see [`Source::publish_for`]), under its [`ClassicPublish`](crate::ClassicPublish) setting.
+    pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
+        self.shared
+            .source
+            .publish_for(key)
+            .with_classic(self.shared.config.interop.classic_publish)
     }
 
     /// Runs `op` on a connection to the server that owns `key`.
@@ -348,6 +459,18 @@ impl Client {
         op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
         self.shared.source.with_conn(key, op)
+    }
+
+    /// Runs `op` on a connection to the server that owns `key`, shared
+    /// with other threads when the client combines
+    /// ([`ConnectionMode::Combining`](crate::ConnectionMode::Combining)).
+    /// `op` must leave the connection as it found it.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.shared.source.with_shared_conn(key, op)
     }
 
     /// The subscriber, started on first use. `None` when its thread could

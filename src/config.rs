@@ -2,12 +2,16 @@
 //! `Builder::build` itself lives with the [`Client`](crate::Client) it makes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
+use crate::lost::{LostCallback, LostLease};
 use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
@@ -40,6 +44,45 @@ const MAX_POOL_SIZE: usize = 4096;
 /// call runs, so a huge batch would stall every client of the server.
 const MAX_RENEW_BATCH: usize = 10_000;
 
+/// How a client's lock calls use connections to a server
+/// ([`Builder::connection_mode`]).
+///
+/// Only the calls that acquire and release a lock combine: anything that
+/// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
+/// watchdog's pipelines, `WAIT` for replica acknowledgement, which
+/// [`Builder::min_replica_acks`] asks for) keeps using the
+/// pool. Sentinel and Cluster deployments stay exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ConnectionMode {
+    /// Each call takes a pooled connection ([`Builder::pool_size`]) for
+    /// itself: one write and one read per command. The best for a few
+    /// threads, and what a single thread gets in either mode.
+    #[default]
+    Exclusive,
+    /// Threads share `connections` connections (each thread keeps to one).
+    /// Commands that threads send at the same moment on one connection go
+    /// out in one write, and their replies come back in one read: Redis
+    /// pays one pair of system calls for the lot. No thread is started: the
+    /// first thread to find the connection idle writes and reads for the
+    /// others, which wait for their replies.
+    ///
+    /// Each call still waits at most the response timeout for its reply,
+    /// counted from when it was queued (plus the connect timeout while the
+    /// shared connection is being made, as for a pooled one). A call that
+    /// is still queued at its deadline is taken back unsent
+    /// ([`Error::Timeout`]); one sent whose reply is late, or whose
+    /// connection broke, has an unknown outcome, handled as on a connection
+    /// of its own (an acquire is undone). A shared connection that breaks
+    /// before its first reply is tried once more on a fresh one, as a
+    /// pooled connection is.
+    Combining {
+        /// Shared connections, 1 ..= 4096 (beside the pool, which the
+        /// calls that do not combine still use).
+        connections: usize,
+    },
+}
+
 /// Configuration of a [`Client`](crate::Client), made by
 /// [`Client::builder`](crate::Client::builder).
 ///
@@ -55,10 +98,17 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
+/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
 /// | [`release_on_shutdown`](Builder::release_on_shutdown) | `true` | |
+/// | [`classic_publish`](Builder::classic_publish) | [`Auto`](crate::ClassicPublish::Auto) | |
+/// | [`permit_clock_skew`](Builder::permit_clock_skew) | 0 | 0 ..= 1 day |
+/// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
+/// | [`holder_record`](Builder::holder_record) | `true` | |
+/// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `build()`"]
@@ -67,6 +117,7 @@ pub struct Builder {
     /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
     cluster: Option<Vec<String>>,
     pool_size: usize,
+    connection_mode: ConnectionMode,
     watchdog_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -74,11 +125,17 @@ pub struct Builder {
     renew_batch: usize,
     release_on_shutdown: bool,
     fair_wait_timeout: Duration,
+    on_lease_lost: Option<LostCallback>,
+    holder_record: bool,
+    program: Option<String>,
+    metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
     pub(crate) sentinel: SentinelOptions,
     /// Replica acknowledgement: see `replicas` for its setters.
     pub(crate) acks: ReplicaAcks,
+    /// Mixed deployments with Redisson: see `interop` for its setters.
+    pub(crate) interop: Interop,
 }
 
 impl fmt::Debug for Builder {
@@ -88,6 +145,7 @@ impl fmt::Debug for Builder {
             .field("url_set", &self.url.is_some())
             .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
+            .field("connection_mode", &self.connection_mode)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -95,10 +153,15 @@ impl fmt::Debug for Builder {
             .field("renew_batch", &self.renew_batch)
             .field("release_on_shutdown", &self.release_on_shutdown)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("on_lease_lost", &self.on_lease_lost.is_some())
+            .field("holder_record", &self.holder_record)
+            .field("program", &self.program)
+            .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("sentinel", &self.sentinel)
             .field("acks", &self.acks)
+            .field("interop", &self.interop)
             .finish()
     }
 }
@@ -109,6 +172,7 @@ impl Default for Builder {
             url: None,
             cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
+            connection_mode: ConnectionMode::Exclusive,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -116,9 +180,14 @@ impl Default for Builder {
             renew_batch: DEFAULT_RENEW_BATCH,
             release_on_shutdown: true,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            on_lease_lost: None,
+            holder_record: true,
+            program: None,
+            metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
             acks: ReplicaAcks::default(),
+            interop: Interop::default(),
         }
     }
 }
@@ -163,6 +232,15 @@ impl Builder {
     /// extra). Default 16; must be at least 1.
     pub fn pool_size(mut self, size: usize) -> Builder {
         self.pool_size = size;
+        self
+    }
+
+    /// How lock calls use connections: each call on a pooled connection of
+    /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
+    /// calls combined into pipelines on a few shared connections
+    /// ([`ConnectionMode::Combining`]). See [`ConnectionMode`].
+    pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
+        self.connection_mode = mode;
         self
     }
 
@@ -233,6 +311,94 @@ impl Builder {
         self
     }
 
+    /// Calls `callback` once for every lease of this client that the
+    /// watchdog finds lost, with the lock's name and kind, the holder id,
+    /// when the loss was noticed and why ([`LostLease`]). Default: none
+    /// (the loss is logged as a warning either way, and the hold's guard
+    /// reports it from [`LockGuard::check`](crate::LockGuard::check)).
+    ///
+    /// * **Once per lost lease**, from the watchdog's own thread, never
+    ///   while redguard holds an internal lock: the callback may call
+    ///   redguard (look at the lock, take another one on another thread).
+    /// * **It must not block**: the same thread renews the leases of every
+    ///   client of the process. Hand slow work (paging someone, stopping a
+    ///   job) to a thread or a channel of your own. A panic in it is
+    ///   caught and logged.
+    /// * **Not called for a normal release**, nor for what the holder's
+    ///   own release finds: an unlock that answers
+    ///   [`Error::NotHeld`](crate::Error::NotHeld) tells the caller
+    ///   directly; nor when the client's shutdown releases its locks.
+    ///
+    /// Redisson has no such hook (its watchdog only stops renewing).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .on_lease_lost(|lost| {
+    ///         eprintln!("lost {} ({}): {}", lost.name_lossy(), lost.kind, lost.reason);
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn on_lease_lost(
+        mut self,
+        callback: impl Fn(&LostLease) + Send + Sync + 'static,
+    ) -> Builder {
+        self.on_lease_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Whether the client keeps a holder record beside its locks, so that
+    /// `redguard status` and [`Lock::inspect`](crate::Lock::inspect) can
+    /// say which host, process and program holds a lock and since when.
+    /// Default `true`.
+    ///
+    /// The record is one small hash per client (on a Cluster: per master
+    /// where it holds something), `redguard:client:{<client id>}`, holding
+    /// the host name, pid, [`program`](Builder::program), crate version and
+    /// the client's start time, plus the start time of each of its holds
+    /// (up to 1,000 per record), all on the server's clock. It lives one
+    /// [`watchdog_timeout`](Builder::watchdog_timeout), is refreshed in the
+    /// same round trips as the client's renewals and deleted when the
+    /// client shuts down, so a killed process's record is gone within one
+    /// lease. The locks themselves keep Redisson's layout: a Java holder
+    /// simply has no record. The ACL user needs the key pattern
+    /// `~redguard:client:*` (see the README).
+    ///
+    /// Hold start times are written off the acquire path, by the watchdog:
+    /// the first hold at once, later ones within one renewal period
+    /// (a third of the watchdog timeout), so holds shorter than that may
+    /// show no start time.
+    ///
+    /// Every connection of the client is named `redguard-<first 8 hex
+    /// digits of the client id>` (`CLIENT SETNAME`) either way, so that
+    /// `CLIENT LIST` ties connections to their record.
+    pub fn holder_record(mut self, keep: bool) -> Builder {
+        self.holder_record = keep;
+        self
+    }
+
+    /// What the holder record says this client runs. Default: the
+    /// process's `argv[0]`. Cut to 256 bytes; say what helps an operator
+    /// (a job's name, a command line without secrets). The `redguard`
+    /// tool puts the command it runs there.
+    pub fn program(mut self, program: impl Into<String>) -> Builder {
+        self.program = Some(program.into());
+        self
+    }
+
+    /// Whether the metrics (feature `metrics`) carry the lock's name as a
+    /// `name` label, beside `kind`. Default `false`: lock names are
+    /// unbounded (one per order, per tenant...), and a series per name can
+    /// swamp a metrics store. Turn it on for a small, fixed set of names.
+    /// Without the feature it changes nothing.
+    pub fn metrics_lock_names(mut self, on: bool) -> Builder {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// Trusts the CA in `pem` (PEM-encoded) for `rediss://` servers, instead
     /// of the system's roots: pins the server's CA. Needs the `tls` feature
     /// (on by default).
@@ -260,6 +426,7 @@ impl Builder {
         };
         let deployment = self.sentinel.resolve(parsed)?;
         self.acks.validate()?;
+        self.interop.validate()?;
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connect timeout", self.connect_timeout),
@@ -267,7 +434,10 @@ impl Builder {
         ] {
             if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
                 return Err(Error::invalid(format!(
-                    "{what} {d:?} is outside {MIN_TIMEOUT:?} ..= {MAX_TIMEOUT:?}"
+                    "{what} {} is outside {} ..= {}",
+                    Human(d),
+                    Human(MIN_TIMEOUT),
+                    Human(MAX_TIMEOUT)
                 )));
             }
         }
@@ -277,7 +447,10 @@ impl Builder {
         ] {
             if !(MIN_LEASE..=MAX_LEASE).contains(&d) {
                 return Err(Error::invalid(format!(
-                    "{what} {d:?} is outside {MIN_LEASE:?} ..= {MAX_LEASE:?}"
+                    "{what} {} is outside {} ..= {}",
+                    Human(d),
+                    Human(MIN_LEASE),
+                    Human(MAX_LEASE)
                 )));
             }
         }
@@ -297,6 +470,13 @@ impl Builder {
                 self.pool_size
             )));
         }
+        if let ConnectionMode::Combining { connections } = self.connection_mode
+            && !(1..=MAX_POOL_SIZE).contains(&connections)
+        {
+            return Err(Error::invalid(format!(
+                "combining connections {connections} is outside 1 ..= {MAX_POOL_SIZE}"
+            )));
+        }
         if !(1..=MAX_RENEW_BATCH).contains(&self.renew_batch) {
             return Err(Error::invalid(format!(
                 "renew batch {} is outside 1 ..= {MAX_RENEW_BATCH}",
@@ -307,19 +487,22 @@ impl Builder {
         lease_ms(self.fair_wait_timeout)?;
         if self.watchdog_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
-                "watchdog timeout {:?} must be at least 3 x the response timeout {:?}",
-                self.watchdog_timeout, self.response_timeout
+                "watchdog timeout {} must be at least 3 x the response timeout {}",
+                Human(self.watchdog_timeout),
+                Human(self.response_timeout)
             )));
         }
         if self.fair_wait_timeout < self.response_timeout.saturating_mul(3) {
             return Err(Error::invalid(format!(
-                "fair wait timeout {:?} must be at least 3 x the response timeout {:?}",
-                self.fair_wait_timeout, self.response_timeout
+                "fair wait timeout {} must be at least 3 x the response timeout {}",
+                Human(self.fair_wait_timeout),
+                Human(self.response_timeout)
             )));
         }
         Ok(Config {
             deployment,
             pool_size: self.pool_size,
+            connection_mode: self.connection_mode,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
@@ -327,8 +510,13 @@ impl Builder {
             renew_batch: self.renew_batch,
             release_on_shutdown: self.release_on_shutdown,
             fair_wait_timeout: self.fair_wait_timeout,
+            on_lease_lost: self.on_lease_lost,
+            holder_record: self.holder_record,
+            program: self.program,
+            metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
+            interop: self.interop,
         })
     }
 }
@@ -338,6 +526,7 @@ impl Builder {
 pub(crate) struct Config {
     pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
+    pub(crate) connection_mode: ConnectionMode,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -345,16 +534,27 @@ pub(crate) struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) release_on_shutdown: bool,
     pub(crate) fair_wait_timeout: Duration,
+    pub(crate) on_lease_lost: Option<LostCallback>,
+    pub(crate) holder_record: bool,
+    pub(crate) program: Option<String>,
+    pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
+    pub(crate) interop: Interop,
 }
 
 impl Config {
     /// How the connection source makes its connections.
-    pub(crate) fn connect_options(&self) -> ConnectOptions {
+    /// `name`: what each connection is named (`CLIENT SETNAME`).
+    pub(crate) fn connect_options(&self, name: Option<Arc<str>>) -> ConnectOptions {
         ConnectOptions {
+            name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
+            combining: match self.connection_mode {
+                ConnectionMode::Combining { connections } => Some(connections),
+                ConnectionMode::Exclusive => None,
+            },
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
         }
@@ -507,6 +707,45 @@ impl Builder {
     }
 }
 
+/// Settings for deployments shared with Redisson (Java) clients (see
+/// `interop`).
+impl Builder {
+    /// Whether wake-ups on a Redis Cluster also send a classic `PUBLISH`
+    /// when the slot's master counts no classic listener. Default
+    /// [`ClassicPublish::Auto`]. Set [`ClassicPublish::Always`] when Java
+    /// clients without sharded pub/sub (Redisson before 3.22,
+    /// `shardedSubscriptionMode = OFF`, Redis 6) may wait on these names with
+    /// `subscriptionMode = SLAVE` (Redisson's default), so that they hear
+    /// unlocks, releases and latches reaching zero. No effect outside a
+    /// Cluster, where the classic message is always sent.
+    pub fn classic_publish(mut self, when: ClassicPublish) -> Builder {
+        self.interop.classic_publish = when;
+        self
+    }
+
+    /// The largest clock skew the lease ends of expiring permits
+    /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore))
+    /// tolerate between the Redis server and other clients of the same
+    /// semaphores. Default 0; at most 1 day.
+    ///
+    /// redguard stamps lease ends with the server's clock (`TIME`); Redisson
+    /// stamps them with its own `System.currentTimeMillis()`. With a skew
+    /// `s`, this client stamps its permits' lease ends `s` later than their
+    /// leases (so a client whose clock runs up to `s` ahead does not take
+    /// them back early) and takes back a permit only `s` after its stamped
+    /// end (so a permit stamped by a clock up to `s` behind is not taken
+    /// back early). The holder's own lease, as
+    /// [`PermitGuard`](crate::PermitGuard) reports it, is unchanged. Cost:
+    /// a permit whose holder died comes back up to `2 × s` later. Set it to
+    /// the bound your clock synchronisation keeps between the Redis server
+    /// and every Java client when Redisson's `RPermitExpirableSemaphore`
+    /// shares these names; leave it at 0 otherwise.
+    pub fn permit_clock_skew(mut self, skew: Duration) -> Builder {
+        self.interop.permit_clock_skew = skew;
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,6 +781,43 @@ mod tests {
                 .response_timeout(Duration::from_millis(200))
                 .into_config()
                 .is_ok()
+        );
+    }
+
+    /// Durations in messages read as typed (`30s`, not `0ns` or
+    /// `31536000s`), and URL errors say what is wrong in plain words.
+    #[test]
+    fn messages_say_durations_and_urls_plainly() {
+        let message = |b: Builder| b.into_config().unwrap_err().to_string();
+        assert_eq!(
+            message(Builder::default().response_timeout(Duration::ZERO)),
+            "invalid argument: response timeout 0s is outside 1ms ..= 1d"
+        );
+        assert_eq!(
+            message(Builder::default().watchdog_timeout(Duration::from_secs(400 * 86_400))),
+            "invalid argument: watchdog timeout 400d is outside 5ms ..= 365d"
+        );
+        assert_eq!(
+            message(
+                Builder::default()
+                    .watchdog_timeout(Duration::from_secs(2))
+                    .response_timeout(Duration::from_millis(1500))
+            ),
+            "invalid argument: watchdog timeout 2s must be at least 3 x the response timeout \
+             1s 500ms"
+        );
+        let http = message(Builder::default().url("http://x"));
+        assert!(http.contains("unsupported URL scheme \"http\""), "{http}");
+        assert!(http.contains("redis+cluster://"), "{http}");
+        assert!(!http.contains("invalid client config"), "{http}");
+        let bare = message(Builder::default().url("127.0.0.1:6379"));
+        assert!(bare.contains("no scheme"), "{bare}");
+        let secret = message(Builder::default().url("user:s3cret@host://x"));
+        assert!(!secret.contains("s3cret"), "{secret}");
+        let port = message(Builder::default().url("redis://127.0.0.1:notaport/"));
+        assert!(
+            port.starts_with("invalid argument: bad Redis URL: "),
+            "{port}"
         );
     }
 

@@ -105,7 +105,7 @@ impl CountDownLatch {
         self.client.with_conn(&self.name, |conn| {
             script::try_set(
                 conn,
-                self.client.publish(),
+                self.client.publish(&self.name),
                 &self.name,
                 &self.channel,
                 count,
@@ -140,7 +140,12 @@ impl CountDownLatch {
     pub fn count_down(&self) -> Result<u64> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::count_down(conn, self.client.publish(), &self.name, &self.channel)
+            script::count_down(
+                conn,
+                self.client.publish(&self.name),
+                &self.name,
+                &self.channel,
+            )
         })
     }
 
@@ -180,7 +185,12 @@ impl CountDownLatch {
     pub fn delete(&self) -> Result<bool> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::delete(conn, self.client.publish(), &self.name, &self.channel)
+            script::delete(
+                conn,
+                self.client.publish(&self.name),
+                &self.name,
+                &self.channel,
+            )
         })
     }
 

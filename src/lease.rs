@@ -9,7 +9,9 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
+use crate::lost::HoldKind;
 
 /// The longest lease accepted: 365 days. Longer leases are rejected with
 /// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
@@ -54,6 +56,11 @@ pub(crate) struct Counters {
     pub(crate) renewal_round_trips: AtomicU64,
     /// Watchdog rounds that renewed at least one of this client's leases.
     pub(crate) renewal_ticks: AtomicU64,
+    /// Round trips that carried only holder-record writes.
+    pub(crate) record_round_trips: AtomicU64,
+    /// Releases (and other operations on held leases) of this client that
+    /// met a failover and are being retried.
+    pub(crate) retries: crate::pending::Pending,
 }
 
 /// State of one lock held by one holder (shared by all its reentrant guards).
@@ -61,7 +68,17 @@ pub(crate) struct Counters {
 pub(crate) struct LeaseState {
     lost: AtomicBool,
     released: AtomicBool,
+    /// Set before the holder's last release is sent: a loss seen by the
+    /// watchdog from then on may be that release, and is not reported.
+    releasing: AtomicBool,
     finished: AtomicBool,
+    /// Set once a write of the hold's start to its client's holder record
+    /// went out: its field is deleted when the hold ends.
+    recorded: AtomicBool,
+    /// When the hold began (the granting script was sent).
+    since: Instant,
+    /// What kind of hold it is (the held-locks gauge).
+    kind: HoldKind,
     /// Nanoseconds since the origin until which the lease is known to be
     /// valid on this client's clock.
     valid_until: AtomicU64,
@@ -69,12 +86,28 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
+    #[cfg(test)]
     pub(crate) fn new(valid_until: Instant, counters: Arc<Counters>) -> LeaseState {
+        LeaseState::since(Instant::now(), valid_until, counters, HoldKind::Reentrant)
+    }
+
+    /// A hold granted by a script sent at `since`.
+    pub(crate) fn since(
+        since: Instant,
+        valid_until: Instant,
+        counters: Arc<Counters>,
+        kind: HoldKind,
+    ) -> LeaseState {
         counters.held.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::held(kind, 1.0);
         LeaseState {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            releasing: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            recorded: AtomicBool::new(false),
+            since,
+            kind,
             valid_until: AtomicU64::new(nanos(valid_until)),
             counters,
         }
@@ -83,13 +116,42 @@ impl LeaseState {
     fn finish(&self) {
         if !self.finished.swap(true, Ordering::AcqRel) {
             self.counters.held.fetch_sub(1, Ordering::Relaxed);
+            crate::metrics::held(self.kind, -1.0);
         }
     }
 
     /// Marks the lease as lost for good (the watchdog heard 0, or gave up).
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::Release);
+    /// `true` when this call turned a live hold into a lost one: not lost
+    /// before, and its holder neither released it nor began to.
+    pub(crate) fn mark_lost(&self) -> bool {
+        let was_lost = self.lost.swap(true, Ordering::AcqRel);
         self.finish();
+        !was_lost && !self.is_released() && !self.releasing.load(Ordering::Acquire)
+    }
+
+    /// Says that the holder's last release is about to be sent.
+    pub(crate) fn begin_release(&self) {
+        self.releasing.store(true, Ordering::Release);
+    }
+
+    /// Says that the hold's start went to its holder record.
+    pub(crate) fn mark_recorded(&self) {
+        self.recorded.store(true, Ordering::Release);
+    }
+
+    /// `true` once [`LeaseState::mark_recorded`] ran.
+    pub(crate) fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Acquire)
+    }
+
+    /// `true` once the hold was released or lost.
+    pub(crate) fn is_over(&self) -> bool {
+        self.is_released() || self.is_marked_lost()
+    }
+
+    /// When the hold began: when its granting script was sent.
+    pub(crate) fn held_since(&self) -> Instant {
+        self.since
     }
 
     /// Marks the lock as released by its holder: the watchdog drops it.
@@ -160,12 +222,16 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     }
     if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
-            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+            "lease {} is shorter than the minimum {}",
+            Human(lease),
+            Human(MIN_LEASE)
         )));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(format!(
-            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
+            "lease {} is longer than the maximum {}",
+            Human(lease),
+            Human(MAX_LEASE)
         )));
     }
     let ms = lease.as_millis();

@@ -111,36 +111,48 @@
 //!   threads already waiting instead of racing them (Redisson lets it win).
 //!   `try_lock` never waits and takes a free lock at once.
 
+mod backoff;
 mod client;
 mod config;
 mod connection;
+mod duration_text;
 mod error;
 mod fencing;
 mod holder;
+mod hooks;
+mod interop;
 mod keys;
 mod latch;
 mod lease;
 mod lock;
+mod lost;
+mod metrics;
 mod multi;
 mod once;
+mod pending;
+mod record;
 mod replicas;
 mod scripts;
 mod semaphore;
 mod subscriber;
 mod token;
+mod transaction;
 mod watchdog;
 
 pub use client::{Client, Stats};
-pub use config::Builder;
+pub use config::{Builder, ConnectionMode};
 pub use error::{Error, RedisCause, Result};
 pub use fencing::FencedWrite;
 pub use holder::{ClientId, HolderId};
+pub use interop::ClassicPublish;
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
 pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
+pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use record::{HolderRecord, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

@@ -3,9 +3,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
@@ -27,8 +29,10 @@ pub const MAX_OUTCOME_LEN: usize = 1024 * 1024;
 pub(crate) fn ttl_ms(what: &str, ttl: Duration) -> Result<u64> {
     lease_ms(ttl).map_err(|_| {
         Error::invalid(format!(
-            "{what} ttl {ttl:?} is out of range: it must be at least {MIN_LEASE:?} and at most \
-             {MAX_LEASE:?}"
+            "{what} ttl {} is out of range: it must be at least {} and at most {}",
+            Human(ttl),
+            Human(MIN_LEASE),
+            Human(MAX_LEASE)
         ))
     })
 }
@@ -255,6 +259,13 @@ impl OnceGuard {
     /// * Connection, timeout and server errors: the outcome is unknown (the
     ///   record may or may not have been written); if it was not, the key
     ///   frees itself when the lease runs out.
+    ///
+    /// A completion that fails because the master is gone or changing (a
+    /// failover or a restart) is retried by the watchdog against the new
+    /// master until it goes through or the lease runs out; this call waits
+    /// for that and returns its outcome. A retry that finds the key no
+    /// longer held but this runner's record there (an earlier attempt
+    /// whose reply was lost wrote it) counts as recorded.
     pub fn complete(self, outcome: impl AsRef<[u8]>) -> Result<Outcome> {
         let value = outcome.as_ref();
         if value.len() > MAX_OUTCOME_LEN {
@@ -265,26 +276,57 @@ impl OnceGuard {
         }
         let (ttl, ttl_ms) = (self.ttl, self.ttl_ms);
         let by = self.guard.holder_id().as_str().to_owned();
-        let mut recorded_at = None;
+        let until = Instant::now() + self.guard.valid_for();
+        let recorded_at = Arc::new(AtomicU64::new(0));
         let released = self.guard.release_with(|lock, holder| {
-            let at = lock.client().with_conn(lock.name(), |conn| {
-                script::complete(
-                    conn,
-                    lock.client().publish(),
-                    lock.name(),
-                    lock.channel(),
-                    holder.as_str(),
-                    value,
-                    ttl_ms,
-                )
-            })?;
-            recorded_at = at;
-            Ok(if at.is_some() {
-                Release::Released
-            } else {
-                Release::NotHeld
-            })
+            let record = Record {
+                lock: lock.clone(),
+                holder: holder.as_str().to_owned(),
+                value: value.to_vec(),
+                ttl_ms,
+                at: recorded_at.clone(),
+            };
+            match record.write(false) {
+                Ok(done) => Ok(done),
+                // The master is gone or changing: the watchdog writes it on
+                // the new one, and this call waits for that (bounded by the
+                // lease).
+                Err(e) if e.is_failover() => {
+                    let client = lock.client();
+                    let what = format!(
+                        "completion of run-once key {:?}",
+                        String::from_utf8_lossy(lock.name())
+                    );
+                    let retry = crate::watchdog::retry::submit(
+                        what.clone(),
+                        lock.key().clone(),
+                        client.source().clone(),
+                        client.counters(),
+                        client.watchdog_timeout(),
+                        until,
+                        e,
+                        move || match record.write(true)? {
+                            Release::Released => Ok(()),
+                            _ => Err(Error::not_held(record.lock.name())),
+                        },
+                    );
+                    retry.wait_until(Some(until + client.config().response_timeout * 2));
+                    match retry.take_outcome() {
+                        Some(Ok(())) => Ok(Release::Released),
+                        Some(Err(Error::NotHeld { .. })) => Ok(Release::NotHeld),
+                        Some(Err(e)) => Err(e),
+                        None => Err(Error::Timeout(format!(
+                            "the {what} was still being retried when its lease ended"
+                        ))),
+                    }
+                }
+                Err(e) => Err(e),
+            }
         });
+        let recorded_at = match recorded_at.load(Ordering::Acquire) {
+            0 => None,
+            at => Some(at),
+        };
         match (released, recorded_at) {
             (Ok(()), Some(at_ms)) => Ok(Outcome {
                 value: value.to_vec(),
@@ -309,6 +351,49 @@ impl OnceGuard {
     /// errors (the key then frees itself when the lease runs out).
     pub fn abandon(self) -> Result<()> {
         self.guard.unlock()
+    }
+}
+
+/// A run's outcome to record, and where the record's time goes.
+struct Record {
+    lock: Lock,
+    holder: String,
+    value: Vec<u8>,
+    ttl_ms: u64,
+    /// The record's time (ms since the epoch) once written; 0 before.
+    at: Arc<AtomicU64>,
+}
+
+impl Record {
+    /// Writes the record and ends the run, if this holder still holds the
+    /// key: `Released` then, `NotHeld` otherwise. `again`: an earlier
+    /// attempt may have written it already (its reply lost), so a refusal
+    /// looks for this holder's record before it counts.
+    fn write(&self, again: bool) -> Result<Release> {
+        let client = self.lock.client();
+        let key = self.lock.name();
+        let at = client.with_conn(key, |conn| {
+            let at = script::complete(
+                conn,
+                client.publish(key),
+                key,
+                self.lock.channel(),
+                &self.holder,
+                &self.value,
+                self.ttl_ms,
+            )?;
+            match at {
+                None if again => script::recorded_by(conn, key, &self.holder),
+                at => Ok(at),
+            }
+        })?;
+        Ok(match at {
+            Some(at) => {
+                self.at.store(at, Ordering::Release);
+                Release::Released
+            }
+            None => Release::NotHeld,
+        })
     }
 }
 
@@ -366,6 +451,14 @@ impl Client {
         let acks = lock.replica_acks();
         let response_timeout = self.config().response_timeout;
         let mut running = (String::new(), None);
+        // This thread's release of the key may still be retried after a
+        // failover (see `Lock::acquire`).
+        if !crate::lock::holds::wait_released(self.id().as_u128(), lock.hold_key(), deadline) {
+            return Ok(Once::Running {
+                holder: holder_str.to_string(),
+                expires_in: None,
+            });
+        }
         let found = wait_loop(self, lock.channel(), deadline, false, || {
             let sent = Instant::now();
             let mut sent_script = false;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Value};
 
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
 /// Default bound on the wait for replica acknowledgements: 1 s (Redisson's
@@ -63,8 +64,10 @@ impl ReplicaAcks {
         }
         if !(MIN_ACK_TIMEOUT..=MAX_ACK_TIMEOUT).contains(&self.timeout) {
             return Err(Error::invalid(format!(
-                "replica ack timeout {:?} is outside {MIN_ACK_TIMEOUT:?} ..= {MAX_ACK_TIMEOUT:?}",
-                self.timeout
+                "replica ack timeout {} is outside {} ..= {}",
+                Human(self.timeout),
+                Human(MIN_ACK_TIMEOUT),
+                Human(MAX_ACK_TIMEOUT)
             )));
         }
         Ok(())

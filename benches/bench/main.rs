@@ -12,6 +12,12 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
+//! bench --port P --combining 1 ...   any mode with redguard's client combining on 1 connection
+//! bench --port P --ab-combining [--combining 1]   S1/S3 A/B: combining ("redguard") vs exclusive ("floor")
+//! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-pools 1,4,16] [--scale-secs 1]
+//!                                S3 with many threads on few connections, exclusive vs combining
+//! bench --cluster-seeds P1,P2,P3 --ab-classic   S1/S3 A/B of ClassicPublish::Always against Auto
+//! bench --port P --ab-records                     S1/S3 A/B of holder records on against off
 //! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running
 //!                                cluster (CLUSTER=1 scripts/bench starts one)
 //! ```
@@ -37,6 +43,7 @@
 )]
 
 mod ab;
+mod combining;
 mod observe;
 mod protocol;
 mod scale;
@@ -68,7 +75,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "s3_scale", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -84,6 +91,45 @@ struct Args {
     /// cluster-wide publish from the rest (not part of the protocol).
     #[arg(long, requires = "cluster_seeds")]
     floor_publish: bool,
+    /// redguard's `ClassicPublish` on a cluster (`auto`, the default, or
+    /// `always`), for every mode.
+    #[arg(long, value_parser = parse_classic_publish, default_value = "auto")]
+    classic_publish: redguard::ClassicPublish,
+    /// With `--cluster-seeds`: S1 and S3 A/B of redguard with
+    /// `ClassicPublish::Always` (reported as "redguard") against redguard
+    /// with `Auto` (reported as "floor"): the cost of the classic message.
+    #[arg(long, requires = "cluster_seeds")]
+    ab_classic: bool,
+    /// S1 and S3 A/B of redguard with holder records on (reported as
+    /// "redguard") against records off (reported as "floor"): what the
+    /// records cost.
+    #[arg(long)]
+    ab_records: bool,
+    /// redguard's client combines concurrent calls on this many shared
+    /// connections (`ConnectionMode::Combining`), in every mode.
+    #[arg(long)]
+    combining: Option<usize>,
+    /// S1 and S3 A/B of redguard combining (reported as "redguard", on
+    /// `--combining` connections, default 1) against redguard on exclusive
+    /// connections (reported as "floor").
+    #[arg(long)]
+    ab_combining: bool,
+    /// S3 with `--scale-threads` × `--scale-pools`, exclusive against
+    /// combining, interleaved.
+    #[arg(long)]
+    s3_scale: bool,
+    /// S3 scale: thread counts.
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 64, 256])]
+    scale_threads: Vec<usize>,
+    /// S3 scale: pool sizes (exclusive) = shared connections (combining).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16])]
+    scale_pools: Vec<usize>,
+    /// S3 scale: seconds per phase.
+    #[arg(long, default_value_t = 1.0)]
+    scale_secs: f64,
+    /// S3 scale: phases per mode and point.
+    #[arg(long, default_value_t = 2)]
+    scale_rounds: usize,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -185,9 +231,75 @@ fn main() -> ExitCode {
     }
     let url = target.client_url.clone();
     let _ = now_ns();
-    let client = || Client::open(&url).expect("redguard client");
+    let classic = args.classic_publish;
+    let combining = args.combining;
+    let client_with = |classic| {
+        let builder = Client::builder().url(&url).classic_publish(classic);
+        match combining {
+            Some(connections) => {
+                builder.connection_mode(redguard::ConnectionMode::Combining { connections })
+            }
+            None => builder,
+        }
+        .build()
+        .expect("redguard client")
+    };
+    let client = || client_with(classic);
 
-    let out = if args.ab {
+    let out = if args.ab_records {
+        let records = |on: bool| {
+            Client::builder()
+                .url(&url)
+                .classic_publish(classic)
+                .holder_record(on)
+                .build()
+                .expect("redguard client")
+        };
+        let (on, off) = (
+            guard_factory(&records(true)),
+            guard_factory(&records(false)),
+        );
+        json!({"ab_records": {
+            "a": "redguard, holder records on", "b": "redguard, holder records off",
+            "s1": ab::run_ab_s1(&on, &off, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&on, &off, args.ab_rounds / 2, Duration::from_millis(500)),
+        }})
+    } else if args.ab_classic {
+        let always = guard_factory(&client_with(redguard::ClassicPublish::Always));
+        let auto = guard_factory(&client_with(redguard::ClassicPublish::Auto));
+        json!({"ab_classic": {
+            "a": "redguard, ClassicPublish::Always", "b": "redguard, ClassicPublish::Auto",
+            "s1": ab::run_ab_s1(&always, &auto, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&always, &auto, args.ab_rounds / 2, Duration::from_millis(500)),
+        }})
+    } else if args.ab_combining {
+        let shared = Client::builder()
+            .url(&url)
+            .connection_mode(redguard::ConnectionMode::Combining {
+                connections: combining.unwrap_or(1),
+            })
+            .build()
+            .expect("redguard client");
+        let exclusive = Client::builder()
+            .url(&url)
+            .build()
+            .expect("redguard client");
+        let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
+        json!({"ab_combining": {
+            "a": format!("redguard, combining on {} connections", combining.unwrap_or(1)),
+            "b": "redguard, exclusive connections",
+            "s1": ab::run_ab_s1(&a, &b, "bench:ab:s1", args.ab_rounds, 1000),
+            "s3": ab::run_ab_s3(&a, &b, args.ab_rounds / 2, Duration::from_millis(500)),
+        }})
+    } else if args.s3_scale {
+        combining::run_s3_scale(
+            &url,
+            &args.scale_threads,
+            &args.scale_pools,
+            args.scale_rounds,
+            Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
+        )
+    } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());
         json!({"ab": {
             "s1": ab::run_ab_s1(&sut, &floor, "bench:ab:s1", args.ab_rounds, 1000),
@@ -281,4 +393,9 @@ fn run_row(factory: &Factory, only: &[Scenario]) -> (Value, Value, Value) {
         run(Scenario::S2, scenarios::run_s2),
         run(Scenario::S3, scenarios::run_s3),
     )
+}
+
+/// `--classic-publish`: `auto` or `always`.
+fn parse_classic_publish(s: &str) -> Result<redguard::ClassicPublish, String> {
+    s.parse().map_err(|e: redguard::Error| e.to_string())
 }

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use super::pool::Pool;
+use super::server::Server;
 use super::{ConnectOptions, NodeId};
+use crate::backoff::{Backoff, pause_until};
 use crate::error::{Error, Result};
 use crate::keys;
 
@@ -24,13 +26,17 @@ use crate::keys;
 /// the time budget, against a redirection loop between two nodes that
 /// disagree.
 const MAX_ATTEMPTS: usize = 100;
-/// First pause before retrying `TRYAGAIN` / `CLUSTERDOWN` or an
-/// unreachable master; doubled each time.
+/// Pauses before retrying `TRYAGAIN` / `CLUSTERDOWN` or an unreachable
+/// master within one call: from 5 ms, doubling (with jitter) up to 50 ms.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_millis(50);
 /// Least time between two slot-map refreshes: many callers meeting the same
 /// `MOVED` refresh once.
 const REFRESH_EVERY: Duration = Duration::from_millis(50);
+/// After a refresh that reached no node, the next one waits longer: from
+/// [`REFRESH_EVERY`], doubling (with jitter) up to 2 s, so that a cluster
+/// that is down is not asked (each node in turn) dozens of times a second.
+const MAX_REFRESH_PAUSE: Duration = Duration::from_secs(2);
 /// Least time a call keeps following redirections and retrying.
 const MIN_BUDGET: Duration = Duration::from_secs(2);
 /// No node owns the slot (yet).
@@ -147,8 +153,16 @@ pub(crate) struct Cluster {
     nodes: RwLock<Vec<Arc<Node>>>,
     /// Slot -> index in `nodes` of its master, or [`UNOWNED`].
     slots: RwLock<Vec<u32>>,
-    /// When the slot map was last refreshed.
-    refreshed: Mutex<Option<Instant>>,
+    /// When the slot map may be asked for again.
+    refreshed: Mutex<Refresh>,
+}
+
+/// The pace of slot-map refreshes.
+struct Refresh {
+    /// No refresh (unless forced) before this.
+    not_before: Option<Instant>,
+    /// Pauses after refreshes that reached no node.
+    failures: Backoff,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -190,6 +204,23 @@ fn redirect(e: &Error) -> Option<Redirect> {
     }
 }
 
+/// A node that answers `CLUSTER SLOTS` with "cluster support disabled" is
+/// a single server behind a `redis+cluster://` URL: said so, as a bad
+/// URL. Other errors are unchanged.
+fn not_a_cluster(e: Error, addr: &str) -> Error {
+    let disabled = e
+        .redis_error()
+        .and_then(redis::RedisError::detail)
+        .is_some_and(|d| d.contains("cluster support disabled"));
+    if disabled {
+        return Error::invalid(format!(
+            "{addr} is not a Redis Cluster node (its cluster support is disabled): use a \
+             redis:// URL for a single server"
+        ));
+    }
+    e
+}
+
 /// `true` when `e` is a cluster redirection or a transient cluster state
 /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the call did not run and
 /// may be sent again through [`Cluster::with_conn`].
@@ -222,7 +253,10 @@ impl Cluster {
             options: options.clone(),
             nodes: RwLock::new(Vec::new()),
             slots: RwLock::new(vec![UNOWNED; usize::from(keys::SLOTS)]),
-            refreshed: Mutex::new(None),
+            refreshed: Mutex::new(Refresh {
+                not_before: None,
+                failures: Backoff::new(REFRESH_EVERY, MAX_REFRESH_PAUSE),
+            }),
         };
         // Seeds are nodes too: their pools exist before the first map, and
         // bad TLS material is reported now.
@@ -275,14 +309,16 @@ impl Cluster {
             1,
             self.options.connect_timeout,
             self.options.response_timeout,
-        )?;
+        )?
+        .named(self.options.name.clone());
         let pool = Pool::new(
             info,
             &self.options.tls,
             self.options.pool_size,
             self.options.connect_timeout,
             self.options.response_timeout,
-        )?;
+        )?
+        .named(self.options.name.clone());
         let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
             return Ok(id);
@@ -306,13 +342,14 @@ impl Cluster {
 
     /// Reloads the slot map from the first node that answers `CLUSTER
     /// SLOTS`: known nodes first, then the seeds. At most once per
-    /// [`REFRESH_EVERY`] unless `force`.
+    /// [`REFRESH_EVERY`] unless `force`, and less often while refreshes
+    /// reach no node (see [`MAX_REFRESH_PAUSE`]).
     fn refresh(&self, force: bool) -> Result<()> {
         let mut refreshed = self
             .refreshed
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !force && refreshed.is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
+        if !force && refreshed.not_before.is_some_and(|at| Instant::now() < at) {
             return Ok(());
         }
         let candidates: Vec<Arc<Node>> = self.nodes().clone();
@@ -322,16 +359,18 @@ impl Cluster {
                 redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query::<Value>(conn)
-                    .map_err(Error::redis)
+                    .map_err(|e| not_a_cluster(Error::redis(e), &node.addr))
             });
             match reply.and_then(|r| self.apply(&node.addr, &r)) {
                 Ok(()) => {
-                    *refreshed = Some(Instant::now());
+                    refreshed.failures.reset();
+                    refreshed.not_before = Some(Instant::now() + REFRESH_EVERY);
                     return Ok(());
                 }
                 Err(e) => last = Some(e),
             }
         }
+        refreshed.not_before = Some(Instant::now() + refreshed.failures.next_pause());
         Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
     }
 
@@ -407,7 +446,7 @@ impl Cluster {
         // A slot move or a failover takes about a second: wait for it within
         // the time a call may take anyway (connect + response).
         let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut ask: Option<NodeId> = None;
         let mut attempt = 0;
         loop {
@@ -444,15 +483,11 @@ impl Cluster {
                 }
                 Redirect::Ask(addr) => ask = Some(self.intern(&addr)?),
                 Redirect::Retry | Redirect::Unreachable => {
-                    if started.elapsed() + backoff > budget {
+                    let pause = backoff.next_pause();
+                    if started.elapsed() + pause > budget {
                         return result;
                     }
-                    #[allow(
-                        clippy::disallowed_methods,
-                        reason = "a bounded back-off before retrying TRYAGAIN/CLUSTERDOWN: no event to wait on"
-                    )]
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    pause_until(Instant::now() + pause);
                     if matches!(redirect, Redirect::Unreachable) || attempt % 4 == 0 {
                         let _ = self.refresh(false);
                     }
@@ -478,6 +513,17 @@ impl Cluster {
     /// A new connection to node `node`, outside its pool.
     pub(crate) fn node_connection(&self, node: NodeId) -> Result<redis::Connection> {
         self.node(node)?.pool.connect()
+    }
+
+    /// Whether node `node` has sharded pub/sub: what its pool learned from
+    /// the node's version, `true` while unknown.
+    pub(crate) fn sharded_pubsub(&self, node: NodeId) -> bool {
+        self.node(node).ok().is_none_or(|n| {
+            n.pool
+                .server()
+                .or_else(|| n.sharded.server())
+                .is_none_or(Server::sharded_pubsub)
+        })
     }
 
     /// A new RESP3 connection to node `node` for sharded pub/sub (see
@@ -511,6 +557,30 @@ impl Cluster {
         Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
     }
 
+    /// Every master serving slots, as the slot map (refreshed when due)
+    /// says.
+    ///
+    /// # Errors
+    ///
+    /// When no node could be asked for the slot map and none is known.
+    pub(crate) fn masters(&self) -> Result<Vec<NodeId>> {
+        let refreshed = self.refresh(false);
+        let mut ids: Vec<NodeId> = self
+            .slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|&&id| id != UNOWNED)
+            .map(|&id| id as NodeId)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        match (ids.is_empty(), refreshed) {
+            (true, Err(e)) => Err(e),
+            _ => Ok(ids),
+        }
+    }
+
     /// Open pooled connections over every node.
     pub(crate) fn open_connections(&self) -> usize {
         self.nodes().iter().map(|n| n.pool.open_connections()).sum()
@@ -539,8 +609,10 @@ mod tests {
 
     fn options() -> ConnectOptions {
         ConnectOptions {
+            name: None,
             tls: super::super::Tls::default(),
             pool_size: 2,
+            combining: None,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
         }

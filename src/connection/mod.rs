@@ -3,12 +3,17 @@
 //! pool; Sentinel and Cluster are further cases of [`Source`].
 
 pub(crate) mod cluster;
+pub(crate) mod combine;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
+pub(crate) mod server;
+
+use std::sync::Arc;
 
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
+use crate::scripts::Publish;
 use pool::Pool;
 
 /// Where a client's Redis lives, from its URL (or builder calls): one case
@@ -41,9 +46,13 @@ impl Deployment {
         if sentinel::is_sentinel_url(url) {
             return sentinel::SentinelSpec::parse_url(url).map(Deployment::Sentinel);
         }
+        check_scheme(url)?;
         url.into_connection_info()
             .map(Deployment::Single)
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.category())))
+            .map_err(|e| match Error::redis(e) {
+                Error::InvalidArgument(why) => Error::invalid(format!("bad Redis URL: {why}")),
+                other => Error::invalid(format!("bad Redis URL: {other}")),
+            })
     }
 
     /// What the client talks to, safe to print: `"<host:port>/<db>"`.
@@ -76,6 +85,47 @@ impl Deployment {
                 .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. })),
         }
     }
+}
+
+/// The schemes of a single server's URL (redis-rs's), beside which
+/// `redis+sentinel://`, `rediss+sentinel://`, `redis+cluster://` and
+/// `rediss+cluster://` choose the other deployments.
+const SINGLE_SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "redis+unix",
+    "unix",
+    "valkey",
+    "valkeys",
+    "valkey+unix",
+];
+
+/// Refuses a URL without a scheme redguard knows, saying which schemes
+/// there are. The scheme is repeated only when it looks like one (it
+/// cannot hold a password then).
+fn check_scheme(url: &str) -> Result<()> {
+    let known = "use redis://, rediss://, redis+unix://, redis+sentinel://, \
+                 rediss+sentinel://, redis+cluster:// or rediss+cluster://";
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(Error::invalid(format!(
+            "not a Redis URL: it has no scheme; {known}"
+        )));
+    };
+    if SINGLE_SCHEMES
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(scheme))
+    {
+        return Ok(());
+    }
+    let printable = scheme.len() <= 20
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    Err(Error::invalid(if printable {
+        format!("unsupported URL scheme {scheme:?}; {known}")
+    } else {
+        format!("unsupported URL scheme; {known}")
+    }))
 }
 
 /// Certificates for TLS connections (`rediss://`), beyond the system roots.
@@ -115,8 +165,12 @@ pub(crate) type NodeId = usize;
 /// How a [`Source`]'s connections are made, whatever the deployment.
 #[derive(Clone)]
 pub(crate) struct ConnectOptions {
+    /// The name every connection gets (`CLIENT SETNAME`), if any.
+    pub(crate) name: Option<Arc<str>>,
     pub(crate) tls: Tls,
     pub(crate) pool_size: usize,
+    /// Shared connections for combining, `None` for exclusive ones.
+    pub(crate) combining: Option<usize>,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
 }
@@ -130,13 +184,17 @@ impl Source {
     /// [`Error::InvalidArgument`] when the TLS material cannot be used.
     pub(crate) fn open(deployment: &Deployment, options: &ConnectOptions) -> Result<Source> {
         match deployment {
-            Deployment::Single(info) => Ok(Source::Single(Pool::new(
-                info.clone(),
-                &options.tls,
-                options.pool_size,
-                options.connect_timeout,
-                options.response_timeout,
-            )?)),
+            Deployment::Single(info) => Ok(Source::Single(
+                Pool::new(
+                    info.clone(),
+                    &options.tls,
+                    options.pool_size,
+                    options.connect_timeout,
+                    options.response_timeout,
+                )?
+                .named(options.name.clone())
+                .combining(options.combining),
+            )),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
                 spec.clone(),
                 options.clone(),
@@ -157,6 +215,21 @@ impl Source {
             Source::Single(pool) => pool.with_conn(op),
             Source::Sentinel(sentinel) => sentinel.with_conn(op),
             Source::Cluster(cluster) => cluster.with_conn(key, op),
+        }
+    }
+
+    /// Runs `op` on a connection to the server that owns `key`, shared with
+    /// other threads when the client combines (a single server's); else as
+    /// [`Source::with_conn`]. `op` must leave the connection as it found
+    /// it: no `MULTI`, no pub/sub, no timeouts changed.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            Source::Single(pool) => pool.with_shared_conn(op),
+            _ => self.with_conn(key, |conn| op(conn)),
         }
     }
 
@@ -209,6 +282,31 @@ impl Source {
         }
     }
 
+    /// How scripts that wake waiters publish for `key`: on a Cluster node
+    /// with sharded pub/sub (Redis 7+, Valkey), `SPUBLISH` and a classic
+    /// `PUBLISH` only for classic listeners ([`Publish::Cluster`]); on a
+    /// node without it (Redis 6.2), and outside a Cluster, classic
+    /// `PUBLISH` ([`Publish::Classic`]). Each node's version is learned
+    /// once, by its pool's first connection; a node not asked yet gets
+    /// [`Publish::Cluster`], whose script falls back to `PUBLISH` by itself.
+    pub(crate) fn publish_for(&self, key: &[u8]) -> Publish {
+        match self {
+            Source::Cluster(cluster) if cluster.sharded_pubsub(cluster.node_of(key)) => {
+                Publish::Cluster
+            }
+            Source::Single(_) | Source::Sentinel(_) | Source::Cluster(_) => Publish::Classic,
+        }
+    }
+
+    /// Whether node `node` has sharded pub/sub, as far as its pool knows
+    /// (`true` until it learned otherwise). Only a Cluster uses it.
+    pub(crate) fn sharded_pubsub(&self, node: NodeId) -> bool {
+        match self {
+            Source::Cluster(cluster) => cluster.sharded_pubsub(node),
+            Source::Single(_) | Source::Sentinel(_) => true,
+        }
+    }
+
     /// `true` for a Redis Cluster: a multi-key call must stay in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Source::Cluster(_))
@@ -235,6 +333,19 @@ impl Source {
             Source::Single(pool) => pool.connect(),
             Source::Sentinel(sentinel) => sentinel.connect(),
             Source::Cluster(cluster) => cluster.pubsub_connection(),
+        }
+    }
+
+    /// The masters of the deployment: one for a single server or Sentinel,
+    /// every master serving slots for a Cluster.
+    ///
+    /// # Errors
+    ///
+    /// A Cluster whose slot map cannot be had.
+    pub(crate) fn masters(&self) -> Result<Vec<NodeId>> {
+        match self {
+            Source::Single(_) | Source::Sentinel(_) => Ok(vec![0]),
+            Source::Cluster(cluster) => cluster.masters(),
         }
     }
 

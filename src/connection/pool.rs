@@ -9,10 +9,13 @@
 //! background threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::connection::Tls;
+use crate::connection::combine::Combiner;
+use crate::connection::server::{self, Server};
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "tls")]
@@ -53,6 +56,14 @@ pub(crate) struct Pool {
     /// is used: set for a master found through Sentinel, which may have
     /// been demoted since.
     master_only: bool,
+    /// What the server is, from the first connection that could tell
+    /// (`None` inside: it would not say). Unset until then, and while the
+    /// server is one redguard refuses.
+    server: OnceLock<Option<Server>>,
+    /// What each new connection is named (`CLIENT SETNAME`), if anything.
+    name: Option<std::sync::Arc<str>>,
+    /// Shared connections, when lock calls combine.
+    combiner: Option<Combiner>,
 }
 
 struct State {
@@ -108,6 +119,9 @@ impl Pool {
             response_timeout,
             generation: AtomicU64::new(0),
             master_only: false,
+            server: OnceLock::new(),
+            name: None,
+            combiner: None,
         })
     }
 
@@ -119,32 +133,155 @@ impl Pool {
         self
     }
 
+    /// The same pool, naming every new connection `name` once it is set up
+    /// (`CLIENT SETNAME`: `CLIENT LIST` then says whose it is).
+    pub(crate) fn named(mut self, name: Option<std::sync::Arc<str>>) -> Pool {
+        self.name = name;
+        self
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A new connection outside the pool (pub/sub, admin), with the pool's
-    /// timeouts applied.
+    /// timeouts applied. The pool's first connection also learns what the
+    /// server is (see [`Pool::server`]) and refuses one that is too old.
+    ///
+    /// # Errors
+    ///
+    /// The connection's failure, named after the server; a server older
+    /// than Redis 6.2 is [`Error::UnsupportedServer`].
     pub(crate) fn connect(&self) -> Result<redis::Connection> {
-        let conn = self
+        self.connect_within(None)
+    }
+
+    /// [`Pool::connect`], all of it within `limit` when given (each of
+    /// its steps bounded by what is left of it): a shared connection made
+    /// for commands whose deadlines are near.
+    pub(crate) fn connect_within(&self, limit: Option<Duration>) -> Result<redis::Connection> {
+        let addr = self.addr();
+        let until = limit.map(|l| Instant::now() + l);
+        let left = |full: Duration| match until {
+            Some(until) => full
+                .min(until.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => full,
+        };
+        let connect_timeout = left(self.connect_timeout);
+        let mut conn = self
             .client
-            .get_connection_with_timeout(self.connect_timeout)
+            .get_connection_with_timeout(connect_timeout)
+            .map_err(|e| self.connect_error(Error::redis(e), &addr, connect_timeout))?;
+        let setup_timeout = left(self.response_timeout);
+        conn.set_read_timeout(Some(setup_timeout))
             .map_err(Error::redis)?;
-        conn.set_read_timeout(Some(self.response_timeout))
+        conn.set_write_timeout(Some(setup_timeout))
             .map_err(Error::redis)?;
-        conn.set_write_timeout(Some(self.response_timeout))
-            .map_err(Error::redis)?;
+        if self.server.get().is_none() {
+            // The first round trip: over TLS it also completes the
+            // handshake, so a plaintext port shows here.
+            let found = server::probe(&mut conn)
+                .map_err(|e| self.connect_error(e, &addr, self.response_timeout))?;
+            if let Some(server) = &found {
+                server.check(&addr)?;
+            }
+            let _ = self.server.set(found);
+        }
         if self.master_only {
-            let mut conn = conn;
             let role: redis::Role = redis::cmd("ROLE").query(&mut conn).map_err(Error::redis)?;
             if !matches!(role, redis::Role::Primary { .. }) {
-                return Err(not_master(
-                    &self.client.get_connection_info().addr().to_string(),
-                ));
+                return Err(not_master(&addr));
             }
-            return Ok(conn);
+        }
+        if let Some(name) = &self.name {
+            // After the connection is set up (authenticated): nothing is
+            // sent behind a failing AUTH. An ACL user without
+            // `client|setname` just has unnamed connections.
+            let named = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(&**name)
+                .query::<()>(&mut conn)
+                .map_err(Error::redis);
+            match named {
+                Ok(()) | Err(Error::Permission(_) | Error::Redis(_)) => {}
+                Err(e) => return Err(e.at(&addr)),
+            }
+        }
+        if setup_timeout != self.response_timeout {
+            conn.set_read_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
         }
         Ok(conn)
+    }
+
+    /// What the server is, once a connection of this pool learned it;
+    /// `None` before, or when the server would not say.
+    pub(crate) fn server(&self) -> Option<&Server> {
+        self.server.get().and_then(Option::as_ref)
+    }
+
+    /// `host:port` of the server.
+    fn addr(&self) -> String {
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+            other => other.to_string(),
+        }
+    }
+
+    /// A failed connect (or first round trip, `waited` long) in plain
+    /// words: which server, and for a TLS connection whose handshake got no
+    /// TLS answer, the likely cause (a `rediss://` URL pointing at a
+    /// plaintext port).
+    fn connect_error(&self, err: Error, addr: &str, waited: Duration) -> Error {
+        let tls = matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        );
+        let not_tls = || {
+            format!(
+                "{addr} did not answer the TLS handshake within {}: it may not speak TLS on \
+                 this port (a rediss:// URL needs the server's tls-port)",
+                Human(waited)
+            )
+        };
+        match err {
+            Error::Timeout(_) if tls => Error::Timeout(not_tls()),
+            Error::Timeout(_) => {
+                Error::Timeout(format!("{addr} did not answer within {}", Human(waited)))
+            }
+            Error::Connection(_) if tls && err.to_string().contains("corrupt message") => {
+                err.at(addr).noted(
+                    ": the server does not speak TLS on this port (a rediss:// URL needs \
+                     the server's tls-port)"
+                        .into(),
+                )
+            }
+            other => other.at(addr),
+        }
+    }
+
+    /// Makes lock calls combine on `connections` shared connections
+    /// (`None`: exclusive connections).
+    pub(crate) fn combining(mut self, connections: Option<usize>) -> Pool {
+        self.combiner =
+            connections.map(|n| Combiner::new(n, self.response_timeout, self.connect_timeout));
+        self
+    }
+
+    /// Runs `op` on a shared connection when the pool combines, else on a
+    /// pooled one.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        match &self.combiner {
+            Some(combiner) => combiner.with_conn(&|limit| self.connect_within(limit), op),
+            None => self.with_conn(|conn| op(conn)),
+        }
     }
 
     /// Runs `op` on a pooled connection.
@@ -164,6 +301,7 @@ impl Pool {
             Err(e) if e.breaks_connection() => {
                 self.discard(conn);
                 if reused && e.is_connection() {
+                    crate::metrics::reconnect();
                     self.flush();
                     let (mut fresh, _) = self.checkout()?;
                     let again = op(&mut fresh.0);
@@ -209,8 +347,9 @@ impl Pool {
             );
             if now >= deadline {
                 return Err(Error::Timeout(format!(
-                    "all {} pooled connections stayed busy for {:?}",
-                    self.max, self.connect_timeout
+                    "all {} pooled connections stayed busy for {}",
+                    self.max,
+                    Human(self.connect_timeout)
                 )));
             }
             state.waiting += 1;
@@ -269,21 +408,25 @@ impl Pool {
         };
         self.freed.notify_all();
         drop(idle);
+        if let Some(combiner) = &self.combiner {
+            combiner.flush();
+        }
     }
 
     /// Connections currently open (idle or in use).
     pub(crate) fn open_connections(&self) -> usize {
-        self.state().open
+        self.state().open + self.combiner.as_ref().map_or(0, Combiner::open_connections)
     }
 }
 
 /// The error of a connection that reached a replica where a master was
-/// expected: classified as `READONLY`, as a write to a replica would be.
+/// expected: classified as `READONLY`, as a write to a replica would be,
+/// and worded as Redis words that refusal.
 fn not_master(addr: &str) -> Error {
     Error::redis(redis::RedisError::from((
         redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
         "not a master",
-        format!("{addr} answers ROLE as a replica"),
+        format!("{addr} is a read only replica (its ROLE), not the master"),
     )))
 }
 

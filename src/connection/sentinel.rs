@@ -38,13 +38,21 @@ use redis::IntoConnectionInfo;
 
 use super::pool::{Pool, is_not_master};
 use super::{ConnectOptions, Deployment};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
 /// Port of a sentinel whose address in a `redis+sentinel://` URL names none.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
 
-/// Longest pause between two rediscovery attempts inside one call.
+/// Pauses between two rediscovery attempts inside one call: from 10 ms,
+/// doubling (with jitter) up to 100 ms, within the call's connect timeout.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
+/// Pauses of the `+switch-master` listener before it tries a sentinel again
+/// after a failure: from 50 ms up to 2 s (with jitter), started small again
+/// by a subscription that lasted.
+const LISTEN_FIRST_RETRY: Duration = Duration::from_millis(50);
+const LISTEN_MAX_RETRY: Duration = Duration::from_secs(2);
 /// How long the `+switch-master` listener blocks in one read before it
 /// checks whether its client is still alive.
 const LISTEN_TICK: Duration = Duration::from_millis(250);
@@ -484,12 +492,11 @@ impl Sentinel {
         let inner = &self.inner;
         let start = Instant::now();
         let budget = inner.settings.connect_timeout;
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             let master = match inner.master() {
                 Ok(master) => master,
-                Err(e) if e.is_transient() && start.elapsed() + backoff < budget => {
-                    pause(&mut backoff);
+                Err(e) if e.is_transient() && pause_within(&mut backoff, start, budget) => {
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -510,8 +517,7 @@ impl Sentinel {
             // READONLY: the command was refused, so repeating it is safe.
             // A connection error before anything was sent: likewise.
             let again = wrong_node || (!sent && err.is_connection());
-            if again && start.elapsed() + backoff < budget {
-                pause(&mut backoff);
+            if again && pause_within(&mut backoff, start, budget) {
                 continue;
             }
             return Err(err);
@@ -543,9 +549,15 @@ impl Sentinel {
     }
 }
 
-fn pause(backoff: &mut Duration) {
-    std::thread::park_timeout(*backoff);
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+/// Pauses for the backoff's next pause and returns `true`, unless that
+/// would end past `budget` from `start` (then returns `false` at once).
+fn pause_within(backoff: &mut Backoff, start: Instant, budget: Duration) -> bool {
+    let pause = backoff.next_pause();
+    if start.elapsed() + pause >= budget {
+        return false;
+    }
+    crate::backoff::pause_until(Instant::now() + pause);
+    true
 }
 
 impl Inner {
@@ -595,7 +607,7 @@ impl Inner {
                     self.settings.response_timeout,
                 )
             });
-        let pool = Arc::new(pool?.master_only());
+        let pool = Arc::new(pool?.master_only().named(self.settings.name.clone()));
         if let Some(old) = slot.as_ref() {
             log::info!(
                 "redguard: master {:?} of {} moved from {} to {}",
@@ -645,7 +657,7 @@ impl Inner {
         for i in 0..n {
             let index = (first + i) % n;
             let (label, client) = &self.sentinels[index];
-            match self.ask(client) {
+            match self.ask(label, client) {
                 Ok(Some(addr)) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(addr);
@@ -675,10 +687,10 @@ impl Inner {
         Err(last_error.unwrap_or_else(|| Error::invalid("no sentinel configured")))
     }
 
-    fn ask(&self, client: &redis::Client) -> Result<Option<(String, u16)>> {
+    fn ask(&self, label: &str, client: &redis::Client) -> Result<Option<(String, u16)>> {
         let mut conn = client
             .get_connection_with_timeout(self.settings.connect_timeout)
-            .map_err(Error::redis)?;
+            .map_err(|e| Error::redis(e).at(label))?;
         conn.set_read_timeout(Some(self.settings.response_timeout))
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(self.settings.response_timeout))
@@ -687,7 +699,7 @@ impl Inner {
             .arg("get-master-addr-by-name")
             .arg(&self.spec.master_name)
             .query::<Option<(String, u16)>>(&mut conn)
-            .map_err(Error::redis)
+            .map_err(|e| not_a_sentinel(e, label))
     }
 
     /// Starts the `+switch-master` listener once.
@@ -707,13 +719,40 @@ impl Inner {
     }
 }
 
+/// A server that does not know the `SENTINEL` command is a data node
+/// behind a `redis+sentinel://` URL: said so, as a bad URL. Other errors
+/// are classified as usual.
+fn not_a_sentinel(e: redis::RedisError, label: &str) -> Error {
+    let unknown = e.detail().is_some_and(|d| {
+        let d = d.to_ascii_lowercase();
+        d.contains("unknown command") && d.contains("sentinel")
+    });
+    if unknown {
+        return Error::invalid(format!(
+            "{label} is not a sentinel (it does not know the SENTINEL command): a \
+             redis+sentinel:// URL lists sentinels (by default on port 26379), not data nodes"
+        ));
+    }
+    Error::redis(e)
+}
+
 /// The `+switch-master` listener: subscribed on one sentinel at a time
 /// (the next one when it fails), it installs the new master as soon as a
 /// failover of ours is announced. Ends once its client is gone.
 fn listen(weak: &Weak<Inner>) {
     let mut index = 0;
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(LISTEN_FIRST_RETRY, LISTEN_MAX_RETRY);
+    let mut first = true;
     loop {
+        // Every attempt after the first waits: a sentinel that refuses,
+        // or accepts and drops the subscription at once, is not hammered.
+        if !std::mem::take(&mut first) {
+            let pause = backoff.next_pause();
+            if weak.strong_count() == 0 {
+                return;
+            }
+            crate::backoff::pause_until(Instant::now() + pause);
+        }
         let Some(inner) = weak.upgrade() else { return };
         let n = inner.sentinels.len();
         let (label, client) = &inner.sentinels[index % n];
@@ -727,8 +766,6 @@ fn listen(weak: &Weak<Inner>) {
             Err(e) => {
                 log::debug!("redguard: +switch-master listener: sentinel {label}: {e}");
                 index += 1;
-                std::thread::park_timeout(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
@@ -742,7 +779,7 @@ fn listen(weak: &Weak<Inner>) {
             index += 1;
             continue;
         }
-        backoff = Duration::from_millis(50);
+        let subscribed = Instant::now();
         let _ = pubsub.set_read_timeout(Some(LISTEN_TICK));
         loop {
             let message = pubsub.get_message();
@@ -760,6 +797,9 @@ fn listen(weak: &Weak<Inner>) {
                 Err(e) => {
                     log::debug!("redguard: +switch-master listener: sentinel {label}: {e}");
                     index += 1;
+                    if subscribed.elapsed() >= LISTEN_MAX_RETRY {
+                        backoff.reset();
+                    }
                     break;
                 }
             }

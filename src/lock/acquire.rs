@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
 use crate::lock::{Kind, Lock, holds};
-use crate::scripts::{self, Acquire, FairKeys};
+use crate::scripts::{self, Acquire, FairKeys, SyncHold};
 use crate::subscriber::Event;
 use crate::watchdog;
 
@@ -180,6 +181,7 @@ impl Lock {
     /// or `deadline` (`None`: no deadline) has passed, waiting between
     /// attempts. The guard owns a clone of this handle.
     pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
         self.check_name()?;
         self.inner.client.check_open()?;
         let (lease, renew) = self.lease_mode()?;
@@ -192,9 +194,22 @@ impl Lock {
                  cannot be had while it reads (no upgrade: release the read side first)",
             ));
         }
+        // This thread's release of the lock may still be retried after a
+        // failover: it drops every hold of this holder, a new one too.
+        if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
+            return Ok(None);
+        }
+        let mut waiting = crate::metrics::Waiting::none();
+        let kind = self.hold_kind();
+        let mut counted = |attempt: Result<Attempt<Granted>>| {
+            if matches!(attempt, Ok(Attempt::Busy(_))) {
+                waiting.start(kind);
+            }
+            attempt
+        };
         let granted = match self.fair_keys() {
             Some(_) => self.wait_fair(&holder_str, deadline, |enqueue| {
-                self.attempt(&holder_str, lease, ms, renew, enqueue)
+                counted(self.attempt(&holder_str, lease, ms, renew, enqueue))
             }),
             None => {
                 // A re-entry never queues: it would wait for itself.
@@ -205,13 +220,15 @@ impl Lock {
                     &self.inner.channel,
                     deadline,
                     queue_first,
-                    || self.attempt(&holder_str, lease, ms, renew, false),
+                    || counted(self.attempt(&holder_str, lease, ms, renew, false)),
                 )
             }
         }?;
         if granted.is_some() && self.is_read() {
             self.pass_read_wake();
         }
+        drop(waiting);
+        log_outcome(self, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
@@ -231,32 +248,39 @@ impl Lock {
         let acks = self.replica_acks();
         acks.validate()?;
         let response_timeout = self.inner.client.config().response_timeout;
-        self.inner
-            .client
-            .with_conn(&self.inner.name, |conn| {
+        let script = |conn: &mut dyn redis::ConnectionLike| match &self.inner.kind {
+            Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
+            Kind::Fenced { token } => {
+                scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
+            }
+            Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
+            Kind::Fair {
+                queue,
+                timeouts,
+                wait_timeout,
+            } => {
+                let keys = FairKeys {
+                    key: &self.inner.name,
+                    queue,
+                    timeouts,
+                    channel: &self.inner.channel,
+                };
+                let wait_ms = lease_ms(*wait_timeout)?;
+                scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
+            }
+        };
+        let reply = if acks.min == 0 {
+            // Nothing to WAIT for: the call may share a connection.
+            self.inner
+                .client
+                .with_shared_conn(&self.inner.name, |conn| {
+                    *sent_script = true;
+                    script(conn)
+                })
+        } else {
+            self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) =
-                    acks.run(conn, response_timeout, |conn| match &self.inner.kind {
-                        Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
-                        Kind::Fenced { token } => {
-                            scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
-                        }
-                        Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),
-                        Kind::Fair {
-                            queue,
-                            timeouts,
-                            wait_timeout,
-                        } => {
-                            let keys = FairKeys {
-                                key: &self.inner.name,
-                                queue,
-                                timeouts,
-                                channel: &self.inner.channel,
-                            };
-                            let wait_ms = lease_ms(*wait_timeout)?;
-                            scripts::fair_acquire(conn, keys, holder, ms, wait_ms, enqueue)
-                        }
-                    })?;
+                let (reply, acked) = acks.run(conn, response_timeout, script)?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -264,17 +288,18 @@ impl Lock {
                 }
                 Ok(reply)
             })
-            .map(|reply| match (&self.inner.kind, reply) {
-                // A queued waiter must attempt again well before its
-                // deadline, or the others prune it as dead.
-                (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
-                    let heartbeat = *wait_timeout / 3;
-                    Acquire::Busy {
-                        pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
-                    }
+        };
+        reply.map(|reply| match (&self.inner.kind, reply) {
+            // A queued waiter must attempt again well before its
+            // deadline, or the others prune it as dead.
+            (Kind::Fair { wait_timeout, .. }, Acquire::Busy { pttl }) => {
+                let heartbeat = *wait_timeout / 3;
+                Acquire::Busy {
+                    pttl: Some(pttl.map_or(heartbeat, |p| p.min(heartbeat))),
                 }
-                (_, reply) => reply,
-            })
+            }
+            (_, reply) => reply,
+        })
     }
 
     /// One acquisition attempt. On success the hold is recorded and, when
@@ -352,9 +377,20 @@ impl Lock {
         }
         let counters = self.inner.client.counters().clone();
         let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
-            Arc::new(LeaseState::new(valid_until, counters))
+            Arc::new(LeaseState::since(
+                sent,
+                valid_until,
+                counters,
+                self.hold_kind(),
+            ))
         });
         if fresh {
+            let sync = self.sync_hold(holder).map(Box::new);
+            // Fixed read holds are looked up (and kept) every third of the
+            // watchdog timeout: in a deployment shared with Redisson, that is
+            // within its read-lock watchdog's own period (see `Entry::recheck`).
+            let recheck = (!renew && matches!(sync.as_deref(), Some(SyncHold::Read { .. })))
+                .then(|| self.inner.client.config().watchdog_timeout / 3);
             let entry = watchdog::Entry {
                 key: self.inner.name.clone(),
                 channel: self.inner.channel.clone(),
@@ -362,18 +398,27 @@ impl Lock {
                     std::borrow::Cow::Owned(field) => Arc::from(field),
                     std::borrow::Cow::Borrowed(_) => holder.clone(),
                 },
-                sync: self.sync_hold(holder).map(Box::new),
+                sync,
                 lease,
                 renew,
+                recheck,
                 renew_batch: self.inner.client.config().renew_batch,
                 queue: self.queue_key().map(Arc::from),
                 state: state.clone(),
                 source: self.inner.client.source().clone(),
                 counters: self.inner.client.counters().clone(),
+                kind: self.hold_kind(),
+                hooks: self.inner.client.hooks().clone(),
+                renewed_at: sent,
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
+                classic_publish: self.inner.client.config().interop.classic_publish,
             };
-            let due = if renew { sent + lease / 3 } else { valid_until };
+            let due = match (renew, recheck) {
+                (true, _) => sent + lease / 3,
+                (false, Some(every)) => valid_until.min(sent + every),
+                (false, None) => valid_until,
+            };
             watchdog::register(entry, due);
         } else if renew {
             state.extend_to(valid_until);
@@ -406,10 +451,10 @@ impl Lock {
         };
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
-        let released = self.inner.client.with_conn(key, |conn| match &sync {
+        let released = self.inner.client.with_shared_conn(key, |conn| match &sync {
             Some(hold) => scripts::release_sync_hold(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 hold,
                 key,
                 channel,
@@ -417,7 +462,7 @@ impl Lock {
             ),
             None => scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(key),
                 key,
                 channel,
                 self.queue_key(),
@@ -437,8 +482,32 @@ impl Lock {
     }
 }
 
-/// Pause between two attempts of a call that met a failover.
+/// Logs (debug) how an acquisition of `lock` that began at `started`
+/// ended: granted after how long a wait, or not granted in time. Contention
+/// is no error: never more than debug.
+fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+    let labels = lock.client().hooks().labels(lock.hold_kind(), lock.name());
+    if granted {
+        crate::metrics::acquired(labels, started.elapsed());
+    } else {
+        crate::metrics::timed_out(labels);
+    }
+    if log::log_enabled!(log::Level::Debug) {
+        let name = String::from_utf8_lossy(lock.name());
+        let kind = lock.hold_kind();
+        let waited = started.elapsed();
+        if granted {
+            log::debug!("redguard: acquired {kind} lock {name:?} after waiting {waited:?}");
+        } else {
+            log::debug!("redguard: {kind} lock {name:?} not acquired: busy for {waited:?}");
+        }
+    }
+}
+
+/// Pauses between two attempts of a call that met a failover: from 50 ms,
+/// doubling (with jitter) up to half a second.
 const FAILOVER_RETRY: Duration = Duration::from_millis(50);
+const FAILOVER_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// The waiter loop shared by every lock kind: attempt; when busy, register
 /// on `channel` (confirmed before the next attempt, so no unlock published
@@ -462,6 +531,7 @@ pub(crate) fn wait_loop<T>(
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
+    let mut failover = Backoff::new(FAILOVER_RETRY, FAILOVER_MAX_RETRY);
     if queue_first && let Some(sub) = client.running_subscriber() {
         let now = Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -480,7 +550,10 @@ pub(crate) fn wait_loop<T>(
     loop {
         let hint = match attempt() {
             Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
-            Ok(Attempt::Busy(hint)) => hint,
+            Ok(Attempt::Busy(hint)) => {
+                failover.reset();
+                hint
+            }
             // A failover in progress (Sentinel): the source asks for the
             // new master on every try, so a call with a deadline keeps
             // trying until it instead of failing in the middle.
@@ -489,8 +562,11 @@ pub(crate) fn wait_loop<T>(
                     && client.source().rides_out_failovers()
                     && deadline.is_some_and(|d| Instant::now() + FAILOVER_RETRY < d) =>
             {
-                log::debug!("redguard: attempt failed during a failover ({e}); retrying");
-                Some(FAILOVER_RETRY)
+                let pause = failover.next_pause();
+                log::debug!(
+                    "redguard: attempt failed during a failover ({e}); retrying in {pause:?}"
+                );
+                Some(pause)
             }
             Err(e) => return Err(e),
         };

@@ -33,7 +33,12 @@ impl Drop for QueueSeat<'_> {
             .inner
             .client
             .with_conn(&self.lock.inner.name, |conn| {
-                scripts::fair_leave(conn, self.lock.inner.client.publish(), keys, self.holder)
+                scripts::fair_leave(
+                    conn,
+                    self.lock.inner.client.publish(&self.lock.inner.name),
+                    keys,
+                    self.holder,
+                )
             });
         if let Err(e) = left {
             log::warn!(

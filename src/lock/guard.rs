@@ -185,18 +185,57 @@ impl LockGuard {
     /// [`min_replica_acks`](crate::Lock::min_replica_acks) acknowledged the
     /// extension (the master has it, but the guard's lease is not counted
     /// as extended), and connection, timeout and server errors.
+    ///
+    /// An extension that fails because the master is gone or changing (see
+    /// [`Client::await_releases`](crate::Client::await_releases) for which
+    /// errors) is retried by the watchdog against the new master until it
+    /// goes through or the lease runs out; this call waits for that, and
+    /// then returns its outcome (the last error when the lease ran out).
     pub fn extend(&self, lease: Duration) -> Result<()> {
         let ms = lease_ms(lease)?;
         if self.state.is_marked_lost() {
             return Err(Error::lost(self.lock.name()));
         }
-        let sent = Instant::now();
-        if self.lock.renew(&self.holder, ms)? {
-            self.state.set_valid_until(lease::valid_until(sent, lease));
-            Ok(())
-        } else {
-            self.state.mark_lost();
-            Err(Error::not_held(self.lock.name()))
+        let until = self.state.valid_until();
+        let (lock, holder, state) = (self.lock.clone(), self.holder.clone(), self.state.clone());
+        let extend = move || {
+            let sent = Instant::now();
+            if lock.renew(&holder, ms)? {
+                state.set_valid_until(lease::valid_until(sent, lease));
+                Ok(())
+            } else {
+                state.mark_lost();
+                Err(Error::not_held(lock.name()))
+            }
+        };
+        match extend() {
+            Err(e) if e.is_failover() => {
+                let client = self.lock.client();
+                let retry = crate::watchdog::retry::submit(
+                    format!(
+                        "extension of lock {:?}",
+                        String::from_utf8_lossy(self.lock.name())
+                    ),
+                    self.lock.key().clone(),
+                    client.source().clone(),
+                    client.counters(),
+                    Duration::from_millis(self.lease_ms),
+                    until,
+                    e,
+                    extend,
+                );
+                // The retry ends by `until`; the bound only guards against
+                // a worker held up by a frozen server.
+                let response = client.config().response_timeout;
+                retry.wait_until(Some(until + response * 2));
+                retry.take_outcome().unwrap_or_else(|| {
+                    Err(Error::Timeout(format!(
+                        "the extension of lock {:?} was still being retried when its lease ended",
+                        String::from_utf8_lossy(self.lock.name())
+                    )))
+                })
+            }
+            other => other,
         }
     }
 
@@ -210,6 +249,14 @@ impl LockGuard {
     /// lock (expired, deleted, or taken by another holder; that holder is
     /// not touched), and connection, timeout and server errors (the lease
     /// then expires by itself: the watchdog stops renewing it).
+    ///
+    /// A release that fails because the master is gone or changing (a
+    /// failover or a restart) is not an error: it returns `Ok(())` and the
+    /// watchdog retries it against the new master until it goes through or
+    /// the lease runs out (see
+    /// [`Client::await_releases`](crate::Client::await_releases), which
+    /// waits for it). This thread's next acquire of the lock waits for
+    /// that retry first.
     pub fn unlock(mut self) -> Result<()> {
         self.release()
     }
@@ -222,17 +269,21 @@ impl LockGuard {
         mut self,
         script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
     ) -> Result<()> {
-        self.release_by(script)
+        self.release_by(script, false)
     }
 
     fn release(&mut self) -> Result<()> {
         let ms = self.lease_ms;
-        self.release_by(|lock, holder| lock.release(holder, ms))
+        self.release_by(|lock, holder| lock.release(holder, ms), true)
     }
 
+    /// Ends this thread's hold with `script`. A last hold whose release
+    /// met a failover is handed to the watchdog when `retry` is set (see
+    /// [`LockGuard::unlock`]).
     fn release_by(
         &mut self,
         script: impl FnOnce(&Lock, &HolderId) -> Result<Release>,
+        retry: bool,
     ) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
@@ -243,10 +294,21 @@ impl LockGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
+        if left == 0 {
+            // A loss the watchdog sees from now on may be this release.
+            self.state.begin_release();
+        }
+        let until = self.state.valid_until();
         let reply = script(&self.lock, &self.holder);
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();
+                let (kind, held) = (self.lock.hold_kind(), self.state.held_since().elapsed());
+                crate::metrics::released(self.lock.client().hooks().labels(kind, name), held);
+                log::debug!(
+                    "redguard: released {kind} lock {:?} after holding it {held:?}",
+                    String::from_utf8_lossy(name)
+                );
                 Ok(())
             }
             Ok(Release::StillHeld) if left == 0 => {
@@ -254,7 +316,13 @@ impl LockGuard {
                 // whose reply was lost): none of them has a guard, drop them.
                 let all = self.lock.release_all(&self.holder);
                 self.state.mark_released();
-                all.map(|_| ())
+                match all {
+                    Err(e) if retry && e.is_failover() => {
+                        self.retry_release(until, e);
+                        Ok(())
+                    }
+                    all => all.map(|_| ()),
+                }
             }
             Ok(Release::StillHeld) => Ok(()),
             Ok(Release::NotHeld) => {
@@ -266,13 +334,43 @@ impl LockGuard {
                     // Stop renewing: the lease is the backstop now.
                     self.state.mark_released();
                 }
-                Err(e)
+                if left == 0 && retry && e.is_failover() {
+                    self.retry_release(until, e);
+                    Ok(())
+                } else {
+                    Err(e)
+                }
             }
         };
         if left == 0 || self.state.is_marked_lost() || self.state.is_released() {
             holds::forget(client, self.lock.hold_key(), &self.state);
         }
         outcome
+    }
+}
+
+impl LockGuard {
+    /// Hands the release of this thread's last hold, which met a failover
+    /// (`err`), to the watchdog: it drops every hold of this holder,
+    /// which is safe to repeat, until that goes through or the lease runs
+    /// out at `until`. This thread's next acquire of the lock waits for it.
+    fn retry_release(&self, until: Instant, err: Error) {
+        let client = self.lock.client();
+        let (lock, holder) = (self.lock.clone(), self.holder.clone());
+        let retry = crate::watchdog::retry::submit(
+            format!(
+                "release of lock {:?}",
+                String::from_utf8_lossy(self.lock.name())
+            ),
+            self.lock.key().clone(),
+            client.source().clone(),
+            client.counters(),
+            Duration::from_millis(self.lease_ms),
+            until,
+            err,
+            move || lock.release_all(&holder).map(|_| ()),
+        );
+        holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
     }
 }
 

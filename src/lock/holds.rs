@@ -1,13 +1,17 @@
 //! The calling thread's own record of the locks it holds: which shared
-//! [`LeaseState`] its guards use and how many holds it took. Thread-local,
-//! because a holder id *is* (client, thread): no other thread can hold the
-//! same lock under the same holder id, so nothing here is shared.
+//! [`LeaseState`] its guards use and how many holds it took, and which of
+//! its releases the watchdog is still retrying after a failover.
+//! Thread-local, because a holder id *is* (client, thread): no other thread
+//! can hold the same lock under the same holder id, so nothing here is
+//! shared.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::lease::LeaseState;
+use crate::watchdog::retry::Handle;
 
 struct Hold {
     state: Arc<LeaseState>,
@@ -24,8 +28,39 @@ type ClientHolds = HashMap<Arc<[u8]>, Hold>;
 /// is dropped when another client's map is added.
 type Holds = Vec<(u128, ClientHolds)>;
 
+/// Releases of this thread being retried: (client, lock, the retry).
+type Releasing = Vec<(u128, Arc<[u8]>, Handle)>;
+
 thread_local! {
     static HOLDS: RefCell<Holds> = const { RefCell::new(Vec::new()) };
+    static RELEASING: RefCell<Releasing> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records that this thread's release of `key` is being retried.
+pub(crate) fn releasing(client: u128, key: &Arc<[u8]>, retry: Handle) {
+    RELEASING.with(|releasing| {
+        let mut releasing = releasing.borrow_mut();
+        releasing.retain(|(_, _, r)| !r.is_finished());
+        releasing.push((client, key.clone(), retry));
+    });
+}
+
+/// Waits until no release of `key` by this thread is being retried, or
+/// `deadline` (`None`: as long as the retry lasts, at most its lease)
+/// passes: `false` then. A thread that takes the lock again must not do so
+/// while its release is retried: the retry drops every hold of the holder,
+/// the new one included.
+pub(crate) fn wait_released(client: u128, key: &[u8], deadline: Option<Instant>) -> bool {
+    let pending: Vec<Handle> = RELEASING.with(|releasing| {
+        let mut releasing = releasing.borrow_mut();
+        releasing.retain(|(_, _, r)| !r.is_finished());
+        releasing
+            .iter()
+            .filter(|(c, k, _)| *c == client && k[..] == *key)
+            .map(|(_, _, r)| r.clone())
+            .collect()
+    });
+    pending.iter().all(|retry| retry.wait_until(deadline))
 }
 
 fn of(holds: &mut Holds, client: u128) -> Option<&mut ClientHolds> {

@@ -9,6 +9,7 @@ use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
+use crate::record::{self, HolderRecord};
 
 /// What [`Lock::inspect`] found at a lock name.
 ///
@@ -16,6 +17,8 @@ use crate::lock::Lock;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
+    /// The lock's name.
+    pub name: Vec<u8>,
     /// The kind of lock stored at the name (or [`LockKind::Free`]).
     pub kind: LockKind,
     /// Every holder id with its hold count, as stored in the lock hash
@@ -26,9 +29,47 @@ pub struct LockInfo {
     /// The remaining lease of the lock key: `None` when nothing is stored
     /// there, [`Ttl::Persistent`] when the key has no expiry.
     pub ttl: Option<Ttl>,
+    /// The holder records of the holders' clients that keep one (see
+    /// [`Builder::holder_record`](crate::Builder::holder_record)): host,
+    /// pid, program, and since when each hold began. A holder whose client
+    /// has none here (a Java process, a client with records off, a record
+    /// not written yet) is simply missing: [`LockInfo::record_of`] answers
+    /// `None` for it.
+    pub records: Vec<HolderRecord>,
+    /// The server's clock when the records were read: "held for" is this
+    /// minus [`LockInfo::held_since`]. `None` when nothing was held.
+    pub server_time: Option<SystemTime>,
+    /// Connections subscribed to the lock's unlock channel (and, for a fair
+    /// lock, its waiters' channels): the waiters of other processes,
+    /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
+    /// many of its threads wait). On a Cluster, only the lock's node is
+    /// asked. `None` when the server would not say.
+    pub subscribers: Option<u64>,
 }
 
 impl LockInfo {
+    /// The holder record of `holder`'s client, if it keeps one.
+    pub fn record_of(&self, holder: &HolderId) -> Option<&HolderRecord> {
+        let client = crate::record::client_of(holder.as_str())?;
+        self.records.iter().find(|r| r.client == client)
+    }
+
+    /// When `holder`'s hold began (server clock), as its record says.
+    pub fn held_since(&self, holder: &HolderId) -> Option<SystemTime> {
+        self.record_of(holder)?
+            .held_since(holder.as_str(), &self.name)
+    }
+
+    /// How long `holder` has held the lock: [`LockInfo::server_time`]
+    /// minus [`LockInfo::held_since`].
+    pub fn held_for(&self, holder: &HolderId) -> Option<Duration> {
+        let now = self.server_time?;
+        Some(
+            now.duration_since(self.held_since(holder)?)
+                .unwrap_or_default(),
+        )
+    }
+
     /// `true` when some holder holds the lock (or a value that is not a
     /// lock occupies the name, which blocks every acquirer all the same).
     pub fn is_held(&self) -> bool {
@@ -85,7 +126,7 @@ pub struct QueuedWaiter {
 }
 
 /// One field of a hash and its value, as raw bytes.
-type Field = (Vec<u8>, Vec<u8>);
+pub(crate) type Field = (Vec<u8>, Vec<u8>);
 
 impl Lock {
     /// Looks at what is stored at this lock's name without changing it:
@@ -123,67 +164,42 @@ impl Lock {
         let timeout_key = keys::fair_timeouts(name);
         let (redis_type, pttl, queue, deadlines): (String, i64, Vec<String>, Vec<(String, f64)>) =
             self.client().with_conn(name, |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("TYPE")
-                    .arg(name)
-                    .cmd("PTTL")
-                    .arg(name)
-                    .cmd("LRANGE")
-                    .arg(&queue_key)
-                    .arg(0)
-                    .arg(-1)
-                    .cmd("ZRANGE")
-                    .arg(&timeout_key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &queue_key))
+                crate::transaction::snapshot(conn, &queue_key, |pipe| {
+                    pipe.cmd("TYPE")
+                        .arg(name)
+                        .cmd("PTTL")
+                        .arg(name)
+                        .cmd("LRANGE")
+                        .arg(&queue_key)
+                        .arg(0)
+                        .arg(-1)
+                        .cmd("ZRANGE")
+                        .arg(&timeout_key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES");
+                })
             })?;
         let fair = !queue.is_empty() || !deadlines.is_empty();
         let mut info = LockInfo {
+            name: name.to_vec(),
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: Pttl::from_ms(pttl).remaining(),
+            records: Vec::new(),
+            server_time: None,
+            subscribers: None,
         };
         match redis_type.as_str() {
             "none" => {}
             "hash" => {
                 let (fields, pttl): (Vec<Field>, i64) = self.client().with_conn(name, |conn| {
-                    redis::pipe()
-                        .atomic()
-                        .cmd("HGETALL")
-                        .arg(name)
-                        .cmd("PTTL")
-                        .arg(name)
-                        .query(conn)
-                        .map_err(|e| Error::from_redis(e, name))
+                    crate::transaction::snapshot(conn, name, |pipe| {
+                        pipe.cmd("HGETALL").arg(name).cmd("PTTL").arg(name);
+                    })
                 })?;
                 info.ttl = Pttl::from_ms(pttl).remaining();
-                let mut mode = None;
-                let mut foreign = false;
-                for (field, value) in fields {
-                    let field = String::from_utf8_lossy(&field).into_owned();
-                    let value = String::from_utf8_lossy(&value);
-                    if field == "mode" {
-                        mode = Some(value.into_owned());
-                    } else if let Ok(count) = value.parse::<u64>() {
-                        info.holders.push((HolderId::from_stored(field), count));
-                    } else {
-                        foreign = true;
-                    }
-                }
-                info.kind = match mode {
-                    _ if foreign => LockKind::Other {
-                        redis_type: redis_type.clone(),
-                    },
-                    Some(mode) => LockKind::ReadWrite { mode },
-                    None => LockKind::Reentrant,
-                };
-                if matches!(info.kind, LockKind::Other { .. }) {
-                    info.holders.clear();
-                }
+                (info.kind, info.holders) = read_hash(fields);
             }
             _ => {
                 info.kind = LockKind::Other {
@@ -210,7 +226,57 @@ impl Lock {
                 .collect();
             info.kind = LockKind::Fair { queue };
         }
+        self.read_around(&mut info)?;
         Ok(info)
+    }
+
+    /// Fills in what one more round trip says: the holders' records, the
+    /// server's clock and the subscribed waiters.
+    fn read_around(&self, info: &mut LockInfo) -> Result<()> {
+        let name = self.name();
+        let mut channels = vec![match info.kind {
+            LockKind::ReadWrite { .. } => keys::rw_channel(name),
+            _ => keys::channel(name),
+        }];
+        if let LockKind::Fair { queue } = &info.kind {
+            channels.extend(
+                queue
+                    .iter()
+                    .map(|w| keys::fair_channel(name, w.holder.as_str())),
+            );
+        }
+        let clients = record::clients_of(info.holders.iter().map(|(h, _)| h.as_str()));
+        let around = record::around(self.client().source(), name, &channels, &clients)?;
+        info.records = around.records;
+        info.server_time = around.server_time;
+        info.subscribers = around.subscribers;
+        Ok(())
+    }
+}
+
+/// The kind and holders of a lock hash, from its fields: hold counts (and
+/// `mode` for a read-write lock); anything else makes it
+/// [`LockKind::Other`], without holders.
+pub(crate) fn read_hash(fields: Vec<Field>) -> (LockKind, Vec<(HolderId, u64)>) {
+    let mut mode = None;
+    let mut holders = Vec::new();
+    for (field, value) in fields {
+        let field = String::from_utf8_lossy(&field).into_owned();
+        let value = String::from_utf8_lossy(&value);
+        if field == "mode" {
+            mode = Some(value.into_owned());
+        } else if let Ok(count) = value.parse::<u64>() {
+            holders.push((HolderId::from_stored(field), count));
+        } else {
+            let other = LockKind::Other {
+                redis_type: "hash".to_owned(),
+            };
+            return (other, Vec::new());
+        }
+    }
+    match mode {
+        Some(mode) => (LockKind::ReadWrite { mode }, holders),
+        None => (LockKind::Reentrant, holders),
     }
 }
 
@@ -227,9 +293,13 @@ mod tests {
     #[test]
     fn held_means_holders_or_foreign_value() {
         let mut info = LockInfo {
+            name: b"job".to_vec(),
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: None,
+            records: Vec::new(),
+            server_time: None,
+            subscribers: None,
         };
         assert!(!info.is_held());
         info.kind = LockKind::Other {

@@ -9,6 +9,7 @@ mod guard;
 pub(crate) mod holds;
 mod inspect;
 mod read_write;
+mod scan;
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
+use crate::lost::HoldKind;
 use crate::replicas::ReplicaAcks;
 use crate::scripts::{self, FairKeys, Release};
 use acquire::acquire_methods;
@@ -221,6 +223,17 @@ impl Lock {
         match self.inner.kind {
             Kind::Fair { wait_timeout, .. } => Some(wait_timeout),
             _ => None,
+        }
+    }
+
+    /// The kind of hold this handle takes.
+    pub(crate) fn hold_kind(&self) -> HoldKind {
+        match self.inner.kind {
+            Kind::Reentrant => HoldKind::Reentrant,
+            Kind::Fair { .. } => HoldKind::Fair,
+            Kind::Fenced { .. } => HoldKind::Fenced,
+            Kind::Read { .. } => HoldKind::Read,
+            Kind::Write => HoldKind::Write,
         }
     }
 
@@ -473,7 +486,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::force_unlock(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),
@@ -546,6 +559,11 @@ impl Lock {
         }
     }
 
+    /// The lock's key (its name), shared.
+    pub(crate) fn key(&self) -> &Arc<[u8]> {
+        &self.inner.name
+    }
+
     /// This kind's key in the calling thread's record of holds: the name,
     /// except for the read side of a read-write lock, whose holds are
     /// counted apart from the write side's.
@@ -571,13 +589,17 @@ impl Lock {
         }
         self.inner
             .client
-            .with_conn(&self.inner.name, |conn| match self.fair_keys() {
-                Some(keys) => {
-                    scripts::fair_release(conn, self.inner.client.publish(), keys, holder, ms)
-                }
+            .with_shared_conn(&self.inner.name, |conn| match self.fair_keys() {
+                Some(keys) => scripts::fair_release(
+                    conn,
+                    self.inner.client.publish(&self.inner.name),
+                    keys,
+                    holder,
+                    ms,
+                ),
                 None => scripts::release(
                     conn,
-                    self.inner.client.publish(),
+                    self.inner.client.publish(&self.inner.name),
                     &self.inner.name,
                     &self.inner.channel,
                     holder,
@@ -598,7 +620,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             scripts::release_holder(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 self.queue_key(),

@@ -144,7 +144,13 @@ impl ReadWriteLock {
     }
 
     /// The same lock with a fixed `lease` for both sides, not renewed by
-    /// the watchdog (see [`Lock::with_lease`]).
+    /// the watchdog (see [`Lock::with_lease`]). A read hold is still looked
+    /// up every third of the
+    /// [`watchdog_timeout`](crate::Builder::watchdog_timeout): an expiry
+    /// another client cut short (Redisson's read-lock watchdog sets every
+    /// read hold's to its own `lockWatchdogTimeout`) is given back, up to the
+    /// hold's own end, and a hold that ran out meanwhile is reported by
+    /// [`LockGuard::check`](crate::LockGuard::check).
     pub fn with_lease(&self, lease: Duration) -> ReadWriteLock {
         ReadWriteLock {
             read: self.read.with_lease(lease),
@@ -169,7 +175,7 @@ impl ReadWriteLock {
         lock.inner.client.with_conn(&lock.inner.name, |conn| {
             rwlock::force_unlock(
                 conn,
-                lock.inner.client.publish(),
+                lock.inner.client.publish(&lock.inner.name),
                 &lock.inner.name,
                 &lock.inner.channel,
                 None,
@@ -278,13 +284,19 @@ impl Lock {
                         timeout_prefix: &prefix,
                         key_prefix,
                     };
-                    rwlock::read_release(conn, self.inner.client.publish(), keys, holder, all)
+                    rwlock::read_release(
+                        conn,
+                        self.inner.client.publish(&self.inner.name),
+                        keys,
+                        holder,
+                        all,
+                    )
                 }
                 _ => {
                     let field = keys::write_field(holder);
                     rwlock::write_release(
                         conn,
-                        self.inner.client.publish(),
+                        self.inner.client.publish(&self.inner.name),
                         &self.inner.name,
                         &self.inner.channel,
                         &field,
@@ -333,7 +345,7 @@ impl Lock {
         self.inner.client.with_conn(&self.inner.name, |conn| {
             rwlock::force_unlock(
                 conn,
-                self.inner.client.publish(),
+                self.inner.client.publish(&self.inner.name),
                 &self.inner.name,
                 &self.inner.channel,
                 Some(mode),

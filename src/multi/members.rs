@@ -1,8 +1,6 @@
 //! What [`MultiLock`](super::MultiLock) and [`RedLock`](super::RedLock)
 //! share: their members in canonical order, the check of a member set,
-//! releasing many guards, and the pause between rounds.
-
-use std::time::Instant;
+//! and releasing many guards.
 
 use crate::error::{Error, Result};
 use crate::lock::{Lock, LockGuard};
@@ -114,18 +112,5 @@ impl Drop for Held {
         while let Some(guard) = self.0.pop() {
             drop(guard);
         }
-    }
-}
-
-/// Blocks the calling thread until `until`. The library does not use
-/// `thread::sleep`; parking may wake early, hence the loop.
-pub(crate) fn pause_until(until: Instant) {
-    // Bounded: each turn parks until `until` or returns.
-    loop {
-        let now = Instant::now();
-        if now >= until {
-            return;
-        }
-        std::thread::park_timeout(until - now);
     }
 }

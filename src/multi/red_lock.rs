@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use crate::backoff::pause_until;
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::lease::{clock_drift, lease_ms};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
-use crate::multi::members::{Held, Member, canonical, check_members, pause_until};
+use crate::multi::members::{Held, Member, canonical, check_members};
 
 /// A lock over N independent Redis masters that holds when a majority of
 /// them grant it: the Redis "Redlock" algorithm (Redisson's
@@ -274,8 +276,9 @@ impl RedLock {
         }
         if self.retry_min > self.retry_max {
             return Err(Error::invalid(format!(
-                "RedLock retry delay range {:?}..={:?} is empty",
-                self.retry_min, self.retry_max
+                "RedLock retry delay range {} ..= {} is empty",
+                Human(self.retry_min),
+                Human(self.retry_max)
             )));
         }
         let lease = self
@@ -288,10 +291,12 @@ impl RedLock {
         }));
         if worst > lease / 2 {
             return Err(Error::invalid(format!(
-                "RedLock: one round may take {worst:?} (2 x connect + response timeout per \
-                 master), more than half the lease {lease:?}; build the masters' clients with \
+                "RedLock: one round may take {} (2 x connect + response timeout per \
+                 master), more than half the lease {}; build the masters' clients with \
                  shorter timeouts (Builder::connect_timeout, Builder::response_timeout) or use a \
-                 longer lease"
+                 longer lease",
+                Human(worst),
+                Human(lease)
             )));
         }
         Ok(lease)

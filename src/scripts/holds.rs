@@ -33,6 +33,9 @@ pub(crate) enum SyncHold {
         timeouts: Arc<[u8]>,
         /// The permit id as stored.
         id: [u8; 16],
+        /// The tolerated clock skew in ms, added to each stamped lease end
+        /// ([`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew)).
+        skew_ms: u64,
     },
 }
 
@@ -76,12 +79,16 @@ pub(crate) fn renew_batch(
                         .arg(r.lease_ms)
                         .arg(r.holder);
                 }
-                SyncHold::Permit { timeouts, id } => {
+                SyncHold::Permit {
+                    timeouts,
+                    id,
+                    skew_ms,
+                } => {
                     pipe.cmd("EVALSHA")
                         .arg(PERMIT_RENEW.get_hash())
                         .arg(1)
                         .arg(&timeouts[..])
-                        .arg(r.lease_ms)
+                        .arg(r.lease_ms.saturating_add(*skew_ms))
                         .arg(&id[..]);
                 }
             }
@@ -144,7 +151,7 @@ pub(crate) fn release_all(
             true,
         )?,
         SyncHold::Write => rwlock::write_release(conn, publish, key, channel, holder, 1, true)?,
-        SyncHold::Permit { timeouts, id } => {
+        SyncHold::Permit { timeouts, id, .. } => {
             let keys = PermitKeys {
                 counter: key,
                 timeouts,
@@ -166,6 +173,7 @@ mod tests {
             include_str!("../../lua/rw_read_unlock.lua"),
             include_str!("../../lua/rw_write_unlock.lua"),
             include_str!("../../lua/rw_read_renew.lua"),
+            include_str!("../../lua/rw_read_keep.lua"),
             include_str!("../../lua/rw_force_unlock.lua"),
             include_str!("../../lua/semaphore_acquire.lua"),
             include_str!("../../lua/semaphore_release.lua"),

@@ -11,17 +11,19 @@
 macro_rules! notifying {
     ($name:literal) => {
         $crate::scripts::Notifying {
-            classic: redis::Script::new(concat!(
-                "local cluster = false\n",
-                include_str!("../../lua/notify.lua"),
-                include_str!(concat!("../../lua/", $name, ".lua"))
-            )),
-            cluster: redis::Script::new(concat!(
-                "local cluster = true\n",
-                include_str!("../../lua/notify.lua"),
-                include_str!(concat!("../../lua/", $name, ".lua"))
-            )),
+            classic: notifying!(@variant "false, false", $name),
+            cluster: notifying!(@variant "true, false", $name),
+            cluster_always: notifying!(@variant "true, true", $name),
         }
+    };
+    (@variant $flags:literal, $name:literal) => {
+        redis::Script::new(concat!(
+            "local cluster, always_classic = ",
+            $flags,
+            "\n",
+            include_str!("../../lua/notify.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
     };
 }
 
@@ -29,31 +31,38 @@ macro_rules! notifying {
 /// (`lua/notify.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Publish {
-    /// One server (or Sentinel's master): a classic `PUBLISH` on every
-    /// release, listened to or not, since a waiter may listen on a replica
-    /// that passes it on.
+    /// One server (or Sentinel's master), or a Cluster node without
+    /// sharded pub/sub (Redis 6.2): a classic `PUBLISH` on every release,
+    /// listened to or not, since a waiter may listen on a replica that
+    /// passes it on (on a Cluster: on any node, which the cluster forwards
+    /// it to).
     Classic,
     /// Redis Cluster: `SPUBLISH` always; the classic `PUBLISH`, which the
     /// cluster forwards to every node, only when the slot's node counts a
-    /// classic listener of the channel.
+    /// classic listener of the channel ([`ClassicPublish::Auto`]).
     Cluster,
+    /// Redis Cluster with [`ClassicPublish::Always`]: `SPUBLISH` and the
+    /// classic `PUBLISH` on every release, for classic listeners on
+    /// replicas, which the slot's master cannot count.
+    ClusterAlways,
 }
 
 impl Publish {
-    /// The way of a deployment: [`Publish::Cluster`] on a Redis Cluster.
-    pub(crate) fn on_cluster(cluster: bool) -> Publish {
-        if cluster {
-            Publish::Cluster
-        } else {
-            Publish::Classic
+    /// The way `self` becomes under `classic`: [`Publish::Cluster`] sends
+    /// the classic message on every release with [`ClassicPublish::Always`].
+    pub(crate) fn with_classic(self, classic: ClassicPublish) -> Publish {
+        match (self, classic) {
+            (Publish::Cluster, ClassicPublish::Always) => Publish::ClusterAlways,
+            (other, _) => other,
         }
     }
 }
 
-/// The two variants of a script that wakes waiters.
+/// The variants of a script that wakes waiters.
 pub(crate) struct Notifying {
     classic: Script,
     cluster: Script,
+    cluster_always: Script,
 }
 
 impl Notifying {
@@ -62,6 +71,7 @@ impl Notifying {
         match publish {
             Publish::Classic => &self.classic,
             Publish::Cluster => &self.cluster,
+            Publish::ClusterAlways => &self.cluster_always,
         }
     }
 }
@@ -77,6 +87,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
+use crate::interop::ClassicPublish;
 use crate::keys::UNLOCK_MESSAGE;
 use crate::lease::Pttl;
 pub(crate) use holds::{
@@ -442,16 +453,25 @@ fn query_pipeline(
 ///
 /// With `by_slot` (a cluster), `batch` comes sorted by hash slot and no call
 /// mixes two slots: a multi-key script may not cross slots.
+///
+/// `extra` commands ride along at the start of the same pipeline (the
+/// client's holder record: see `record`); their replies come back as they
+/// are. They must be safe to send twice: the pipeline is sent again when
+/// the server lost its script cache.
 pub(crate) fn renew_batch(
     conn: &mut redis::Connection,
     batch: &[Renewal<'_>],
     per_call: usize,
     by_slot: bool,
-) -> Result<Vec<Result<bool>>> {
+    extra: &[redis::Cmd],
+) -> Result<(Vec<Result<bool>>, Vec<Value>)> {
     let groups = script_calls(batch, per_call, by_slot);
     let calls = groups.len();
     let build = || {
         let mut pipe = redis::pipe();
+        for cmd in extra {
+            pipe.add_command(cmd.clone());
+        }
         for call in groups.iter().copied() {
             let cmd = pipe
                 .cmd("EVALSHA")
@@ -467,16 +487,17 @@ pub(crate) fn renew_batch(
         pipe
     };
     if batch.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
-    let mut replies = query_pipeline(conn, &build(), calls)?;
+    let mut replies = query_pipeline(conn, &build(), extra.len() + calls)?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
-    if replies.iter().any(noscript) {
+    if replies[extra.len()..].iter().any(noscript) {
         // The server lost its script cache (restart, SCRIPT FLUSH): load it
         // and send the batch once more.
         RENEW_MANY.load(conn).map_err(Error::redis)?;
-        replies = query_pipeline(conn, &build(), calls)?;
+        replies = query_pipeline(conn, &build(), extra.len() + calls)?;
     }
+    let extra_replies: Vec<Value> = replies.drain(..extra.len()).collect();
     if replies.len() != calls {
         return Err(Error::Protocol(format!(
             "renew pipeline answered {} replies for {calls} calls",
@@ -507,7 +528,7 @@ pub(crate) fn renew_batch(
             other => return Err(unexpected("renew", &other)),
         }
     }
-    Ok(out)
+    Ok((out, extra_replies))
 }
 
 /// Splits one round trip's renewals into script calls of at most

@@ -118,6 +118,26 @@ pub(crate) fn complete(
     }
 }
 
+/// The time (ms since the epoch) of the record at `key` when `holder`
+/// wrote it; `None` when there is no record, or another runner's. A
+/// completion whose reply was lost looks here before it counts as refused.
+pub(crate) fn recorded_by(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    holder: &str,
+) -> Result<Option<u64>> {
+    let (by, at): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
+        .arg(key)
+        .arg("by")
+        .arg("at")
+        .query(conn)
+        .map_err(|e| Error::from_redis(e, key))?;
+    Ok(match (by, at) {
+        (Some(by), Some(at)) if by == holder.as_bytes() => at.parse().ok(),
+        _ => None,
+    })
+}
+
 /// What the forget script did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Forget {

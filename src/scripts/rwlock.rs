@@ -18,6 +18,8 @@ static WRITE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("r
 pub(super) static READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_renew.lua")));
 static FORCE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_force_unlock"));
+static READ_KEEP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_keep.lua")));
 
 /// The keys a read hold's scripts name.
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +162,33 @@ pub(crate) fn force_unlock(
         Value::Int(n) => Ok(n == 1),
         other => Err(unexpected("read-write force unlock", &other)),
     }
+}
+
+/// The look-up of a fixed-lease read hold of `holder`, for a pipeline
+/// (`lua/rw_read_keep.lua`): its timeout keys and the lock key that another
+/// client made expire within `left` (the holder's remaining lease) get
+/// `left` back. Replies 1 (held) or 0 (lost); `NOSCRIPT` until
+/// [`load_read_keep`] ran on the server.
+pub(crate) fn read_keep_cmd(
+    key: &[u8],
+    timeout_prefix: &[u8],
+    left: std::time::Duration,
+    holder: &str,
+) -> redis::Cmd {
+    let ms = left.as_millis().clamp(1, u64::MAX as u128) as u64;
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(READ_KEEP.get_hash())
+        .arg(2)
+        .arg(key)
+        .arg(timeout_prefix)
+        .arg(ms)
+        .arg(holder);
+    cmd
+}
+
+/// Loads the script of [`read_keep_cmd`] (after a `NOSCRIPT` reply).
+pub(crate) fn load_read_keep(conn: &mut dyn redis::ConnectionLike) -> Result<()> {
+    READ_KEEP.load(conn).map(drop).map_err(Error::redis)
 }
 
 #[cfg(test)]

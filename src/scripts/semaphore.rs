@@ -19,6 +19,8 @@ static PERMIT_RELEASE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!(
 pub(super) static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/permit_renew.lua")));
 static PERMIT_COUNT: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("permit_count"));
+static PERMIT_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/permit_delete.lua")));
 
 /// The keys of an expiring-permit semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -93,12 +95,14 @@ pub(crate) enum PermitAcquire {
 }
 
 /// Takes one permit per id in `ids`, all or none, each with a lease of
-/// `lease_ms`.
+/// `lease_ms`; lease ends are stamped `skew_ms` later, and taken back only
+/// `skew_ms` after they passed (the tolerated clock skew).
 pub(crate) fn permit_acquire(
     conn: &mut dyn redis::ConnectionLike,
     publish: super::Publish,
     keys: PermitKeys<'_>,
     lease_ms: u64,
+    skew_ms: u64,
     ids: &[[u8; 16]],
 ) -> Result<PermitAcquire> {
     let reply = evalsha(
@@ -106,7 +110,7 @@ pub(crate) fn permit_acquire(
         PERMIT_ACQUIRE.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
         |cmd| {
-            cmd.arg(lease_ms);
+            cmd.arg(lease_ms).arg(skew_ms);
             for id in ids {
                 cmd.arg(&id[..]);
             }
@@ -146,17 +150,21 @@ pub(crate) fn permit_release(
     Ok(int("permit release", &reply)? == 1)
 }
 
-/// Takes back permits whose lease ended, then counts: (available, held).
+/// Takes back permits whose lease ended more than `skew_ms` ago, then
+/// counts: (available, held).
 pub(crate) fn permit_count(
     conn: &mut dyn redis::ConnectionLike,
     publish: super::Publish,
     keys: PermitKeys<'_>,
+    skew_ms: u64,
 ) -> Result<(i64, u64)> {
     let reply = evalsha(
         conn,
         PERMIT_COUNT.get(publish),
         &[keys.counter, keys.timeouts, keys.channel],
-        |_| {},
+        |cmd| {
+            cmd.arg(skew_ms);
+        },
     )
     .map_err(|e| Error::from_redis(e, keys.counter))?;
     match &reply {
@@ -168,6 +176,17 @@ pub(crate) fn permit_count(
         },
         other => Err(unexpected("permit count", other)),
     }
+}
+
+/// Deletes an expiring-permit semaphore's counter and leases: `true` when
+/// either existed.
+pub(crate) fn permit_delete(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: PermitKeys<'_>,
+) -> Result<bool> {
+    let reply = evalsha(conn, &PERMIT_DELETE, &[keys.counter, keys.timeouts], |_| {})
+        .map_err(|e| Error::from_redis(e, keys.counter))?;
+    Ok(int("permit delete", &reply)? == 1)
 }
 
 #[cfg(test)]

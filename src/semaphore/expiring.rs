@@ -160,6 +160,12 @@ impl ExpiringSemaphore {
         }
     }
 
+    /// [`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew), in ms.
+    fn skew_ms(&self) -> u64 {
+        let skew = self.client.config().interop.permit_clock_skew;
+        skew.as_millis().min(u128::from(u64::MAX)) as u64
+    }
+
     fn counter(&self) -> Counter<'_> {
         Counter {
             client: &self.client,
@@ -198,7 +204,12 @@ impl ExpiringSemaphore {
     fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_count(conn, self.client.publish(), self.keys())
+            script::permit_count(
+                conn,
+                self.client.publish(&self.name),
+                self.keys(),
+                self.skew_ms(),
+            )
         })
     }
 
@@ -238,7 +249,10 @@ impl ExpiringSemaphore {
     /// The permits held now, each with the time left on its lease (zero
     /// for a lease that ended but was not counted back yet), by the
     /// server's clock. Reads only: nothing is counted back. Members of the
-    /// lease set that are not 16-byte ids are left out.
+    /// lease set that are not 16-byte ids are left out. Lease ends are read
+    /// as stored: a permit taken by a client with a
+    /// [`permit_clock_skew`](crate::Builder::permit_clock_skew) shows that
+    /// much more, and one taken by Redisson ends by its client's clock.
     ///
     /// # Errors
     ///
@@ -250,16 +264,14 @@ impl ExpiringSemaphore {
         type Lease = (Vec<u8>, f64);
         let (time, members): ((u64, u64), Vec<Lease>) =
             self.client.with_conn(&self.name, |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("TIME")
-                    .cmd("ZRANGE")
-                    .arg(&self.timeouts[..])
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &self.timeouts))
+                crate::transaction::snapshot(conn, &self.timeouts, |pipe| {
+                    pipe.cmd("TIME")
+                        .cmd("ZRANGE")
+                        .arg(&self.timeouts[..])
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES");
+                })
             })?;
         let now = time.0.saturating_mul(1000) + time.1 / 1000;
         Ok(members
@@ -338,7 +350,14 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                script::permit_acquire(conn, self.client.publish(), self.keys(), ms, &[id.0])
+                script::permit_acquire(
+                    conn,
+                    self.client.publish(&self.name),
+                    self.keys(),
+                    ms,
+                    self.skew_ms(),
+                    &[id.0],
+                )
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;
@@ -370,24 +389,35 @@ impl ExpiringSemaphore {
             self.client.check_open()?;
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
-        let state = Arc::new(LeaseState::new(valid_until, self.client.counters().clone()));
+        let state = Arc::new(LeaseState::since(
+            sent,
+            valid_until,
+            self.client.counters().clone(),
+            crate::lost::HoldKind::Permit,
+        ));
         let entry = watchdog::Entry {
             key: self.name.clone(),
             channel: self.channel.clone(),
             holder: Arc::from(id.to_string()),
             lease,
             renew,
+            recheck: None,
             renew_batch: self.client.config().renew_batch,
             queue: None,
             state: state.clone(),
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
+            kind: crate::lost::HoldKind::Permit,
+            hooks: self.client.hooks().clone(),
+            renewed_at: sent,
             acks,
             response_timeout: self.client.config().response_timeout,
             sync: Some(Box::new(SyncHold::Permit {
                 timeouts: self.timeouts.clone(),
                 id: id.0,
+                skew_ms: self.skew_ms(),
             })),
+            classic_publish: self.client.config().interop.classic_publish,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);
@@ -412,8 +442,30 @@ impl ExpiringSemaphore {
     pub fn release(&self, id: &PermitId) -> Result<bool> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
         self.client.with_conn(&self.name, |conn| {
-            script::permit_release(conn, self.client.publish(), self.keys(), &id.0)
+            script::permit_release(conn, self.client.publish(&self.name), self.keys(), &id.0)
         })
+    }
+
+    /// Deletes the semaphore (Redisson's `delete`): its permit counter and
+    /// the leases of its held permits, in one step. `true` when there was
+    /// something to delete. Afterwards no permit is available until
+    /// [`ExpiringSemaphore::try_set_permits`] sets a count again; a holder
+    /// finds its permit gone at its next renewal ([`PermitGuard::check`]
+    /// then reports it lost). For an administrator resetting a semaphore
+    /// whose count is wrong (`redguard unlock --force --kind semaphore`);
+    /// it also resets a plain [`Semaphore`](crate::Semaphore) of the same
+    /// name, which keeps only the counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// when the name holds something that is not a permit count or the
+    /// lease key something that is not a sorted set (both left untouched),
+    /// [`Error::Shutdown`], connection, timeout and server errors.
+    pub fn delete(&self) -> Result<bool> {
+        self.check()?;
+        self.client
+            .with_conn(&self.name, |conn| script::permit_delete(conn, self.keys()))
     }
 }
 
@@ -493,6 +545,11 @@ impl PermitGuard {
     /// [`Error::NotHeld`] when Redis no longer held it under this id (its
     /// lease ended), connection, timeout and server errors (the permit then
     /// comes back when its lease ends: the watchdog stops renewing it).
+    ///
+    /// A release that fails because the master is gone or changing (a
+    /// failover or a restart) returns `Ok(())`: the watchdog retries it
+    /// against the new master until it goes through or the lease runs out
+    /// (see [`Client::await_releases`](crate::Client::await_releases)).
     pub fn release(mut self) -> Result<()> {
         self.give_back()
     }
@@ -513,6 +570,8 @@ impl PermitGuard {
         if self.state.is_marked_lost() {
             return Err(Error::lost(&self.semaphore.name));
         }
+        self.state.begin_release();
+        let until = self.state.valid_until();
         let released = self.semaphore.release(&self.id);
         match released {
             Ok(true) => {
@@ -525,7 +584,29 @@ impl PermitGuard {
             }
             Err(e) => {
                 self.state.mark_released();
-                Err(e)
+                if !e.is_failover() {
+                    return Err(e);
+                }
+                // Giving a permit back by its id is safe to repeat.
+                let (semaphore, id) = (self.semaphore.clone(), self.id);
+                let client = &self.semaphore.client;
+                crate::watchdog::retry::submit(
+                    format!(
+                        "release of permit {} of semaphore {:?}",
+                        self.id,
+                        String::from_utf8_lossy(&self.semaphore.name)
+                    ),
+                    self.semaphore.name.clone(),
+                    client.source().clone(),
+                    client.counters(),
+                    self.semaphore
+                        .lease
+                        .unwrap_or_else(|| client.watchdog_timeout()),
+                    until,
+                    e,
+                    move || semaphore.release(&id).map(|_| ()),
+                );
+                Ok(())
             }
         }
     }

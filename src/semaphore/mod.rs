@@ -118,7 +118,7 @@ impl Counter<'_> {
         self.client.with_conn(self.name, |conn| {
             script::try_set(
                 conn,
-                self.client.publish(),
+                self.client.publish(self.name),
                 self.name,
                 self.channel,
                 permits,
@@ -136,7 +136,7 @@ impl Counter<'_> {
         self.client.with_conn(self.name, |conn| {
             script::release(
                 conn,
-                self.client.publish(),
+                self.client.publish(self.name),
                 self.name,
                 self.channel,
                 permits,
@@ -366,7 +366,7 @@ impl Semaphore {
         self.client.with_conn(&self.name, |conn| {
             script::release(
                 conn,
-                self.client.publish(),
+                self.client.publish(&self.name),
                 &self.name,
                 &self.channel,
                 i64::from(permits),

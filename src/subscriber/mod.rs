@@ -27,12 +27,16 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 pub(crate) use registry::Event;
 use registry::{Mailbox, Registered, Registry, WaiterId};
 
+use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::Result;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
 const TICK: Duration = Duration::from_millis(5);
+/// Pauses before reconnecting: from 10 ms, doubling (with jitter) up to 1 s.
+/// A connection that lived at least this long starts them small again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 enum Control {
@@ -257,7 +261,7 @@ enum Exit {
 
 impl Worker {
     fn run(&mut self) {
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             // Connect only when some waiter needs it.
             if self.shared.registry().channel_count() == 0 {
@@ -272,23 +276,23 @@ impl Worker {
             let mut conn = match self.source.pubsub_connection() {
                 Ok(conn) => conn,
                 Err(e) => {
-                    log::debug!(
-                        "redguard subscriber: connect failed: {e}; retrying in {backoff:?}"
-                    );
-                    if self.sleep_or_stop(backoff) {
+                    let pause = backoff.next_pause();
+                    log::debug!("redguard subscriber: connect failed: {e}; retrying in {pause:?}");
+                    if self.sleep_or_stop(pause) {
                         return;
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             };
             self.shared.connections.fetch_add(1, Ordering::Relaxed);
-            let exit = self.serve(&mut conn, &mut backoff, generation);
+            let connected = Instant::now();
+            let exit = self.serve(&mut conn, generation);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             drop(conn);
             match exit {
                 Exit::Stop => return,
                 Exit::Reconnect => {
+                    crate::metrics::reconnect();
                     // The server may have restarted and lost its data: the
                     // watchdog checks this client's leases there at once.
                     crate::watchdog::suspect(&self.source);
@@ -296,10 +300,14 @@ impl Worker {
                     registry.unconfirm_all();
                     registry.wake_everyone(Event::Reconnected);
                     drop(registry);
-                    if self.sleep_or_stop(backoff) {
+                    // A connection the server keeps dropping at once must
+                    // not be reopened at once, again and again.
+                    if connected.elapsed() >= MAX_BACKOFF {
+                        backoff.reset();
+                    }
+                    if self.sleep_or_stop(backoff.next_pause()) {
                         return;
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
@@ -317,7 +325,7 @@ impl Worker {
         }
     }
 
-    fn serve(&self, conn: &mut redis::Connection, backoff: &mut Duration, generation: u64) -> Exit {
+    fn serve(&self, conn: &mut redis::Connection, generation: u64) -> Exit {
         let mut pubsub = conn.as_pubsub();
         let mut subscribed: std::collections::HashSet<Vec<u8>> = Default::default();
         let timeout = self.response_timeout;
@@ -350,7 +358,6 @@ impl Worker {
                 registry.confirm(channel);
             }
         }
-        *backoff = Duration::from_millis(10);
 
         loop {
             // The deployment moved to another node (a Sentinel failover):

@@ -27,11 +27,14 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use redis::Value;
 
 use super::{Shared, TICK};
+use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
 
-/// Least time between two attempts to subscribe channels whose
-/// subscription failed or was lost.
-const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// Pauses between attempts to subscribe channels whose subscription failed
+/// or was lost: from 100 ms, doubling (with jitter) up to 2 s while the
+/// attempts keep failing.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(2);
 
 /// What one reply on a sharded connection was.
 enum Reply {
@@ -91,6 +94,7 @@ pub(super) struct Router {
     /// Channels wanted but not subscribed (a failure, a slot move).
     pending: HashSet<Vec<u8>>,
     next_retry: Option<Instant>,
+    backoff: Backoff,
     lost_tx: Sender<(NodeId, Vec<u8>)>,
     lost_rx: Receiver<(NodeId, Vec<u8>)>,
 }
@@ -112,6 +116,7 @@ impl Router {
             routes: HashMap::new(),
             pending: HashSet::new(),
             next_retry: None,
+            backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
             lost_tx,
             lost_rx,
         }
@@ -125,6 +130,12 @@ impl Router {
             return;
         }
         let node = self.source.node_of(channel);
+        if !self.source.sharded_pubsub(node) {
+            // Redis 6.2: no sharded pub/sub on this node; unlocks there
+            // publish the classic kind, which the classic connection hears.
+            self.pending.remove(channel);
+            return;
+        }
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         let sent = self.node(node).is_some_and(|tx| {
             tx.send(NodeCtl::Subscribe(channel.to_vec(), ack_tx))
@@ -138,8 +149,9 @@ impl Router {
                 self.nodes.remove(&node);
             }
             self.pending.insert(channel.to_vec());
+            let backoff = &mut self.backoff;
             self.next_retry
-                .get_or_insert_with(|| Instant::now() + RETRY_EVERY);
+                .get_or_insert_with(|| Instant::now() + backoff.next_pause());
         }
     }
 
@@ -153,16 +165,18 @@ impl Router {
         }
     }
 
-    /// Subscribes again the channels whose subscription was lost, at most
-    /// every [`RETRY_EVERY`]; cheap when there are none. `wanted` says
-    /// which channels still have waiters.
+    /// Subscribes again the channels whose subscription was lost, after a
+    /// pause that grows while the attempts fail (see [`FIRST_RETRY`]);
+    /// cheap when there are none. `wanted` says which channels still have
+    /// waiters.
     pub(super) fn tick(&mut self, wanted: impl Fn(&[u8]) -> bool) {
         while let Ok((node, channel)) = self.lost_rx.try_recv() {
             if self.routes.get(&channel) == Some(&node) {
                 self.routes.remove(&channel);
                 self.pending.insert(channel);
+                let backoff = &mut self.backoff;
                 self.next_retry
-                    .get_or_insert_with(|| Instant::now() + RETRY_EVERY);
+                    .get_or_insert_with(|| Instant::now() + backoff.next_pause());
             }
         }
         if self.pending.is_empty() || self.next_retry.is_some_and(|at| at > Instant::now()) {
@@ -174,10 +188,18 @@ impl Router {
         // on the node that just dropped them.
         self.source.refresh_topology();
         let pending: Vec<Vec<u8>> = self.pending.drain().collect();
+        let mut failed = false;
         for channel in pending {
+            if failed {
+                // One failure per round: the rest wait for the next one
+                // instead of each costing a connection attempt now.
+                self.pending.insert(channel);
+                continue;
+            }
             if wanted(&channel) {
                 self.subscribe(&channel);
-                if self.routes.contains_key(&channel) {
+                failed = !self.routes.contains_key(&channel);
+                if !failed {
                     // Unlocks on this channel went unheard while it was not
                     // subscribed (on a Cluster an unlock publishes the
                     // classic kind only when the slot's node counts a
@@ -187,6 +209,9 @@ impl Router {
                         .wake_all(&channel, super::Event::Reconnected);
                 }
             }
+        }
+        if self.pending.is_empty() {
+            self.backoff.reset();
         }
     }
 

@@ -28,6 +28,8 @@
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
 
+mod records;
+pub(crate) mod retry;
 mod schedule;
 mod worker;
 
@@ -38,12 +40,19 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
 use crate::error::Error;
+use crate::hooks::Hooks;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, LeaseState, nanos};
+use crate::lost::{HoldKind, LossReason};
+use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
 use crate::scripts::SyncHold;
+use records::RecordState;
+
+use retry::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -64,6 +73,13 @@ pub(crate) struct Entry {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) source: Arc<Source>,
     pub(crate) counters: Arc<Counters>,
+    /// What the hold is, for the lost-lease hooks.
+    pub(crate) kind: HoldKind,
+    pub(crate) hooks: Arc<Hooks>,
+    /// When the lease was last known held: the send time of the granting
+    /// script, then of each renewal (or look-up) that found it held. A
+    /// server restart after it explains a loss.
+    pub(crate) renewed_at: Instant,
     /// Replica acknowledgement a renewal needs before the holder's lease
     /// counts as extended, and the response timeout `WAIT` adds to.
     pub(crate) acks: ReplicaAcks,
@@ -72,6 +88,16 @@ pub(crate) struct Entry {
     /// holds of read-write locks and expiring permits, which of their
     /// scripts renew, check and release it.
     pub(crate) sync: Option<Box<SyncHold>>,
+    /// For a fixed lease (`renew == false`): how often it is looked up
+    /// before its end. `None`: only at its end, to mark it over. Fixed read
+    /// holds have it, since another client may shorten them (Redisson's
+    /// read-lock watchdog sets every read hold's expiry to its own
+    /// `lockWatchdogTimeout`): each look-up restores what was cut, and a
+    /// hold whose cut lease ran out meanwhile is lost.
+    pub(crate) recheck: Option<Duration>,
+    /// How its release at client shutdown wakes waiters (the client's
+    /// setting).
+    pub(crate) classic_publish: crate::ClassicPublish,
 }
 
 impl Entry {
@@ -89,10 +115,11 @@ impl Entry {
         }
     }
 
-    /// After a failed round trip, retry this soon (well before the next
-    /// regular renewal).
-    fn retry_delay(&self) -> Duration {
-        (self.interval() / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    /// When a fixed lease is next looked at, from `now`: its end, or its
+    /// next look-up before that.
+    fn next_look(&self, now: Instant) -> Instant {
+        let end = self.state.valid_until();
+        self.recheck.map_or(end, |every| end.min(now + every))
     }
 
     fn lease_ms(&self) -> u64 {
@@ -120,7 +147,8 @@ enum Outcome {
     Renewed,
     /// A fixed lease, looked up by a check: still there, not extended.
     Held,
-    Gone,
+    /// The holder no longer holds it, for the reason the worker found.
+    Gone(LossReason),
     /// The renewal did not get an answer; the error keeps its kind
     /// (connection, authentication, timeout, ...). Shared by every renewal
     /// of a round trip that failed as a whole.
@@ -146,6 +174,9 @@ enum Command {
     /// The pub/sub connection of the source at this address broke: check
     /// every lease held on its servers.
     Suspect(usize),
+    /// An operation on a held lease met a failover: hand it to the worker
+    /// of its key's server.
+    Retry(Retry),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -263,6 +294,20 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     }
 }
 
+/// Hands `retry` to the watchdog, started if needed; dropped (ending with
+/// its error) when no thread can be started.
+fn retry(retry: Retry) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::Retry(retry));
+    } else {
+        log::error!(
+            "redguard: {} cannot be retried without the watchdog thread",
+            retry.what
+        );
+    }
+}
+
 /// Tells the watchdog that a connection to `source` broke: every lease held
 /// there is checked at once.
 pub(crate) fn suspect(source: &Arc<Source>) {
@@ -325,6 +370,56 @@ struct ServerState {
     /// When the server was last suspected of having lost its data:
     /// renewals sent before that are checked again.
     suspect_at: Option<Instant>,
+    /// Renewals that failed, waiting for the server's next attempt: one
+    /// pause per server, however many leases wait.
+    retry: Option<Retrying>,
+    /// The pauses between those attempts; `None` while renewals succeed.
+    backoff: Option<Backoff>,
+    /// Renewals failed since the last round trip that went through (the
+    /// warning is logged once per streak, and when it ends).
+    failing: bool,
+    /// The client's holder record there, when it keeps one.
+    record: Option<RecordState>,
+}
+
+/// Renewals of one server waiting out a pause after a failed round trip.
+struct Retrying {
+    entries: Vec<Entry>,
+    /// When they go out again.
+    at: Instant,
+    /// The earliest local deadline among them: that lease is marked lost
+    /// then, without another round trip.
+    first_deadline: Instant,
+}
+
+impl Retrying {
+    fn new(at: Instant) -> Retrying {
+        Retrying {
+            entries: Vec::new(),
+            at,
+            first_deadline: far_future(at),
+        }
+    }
+
+    fn push(&mut self, entry: Entry) {
+        self.first_deadline = self.first_deadline.min(entry.state.valid_until());
+        self.entries.push(entry);
+    }
+
+    /// When the thread must look at these entries next.
+    fn wake_at(&self) -> Instant {
+        self.at.min(self.first_deadline)
+    }
+}
+
+/// The key of `client`'s holder record on node `node` of `source`.
+fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
+    record::key_for(client, |key| source.node_of(key) == node)
+}
+
+/// An instant no deadline reaches (a year after `now`).
+fn far_future(now: Instant) -> Instant {
+    now + crate::lease::MAX_LEASE
 }
 
 struct Watchdog {
@@ -362,9 +457,20 @@ impl Watchdog {
     fn step(&mut self) -> bool {
         self.shared.next_wake.store(0, Ordering::SeqCst);
         self.take_pending();
-        self.dispatch_due(Instant::now());
+        let now = Instant::now();
+        self.dispatch_due(now);
+        self.retry_due(now);
+        self.records_due(now);
+        crate::metrics::pending_renewals(self.schedule.len());
 
-        let next = self.schedule.next_due();
+        let next = [
+            self.schedule.next_due(),
+            self.next_retry(),
+            self.next_record(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         self.shared
             .next_wake
             .store(next.map_or(u64::MAX, nanos), Ordering::SeqCst);
@@ -391,6 +497,13 @@ impl Watchdog {
                     self.drop_client(&counters, done);
                 }
                 Ok(Command::Detached) => {}
+                Ok(Command::Retry(retry)) => {
+                    let source = retry.source.clone();
+                    let server = (Arc::as_ptr(&source) as usize, source.node_of(&retry.key));
+                    if !self.send(server, &source, Job::Retry(retry)) {
+                        log::error!("redguard watchdog: a retry could not reach its worker");
+                    }
+                }
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -408,6 +521,9 @@ impl Watchdog {
             recv(self.reports_rx) -> report => match report {
                 Ok(Report::Renewed(done)) => self.apply(done),
                 Ok(Report::Suspect(server)) => self.check(server),
+                Ok(Report::Recorded { server, write, result }) => {
+                    self.recorded(server, write, result);
+                }
                 Err(_) => {}
             },
             recv(timeout) -> _ => {},
@@ -439,6 +555,7 @@ impl Watchdog {
         let mut left = self.schedule.extract(|_| true);
         for state in self.servers.values_mut() {
             left.extend(state.busy.take().unwrap_or_default());
+            left.extend(state.retry.take().map(|r| r.entries).unwrap_or_default());
         }
         self.release_gone(left, None);
         self.servers.clear();
@@ -452,7 +569,18 @@ impl Watchdog {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        let now = Instant::now();
+        let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
+            if entry.hooks.record.is_some() {
+                // Short holds too keep the record alive: the client uses
+                // the server. Once per run of entries of one server.
+                let server = entry.server();
+                if last_used != Some(server) {
+                    last_used = Some(server);
+                    self.record_use(&entry, now);
+                }
+            }
             if entry.finished() {
                 continue;
             }
@@ -461,7 +589,146 @@ impl Watchdog {
                 .watchdog_entries
                 .fetch_add(1, Ordering::Relaxed);
             self.count(&entry);
+            if let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+            {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
             self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Notes that the client of `entry` uses its server: its holder record
+    /// there is made (and kept) from now on.
+    fn record_use(&mut self, entry: &Entry, now: Instant) {
+        let Some(spec) = entry.hooks.record.clone() else {
+            return;
+        };
+        let Some(state) = self.state(entry.server(), &entry.source) else {
+            return;
+        };
+        state
+            .record
+            .get_or_insert_with(|| RecordState::new(spec, entry.counters.clone(), now))
+            .used(now);
+    }
+
+    /// Sends the holder-record writes that are due and cannot wait for a
+    /// renewal round trip.
+    fn records_due(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .and_then(|r| r.due_at(s.entries > 0, now))
+                    .is_some_and(|at| at <= now)
+            })
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(state) = self.servers.get_mut(&server) else {
+                continue;
+            };
+            let Some(source) = state.source.upgrade() else {
+                continue;
+            };
+            let Some(write) = state
+                .record
+                .as_mut()
+                .and_then(|r| r.take(|client| record_key(&source, server.1, client), now))
+            else {
+                continue;
+            };
+            if let Err(write) = self.send_record(server, &source, write) {
+                self.recorded(server, write, Err(Error::Shutdown));
+            }
+        }
+    }
+
+    fn send_record(
+        &mut self,
+        server: Server,
+        source: &Arc<Source>,
+        write: RecordWrite,
+    ) -> Result<(), RecordWrite> {
+        let Some(state) = self.state(server, source) else {
+            return Err(write);
+        };
+        state.jobs.send(Job::Record(write)).map_err(|e| match e.0 {
+            Job::Record(write) => write,
+            _ => unreachable!("the job sent back is the one sent"),
+        })
+    }
+
+    /// The earliest instant a holder record needs a write of its own.
+    fn next_record(&self, now: Instant) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|s| s.record.as_ref()?.due_at(s.entries > 0, now))
+            .min()
+    }
+
+    /// What became of a holder-record write. A record found gone gets every
+    /// live hold on the server again, for the next write to rebuild it.
+    fn recorded(&mut self, server: Server, write: RecordWrite, result: crate::error::Result<bool>) {
+        let Some(record) = self
+            .servers
+            .get_mut(&server)
+            .and_then(|s| s.record.as_mut())
+        else {
+            return;
+        };
+        if !record.settle(write, result) {
+            return;
+        }
+        for entry in self.schedule.iter() {
+            if entry.server() == server && !entry.finished() {
+                record.hold(
+                    record::hold_field(&entry.holder, &entry.key),
+                    entry.state.clone(),
+                );
+            }
+        }
+    }
+
+    /// Deletes the holder records of the client owning `counters` (when it
+    /// released its locks: otherwise they expire with the leases they
+    /// describe). `done` is dropped when the deletions are over.
+    fn forget_records(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
+        let release = counters.release_when_gone.load(Ordering::Acquire);
+        let mine: Vec<(Server, Option<Arc<[u8]>>)> = self
+            .servers
+            .iter_mut()
+            .filter(|(_, s)| {
+                s.record
+                    .as_ref()
+                    .is_some_and(|r| Arc::ptr_eq(&r.counters, counters))
+            })
+            .filter_map(|(server, s)| {
+                let record = s.record.take()?;
+                Some((*server, record.key().cloned()))
+            })
+            .collect();
+        for (server, key) in mine {
+            let (Some(key), true) = (key, release) else {
+                continue;
+            };
+            if let Some(state) = self.servers.get(&server)
+                && let Some(source) = state.source.upgrade()
+            {
+                let _ = state.jobs.send(Job::Forget {
+                    key,
+                    source,
+                    done: done.clone(),
+                });
+            }
         }
     }
 
@@ -490,6 +757,14 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
+        if entry.state.is_recorded()
+            && let Some(record) = self
+                .servers
+                .get_mut(&entry.server())
+                .and_then(|s| s.record.as_mut())
+        {
+            record.ended(record::hold_field(&entry.holder, &entry.key));
+        }
         entry
             .counters
             .watchdog_entries
@@ -515,6 +790,10 @@ impl Watchdog {
                             entries: 0,
                             busy: None,
                             suspect_at: None,
+                            retry: None,
+                            backoff: None,
+                            failing: false,
+                            record: None,
                         },
                     );
                 }
@@ -558,22 +837,120 @@ impl Watchdog {
             };
             if !entry.renew {
                 let valid_until = entry.state.valid_until();
+                if valid_until > now && entry.recheck.is_some() {
+                    // A look-up before its end.
+                    groups.entry(entry.server()).or_default().push(entry);
+                    continue;
+                }
                 if valid_until > now {
                     // Extended meanwhile (`LockGuard::extend`): look again then.
                     self.schedule.insert(valid_until, entry);
                     continue;
                 }
                 // A fixed lease ran out: the lock is gone on the server.
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
                 continue;
             }
             groups.entry(entry.server()).or_default().push(entry);
         }
         for (server, entries) in groups {
-            let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
-            self.start(server, entries, per_trip);
+            self.renew_or_wait(server, entries);
         }
+    }
+
+    /// Renews `entries` (all on `server`) now, unless the server is
+    /// pausing after a failed round trip: then they go with its next
+    /// attempt.
+    fn renew_or_wait(&mut self, server: Server, entries: Vec<Entry>) {
+        if let Some(retry) = self.servers.get_mut(&server).and_then(|s| s.retry.as_mut()) {
+            for entry in entries {
+                retry.push(entry);
+            }
+            return;
+        }
+        let per_trip = entries
+            .first()
+            .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
+        self.start(server, entries, per_trip);
+    }
+
+    /// The earliest instant a pausing server needs the thread: its next
+    /// attempt, or a lease among its entries running out.
+    fn next_retry(&self) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|s| s.retry.as_ref().map(Retrying::wake_at))
+            .min()
+    }
+
+    /// Marks lost, at their local deadline, the leases waiting for a
+    /// server's next attempt, and sends the attempts that are due.
+    fn retry_due(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.retry.as_ref().is_some_and(|r| r.wake_at() <= now))
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(retry) = self.servers.get_mut(&server).and_then(|s| s.retry.take()) else {
+                continue;
+            };
+            let mut waiting = Retrying::new(retry.at);
+            for entry in retry.entries {
+                let Some(entry) = self.still_wanted(entry) else {
+                    continue;
+                };
+                if entry.state.valid_until() <= now {
+                    self.lapse(entry);
+                } else {
+                    waiting.push(entry);
+                }
+            }
+            if waiting.at <= now {
+                // A key's server may have changed meanwhile (a Cluster
+                // failover: the slot map was asked for again after the
+                // node refused): such renewals go to their new server.
+                let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+                for entry in waiting.entries {
+                    groups.entry(entry.server()).or_default().push(entry);
+                }
+                for (to, entries) in groups {
+                    if to == server {
+                        let per_trip = entries[0].renew_batch.max(1) * CALLS_PER_ROUND_TRIP;
+                        self.start(server, entries, per_trip);
+                    } else {
+                        self.renew_or_wait(to, entries);
+                    }
+                }
+            } else if let Some(state) = self.servers.get_mut(&server) {
+                state.retry = Some(waiting);
+            }
+        }
+    }
+
+    /// A lease whose renewals failed until its local deadline: lost.
+    fn lapse(&mut self, entry: Entry) {
+        self.lose(entry, LossReason::DeadlinePassed, None);
+    }
+
+    /// Marks a lease lost for `reason` and drops its entry. The hooks
+    /// (warning, callback) hear of it once, unless the holder released it
+    /// or began to meanwhile: then the loss is that release, whose own
+    /// reply tells the holder. `detail` goes into the warning.
+    fn lose(&mut self, entry: Entry, reason: LossReason, detail: Option<&Error>) {
+        if entry.state.mark_lost() {
+            if let Some(e) = detail {
+                log::debug!(
+                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    entry.name()
+                );
+            }
+            entry
+                .hooks
+                .lease_lost(&entry.key, entry.kind, &entry.holder, reason);
+        }
+        self.forget(entry);
     }
 
     /// Sends a renewal job for `entries`, all on `server`, unless one is at
@@ -585,9 +962,9 @@ impl Watchdog {
         let source = first.source.clone();
         let counters = first.counters.clone();
         let Some(state) = self.state(server, &source) else {
+            // No thread can renew them: they run out unrenewed.
             for entry in entries {
-                entry.state.mark_lost();
-                self.forget(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
             }
             return;
         };
@@ -596,8 +973,20 @@ impl Watchdog {
             return;
         }
         state.busy = Some(Vec::new());
+        // The record's expiry is refreshed in the same round trip.
+        let record = state.record.as_mut().and_then(|r| {
+            r.take(
+                |client| record_key(&source, server.1, client),
+                Instant::now(),
+            )
+        });
         counters.renewal_ticks.fetch_add(1, Ordering::Relaxed);
-        if !self.send(server, &source, Job::Renew { entries, per_trip }) {
+        let job = Job::Renew {
+            entries,
+            per_trip,
+            record,
+        };
+        if !self.send(server, &source, job) {
             // The entries went with the job; their guards see the lease run
             // out on their own clock.
             if let Some(state) = self.servers.get_mut(&server) {
@@ -613,10 +1002,17 @@ impl Watchdog {
     fn check(&mut self, server: Server) {
         let now = Instant::now();
         self.take_pending();
+        let mut waiting = Vec::new();
         if let Some(state) = self.servers.get_mut(&server) {
             state.suspect_at = Some(now);
+            // The server answered a connection just now (or broke one it
+            // had): renewals waiting out a pause go along, and the pauses
+            // start small again.
+            waiting = state.retry.take().map(|r| r.entries).unwrap_or_default();
+            state.backoff = None;
         }
-        let entries = self.schedule.extract(|e| e.server() == server);
+        let mut entries = self.schedule.extract(|e| e.server() == server);
+        entries.extend(waiting);
         let entries: Vec<Entry> = entries
             .into_iter()
             .filter_map(|e| self.still_wanted(e))
@@ -628,31 +1024,31 @@ impl Watchdog {
     /// what fell due for the server meanwhile.
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
-        let mut suspect_at = None;
-        if let Some(state) = self.servers.get_mut(&done.server) {
-            suspect_at = state.suspect_at;
-            if done.last
-                && let Some(waiting) = state.busy.take()
-            {
-                let waiting: Vec<Entry> = waiting
-                    .into_iter()
-                    .filter_map(|e| self.still_wanted(e))
-                    .collect();
-                let per_trip = waiting
-                    .first()
-                    .map_or(1, |e| e.renew_batch.max(1) * CALLS_PER_ROUND_TRIP);
-                self.start(done.server, waiting, per_trip);
-            }
-        }
+        let suspect_at = self
+            .servers
+            .get(&done.server)
+            .and_then(|state| state.suspect_at);
         // Fixed leases found held by a look-up sent before the server was
         // suspected: they would not come up again before they expire.
         let mut recheck = Vec::new();
+        let mut failed = Vec::new();
+        let mut answered = false;
         for (entry, outcome) in done.results {
-            let Some(entry) = self.still_wanted(entry) else {
+            if !matches!(outcome, Outcome::Failed(_)) {
+                answered = true;
+            }
+            let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
             match outcome {
+                // The reply came after the lease ran out on this client's
+                // clock: its holder may already have been told it was lost,
+                // and a lease once reported lost stays lost.
+                Outcome::Renewed if entry.state.is_lost_at(now) => {
+                    self.lose(entry, LossReason::DeadlinePassed, None);
+                }
                 Outcome::Renewed => {
+                    entry.renewed_at = done.sent;
                     entry
                         .state
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
@@ -669,47 +1065,122 @@ impl Watchdog {
                     recheck.push(entry);
                 }
                 Outcome::Held => {
-                    let due = entry.state.valid_until();
+                    entry.renewed_at = done.sent;
+                    let due = entry.next_look(now);
                     self.schedule.insert(due, entry);
                 }
-                Outcome::Gone => {
-                    log::warn!(
-                        "redguard: lease of lock {:?} lost: the renewal found it no longer held by {}",
-                        entry.name(),
-                        entry.holder
-                    );
-                    entry.state.mark_lost();
-                    self.forget(entry);
-                }
-                Outcome::Failed(e) => self.retry_or_lose(entry, now, &e),
+                Outcome::Gone(reason) => self.lose(entry, reason, None),
+                Outcome::Failed(e) => failed.push((entry, e)),
+            }
+        }
+        self.retry_later(done.server, failed, answered, now);
+        if done.last
+            && let Some(waiting) = self
+                .servers
+                .get_mut(&done.server)
+                .and_then(|s| s.busy.take())
+        {
+            let waiting: Vec<Entry> = waiting
+                .into_iter()
+                .filter_map(|e| self.still_wanted(e))
+                .collect();
+            if !waiting.is_empty() {
+                self.renew_or_wait(done.server, waiting);
             }
         }
         self.start(done.server, recheck, usize::MAX);
     }
 
-    fn retry_or_lose(&mut self, entry: Entry, now: Instant, err: &Error) {
-        let valid_until = entry.state.valid_until();
-        if now >= valid_until {
-            log::warn!(
-                "redguard: lease of lock {:?} lost: no renewal succeeded before it ran out (last error: {err})",
-                entry.name()
-            );
-            entry.state.mark_lost();
-            self.forget(entry);
+    /// Puts renewals that failed aside until the server's next attempt,
+    /// after a pause that grows with each failed round trip (from 10 ms up
+    /// to a sixth of the shortest lease among them) and starts small again
+    /// once a round trip goes through (`answered` with no failure). A lease
+    /// whose local deadline has come is lost, without another round trip.
+    fn retry_later(
+        &mut self,
+        server: Server,
+        failed: Vec<(Entry, Arc<Error>)>,
+        answered: bool,
+        now: Instant,
+    ) {
+        if failed.is_empty() {
+            if answered && let Some(state) = self.servers.get_mut(&server) {
+                state.backoff = None;
+                if std::mem::take(&mut state.failing) {
+                    log::warn!("redguard: lease renewals succeed again after failing");
+                }
+            }
             return;
         }
+        crate::metrics::renewal_failures(failed.len() as u64);
+        if let Some(state) = self.servers.get_mut(&server)
+            && !std::mem::replace(&mut state.failing, true)
+            && let Some((entry, err)) = failed.first()
+        {
+            // Once per failure streak; the rest of it is logged at debug
+            // level, and its end at warn level again.
+            log::warn!(
+                "redguard: lease renewals failing ({err}, lock {:?} and {} more); retried with \
+                 backoff until each lease runs out",
+                entry.name(),
+                failed.len() - 1
+            );
+        }
+        let mut kept = Vec::with_capacity(failed.len());
+        let mut shortest = crate::lease::MAX_LEASE;
+        for (entry, err) in failed {
+            if now >= entry.state.valid_until() {
+                self.lose(entry, LossReason::DeadlinePassed, Some(&err));
+                continue;
+            }
+            shortest = shortest.min(entry.lease);
+            kept.push((entry, err));
+        }
+        let Some((first, err)) = kept.first() else {
+            return;
+        };
+        let source = first.source.clone();
         log::debug!(
-            "redguard: renewal of lock {:?} failed ({err}); retrying",
-            entry.name()
+            "redguard: renewal of lock {:?} failed ({err}); retrying after a pause, with the \
+             server's {} other failed renewal(s)",
+            first.name(),
+            kept.len() - 1
         );
-        let retry = (now + entry.retry_delay()).min(valid_until);
-        self.schedule.insert(retry, entry);
+        let Some(state) = self.state(server, &source) else {
+            for (entry, _) in kept {
+                self.lapse(entry);
+            }
+            return;
+        };
+        let retry = match state.retry.as_mut() {
+            Some(retry) => retry,
+            None => {
+                let pause = state
+                    .backoff
+                    .get_or_insert_with(|| Backoff::for_lease(shortest))
+                    .next_pause();
+                state.retry.insert(Retrying::new(now + pause))
+            }
+        };
+        for (entry, _) in kept {
+            retry.push(entry);
+        }
     }
 
     fn drop_client(&mut self, counters: &Arc<Counters>, done: Option<Sender<()>>) {
-        let entries = self
+        let mut entries = self
             .schedule
             .extract(|e| Arc::ptr_eq(&e.counters, counters));
+        for state in self.servers.values_mut() {
+            if let Some(retry) = state.retry.as_mut() {
+                let (gone, kept) = std::mem::take(&mut retry.entries)
+                    .into_iter()
+                    .partition(|e| Arc::ptr_eq(&e.counters, counters));
+                retry.entries = kept;
+                entries.extend::<Vec<Entry>>(gone);
+            }
+        }
+        self.forget_records(counters, done.clone());
         self.release_gone(entries, done);
         // Workers whose source is gone end by themselves; forget them.
         self.servers

@@ -100,6 +100,11 @@ impl<T> Schedule<T> {
         }
     }
 
+    /// Every item, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slab.iter().flatten()
+    }
+
     /// Removes and returns, in due order, the items for which `take` is
     /// true.
     pub(crate) fn extract(&mut self, mut take: impl FnMut(&T) -> bool) -> Vec<T> {
@@ -144,7 +149,7 @@ impl<T> Schedule<T> {
         self.free = Vec::new();
     }
 
-    #[cfg(test)]
+    /// How many items are scheduled.
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }

@@ -20,11 +20,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::retry::{self, Retry, Step};
 use super::{Entry, Outcome, Server};
+use crate::backoff::{self, Backoff};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
+use crate::lost::LossReason;
+use crate::record::{self, RecordWrite};
 use crate::scripts::{self, Renewal, SyncRenewal};
+
+/// A lease found gone, before [`Worker::explain`] says why.
+const GONE: Outcome = Outcome::Gone(LossReason::RenewalRefused);
 
 /// How often an idle worker looks at its watch connection: the delay, at
 /// most, between a server closing it and the check of its leases.
@@ -36,11 +43,12 @@ const LOOK: Duration = Duration::from_micros(100);
 /// How often a worker without work checks whether its server's connections
 /// are gone for good.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Attempts to open the watch connection again at the look pace (2 s of
-/// them), before slowing down to [`MAX_WATCH_BACKOFF`].
-const FAST_RECONNECTS: u32 = 20;
-/// Pause between attempts to open the watch connection after that.
-const MAX_WATCH_BACKOFF: Duration = Duration::from_secs(1);
+/// Pauses between attempts to open the watch connection again: from the
+/// look pace up to half a second (with jitter), so that a server that comes
+/// back is seen, and its leases checked, within that; a server that stays
+/// down sees about two attempts a second from this worker.
+const WATCH_FIRST_RETRY: Duration = WATCH_EVERY;
+const WATCH_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// Work for a server's worker.
 pub(super) enum Job {
@@ -49,6 +57,17 @@ pub(super) enum Job {
     Renew {
         entries: Vec<Entry>,
         per_trip: usize,
+        /// A write of the client's holder record, sent in the first round
+        /// trip (alone when no renewal round trip can carry it).
+        record: Option<RecordWrite>,
+    },
+    /// Write the client's holder record.
+    Record(RecordWrite),
+    /// Delete a departed client's holder record. `done` as for `Release`.
+    Forget {
+        key: Arc<[u8]>,
+        source: Arc<Source>,
+        done: Option<Sender<()>>,
     },
     /// Release the locks of a client that went away. `done` is dropped when
     /// the job is over, which is what [`super::client_gone`] waits for.
@@ -58,6 +77,8 @@ pub(super) enum Job {
     },
     /// Keep (or stop keeping) a watch connection open.
     Watch(bool),
+    /// Retry an operation that met a failover (see [`retry`]).
+    Retry(Retry),
 }
 
 /// What a worker tells the scheduling thread.
@@ -67,6 +88,12 @@ pub(super) enum Report {
     /// The server closed the watch connection or restarted: check every
     /// lease held there now.
     Suspect(Server),
+    /// A holder-record write is back: whether the record was there before.
+    Recorded {
+        server: Server,
+        write: RecordWrite,
+        result: Result<bool>,
+    },
 }
 
 /// A batch of renewals back from the worker.
@@ -90,8 +117,21 @@ pub(super) fn spawn(
         source: Arc::downgrade(source),
         jobs: rx,
         reports,
-        watch: Watch::default(),
+        retries: Vec::new(),
+        retry_at: None,
+        retry_backoff: Backoff::new(backoff::FIRST, retry::MAX_PAUSE),
+        watch: Watch {
+            wanted: false,
+            conn: None,
+            run_id: None,
+            next_look: None,
+            failures: 0,
+            backoff: Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY),
+        },
         renewing: false,
+        restarted_at: None,
+        evicted_keys: None,
+        clock_offset: None,
     };
     std::thread::Builder::new()
         .name("redguard-renew".into())
@@ -99,7 +139,6 @@ pub(super) fn spawn(
     Ok(tx)
 }
 
-#[derive(Default)]
 struct Watch {
     wanted: bool,
     conn: Option<redis::Connection>,
@@ -108,6 +147,8 @@ struct Watch {
     next_look: Option<Instant>,
     /// Failed attempts to open it since it last worked.
     failures: u32,
+    /// Pauses between those attempts.
+    backoff: Backoff,
 }
 
 struct Worker {
@@ -119,15 +160,34 @@ struct Worker {
     /// A renewal job is under way: the scheduling thread waits for its
     /// last batch.
     renewing: bool,
+    /// When the server was last seen to have restarted (a new `run_id`, or
+    /// back after being unreachable): losses of leases renewed before it
+    /// are put down to the restart.
+    restarted_at: Option<Instant>,
+    /// The server's `evicted_keys` when last read: a lock key found missing
+    /// after it grew was evicted.
+    evicted_keys: Option<u64>,
+    /// The server's clock minus this machine's (ms), for the times in
+    /// holder records; measured once, with `TIME`.
+    clock_offset: Option<i64>,
+    /// Operations being retried, all in one round after one pause.
+    retries: Vec<Retry>,
+    /// When their next round starts.
+    retry_at: Option<Instant>,
+    /// Pauses between rounds that failed.
+    retry_backoff: Backoff,
 }
 
 impl Worker {
     fn run(&mut self) {
         loop {
-            let deadline = match self.watch.next_look {
+            let mut deadline = match self.watch.next_look {
                 Some(at) if self.watch.wanted => at,
                 _ => Instant::now() + IDLE_CHECK,
             };
+            if let Some(at) = self.retry_wake() {
+                deadline = deadline.min(at);
+            }
             match self.jobs.recv_deadline(deadline) {
                 Ok(job) => {
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -154,19 +214,118 @@ impl Worker {
             if self.watch.wanted && self.watch.next_look.is_none_or(|at| at <= Instant::now()) {
                 self.look();
             }
+            if self.retry_wake().is_some_and(|at| at <= Instant::now()) {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.retry_round(Instant::now());
+                }));
+                if ran.is_err() {
+                    log::error!("redguard watchdog: a retry panicked; continuing");
+                }
+            }
         }
+    }
+
+    /// When the retries need the thread next: their next round, or the
+    /// end of a lease among them (given up then, at once).
+    fn retry_wake(&self) -> Option<Instant> {
+        let first_end = self.retries.iter().map(|r| r.until).min()?;
+        Some(self.retry_at.map_or(first_end, |at| at.min(first_end)))
+    }
+
+    /// Gives up the retries whose lease is over, and when a round is due,
+    /// tries the others in turn. A failover error that shows the server
+    /// unreachable ends the round: the rest would only cost one more
+    /// connection attempt each. Another round follows after a pause that
+    /// grows while rounds fail, up to [`retry::MAX_PAUSE`] or a sixth of
+    /// the shortest lease.
+    fn retry_round(&mut self, now: Instant) {
+        let due = self.retry_at.is_none_or(|at| at <= now);
+        let mut kept = Vec::with_capacity(self.retries.len());
+        let mut stop = !due;
+        let mut answered = false;
+        for mut retry in std::mem::take(&mut self.retries) {
+            if now >= retry.until {
+                retry.give_up();
+                continue;
+            }
+            if stop {
+                kept.push(retry);
+                continue;
+            }
+            match retry.attempt(now) {
+                Step::Finished => answered = true,
+                Step::Again { unreachable } => {
+                    stop = unreachable;
+                    kept.push(retry);
+                }
+            }
+        }
+        self.retries = kept;
+        if !due {
+            return;
+        }
+        if answered {
+            self.retry_backoff.reset();
+        }
+        self.retry_at = match self.retries.iter().map(|r| r.lease).min() {
+            Some(shortest) => {
+                let pause = self
+                    .retry_backoff
+                    .next_pause()
+                    .min(shortest / 6)
+                    .max(Duration::from_millis(1));
+                Some(Instant::now() + pause)
+            }
+            None => {
+                self.retry_backoff.reset();
+                None
+            }
+        };
     }
 
     fn job(&mut self, job: Job) {
         match job {
-            Job::Renew { entries, per_trip } => {
+            Job::Renew {
+                entries,
+                per_trip,
+                record,
+            } => {
                 self.renewing = true;
-                self.renew(entries, per_trip);
+                let record = self.renew(entries, per_trip, record);
                 self.renewing = false;
+                if let Some(write) = record {
+                    self.record(write);
+                }
+            }
+            Job::Record(write) => self.record(write),
+            Job::Forget { key, source, done } => {
+                let deleted = source.with_node_conn(self.server.1, |conn| {
+                    redis::cmd("DEL")
+                        .arg(&key[..])
+                        .query::<i64>(conn)
+                        .map_err(Error::redis)
+                });
+                if let Err(e) = deleted {
+                    log::debug!("redguard: could not delete the holder record at shutdown: {e}");
+                }
+                drop(done);
             }
             Job::Release { entries, done } => {
                 release_gone(entries);
                 drop(done);
+            }
+            Job::Retry(retry) => {
+                // The first attempt just failed: the next waits a pause,
+                // with the other retries of this server.
+                if self.retry_at.is_none() {
+                    let pause = self
+                        .retry_backoff
+                        .next_pause()
+                        .min(retry.lease / 6)
+                        .max(Duration::from_millis(1));
+                    self.retry_at = Some(Instant::now() + pause);
+                }
+                self.retries.push(retry);
             }
             Job::Watch(on) => {
                 self.watch.wanted = on;
@@ -180,10 +339,17 @@ impl Worker {
     }
 
     /// Renews `entries` in batches and sends each batch's outcome back.
-    fn renew(&self, entries: Vec<Entry>, per_trip: usize) {
+    /// `record` rides on the first round trip of plain lock renewals;
+    /// returned when there was none.
+    fn renew(
+        &mut self,
+        entries: Vec<Entry>,
+        per_trip: usize,
+        mut record: Option<RecordWrite>,
+    ) -> Option<RecordWrite> {
         let Some(first) = entries.first() else {
             self.report_done(Instant::now(), Vec::new(), true);
-            return;
+            return record;
         };
         let per_call = first.renew_batch.max(1);
         let per_trip = per_trip.max(per_call);
@@ -197,8 +363,23 @@ impl Worker {
             entries.sort_by_cached_key(|e| crate::keys::slot(&e.key));
         }
         let mut entries = entries.into_iter().peekable();
+        // Set when a round trip could not reach the server: the chunks
+        // after it fail the same way without another connection attempt.
+        let mut unreachable: Option<Arc<Error>> = None;
         while entries.peek().is_some() {
             let chunk: Vec<Entry> = entries.by_ref().take(per_trip).collect();
+            if let Some(e) = &unreachable {
+                let sent = Instant::now();
+                let results = chunk
+                    .into_iter()
+                    .map(|entry| (entry, Outcome::Failed(e.clone())))
+                    .collect();
+                let last = entries.peek().is_none();
+                if !self.report_done(sent, results, last) {
+                    return record;
+                }
+                continue;
+            }
             // Fixed leases come only with a check: they are looked up, not
             // extended.
             let (chunk, fixed): (Vec<Entry>, Vec<Entry>) = chunk.into_iter().partition(|e| e.renew);
@@ -231,6 +412,9 @@ impl Worker {
                 ));
             }
             if !chunk.is_empty() {
+                let write = record.take();
+                let mut offset = self.clock_offset;
+                let mut written = None;
                 results.extend(renew_acked(
                     &source,
                     node,
@@ -245,24 +429,77 @@ impl Worker {
                                 lease_ms: e.lease_ms(),
                             })
                             .collect();
-                        scripts::renew_batch(conn, &renewals, per_call, cluster)
+                        let extra = match &write {
+                            Some(w) => w.commands(clock(conn, w, &mut offset)?),
+                            None => Vec::new(),
+                        };
+                        let (replies, extra) =
+                            scripts::renew_batch(conn, &renewals, per_call, cluster, &extra)?;
+                        written = Some(RecordWrite::existed(&extra));
+                        Ok(replies)
                     },
                 ));
+                self.clock_offset = offset;
+                if let Some(write) = write {
+                    let result = written.unwrap_or_else(|| {
+                        Err(Error::Protocol("the renewal round trip failed".into()))
+                    });
+                    self.report_record(write, result);
+                }
             }
             if !fixed.is_empty() {
                 let replies = source.with_node_conn(node, |conn| still_held(conn, &fixed));
                 results.extend(outcomes(fixed, replies, |held| {
-                    if held { Outcome::Held } else { Outcome::Gone }
+                    if held { Outcome::Held } else { GONE }
                 }));
             }
             if cluster {
                 results = reroute(&source, results);
             }
+            self.explain(&source, sent, &mut results);
+            unreachable = results.iter().find_map(|(_, o)| match o {
+                Outcome::Failed(e) if e.is_connection() => Some(e.clone()),
+                _ => None,
+            });
             let last = entries.peek().is_none();
             if !self.report_done(sent, results, last) {
-                return;
+                return record;
             }
         }
+        record
+    }
+
+    /// Writes a holder record in a round trip of its own (two the first
+    /// time the server's clock is needed) and reports the outcome.
+    fn record(&mut self, write: RecordWrite) {
+        let Some(source) = self.source.upgrade() else {
+            self.report_record(write, Err(Error::Shutdown));
+            return;
+        };
+        let mut offset = self.clock_offset;
+        write
+            .counters
+            .record_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        let result = source.with_node_conn(self.server.1, |conn| {
+            let cmds = write.commands(clock(conn, &write, &mut offset)?);
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
+            RecordWrite::existed(&replies)
+        });
+        self.clock_offset = offset;
+        self.report_record(write, result);
+    }
+
+    fn report_record(&self, write: RecordWrite, result: Result<bool>) {
+        let _ = self.reports.send(Report::Recorded {
+            server: self.server,
+            write,
+            result,
+        });
     }
 
     /// Sends a batch back; `false` when the scheduling thread is gone. Its
@@ -328,15 +565,15 @@ impl Worker {
             return;
         };
         let opened = source.node_connection(self.server.1).and_then(|mut conn| {
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query(&mut conn)
-                .map_err(Error::redis)?;
-            Ok((conn, run_id(&info)))
+            // Every default section: `server` for the run_id, `stats` for
+            // the eviction count.
+            let info: String = redis::cmd("INFO").query(&mut conn).map_err(Error::redis)?;
+            Ok((conn, run_id(&info), evicted_keys(&info)))
         });
         drop(source);
         match opened {
-            Ok((conn, id)) => {
+            Ok((conn, id, evicted)) => {
+                self.evicted_keys = evicted;
                 self.watch.conn = Some(conn);
                 // A new process; or, with nothing to compare, a server that
                 // could not be reached since leases were taken there.
@@ -346,10 +583,12 @@ impl Worker {
                     (Some(_), None) => false,
                 };
                 self.watch.failures = 0;
+                self.watch.backoff.reset();
                 if id.is_some() {
                     self.watch.run_id = id;
                 }
                 if restarted {
+                    self.restarted_at = Some(now);
                     log::debug!(
                         "redguard watchdog: the server restarted or was unreachable; checking every lease there"
                     );
@@ -357,15 +596,11 @@ impl Worker {
                 }
             }
             Err(e) => {
-                // Refused connects cost nothing, and the sooner the server
-                // is back the sooner its leases are checked: retry at the
-                // look pace for a while, then back off.
-                self.watch.failures += 1;
-                let pause = if self.watch.failures < FAST_RECONNECTS {
-                    WATCH_EVERY
-                } else {
-                    MAX_WATCH_BACKOFF
-                };
+                // The sooner the server is back the sooner its leases are
+                // checked, but a server that stays down must not be
+                // hammered: the pause grows to half a second.
+                self.watch.failures = self.watch.failures.saturating_add(1);
+                let pause = self.watch.backoff.next_pause();
                 self.watch.next_look = Some(now + pause);
                 log::debug!(
                     "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"
@@ -376,6 +611,81 @@ impl Worker {
 
     fn suspect(&self) {
         let _ = self.reports.send(Report::Suspect(self.server));
+    }
+
+    /// Says why each lease of `results` found gone was lost, with one more
+    /// round trip (only when some were): the server's `INFO` (a new
+    /// `run_id`: a restart; a grown `evicted_keys`: evictions) and whether
+    /// each key still exists. A loss of a lease last renewed before a
+    /// restart is the restart's; a missing key on a server that evicted
+    /// keys meanwhile was evicted; a renewal sent after the lease ran out
+    /// on this client's clock came too late; anything else (deleted, taken,
+    /// expired on the server) was refused.
+    fn explain(&mut self, source: &Source, sent: Instant, results: &mut [(Entry, Outcome)]) {
+        let gone: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, o))| matches!(o, Outcome::Gone(_)))
+            .map(|(i, _)| i)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let probe = source.with_node_conn(self.server.1, |conn| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("INFO");
+            for &i in &gone {
+                pipe.cmd("EXISTS").arg(&results[i].0.key[..]);
+            }
+            pipe.ignore_errors();
+            let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
+            Ok(replies)
+        });
+        let (mut info, mut exists) = (None, Vec::new());
+        if let Ok(replies) = probe {
+            let mut replies = replies.into_iter();
+            info = replies.next().and_then(|v| match v {
+                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                redis::Value::VerbatimString { text, .. } => Some(text),
+                _ => None,
+            });
+            exists = replies
+                .map(|v| !matches!(v, redis::Value::Int(0)))
+                .collect();
+        }
+        let now = Instant::now();
+        let mut evicted = false;
+        if let Some(info) = &info {
+            let id = run_id(info);
+            if let (Some(old), Some(new)) = (&self.watch.run_id, &id)
+                && old != new
+            {
+                // A restart the watch connection has not seen yet: the
+                // other leases held there are checked too.
+                self.watch.run_id = id;
+                self.restarted_at = Some(now);
+                self.suspect();
+            }
+            let count = evicted_keys(info);
+            evicted = matches!((self.evicted_keys, count), (Some(a), Some(b)) if b > a);
+            if count.is_some() {
+                self.evicted_keys = count;
+            }
+        }
+        for (n, &i) in gone.iter().enumerate() {
+            let (entry, outcome) = &mut results[i];
+            let missing = exists.get(n).is_some_and(|e| !e);
+            let reason = if self.restarted_at.is_some_and(|at| at > entry.renewed_at) {
+                LossReason::Restart
+            } else if missing && evicted {
+                LossReason::Evicted
+            } else if entry.state.valid_until() <= sent {
+                LossReason::DeadlinePassed
+            } else {
+                LossReason::RenewalRefused
+            };
+            *outcome = Outcome::Gone(reason);
+        }
     }
 }
 
@@ -410,7 +720,7 @@ fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outco
 
 /// One entry's renewal (or check, for a fixed lease) on its own.
 fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
-    let answer = |held: bool, yes: Outcome| if held { yes } else { Outcome::Gone };
+    let answer = |held: bool, yes: Outcome| if held { yes } else { GONE };
     let reply = if !e.renew {
         still_held(conn, std::slice::from_ref(e))?
             .pop()
@@ -433,7 +743,7 @@ fn renew_one(conn: &mut redis::Connection, e: &Entry) -> Result<Outcome> {
     };
     match reply {
         Some(Ok(outcome)) => Ok(outcome),
-        Some(Err(Error::WrongType { .. })) => Ok(Outcome::Gone),
+        Some(Err(Error::WrongType { .. })) => Ok(GONE),
         Some(Err(e)) => Err(e),
         None => Err(Error::Protocol("no reply to a renewal".into())),
     }
@@ -466,6 +776,7 @@ fn renew_acked(
     counters
         .renewals
         .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    crate::metrics::renewals(entries.len() as u64);
     counters.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
     let (acks, response_timeout) = (batch_acks(&entries), first_response_timeout(&entries));
     let (replies, acked) = match source.with_node_conn(node, |conn| {
@@ -477,11 +788,7 @@ fn renew_acked(
         Err(e) => (Err(e), None),
     };
     let renewed = outcomes(entries, replies, |renewed| {
-        if renewed {
-            Outcome::Renewed
-        } else {
-            Outcome::Gone
-        }
+        if renewed { Outcome::Renewed } else { GONE }
     });
     renewed
         .into_iter()
@@ -523,7 +830,7 @@ fn outcomes(
                 let outcome = match reply {
                     Ok(yes) => answer(yes),
                     // Another type now lives at the key: the lock is gone.
-                    Err(Error::WrongType { .. }) => Outcome::Gone,
+                    Err(Error::WrongType { .. }) => GONE,
                     Err(e) => Outcome::Failed(Arc::new(e)),
                 };
                 (entry, outcome)
@@ -542,20 +849,41 @@ fn outcomes(
 /// Whether each entry's holder still holds its lock (`HEXISTS`), in one
 /// pipelined round trip; nothing is changed.
 fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Result<bool>>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for e in entries {
-        match e.sync.as_deref() {
-            // A permit is held while its id is in the lease set.
-            Some(scripts::SyncHold::Permit { timeouts, id }) => {
-                pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
-            }
-            _ => {
-                pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+    let now = Instant::now();
+    let build = || {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for e in entries {
+            match e.sync.as_deref() {
+                // A permit is held while its id is in the lease set.
+                Some(scripts::SyncHold::Permit { timeouts, id, .. }) => {
+                    pipe.cmd("ZSCORE").arg(&timeouts[..]).arg(&id[..]);
+                }
+                // A read hold looked up before its end: kept as granted.
+                Some(scripts::SyncHold::Read { timeout_prefix, .. }) if e.recheck.is_some() => {
+                    let left = e.state.valid_until().saturating_duration_since(now);
+                    pipe.add_command(scripts::rwlock::read_keep_cmd(
+                        &e.key,
+                        timeout_prefix,
+                        left,
+                        &e.holder,
+                    ));
+                }
+                _ => {
+                    pipe.cmd("HEXISTS").arg(&e.key[..]).arg(&*e.holder);
+                }
             }
         }
+        pipe
+    };
+    let mut replies: Vec<redis::Value> = build().query(conn).map_err(Error::redis)?;
+    let noscript =
+        |v: &redis::Value| matches!(v, redis::Value::ServerError(e) if e.code() == "NOSCRIPT");
+    if replies.iter().any(noscript) {
+        // The server lost its script cache (or never had it): load, ask again.
+        scripts::rwlock::load_read_keep(conn)?;
+        replies = build().query(conn).map_err(Error::redis)?;
     }
-    let replies: Vec<redis::Value> = pipe.query(conn).map_err(Error::redis)?;
     if replies.len() != entries.len() {
         return Err(Error::Protocol(format!(
             "{} replies to {} lookups",
@@ -580,11 +908,39 @@ fn still_held(conn: &mut redis::Connection, entries: &[Entry]) -> Result<Vec<Res
         .collect())
 }
 
+/// The server's clock minus this machine's (ms) when `write` needs it:
+/// `offset` when known, else measured on `conn` with `TIME` (one round
+/// trip) and kept there.
+fn clock(
+    conn: &mut redis::Connection,
+    write: &RecordWrite,
+    offset: &mut Option<i64>,
+) -> Result<i64> {
+    if let Some(known) = *offset {
+        return Ok(known);
+    }
+    if !write.needs_clock() {
+        return Ok(0);
+    }
+    let before = std::time::SystemTime::now();
+    let time: redis::Value = redis::cmd("TIME").query(conn).map_err(Error::redis)?;
+    let measured = record::clock_offset(&time, before, std::time::SystemTime::now())?;
+    *offset = Some(measured);
+    Ok(measured)
+}
+
 /// The `run_id` line of an `INFO server` reply.
 fn run_id(info: &str) -> Option<String> {
     info.lines()
         .find_map(|l| l.strip_prefix("run_id:"))
         .map(|id| id.trim().to_owned())
+}
+
+/// The `evicted_keys` line of an `INFO stats` reply.
+fn evicted_keys(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("evicted_keys:"))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// Releases the locks of entries whose client went away (when it asked for
@@ -601,7 +957,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -609,7 +968,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        scripts::Publish::on_cluster(entry.source.is_cluster()),
+                        entry
+                            .source
+                            .publish_for(&entry.key)
+                            .with_classic(entry.classic_publish),
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),
@@ -641,5 +1003,8 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:1\r\n";
         assert_eq!(run_id(info).as_deref(), Some("abc123"));
         assert_eq!(run_id("# Server\r\n"), None);
+        let stats = "# Stats\r\nexpired_keys:3\r\nevicted_keys:17\r\n";
+        assert_eq!(evicted_keys(stats), Some(17));
+        assert_eq!(evicted_keys(info), None);
     }
 }

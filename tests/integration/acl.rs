@@ -12,13 +12,8 @@ const PW: &str = "j1-acl-pw-77c2";
 /// The README's `ACL SETUSER redguard …` line, with the password filled
 /// in, split into the arguments after `ACL`.
 fn readme_acl_args() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("ACL SETUSER redguard "))
-        .expect("README.md has an `ACL SETUSER redguard ...` line");
-    line.split_whitespace()
+    crate::support::readme_acl_line()
+        .split_whitespace()
         .skip(1)
         .map(|w| w.replace(">CHANGE-ME", &format!(">{PW}")))
         .collect()
@@ -55,7 +50,15 @@ fn j1_readme_acl_user_runs_the_whole_lock_cycle() {
     assert!(lock.is_locked().unwrap());
     assert_eq!(lock.holders().unwrap().len(), 1);
     assert!(lock.remaining_ttl().unwrap().is_some());
-    lock.inspect().unwrap();
+    // The holder record is written and read back as this user, and the
+    // connections are named after the client.
+    let info = lock.inspect().unwrap();
+    let record = info.record_of(guard.holder_id()).expect("a holder record");
+    assert_eq!(record.pid, Some(std::process::id()));
+    assert!(info.held_since(guard.holder_id()).is_some());
+    let list: String = server.cmd("CLIENT", &[b"LIST"]);
+    let short = &client.id().to_string()[..8];
+    assert!(list.contains(&format!("name=redguard-{short}")), "{list}");
 
     // A waiter on another client is woken by the unlock message (well
     // before its 200 ms poll interval would have it retry).
@@ -258,4 +261,27 @@ fn j2_a_refused_channel_leaves_the_other_channels_wake_ups_alone() {
         refused_at.saturating_duration_since(released) < poll + ms(1000),
         "the refused channel's waiter still gets the lock by polling"
     );
+}
+
+/// The read-only snapshots (`inspect`, expiring-permit `leases`) run in a
+/// `MULTI`: a server that wants a password refuses the `MULTI` itself, and
+/// that is `Err(Auth)`, never a panic; a key outside the user's patterns
+/// is `Err(Permission)` naming the lock, not an aborted transaction.
+#[test]
+fn j2_snapshots_classify_noauth_and_noperm() {
+    let server = server_with_acl_user();
+    let () = server.cmd("CONFIG", &[b"SET", b"requirepass", b"admin-pw-j2"]);
+    let anonymous = test_client(&format!("redis://127.0.0.1:{}/", server.port()));
+    let err = anonymous.lock("rg:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+    let err = anonymous
+        .expiring_semaphore("rg:j2-snap")
+        .leases()
+        .unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+
+    let client = test_client(&user_url(&server));
+    let err = client.lock("other:j2-snap").inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::Permission(_)), "{err:?}");
+    assert!(err.to_string().contains("other:j2-snap"), "{err}");
 }

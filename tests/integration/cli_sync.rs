@@ -16,6 +16,7 @@ fn cli_synchronizers_bed() {
     permit_count_mismatch_fair_and_busy_are_reported(&ctx);
     read_commands_share_and_write_commands_exclude(&ctx);
     latch_counts_waits_and_refuses_a_second_count(&ctx);
+    latch_missing_is_refused_unless_allowed(&ctx);
     status_shows_each_kind(&ctx);
 }
 
@@ -162,8 +163,9 @@ fn latch_counts_waits_and_refuses_a_second_count(ctx: &TestContext) {
     };
     let out = run(latch(&["--count", "2"]));
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // Set already: busy (75), like a lock that is held.
     let out = run(latch(&["--count", "3"]));
-    assert_eq!(out.code, Some(64));
+    assert_eq!(out.code, Some(75));
     assert!(
         out.stderr.contains("set already (count 2)"),
         "{}",
@@ -183,21 +185,60 @@ fn latch_counts_waits_and_refuses_a_second_count(ctx: &TestContext) {
     let out = waiter.wait(Duration::from_secs(10));
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(opened.elapsed() < Duration::from_secs(5));
-    assert_eq!(run(latch(&["--wait"])).code, Some(0), "open latch");
+    // Open, so deleted: as missing as one never set.
+    let out = run(latch(&["--wait"]));
+    assert_eq!(out.code, Some(65), "open latch: {out:?}");
+    let out = run(latch(&["--wait", "--allow-missing"]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+}
+
+/// A latch that does not exist: `--wait` fails at once (a waiter that
+/// starts before the setter must not pass through), `--count-down` fails
+/// and changes nothing; `--allow-missing` takes it as open.
+fn latch_missing_is_refused_unless_allowed(ctx: &TestContext) {
+    let url = ctx.server.url();
+    let name = unique_name("cli-latch-missing");
+    let latch = |args: &[&str]| {
+        let mut cmd = redguard(&url);
+        cmd.arg("latch").arg(&name).args(args);
+        run(cmd)
+    };
+    let started = Instant::now();
+    let out = latch(&["--wait", "20s"]);
+    assert_eq!(out.code, Some(65), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "--wait on a missing latch took {:?}",
+        started.elapsed()
+    );
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(out.stderr.contains("--allow-missing"), "{}", out.stderr);
+    let out = latch(&["--wait"]);
+    assert_eq!(out.code, Some(65), "{out:?}");
+    let out = latch(&["--count-down"]);
+    assert_eq!(out.code, Some(65), "{out:?}");
+    assert!(!ctx.server.exists(&name), "nothing written");
+    let out = latch(&["--count-down", "--allow-missing"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let out = latch(&["--wait", "1s", "--allow-missing"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(!ctx.server.exists(&name), "nothing written");
 }
 
 fn status_shows_each_kind(ctx: &TestContext) {
     let url = ctx.server.url();
-    let status = |name: &str, json: bool| {
+    // Exit 0 while something is held, 1 when nothing is.
+    let status_code = |name: &str, json: bool, want: i32| {
         let mut cmd = redguard(&url);
         cmd.args(["status", name]);
         if json {
             cmd.arg("--json");
         }
         let out = run(cmd);
-        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert_eq!(out.code, Some(want), "{name}: {out:?}");
         out.stdout
     };
+    let status = |name: &str, json: bool| status_code(name, json, 0);
     let rw = unique_name("cli-status-rw");
     let lock = ctx.client.read_write_lock(&rw);
     let r = lock.read().lock().unwrap();
@@ -232,7 +273,15 @@ fn status_shows_each_kind(ctx: &TestContext) {
     assert!(text.contains(&p.id().to_string()), "{text}");
     let json: serde_json::Value = serde_json::from_str(&status(&sem, true)).unwrap();
     assert_eq!(json["kind"], "expiring_semaphore");
+    assert_eq!(json["held"], true);
     assert_eq!(json["available"], 2);
+    assert_eq!(json["permits"][0]["id"], p.id().to_string());
+    let left = json["permits"][0]["expires_in_ms"].as_u64().unwrap();
+    assert!(
+        left <= crate::support::TEST_WATCHDOG.as_millis() as u64,
+        "{json}"
+    );
+    assert!(json["permits"][0]["expires_at_unix_ms"].as_u64().unwrap() > left);
     drop(p);
 
     let latch = unique_name("cli-status-latch");
@@ -240,12 +289,12 @@ fn status_shows_each_kind(ctx: &TestContext) {
         .count_down_latch(&latch)
         .try_set_count(4)
         .unwrap();
-    let text = status(&latch, false);
+    let text = status_code(&latch, false, 1);
     assert!(
         text.contains(": 4 (a semaphore's available permits, or a latch's count)"),
         "{text}"
     );
-    let json: serde_json::Value = serde_json::from_str(&status(&latch, true)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&status_code(&latch, true, 1)).unwrap();
     assert_eq!(
         (json["kind"].as_str(), json["value"].as_i64()),
         (Some("counter"), Some(4))

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redguard::{Client, Error};
+use redguard::{ClassicPublish, Client, Error};
 
 use crate::support::{
-    ChildTest, RedisCluster, capture_logs, child_env, child_role, logged_lines, ms, say,
-    unique_name, wait_until,
+    Cap, ChildTest, RedisCluster, caps, capture_logs, case_lacks, child_env, child_role,
+    logged_lines, ms, say, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -70,7 +70,7 @@ fn admin(bed: &RedisCluster) -> redis::cluster::ClusterConnection {
 }
 
 #[test]
-fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
+fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let started = Instant::now();
@@ -79,14 +79,21 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_cli() {
     bed_selftest(&bed);
     f4_live(&bed);
     kinds_on_cluster(&bed);
+    records_on_cluster(&bed);
+    classic_listeners_on_a_replica(&bed);
     a1_on_cluster(&bed);
     d_on_cluster(&bed);
-    d_subscriptions_follow_slots(&bed);
-    d_unlock_while_the_subscription_moves(&bed);
+    if !case_lacks(Cap::Spublish, "D follow") {
+        d_subscriptions_follow_slots(&bed);
+    }
+    if !case_lacks(Cap::Spublish, "D moving") {
+        d_unlock_while_the_subscription_moves(&bed);
+    }
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed);
     f2_automatic_failover(&mut bed);
+    f5_release_across_a_failover(&mut bed);
     cli_exec_on_cluster(&bed);
     eprintln!("cluster cases done in {:?}", started.elapsed());
 }
@@ -177,6 +184,66 @@ fn f4_live(bed: &RedisCluster) {
 /// Every kind works on a cluster: a multi-lock over all three masters, a
 /// fenced lock's tokens, a fair lock's queue handing over, a latch, a
 /// run-once key and a one-use token.
+/// Holder records on a Cluster: one per master where the client holds
+/// something, each on that master, found by `inspect` and `who`.
+fn records_on_cluster(bed: &RedisCluster) {
+    let client = builder(&bed.url())
+        .program("cluster-records")
+        .build()
+        .unwrap();
+    let names = names_on_every_master(bed, "records");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let reader = builder(&bed.url()).build().unwrap();
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let info = reader.lock(name).inspect().unwrap();
+                info.held_since(guard.holder_id()).is_some()
+                    && info.record_of(guard.holder_id()).unwrap().program == "cluster-records"
+            }),
+            "no record for {name}"
+        );
+    }
+    let records = reader.holder_records(&client.id().to_string()).unwrap();
+    assert_eq!(records.len(), bed.masters().len(), "{records:?}");
+    assert!(records.iter().all(|r| r.holds.len() == 1), "{records:?}");
+    // Each record lives on the master of the lock it describes.
+    let mut admin = admin(bed);
+    for name in &names {
+        let keys: Vec<String> = (0..10)
+            .map(|n| match n {
+                0 => format!("redguard:client:{{{}}}", client.id()),
+                n => format!("redguard:client:{{{}:{n}}}", client.id()),
+            })
+            .filter(|k| {
+                redis::cmd("HEXISTS")
+                    .arg(k)
+                    .arg(format!("hold:{}|{name}", guards[0].holder_id()))
+                    .query::<bool>(&mut admin)
+                    .unwrap_or(false)
+            })
+            .collect();
+        assert_eq!(keys.len(), 1, "{name}: {keys:?}");
+        assert_eq!(
+            bed.master_of_slot(slot(keys[0].as_bytes())),
+            bed.master_of_slot(slot(name.as_bytes()))
+        );
+    }
+    let listed = reader.list_locks("records*", false).unwrap();
+    assert_eq!(listed.len(), names.len());
+    drop(guards);
+    client.shutdown();
+    assert!(
+        reader
+            .holder_records(&client.id().to_string())
+            .unwrap()
+            .is_empty()
+    );
+}
+
 fn kinds_on_cluster(bed: &RedisCluster) {
     let client = builder(&bed.url()).build().unwrap();
     let names = names_on_every_master(bed, "kinds");
@@ -397,9 +464,91 @@ fn d_on_cluster(bed: &RedisCluster) {
     }
     eprintln!("D on cluster: 12 waiters over 3 masters woken; worst wake-up {worst:?} (poll 10 s)");
     assert!(worst < Duration::from_secs(3), "{worst:?}");
-    d_sharded_interop(bed, &holder);
-    d_classic_only_to_listeners(bed, &holder);
-    d_woken_by_sharded_unlock(bed, &waiters);
+    if !caps().has(Cap::Spublish) {
+        d_without_sharded_pubsub(bed);
+    }
+    if !case_lacks(Cap::Spublish, "D sharded interop") {
+        d_sharded_interop(bed, &holder);
+    }
+    if !case_lacks(Cap::Spublish, "D classic only to listeners") {
+        d_classic_only_to_listeners(bed, &holder);
+    }
+    if !case_lacks(Cap::Spublish, "D woken by a sharded unlock") {
+        d_woken_by_sharded_unlock(bed, &waiters);
+    }
+}
+
+/// `ERR` replies node `i` sent so far (`INFO errorstats`).
+fn err_replies(bed: &RedisCluster, i: usize) -> u64 {
+    let info: String = bed.node(i).cmd("INFO", &[b"errorstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_ERR:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Redis 6.2 has no sharded pub/sub. Each node's pool learns that once,
+/// from the node's version: waiters are not `SSUBSCRIBE`d there (the node
+/// would refuse every attempt, ten times a second: 6 or more `ERR`s per
+/// master in the 600 ms looked at), and unlocks publish the classic kind,
+/// which wakes them within a second though they poll every 10 s.
+fn d_without_sharded_pubsub(bed: &RedisCluster) {
+    let holder = builder(&bed.url()).build().unwrap();
+    let waiters = builder(&bed.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let masters = bed.masters();
+    let names = names_on_every_master(bed, "d-62");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| {
+            holder
+                .lock(n)
+                .with_lease(Duration::from_secs(30))
+                .lock()
+                .unwrap()
+        })
+        .collect();
+    let before: Vec<u64> = masters.iter().map(|&m| err_replies(bed, m)).collect();
+    let threads: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let lock = waiters.lock(n);
+            std::thread::spawn(move || {
+                let g = lock.try_lock_for(Duration::from_secs(20)).unwrap();
+                let at = Instant::now();
+                g.expect("not woken").unlock().unwrap();
+                at
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || waiters
+        .stats()
+        .waiters
+        == names.len()));
+    // What does not happen needs a window: six sharded retry periods.
+    crate::support::sleep(ms(600));
+    let refused: Vec<u64> = masters
+        .iter()
+        .zip(&before)
+        .map(|(&m, b)| err_replies(bed, m) - b)
+        .collect();
+    let mut released = Vec::new();
+    for g in guards {
+        released.push(Instant::now());
+        g.unlock().unwrap();
+    }
+    let woke: Vec<Duration> = threads
+        .into_iter()
+        .zip(released)
+        .map(|(t, r)| t.join().unwrap().saturating_duration_since(r))
+        .collect();
+    eprintln!(
+        "D without sharded pub/sub: ERR replies per master while waiting {refused:?}; woken after {woke:?}"
+    );
+    assert!(refused.iter().all(|&n| n == 0), "{refused:?}");
+    assert!(woke.iter().all(|&w| w < Duration::from_secs(1)), "{woke:?}");
 }
 
 /// A Redisson 3.2x holder on a Redis 7 Cluster unlocks with `SPUBLISH`
@@ -559,6 +708,193 @@ fn d_classic_only_to_listeners(bed: &RedisCluster, client: &Client) {
             );
         }
     }
+}
+
+/// A classic (`SUBSCRIBE`) listener on node `node`, read by a thread of
+/// its own: its messages, `(channel, payload)`, come out of the receiver.
+/// A `PUBLISH` of `"end"` on the first channel ends the thread.
+fn classic_listener(
+    bed: &RedisCluster,
+    node: usize,
+    channels: &[String],
+) -> (
+    std::sync::mpsc::Receiver<(String, String)>,
+    std::thread::JoinHandle<()>,
+) {
+    let mut conn = bed.node(node).conn();
+    let mut cmd = redis::cmd("SUBSCRIBE");
+    for c in channels {
+        cmd.arg(c);
+    }
+    conn.send_packed_command(&cmd.get_packed_command()).unwrap();
+    for _ in channels {
+        let confirm = conn.recv_response().unwrap();
+        assert!(format!("{confirm:?}").contains("subscribe"), "{confirm:?}");
+    }
+    // Quiet spells are expected: only "end" (or a closed connection) ends it.
+    conn.set_read_timeout(None).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // Bounded: the test publishes "end" when it is done.
+        for _ in 0..1_000 {
+            let Ok(redis::Value::Array(parts)) = conn.recv_response() else {
+                return;
+            };
+            let text = |v: &redis::Value| match v {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            };
+            let (channel, payload) = (text(&parts[1]), text(&parts[2]));
+            if payload == "end" {
+                return;
+            }
+            let _ = tx.send((channel, payload));
+        }
+    });
+    (rx, reader)
+}
+
+/// Mixed deployments (issue 22, part 1). A Redisson waiter without sharded
+/// pub/sub (before 3.22, `shardedSubscriptionMode = OFF`, or Redis 6) with
+/// `subscriptionMode = SLAVE` listens with `SUBSCRIBE` on a replica of the
+/// slot's master, where `PUBSUB NUMSUB` on the master does not count it.
+/// With `ClassicPublish::Always` such a listener hears every wake-up: an
+/// unlock, a read unlock, a write unlock, a semaphore release and a latch
+/// reaching zero (5 of 5). With `Auto` (the default) it hears none of them
+/// (0 of 5, within 400 ms of each), which is what strands Java's
+/// `RSemaphore.acquire()` and `RCountDownLatch.await()`; on Redis 6.2,
+/// which has no sharded pub/sub, every unlock is classic and it hears all.
+fn classic_listeners_on_a_replica(bed: &RedisCluster) {
+    let master = bed.masters()[0];
+    let replica = bed.replica_of(master);
+    for (mode, wait) in [
+        (ClassicPublish::Auto, ms(400)),
+        (ClassicPublish::Always, Duration::from_secs(5)),
+    ] {
+        let client = builder(&bed.url()).classic_publish(mode).build().unwrap();
+        let names = ["mix-lock", "mix-rw", "mix-sem", "mix-latch"].map(|p| name_on(bed, master, p));
+        let channels = [
+            format!("redisson_lock__channel:{{{}}}", names[0]),
+            format!("redisson_rwlock:{{{}}}", names[1]),
+            format!("redisson_sc:{{{}}}", names[2]),
+            format!("redisson_countdownlatch__channel__{{{}}}", names[3]),
+        ];
+        let (messages, reader) = classic_listener(bed, replica, &channels);
+        // The premise: the slot's master counts no classic listener.
+        let counted: Vec<redis::Value> = bed
+            .node(master)
+            .cmd("PUBSUB", &[b"NUMSUB", channels[0].as_bytes()]);
+        assert_eq!(counted.get(1), Some(&redis::Value::Int(0)), "{counted:?}");
+        let rw = client.read_write_lock(&names[1]);
+        let semaphore = client.semaphore(&names[2]);
+        assert!(semaphore.try_set_permits(1).unwrap());
+        let latch = client.count_down_latch(&names[3]);
+        assert!(latch.try_set_count(1).unwrap());
+        // Set-ups publish too (a new count): only the wake-ups below count.
+        crate::support::sleep(ms(200));
+        while messages.try_recv().is_ok() {}
+        let wake_ups: [(&str, &dyn Fn(), usize, &str); 5] = [
+            (
+                "unlock",
+                &|| client.lock(&names[0]).lock().unwrap().unlock().unwrap(),
+                0,
+                "0",
+            ),
+            (
+                "read unlock",
+                &|| rw.read().lock().unwrap().unlock().unwrap(),
+                1,
+                "0",
+            ),
+            (
+                "write unlock",
+                &|| rw.write().lock().unwrap().unlock().unwrap(),
+                1,
+                "1",
+            ),
+            (
+                "semaphore release",
+                &|| semaphore.acquire(1).unwrap().release().unwrap(),
+                2,
+                "1",
+            ),
+            (
+                "latch zero",
+                &|| assert_eq!(latch.count_down().unwrap(), 0),
+                3,
+                "0",
+            ),
+        ];
+        let mut heard = Vec::new();
+        for (what, wake, channel, payload) in wake_ups {
+            wake();
+            let expected = (channels[channel].clone(), payload.to_owned());
+            let deadline = Instant::now() + wait;
+            let got = std::iter::from_fn(|| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                messages.recv_timeout(left).ok()
+            })
+            .any(|m| m == expected);
+            if got {
+                heard.push(what);
+            }
+        }
+        let _: i64 = bed
+            .node(replica)
+            .cmd("PUBLISH", &[channels[0].as_bytes(), b"end"]);
+        reader.join().unwrap();
+        eprintln!(
+            "classic publish {mode}: a SUBSCRIBE listener on the replica heard {}/5 wake-ups {heard:?}",
+            heard.len()
+        );
+        // Without sharded pub/sub (Redis 6.2) every unlock is a classic
+        // PUBLISH whatever the setting: the listener hears them all.
+        match mode {
+            ClassicPublish::Always => assert_eq!(heard.len(), 5, "{heard:?}"),
+            _ if !caps().has(Cap::Spublish) => assert_eq!(heard.len(), 5, "{heard:?}"),
+            _ => assert!(heard.is_empty(), "{heard:?}"),
+        }
+    }
+    cli_classic_publish(bed, master, replica);
+}
+
+/// The CLI's `--classic-publish always` and `REDGUARD_CLASSIC_PUBLISH=always`:
+/// the replica's classic listener hears `redguard exec`'s unlock.
+fn cli_classic_publish(bed: &RedisCluster, master: usize, replica: usize) {
+    let name = name_on(bed, master, "mix-cli");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let (messages, reader) = classic_listener(bed, replica, std::slice::from_ref(&channel));
+    for (flag, env) in [
+        (Some("--classic-publish=always"), None),
+        (None, Some("always")),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
+        cmd.env_remove("REDIS_URL")
+            .env_remove("REDGUARD_LOG")
+            .env_remove("REDGUARD_CLASSIC_PUBLISH")
+            .args(["--url", &bed.url()])
+            .args(flag)
+            .args(["exec", &name, "--", "true"]);
+        if let Some(env) = env {
+            cmd.env("REDGUARD_CLASSIC_PUBLISH", env);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let heard = messages.recv_timeout(Duration::from_secs(5));
+        assert_eq!(
+            heard,
+            Ok((channel.clone(), "0".to_owned())),
+            "{flag:?} {env:?}"
+        );
+    }
+    let _: i64 = bed
+        .node(replica)
+        .cmd("PUBLISH", &[channel.as_bytes(), b"end"]);
+    reader.join().unwrap();
 }
 
 /// Locks held at once in W1 on the cluster.
@@ -814,11 +1150,93 @@ fn f2_automatic_failover(bed: &mut RedisCluster) {
     );
 }
 
+/// F5: a release that meets a Cluster failover is not lost. A lock with a
+/// 30 s lease, replicated, on a master that is `kill -9`ed; its holder
+/// unlocks right after the kill, and two waiters of other clients wait
+/// 20 s for it. The unlock meets the dead node and is retried until it
+/// lands on the promoted replica: the hold is gone within the promotion
+/// (every live node agreeing on it) + 1 s, and both waiters get the lock.
+/// Without the retry the lock stayed on the new master for the rest of its
+/// lease, and both waiters timed out.
+fn f5_release_across_a_failover(bed: &mut RedisCluster) {
+    let master = bed
+        .masters()
+        .into_iter()
+        .find(|&m| {
+            let id = bed.id_of(m);
+            bed.nodes_seen_by(m)
+                .iter()
+                .any(|n| n.master_id.as_deref() == Some(&id) && !n.failed)
+        })
+        .expect("a master with a replica");
+    let replica = bed.replica_of(master);
+    let lease = Duration::from_secs(30);
+    let client = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+    let name = name_on(bed, master, "f5");
+    let guard = client.lock(&name).lock().unwrap();
+    let holder = guard.holder_id().as_str().to_owned();
+    let mut on_replica = bed.node(replica).conn();
+    let () = redis::cmd("READONLY").query(&mut on_replica).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_replica)
+            .unwrap()),
+        "F5: the lock did not reach the replica"
+    );
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let waiter = builder(&bed.url()).watchdog_timeout(lease).build().unwrap();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let got = waiter.lock(&name).try_lock_for(Duration::from_secs(20));
+                let got = matches!(got, Ok(Some(_)));
+                (got, Instant::now())
+            })
+        })
+        .collect();
+    // Let them find it busy and start waiting.
+    crate::support::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    let mut unlocked = None;
+    bed.kill_master_then(master, |_| unlocked = Some(guard.unlock()));
+    let promoted = Instant::now();
+    unlocked.expect("unlocked after the kill").unwrap();
+    let mut on_new = bed.node(replica).conn();
+    let freed = wait_until(Duration::from_secs(20), || {
+        !redis::cmd("HEXISTS")
+            .arg(&name)
+            .arg(&holder)
+            .query::<bool>(&mut on_new)
+            .unwrap_or(true)
+    });
+    let after = promoted.elapsed();
+    let got: Vec<(bool, Instant)> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert!(freed, "F5: the hold stayed on the promoted replica");
+    eprintln!(
+        "F5: promotion agreed {:?} after kill -9; hold gone {after:?} after that; waiters got \
+         the lock {:?} after the kill",
+        promoted - killed,
+        got.iter().map(|(_, at)| *at - killed).collect::<Vec<_>>()
+    );
+    assert!(
+        after <= Duration::from_secs(1),
+        "F5: the hold was gone only {after:?} after the promotion"
+    );
+    assert!(
+        got.iter().all(|(got, _)| *got),
+        "F5: a waiter did not get the lock"
+    );
+    assert!(client.await_releases(Duration::from_secs(1)));
+}
+
 /// `redguard exec` with a `redis+cluster://` URL.
 fn cli_exec_on_cluster(bed: &RedisCluster) {
     let name = unique_name("cli-cluster");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"))
         .env_remove("REDIS_URL")
+        .env_remove("RUST_LOG")
         .env_remove("REDGUARD_LOG")
         .args([
             "--url",

@@ -13,29 +13,7 @@ use std::time::{Duration, Instant};
 
 use redguard::{Client, Once};
 
-use crate::support::{RedisServer, ms, test_builder, unique_name, wait_until};
-
-/// Every kind whose release (and renewal) checks the holder.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Reentrant,
-    Fair,
-    Fenced,
-    Read,
-    Write,
-    Permit,
-    Once,
-}
-
-const KINDS: [Kind; 7] = [
-    Kind::Reentrant,
-    Kind::Fair,
-    Kind::Fenced,
-    Kind::Read,
-    Kind::Write,
-    Kind::Permit,
-    Kind::Once,
-];
+use crate::support::{KINDS, Kind, RedisServer, ms, test_builder, unique_name, wait_until};
 
 /// One key's type, content and `PTTL`.
 #[derive(Debug, Clone, PartialEq)]

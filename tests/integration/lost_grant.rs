@@ -9,29 +9,7 @@ use std::time::Duration;
 
 use redguard::{Client, Once};
 
-use crate::support::{FaultProxy, RedisServer, ReplyFault, test_builder, unique_name};
-
-/// Every kind that grants with a script whose reply can be lost.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Reentrant,
-    Fair,
-    Fenced,
-    Read,
-    Write,
-    Permit,
-    Once,
-}
-
-const KINDS: [Kind; 7] = [
-    Kind::Reentrant,
-    Kind::Fair,
-    Kind::Fenced,
-    Kind::Read,
-    Kind::Write,
-    Kind::Permit,
-    Kind::Once,
-];
+use crate::support::{FaultProxy, KINDS, Kind, RedisServer, ReplyFault, test_builder, unique_name};
 
 /// Permits of each expiring semaphore here.
 const PERMITS: u32 = 2;

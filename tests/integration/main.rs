@@ -7,6 +7,7 @@ mod acl;
 mod bad_input;
 mod clock;
 mod cluster;
+mod combining;
 mod config_bounds;
 mod fair_lock;
 mod faults;
@@ -20,27 +21,37 @@ mod local_fairness;
 mod lock;
 mod loss;
 mod lost_grant;
+mod lost_lease;
+mod messages;
 mod multi_lock;
 mod mutual_exclusion;
 mod once;
 mod ownership;
+mod packaging;
 mod persistence;
 mod pool_contention;
+mod records;
 mod red_lock;
+mod redisson_mix;
 mod reentrant;
+mod release_retry;
 mod renew_batch;
 mod rw_lock;
 mod scale;
 mod script_cache;
 mod semaphore;
 mod sentinel;
+mod storm;
 mod waiters;
 mod watchdog;
 mod watchdog_threads;
-// The binary exists only with the `cli` feature (on by default).
+// The binary exists only with the `cli` feature (off by default;
+// scripts/test turns it on).
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_sync;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "tls")]
 mod tls;

@@ -159,9 +159,11 @@ fn a2_child_process() {
     let url = child_env("RG_URL");
     let name = child_env("RG_NAME");
     let client = test_builder(&url)
-        .watchdog_timeout(Duration::from_secs(3))
-        .response_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(3))
+        // 125 processes on 2 cores: replies can take seconds. The test is
+        // about overlap, which no timeout setting can hide.
+        .watchdog_timeout(Duration::from_secs(15))
+        .response_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
         .pool_size(1)
         .build()
         .unwrap();

@@ -62,7 +62,13 @@ fn b5_aof_everysec_restart_keeps_the_lock_and_the_holder_renewing() {
 fn h4_an_evicted_lock_is_reported_to_its_holder() {
     let server =
         RedisServer::start_with(&["--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"]);
-    let client = client(&server);
+    let losses = crate::lost_lease::Losses::default();
+    let client = losses
+        .attach(test_builder(&server.url()))
+        .watchdog_timeout(LEASE)
+        .response_timeout(ms(250))
+        .build()
+        .unwrap();
     let name = unique_name("h4");
     let guard = client.lock(&name).lock().unwrap();
     let mut conn = server.conn();
@@ -87,4 +93,9 @@ fn h4_an_evicted_lock_is_reported_to_its_holder() {
     eprintln!("H4: the evicted lock was reported lost {told:?} after the eviction");
     assert!(told <= LEASE / 3 + ms(150), "told after {told:?}");
     assert!(guard.check().unwrap_err().is_lock_lost());
+    // The callback heard of it once, as an eviction.
+    let lost = losses.exactly(&name, 1, LEASE / 3).remove(0);
+    assert_eq!(lost.reason, redguard::LossReason::Evicted);
+    drop(guard);
+    assert_eq!(losses.seen().len(), 1, "{:?}", losses.seen());
 }

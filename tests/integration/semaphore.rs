@@ -400,6 +400,39 @@ fn sem1_two_processes_three_permits(ctx: &TestContext) {
     assert!(child.wait_success(Duration::from_secs(5)));
 }
 
+/// `ExpiringSemaphore::delete` resets a semaphore: counter and leases go
+/// in one step, a holder finds its permit lost, the next `try_set_permits`
+/// sets a new count; a value of another type is refused and left alone.
+#[test]
+fn expiring_semaphore_delete_resets_counter_and_leases() {
+    let ctx = TestContext::new();
+    let name = unique_name("sem-delete");
+    let timeouts = format!("{{{name}}}:timeout");
+    let sem = ctx.client.expiring_semaphore(&name);
+    assert!(!sem.delete().unwrap(), "nothing to delete yet");
+    assert!(sem.try_set_permits(2).unwrap());
+    let held = sem.acquire().unwrap();
+    assert!(ctx.server.exists(&timeouts));
+    assert!(sem.delete().unwrap());
+    assert!(!ctx.server.exists(&name) && !ctx.server.exists(&timeouts));
+    assert!(wait_until(TEST_WATCHDOG * 2, || held.is_lost()));
+    assert!(held.release().unwrap_err().is_lock_lost());
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    assert!(
+        sem.try_set_permits(3).unwrap(),
+        "a new count after the reset"
+    );
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    assert!(sem.delete().unwrap());
+
+    let () = ctx.server.cmd("HSET", &[name.as_bytes(), b"a", b"b"]);
+    assert!(matches!(
+        sem.delete().unwrap_err(),
+        redguard::Error::WrongType { .. }
+    ));
+    assert!(ctx.server.exists(&name), "left untouched");
+}
+
 /// An expiry set on an expiring semaphore's counter (Redisson's `expire`)
 /// is lent to its permit leases by every grant, so both keys go together.
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redguard::LockGuard;
 
 use crate::support::{
-    RedisServer, TestCerts, TlsSentinel, ms, test_builder, unique_name, wait_until,
+    Cap, RedisServer, TestCerts, TlsSentinel, lacks, ms, test_builder, unique_name, wait_until,
 };
 
 /// A client of the TLS `server`, trusting the CA file `ca`, presenting the
@@ -73,6 +73,9 @@ fn listeners(server: &RedisServer, name: &str) -> i64 {
 
 #[test]
 fn j4_tls_with_pinned_ca_and_client_certificate() {
+    if lacks(Cap::Tls) {
+        return;
+    }
     let server = RedisServer::start_tls();
     let client = tls_client(&server, "ca.crt", true);
     let name = unique_name("tls");
@@ -96,6 +99,9 @@ fn j4_tls_with_pinned_ca_and_client_certificate() {
 
 #[test]
 fn j4_tls_misconfigurations_fail_fast() {
+    if lacks(Cap::Tls) {
+        return;
+    }
     let server = RedisServer::start_tls();
     let good = tls_client(&server, "ca.crt", true);
     assert!(good.lock("warm").try_lock().unwrap().is_some());
@@ -132,6 +138,9 @@ fn j4_tls_misconfigurations_fail_fast() {
 
 #[test]
 fn j4_cli_exec_over_tls() {
+    if lacks(Cap::Tls) {
+        return;
+    }
     let server = RedisServer::start_tls();
     let certs = server.certs();
     let url = server.url();
@@ -181,6 +190,9 @@ fn tls_certificates_need_a_rediss_url() {
 /// lease and poll: only the message explains a wake-up within a second).
 #[test]
 fn j4_tls_sentinel_discovery_lock_cycle_and_wake_up() {
+    if lacks(Cap::Tls) {
+        return;
+    }
     let master = RedisServer::start_tls();
     let sentinel = TlsSentinel::start(&master, "tls-master");
     let certs = master.certs();

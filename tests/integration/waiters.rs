@@ -152,6 +152,10 @@ fn d1_killed_subscriber_connection_waiters_all_acquire() {
         .stats()
         .waiters
         == 8));
+    // Waiters register before the subscriber's connection subscribes.
+    assert!(wait_until(Duration::from_secs(3), || pubsub_clients(
+        &ctx.server
+    ) == 1));
     let killed: i64 = ctx.server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
     assert!(killed >= 1);
     // The subscriber reconnects and resubscribes.

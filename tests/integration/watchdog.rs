@@ -241,7 +241,9 @@ fn b3_a_release_stops_its_renewals_at_once() {
 #[test]
 fn b4_redis_restart_without_persistence_reports_lock_lost() {
     let mut ctx = TestContext::new();
-    let client = test_builder(&ctx.server.url())
+    let losses = crate::lost_lease::Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
         .watchdog_timeout(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -261,6 +263,11 @@ fn b4_redis_restart_without_persistence_reports_lock_lost() {
     eprintln!("B4 watchdog: loss seen {seen:?} after the restart began (L = 30 s)");
     assert!(seen < Duration::from_secs(1), "{seen:?}");
     assert!(guard.check().unwrap_err().is_lock_lost());
+    // The callback heard of it once, as a restart (the check after the
+    // restart and the restart seen by run_id both look at the lease).
+    let lost = losses.exactly(&name, 1, ms(500)).remove(0);
+    assert_eq!(lost.reason, redguard::LossReason::Restart);
+    assert_eq!(lost.holder, *guard.holder_id());
     // Another client can take it after the restart (documented limitation).
     let other = ctx.other_client().lock(&name);
     assert!(
@@ -270,6 +277,7 @@ fn b4_redis_restart_without_persistence_reports_lock_lost() {
             .is_some()
     );
     assert!(guard.unlock().unwrap_err().is_lock_lost());
+    assert_eq!(losses.seen().len(), 1, "{:?}", losses.seen());
 }
 
 /// How many of `guards` are lost.

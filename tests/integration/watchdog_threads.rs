@@ -290,7 +290,7 @@ fn renewal_error_for(name: &str, kind: &str) -> Option<String> {
     let mut found = None;
     wait_until(Duration::from_secs(3), || {
         found = logged_lines().into_iter().find(|l| {
-            (l.contains("renewal of lock") || l.contains("last error"))
+            (l.contains("renewal") || l.contains("last error"))
                 && l.contains(name)
                 && l.contains(kind)
         });

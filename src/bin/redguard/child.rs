@@ -2,6 +2,10 @@
 //! (signals to redguard go to CMD meanwhile), watches the lease while it
 //! runs, deals with CMD when the lease is lost, and maps its end to an exit
 //! status as a shell would.
+//!
+//! On Linux CMD runs under a supervisor ([`crate::supervisor`]), so that
+//! its whole process tree is killed when redguard dies, and nothing of it
+//! is left running when `run_cmd` returns and the lock is released.
 
 use std::ffi::OsStr;
 use std::io;
@@ -14,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::{ExecArgs, OnLost};
-use crate::fail::{Failure, code};
+use crate::fail::{Failure, code, exit_status_code};
 use crate::out;
 use crate::relay::Relay;
 
@@ -49,7 +53,7 @@ pub(crate) struct OnLoss<'a> {
 /// watching the lease with `is_lost`. Signals to redguard go to CMD
 /// meanwhile (the relay).
 pub(crate) fn run_cmd(
-    mut cmd: Command,
+    cmd: Command,
     program: &OsStr,
     relay: &Relay,
     is_lost: &dyn Fn() -> bool,
@@ -58,14 +62,17 @@ pub(crate) fn run_cmd(
     // Interactive use (redguard in the terminal's foreground group): CMD
     // stays in that group, so job control and terminal input work and the
     // terminal's own signals reach it directly. Batch use: CMD leads a
-    // group of its own, so that forwarded signals and a kill on a lost
-    // lease reach everything CMD started.
+    // group of its own (on Linux, its supervisor leads it), so that
+    // forwarded signals and a kill on a lost lease reach everything CMD
+    // started.
     let own_group = !in_terminal_foreground();
+    let mut cmd = supervised(cmd, own_group, loss.kill_grace)?;
     if own_group {
         cmd.process_group(0);
     }
-    stop_with_parent(&mut cmd);
 
+    // Spawned from this (the main) thread: the supervisor's parent-death
+    // signal fires when the spawning thread ends.
     match relay.start_child(own_group, || cmd.spawn()) {
         Ok(Some(_pid)) => {}
         Ok(None) => {
@@ -76,7 +83,7 @@ pub(crate) fn run_cmd(
             ));
             return Ok(CmdEnd::NotStarted(signal_exit(signal)));
         }
-        Err(e) => return Err(spawn_failure(program, &e)),
+        Err(e) => return Err(start_failure(program, &e)),
     }
 
     let mut lost_at: Option<Instant> = None;
@@ -86,8 +93,8 @@ pub(crate) fn run_cmd(
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                // Cannot happen for a child we own; leaving stops CMD
-                // through its parent-death signal.
+                // Cannot happen for a child we own.
+                kill_leftovers();
                 return Err(Failure::new(
                     code::OSERR,
                     format!("cannot wait for CMD: {e}"),
@@ -118,6 +125,14 @@ pub(crate) fn run_cmd(
         }
         thread::park_timeout(SUPERVISE_EVERY);
     };
+    // The lock is released only after this: nothing of CMD's is left.
+    kill_leftovers();
+    if let (true, false, Some(signal)) = (cfg!(target_os = "linux"), killed, status.signal()) {
+        out::warn(&format!(
+            "CMD's supervisor was killed by {}; CMD and all it started were killed",
+            signal_name(signal)
+        ));
+    }
     Ok(CmdEnd::Ended {
         code: exit_status_code(status),
         lost: lost_at.is_some(),
@@ -134,16 +149,6 @@ pub(crate) fn lost_reason(args: &ExecArgs) -> String {
     }
 }
 
-/// CMD's status as a shell reports it: its exit code, or 128 + the signal
-/// that killed it.
-fn exit_status_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(signal)) => code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8),
-        (None, None) => code::SOFTWARE,
-    }
-}
-
 pub(crate) fn signal_exit(signal: i32) -> ExitCode {
     ExitCode::from(code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8))
 }
@@ -154,6 +159,7 @@ pub(crate) fn signal_name(signal: i32) -> String {
         libc::SIGTERM => "SIGTERM".into(),
         libc::SIGHUP => "SIGHUP".into(),
         libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGKILL => "SIGKILL".into(),
         n => format!("signal {n}"),
     }
 }
@@ -169,30 +175,53 @@ fn in_terminal_foreground() -> bool {
         .any(|fd| unsafe { libc::tcgetpgrp(fd) } == own)
 }
 
-/// Makes the kernel send CMD SIGTERM when redguard dies (even by SIGKILL),
-/// so that CMD does not go on after the lock stopped being renewed.
+/// On Linux, `cmd` run by a supervisor (see [`crate::supervisor`]), with
+/// redguard a child subreaper so that it inherits the tree if the
+/// supervisor dies.
 #[cfg(target_os = "linux")]
-fn stop_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec and calls
-    // only async-signal-safe functions (prctl, getppid); it allocates
-    // nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // redguard died between fork and prctl: do not start CMD.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+fn supervised(cmd: Command, own_group: bool, grace: Duration) -> Result<Command, Failure> {
+    crate::tree::become_subreaper().map_err(|e| {
+        Failure::new(
+            code::OSERR,
+            format!("cannot supervise CMD: child subreaper: {e}"),
+        )
+    })?;
+    Ok(crate::supervisor::command(&cmd, own_group, grace))
+}
+
+/// Elsewhere CMD runs as redguard's child: if redguard is killed, CMD and
+/// what it started go on running.
+#[cfg(not(target_os = "linux"))]
+fn supervised(cmd: Command, _own_group: bool, _grace: Duration) -> Result<Command, Failure> {
+    Ok(cmd)
+}
+
+/// Kills whatever is left of CMD's tree once the supervisor has ended
+/// (normally nothing: a supervisor stops CMD's leftovers before it exits;
+/// after it was killed, CMD and its descendants, reparented to redguard).
+#[cfg(target_os = "linux")]
+fn kill_leftovers() {
+    crate::tree::kill_all_children();
 }
 
 #[cfg(not(target_os = "linux"))]
-fn stop_with_parent(_cmd: &mut Command) {}
+fn kill_leftovers() {}
+
+/// CMD could not be started: on Linux this is the supervisor (redguard's
+/// own binary, CMD was checked by [`preflight`]; CMD's own start failure
+/// is reported by the supervisor, with the same statuses).
+#[cfg(target_os = "linux")]
+fn start_failure(_program: &OsStr, err: &io::Error) -> Failure {
+    Failure::new(
+        code::OSERR,
+        format!("cannot start CMD's supervisor (/proc/self/exe): {err}"),
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_failure(program: &OsStr, err: &io::Error) -> Failure {
+    crate::fail::spawn_failure(program, err)
+}
 
 /// Checks that CMD can be found and run, as a shell would before running
 /// it: 127 when it is not found, 126 when it is not executable.
@@ -227,13 +256,26 @@ pub(crate) fn preflight(program: &OsStr) -> Result<(), Failure> {
     Err(denied.unwrap_or_else(not_found))
 }
 
-fn spawn_failure(program: &OsStr, err: &io::Error) -> Failure {
-    let shown = program.to_string_lossy();
-    match err.kind() {
-        io::ErrorKind::NotFound => {
-            Failure::new(code::NOT_FOUND, format!("{shown}: command not found"))
-        }
-        _ => Failure::new(code::CANNOT_EXECUTE, format!("{shown}: cannot run: {err}")),
+/// Before the process exits (and takes the watchdog with it): waits for a
+/// release that met a failover and is being retried against the new
+/// master, at most `lease` (the retry ends by then anyway). Without this,
+/// a lock replicated to the new master would block every waiter until its
+/// lease ran out.
+pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
+    if client.stats().pending_releases == 0 {
+        return;
+    }
+    if !quiet {
+        out::warn(&format!(
+            "the release of {what} met a failover; retrying it against the new master \
+             (for at most {})",
+            humantime::format_duration(lease)
+        ));
+    }
+    if !client.await_releases(lease) && !quiet {
+        out::warn(&format!(
+            "could not release {what}; it frees itself when its lease runs out"
+        ));
     }
 }
 

@@ -1,20 +1,31 @@
-//! Command-line arguments (clap derive) and their parsing helpers.
+//! Command-line arguments (clap derive), their help, and the parsing
+//! helpers.
 
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use redguard::Ttl;
+use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
+use crate::durations;
 use crate::fail::{Failure, code};
+use crate::help::{EXEC_EXIT_HELP, LOGGING_HELP, STATUS_HELP};
 
 /// Run commands under a distributed lock on Redis (Redisson-compatible).
 ///
 /// The connection comes from --url, else $REDIS_URL, else
 /// redis://127.0.0.1:6379/. Durations are written 500ms, 30s, 2m, 1h 30m.
 #[derive(Debug, Parser)]
-#[command(name = "redguard", version, max_term_width = 100)]
+#[command(
+    name = "redguard",
+    version,
+    max_term_width = 100,
+    after_help = LOGGING_HELP
+)]
 pub(crate) struct Cli {
+    /// Log diagnostics on stderr: -v info, -vv debug, -vvv trace (see
+    /// Logging in `redguard --help`).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
     #[command(subcommand)]
@@ -23,13 +34,15 @@ pub(crate) struct Cli {
 
 /// How to reach Redis and the timings of the client.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection")]
 pub(crate) struct ConnArgs {
     /// Redis URL: redis://[user:password@]host[:port][/db],
-    /// redis+unix:///path, or a Sentinel deployment
+    /// redis+unix:///path, a Sentinel deployment
     /// redis+sentinel://[[user]:password@]host:port[,host:port...]/MASTER[?db=N]
-    /// (rediss:// and rediss+sentinel:// for TLS; the password is the data
-    /// nodes'). Prefer $REDIS_URL for passwords: arguments are visible to
-    /// other users in the process list.
+    /// or a Cluster redis+cluster://[[user]:password@]host:port[,host:port...]
+    /// (rediss://, rediss+sentinel:// and rediss+cluster:// for TLS; the
+    /// password is the data nodes'). Prefer $REDIS_URL for passwords:
+    /// arguments are visible to other users in the process list.
     #[arg(
         long,
         global = true,
@@ -64,22 +77,35 @@ pub(crate) struct ConnArgs {
     pub(crate) min_replica_acks: Option<u32>,
 
     /// Longest wait for those acknowledgements [default: 1s].
-    #[arg(long, global = true, value_name = "DUR", value_parser = parse_duration)]
-    pub(crate) replica_ack_timeout: Option<Duration>,
-
-    /// Longest wait for one Redis reply [default: 3s, or a third of
-    /// --watchdog-timeout when that is shorter].
-    #[arg(long, global = true, value_name = "DUR", value_parser = parse_duration)]
-    pub(crate) response_timeout: Option<Duration>,
-
-    /// Lease of watchdog-renewed locks, renewed every third of it [default:
-    /// 30s]. Meant for tests and advanced use: a short lease frees the lock
-    /// of a crashed redguard sooner but needs a responsive Redis.
     #[arg(
         long,
         global = true,
         value_name = "DUR",
-        value_parser = parse_duration,
+        value_parser = durations::timeout,
+        allow_hyphen_values = true
+    )]
+    pub(crate) replica_ack_timeout: Option<Duration>,
+
+    /// Longest wait for one Redis reply [default: 3s].
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        value_parser = durations::timeout,
+        allow_hyphen_values = true
+    )]
+    pub(crate) response_timeout: Option<Duration>,
+
+    /// Lease of watchdog-renewed locks, renewed every third of it [default:
+    /// 30s]. For tests: a short lease frees the lock of a crashed redguard
+    /// sooner but needs a responsive Redis. A short one also shortens the
+    /// response timeout to a third of it, unless that is given.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DUR",
+        value_parser = durations::lease,
+        allow_hyphen_values = true,
         env = "REDGUARD_WATCHDOG_TIMEOUT",
         hide = true
     )]
@@ -110,21 +136,59 @@ pub(crate) struct ConnArgs {
         requires = "tls_cert"
     )]
     pub(crate) tls_key: Option<std::path::PathBuf>,
+
+    /// On a Redis Cluster, when unlocks, releases and latches reaching
+    /// zero also send a classic PUBLISH besides SPUBLISH [default: auto]:
+    /// auto when the slot's master counts a classic subscriber; always for
+    /// Java (Redisson) waiters without sharded pub/sub, which may subscribe
+    /// on a replica. No effect outside a Cluster.
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        value_enum,
+        env = "REDGUARD_CLASSIC_PUBLISH"
+    )]
+    pub(crate) classic_publish: Option<ClassicPublishArg>,
+}
+
+/// `--classic-publish`: [`redguard::ClassicPublish`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClassicPublishArg {
+    /// Only when the slot's master counts a classic subscriber.
+    Auto,
+    /// On every wake-up.
+    Always,
+}
+
+impl From<ClassicPublishArg> for redguard::ClassicPublish {
+    fn from(arg: ClassicPublishArg) -> redguard::ClassicPublish {
+        match arg {
+            ClassicPublishArg::Auto => redguard::ClassicPublish::Auto,
+            ClassicPublishArg::Always => redguard::ClassicPublish::Always,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Take the lock, run CMD while holding it, release it when CMD ends.
     ///
-    /// Exits with CMD's exit status (128 + N when CMD was killed by signal
-    /// N); with --conflict-exit-code (75) when the lock could not be had in
-    /// time; with 70 when the lease was lost while CMD ran (--on-lost kill);
-    /// with 127 when CMD is not found and 126 when it cannot be run. CMD's
-    /// environment carries REDGUARD_LOCK and REDGUARD_HOLDER.
+    /// At most one CMD holds NAME at a time, across every host: runs never
+    /// overlap. Another run may start as soon as this one ends; for one
+    /// run per period, use `redguard once`. CMD's environment carries
+    /// REDGUARD_LOCK and REDGUARD_HOLDER.
+    #[command(after_help = EXEC_EXIT_HELP)]
     Exec(ExecArgs),
-    /// Show whether a lock is held, by whom, for how long and of which kind.
+    /// Show whether a lock is held, by whom, for how long and of which
+    /// kind; also semaphores, latches and `once` records.
+    #[command(after_help = STATUS_HELP)]
     Status(StatusArgs),
-    /// Delete a lock whoever holds it and wake its waiters.
+    /// Delete a lock, semaphore, latch or `once` record whoever holds it,
+    /// and wake its waiters.
+    ///
+    /// Exits 0 (also when there was nothing to delete); 65 when NAME holds
+    /// something else than --kind says (left untouched).
     Unlock(UnlockArgs),
     /// Run CMD once per KEY across every host, for --ttl: the first caller
     /// runs it; later callers print who ran it and when, and exit with its
@@ -140,10 +204,32 @@ pub(crate) enum Command {
     /// Set, count down or wait for a count-down latch (Redisson's
     /// RCountDownLatch): let a pipeline wait for N workers.
     ///
-    /// Exits 0 on success; with --conflict-exit-code (75) when --wait runs
-    /// out before the latch opens; with 64 when --count finds the latch set
-    /// already.
+    /// A latch exists from --count until it opens: at zero it is deleted
+    /// (Redisson's layout). So --count-down and --wait on a latch that does
+    /// not exist fail with 65, as a latch never set and one already open
+    /// look the same: a waiter that started before the setter would
+    /// otherwise pass straight through. --allow-missing takes a missing
+    /// latch as open.
+    ///
+    /// Exits 0 on success; 65 for a missing latch (without
+    /// --allow-missing); --conflict-exit-code (75) when --wait runs out
+    /// before the latch opens, or --count finds the latch set already.
     Latch(LatchArgs),
+    /// List the locks whose names match PATTERN (default `*`): holders with
+    /// host and pid, held for, lease left, waiters.
+    ///
+    /// Uses SCAN (1,000 keys per call) on every master, never KEYS. Keys of
+    /// other types are skipped; --all lists them as "not a lock". Exits 0.
+    #[command(after_help = crate::help::LIST_HELP)]
+    List(ListArgs),
+    /// Show everything one client holds, from its holder record: host,
+    /// pid, program, and each lock with how long it has been held.
+    ///
+    /// CLIENT is a client id, the first part of a holder id
+    /// (`<client id>:<thread>`). Exits 0 when a record was found, 1 when
+    /// none (not a redguard client, records off, or gone for longer than
+    /// its lease).
+    Who(WhoArgs),
 }
 
 /// What to do when the lease is lost while CMD runs.
@@ -162,7 +248,13 @@ pub(crate) struct ExecArgs {
     pub(crate) name: OsString,
 
     /// Wait at most this long for the lock [default: forever].
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(
+        short,
+        long,
+        value_name = "DUR",
+        value_parser = durations::any,
+        allow_hyphen_values = true
+    )]
     pub(crate) wait: Option<Duration>,
 
     /// Do not wait: fail at once when the lock is held (same as --wait 0s).
@@ -171,7 +263,13 @@ pub(crate) struct ExecArgs {
 
     /// Hold the lock with this fixed lease instead of a watchdog-renewed
     /// one; CMD must end within it (past it the lease counts as lost).
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(
+        short,
+        long,
+        value_name = "DUR",
+        value_parser = durations::lease,
+        allow_hyphen_values = true
+    )]
     pub(crate) lease: Option<Duration>,
 
     /// Take the fair lock of NAME (Redisson's RFairLock): waiters are served
@@ -218,7 +316,13 @@ pub(crate) struct ExecArgs {
     pub(crate) on_lost: OnLost,
 
     /// With --on-lost kill: time between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = durations::any,
+        allow_hyphen_values = true,
+        default_value = "10s"
+    )]
     pub(crate) kill_grace: Duration,
 
     /// No spinner while waiting and no message when the lock is busy (the
@@ -245,13 +349,26 @@ pub(crate) struct OnceArgs {
 
     /// How long a run is remembered: later callers within it do not run
     /// CMD.
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, default_value = "24h")]
+    #[arg(
+        short,
+        long,
+        value_name = "DUR",
+        value_parser = durations::lease,
+        allow_hyphen_values = true,
+        default_value = "24h"
+    )]
     pub(crate) ttl: Duration,
 
     /// When CMD is running elsewhere, wait at most this long for its
     /// outcome and exit like it did (or run CMD if that run gave up
     /// without a record).
-    #[arg(short, long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(
+        short,
+        long,
+        value_name = "DUR",
+        value_parser = durations::any,
+        allow_hyphen_values = true
+    )]
     pub(crate) wait: Option<Duration>,
 
     /// Record a failing CMD too: later callers then exit with its status
@@ -265,9 +382,17 @@ pub(crate) struct OnceArgs {
     pub(crate) quiet: bool,
 
     /// Show what is recorded for KEY (who ran CMD, when, its status), or
-    /// who is running it; run nothing.
+    /// who is running it; run nothing. Exits 0 whatever it finds.
     #[arg(long, conflicts_with_all = ["forget", "wait", "record_failure", "command"])]
     pub(crate) status: bool,
+
+    /// With --status: print one JSON object: key (escaped as by `redguard
+    /// status`), state (not_run, running or done); running: holder,
+    /// expires_in_ms, expires_at_unix_ms (the runner's lease); done:
+    /// ran_at_unix_ms, by, exit_status, host, pid, expires_in_ms and
+    /// expires_at_unix_ms (how long the record is kept).
+    #[arg(long, requires = "status")]
+    pub(crate) json: bool,
 
     /// Delete the record of KEY, so that the next caller runs CMD again (a
     /// run in progress is left alone); run nothing.
@@ -291,9 +416,73 @@ pub(crate) struct StatusArgs {
     #[arg(value_name = "NAME")]
     pub(crate) name: OsString,
 
+    /// Print one JSON object instead of text (fields below).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Which names: a SCAN MATCH glob (`*`, `?`, `[abc]`, `\` escapes).
+    #[arg(value_name = "PATTERN", default_value = "*")]
+    pub(crate) pattern: String,
+
+    /// Also list keys that are not locks (as "not a lock").
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// Print one JSON array instead of text (fields below).
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Order: by how long held (longest first), lease left (least first)
+    /// or name.
+    #[arg(long, value_enum, default_value = "name")]
+    pub(crate) sort: SortBy,
+
+    /// Only locks some holder has held for at least this long (by its
+    /// holder record): the stuck ones. Holders without a record are left
+    /// out.
+    #[arg(long, value_name = "DUR", value_parser = durations::any)]
+    pub(crate) older_than: Option<std::time::Duration>,
+}
+
+/// How `list` orders its lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SortBy {
+    /// Longest held first (locks without a hold start last).
+    Held,
+    /// Least lease left first.
+    Ttl,
+    /// By name.
+    Name,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WhoArgs {
+    /// The client id (a UUID), as in holder ids `<client id>:<thread>`.
+    #[arg(value_name = "CLIENT")]
+    pub(crate) client: String,
+
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// What `unlock --force` deletes when NAME is not a lock hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Kind {
+    /// A lock of any kind (reentrant, fair, read-write, fenced); found
+    /// without --kind.
+    Lock,
+    /// A semaphore's permit counter, with the leases of its expiring
+    /// permits (their holders lose them at their next renewal); the next
+    /// `exec --permits N` sets the count again.
+    Semaphore,
+    /// A count-down latch: its waiters are woken and find it open.
+    Latch,
+    /// A `redguard once` record, so that the next caller runs CMD again.
+    Once,
 }
 
 #[derive(Debug, Args)]
@@ -302,16 +491,15 @@ pub(crate) struct UnlockArgs {
     #[arg(value_name = "NAME")]
     pub(crate) name: OsString,
 
-    /// Required: delete the lock whoever holds it. Its holder finds out at
-    /// its next renewal.
+    /// Required: delete whatever NAME holds, whoever holds it. Its holder
+    /// finds out at its next renewal.
     #[arg(long, required = true)]
     pub(crate) force: bool,
-}
 
-/// Parses a humantime duration (`500ms`, `30s`, `2m`, `1h 30m`).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("{e} (durations look like 500ms, 30s, 2m)"))
+    /// What NAME is, when it is not a lock: a semaphore, latch or `once`
+    /// record is deleted only when asked for by kind.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub(crate) kind: Option<Kind>,
 }
 
 /// Turns a clap error into the exit status: help and version are printed
@@ -333,6 +521,9 @@ pub(crate) fn parse_error(err: clap::Error) -> Result<std::process::ExitCode, Fa
             Ok(std::process::ExitCode::from(code))
         }
         _ => {
+            if let Some(message) = negative_duration(&err, std::env::args()) {
+                return Err(Failure::new(code::USAGE, message));
+            }
             // clap's first paragraph is the error (the required-argument
             // error lists the arguments on further lines); tips and usage
             // follow after a blank line.
@@ -358,6 +549,31 @@ pub(crate) fn parse_error(err: clap::Error) -> Result<std::process::ExitCode, Fa
     }
 }
 
+/// The message for an "unknown argument" that is a negative duration
+/// after an option whose value may be left out (`latch --wait -1s`).
+fn negative_duration(err: &clap::Error, argv: impl Iterator<Item = String>) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let argv: Vec<String> = argv.collect();
+    argv.windows(2).find_map(|pair| {
+        let (option, value) = (&pair[0], &pair[1]);
+        (durations::is_duration_option(option)
+            && value.starts_with(bad.as_str())
+            && value[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| {
+            format!(
+                "invalid value '{value}' for '{option}': durations cannot be negative \
+                 (see 'redguard --help')"
+            )
+        })
+    })
+}
+
 /// The lock name as bytes: any bytes the OS passes are allowed.
 pub(crate) fn name_bytes(name: &OsString) -> Result<Vec<u8>, Failure> {
     use std::os::unix::ffi::OsStrExt;
@@ -376,22 +592,30 @@ pub(crate) struct LatchArgs {
     #[arg(value_name = "NAME")]
     pub(crate) name: OsString,
 
-    /// Set the latch to N (N workers will count it down). Fails with 64
-    /// when the latch is set already.
+    /// Set the latch to N (N workers will count it down). Fails with
+    /// --conflict-exit-code (75) when the latch is set already.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
     pub(crate) count: Option<u64>,
 
     /// Count the latch down by one and print the count left; at zero every
-    /// waiter goes.
+    /// waiter goes. Fails with 65 when the latch does not exist (unless
+    /// --allow-missing).
     #[arg(long)]
     pub(crate) count_down: bool,
 
-    /// Wait until the latch is open (its count is zero, or it was never
-    /// set), at most DUR when given.
-    #[arg(long, value_name = "DUR", num_args = 0..=1, value_parser = parse_duration)]
+    /// Wait until the latch opens (its count reaches zero), at most DUR
+    /// when given. Fails with 65 at once when the latch does not exist
+    /// (unless --allow-missing).
+    #[arg(long, value_name = "DUR", num_args = 0..=1, value_parser = durations::any)]
     pub(crate) wait: Option<Option<Duration>>,
 
-    /// Exit status when --wait runs out before the latch opens.
+    /// Take a latch that does not exist as open: --wait returns at once
+    /// and --count-down does nothing, both with 0.
+    #[arg(long, conflicts_with = "count")]
+    pub(crate) allow_missing: bool,
+
+    /// Exit status when --wait runs out before the latch opens, or --count
+    /// finds the latch set already.
     #[arg(short = 'E', long, value_name = "N", default_value_t = code::TEMPFAIL)]
     pub(crate) conflict_exit_code: u8,
 
@@ -400,38 +624,9 @@ pub(crate) struct LatchArgs {
     pub(crate) quiet: bool,
 }
 
-/// A lock name for messages: quoted, lossy UTF-8.
-pub(crate) fn show_name(name: &[u8]) -> String {
-    format!("{:?}", String::from_utf8_lossy(name))
-}
-
-/// A remaining lease for people: `2s 350ms`, `no expiry`, `none`.
-pub(crate) fn show_ttl(ttl: Option<Ttl>) -> String {
-    match ttl {
-        None => "none".to_owned(),
-        Some(Ttl::Persistent) => "no expiry".to_owned(),
-        Some(Ttl::Expires(d)) => {
-            let ms = Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64);
-            if ms.is_zero() {
-                "0ms".to_owned()
-            } else {
-                humantime::format_duration(ms).to_string()
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("soon").is_err());
-    }
 
     #[test]
     fn the_definition_is_consistent() {
@@ -515,6 +710,51 @@ mod tests {
             panic!("not latch");
         };
         assert_eq!(latch.wait, Some(None));
+    }
+
+    /// Every help text, the subcommands' included.
+    fn all_help(cmd: &mut clap::Command, out: &mut Vec<(String, String)>) {
+        out.push((
+            cmd.get_name().to_owned(),
+            cmd.render_long_help().to_string(),
+        ));
+        for sub in cmd.get_subcommands_mut() {
+            all_help(sub, out);
+        }
+    }
+
+    #[test]
+    fn no_help_text_refers_to_a_hidden_option() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        cli.build();
+        let mut hidden = Vec::new();
+        let mut stack = vec![&cli];
+        while let Some(cmd) = stack.pop() {
+            for arg in cmd.get_arguments().filter(|a| a.is_hide_set()) {
+                if let Some(long) = arg.get_long() {
+                    hidden.push(format!("--{long}"));
+                }
+                if let Some(env) = arg.get_env() {
+                    hidden.push(env.to_string_lossy().into_owned());
+                }
+            }
+            stack.extend(cmd.get_subcommands());
+        }
+        assert!(
+            hidden.contains(&"--watchdog-timeout".to_owned()),
+            "{hidden:?}"
+        );
+        let mut texts = Vec::new();
+        all_help(&mut cli, &mut texts);
+        for (name, text) in texts {
+            for option in &hidden {
+                assert!(
+                    !text.contains(option.as_str()),
+                    "`{name} --help` refers to the hidden {option}"
+                );
+            }
+        }
     }
 
     #[test]

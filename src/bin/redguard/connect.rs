@@ -21,7 +21,8 @@ pub(crate) struct Connection {
 }
 
 /// Builds the client. Nothing is sent to Redis yet.
-pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
+/// `program` goes into the client's holder record.
+pub(crate) fn connect(args: &ConnArgs, program: &str) -> Result<Connection, Failure> {
     let url = args
         .url
         .as_deref()
@@ -50,7 +51,7 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
         }
     }
 
-    let mut builder = redguard::Client::builder().url(url);
+    let mut builder = redguard::Client::builder().url(url).program(program);
     if let Some(pw) = &args.sentinel_password {
         builder = builder.sentinel_password(pw);
     }
@@ -59,6 +60,9 @@ pub(crate) fn connect(args: &ConnArgs) -> Result<Connection, Failure> {
     }
     if let Some(timeout) = args.replica_ack_timeout {
         builder = builder.replica_ack_timeout(timeout);
+    }
+    if let Some(when) = args.classic_publish {
+        builder = builder.classic_publish(when.into());
     }
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);

@@ -9,13 +9,13 @@ use std::time::Duration;
 use redguard::{Lock, LockGuard};
 
 use crate::child::{CmdEnd, OnLoss, lost_reason, preflight, run_cmd, signal_exit, signal_name};
-use crate::cli::{ExecArgs, OnLost, name_bytes, show_name};
+use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
+use crate::show;
 use crate::spinner::Spinner;
-use crate::status::describe_holder;
 
 /// Runs `redguard exec`.
 pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -68,7 +68,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         out::error(&format!(
             "{} while waiting for lock {}; CMD not run",
             signal_name(signal),
-            show_name(&name)
+            show::name(&name)
         ));
         return Ok(signal_exit(signal));
     }
@@ -83,6 +83,11 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         Err(e) => return Err(Failure::from_lib(&e, &conn.server)),
     };
 
+    log::info!(
+        "redguard: holding lock {} as {}; running CMD",
+        show::name(&name),
+        guard.holder_id()
+    );
     let mut cmd = Command::new(program);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
@@ -95,7 +100,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         action: args.on_lost,
         kill_grace: args.kill_grace,
         why: &why,
-        subject: format!("lock {}", show_name(&name)),
+        subject: format!("lock {}", show::name(&name)),
     };
     let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
@@ -125,7 +130,16 @@ fn finish(
             OnLost::Warn => ExitCode::from(cmd_code),
         });
     }
-    match guard.unlock() {
+    let client = guard.lock().client().clone();
+    let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    let released = guard.unlock();
+    crate::child::await_release(
+        &client,
+        &format!("lock {}", show::name(name)),
+        lease,
+        args.quiet,
+    );
+    match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
@@ -133,14 +147,14 @@ fn finish(
                 OnLost::Kill => {
                     out::error(&format!(
                         "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
                     out::warn(&format!(
                         "{why} of lock {} before CMD ended",
-                        show_name(name)
+                        show::name(name)
                     ));
                     Ok(ExitCode::from(cmd_code))
                 }
@@ -149,7 +163,7 @@ fn finish(
         Err(e) => {
             out::warn(&format!(
                 "could not release lock {} ({e}); it frees itself when its lease runs out",
-                show_name(name)
+                show::name(name)
             ));
             Ok(ExitCode::from(cmd_code))
         }
@@ -160,7 +174,7 @@ fn finish(
 /// its holder and the holder's remaining ttl.
 fn busy_message(lock: &Lock, name: &[u8]) -> String {
     let holder = match lock.inspect() {
-        Ok(info) if info.is_held() => describe_holder(&info),
+        Ok(info) if info.is_held() => show::describe_holder(&info),
         Ok(_) => "was busy, now free".to_owned(),
         Err(_) => "is busy (holder unknown: Redis did not answer)".to_owned(),
     };
@@ -171,6 +185,6 @@ fn busy_message(lock: &Lock, name: &[u8]) -> String {
     };
     format!(
         "lock {} {holder}; not acquired in time, CMD not run",
-        show_name(name)
+        show::name(name)
     )
 }

@@ -1,7 +1,11 @@
 //! [`Failure`]: an error of the tool with its exit status, and the table of
 //! exit statuses (sysexits.h values where one fits).
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 /// Exit statuses of redguard itself. CMD's own status passes through
 /// unchanged, so these are chosen where shells and sysexits.h put tool
@@ -68,10 +72,53 @@ impl Failure {
             _ => Failure::new(code::UNAVAILABLE, format!("Redis at {server}: {err}")),
         }
     }
+
+    /// As [`Failure::from_lib`], for an operation on `name` as a `what`
+    /// (`latch`, `semaphore`, ...): a value of another type there is
+    /// refused with 65, named as not being one.
+    pub(crate) fn from_lib_on(
+        err: &redguard::Error,
+        server: &str,
+        name: &[u8],
+        what: &str,
+    ) -> Failure {
+        match err {
+            redguard::Error::WrongType { .. } => Failure::new(
+                code::DATAERR,
+                format!(
+                    "key {} holds a value that is not a {what}; left untouched",
+                    crate::show::name(name)
+                ),
+            ),
+            _ => Failure::from_lib(err, server),
+        }
+    }
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// CMD's status as a shell reports it: its exit code, or 128 + the signal
+/// that killed it.
+pub(crate) fn exit_status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(signal)) => code::SIGNAL_BASE.saturating_add((signal & 0x7f) as u8),
+        (None, None) => code::SOFTWARE,
+    }
+}
+
+/// The failure of starting CMD, with the exit code a shell gives it: 127
+/// when it is not found, 126 when it cannot run.
+pub(crate) fn spawn_failure(program: &OsStr, err: &io::Error) -> Failure {
+    let shown = program.to_string_lossy();
+    match err.kind() {
+        io::ErrorKind::NotFound => {
+            Failure::new(code::NOT_FOUND, format!("{shown}: command not found"))
+        }
+        _ => Failure::new(code::CANNOT_EXECUTE, format!("{shown}: cannot run: {err}")),
     }
 }

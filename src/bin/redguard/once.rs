@@ -14,11 +14,12 @@ use redguard::{Once, OnceGuard, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
 use crate::child::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
-use crate::cli::{OnLost, OnceArgs, name_bytes, show_name};
+use crate::cli::{OnLost, OnceArgs, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
+use crate::show;
 use crate::spinner::Spinner;
 
 /// Time between SIGTERM and SIGKILL when the lease is lost while CMD runs
@@ -29,7 +30,7 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let key = name_bytes(&args.key)?;
     if args.status {
-        return status(&key, conn);
+        return status(&key, args.json, conn);
     }
     if args.forget {
         return forget(&key, conn);
@@ -56,7 +57,7 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
         out::error(&format!(
             "{} while waiting for the run of {}; CMD not run",
             signal_name(signal),
-            show_name(&key)
+            show::name(&key)
         ));
         return Ok(signal_exit(signal));
     }
@@ -66,7 +67,7 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
             if !args.quiet {
                 out::error(&format!(
                     "{} already ran: {}; CMD not run",
-                    show_name(&key),
+                    show::name(&key),
                     describe(&outcome)
                 ));
             }
@@ -85,7 +86,7 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
                 };
                 out::error(&format!(
                     "{} is running{waited}: holder {holder}{}; CMD not run",
-                    show_name(&key),
+                    show::name(&key),
                     lease_left(expires_in)
                 ));
             }
@@ -114,7 +115,7 @@ fn run_once(
         action: OnLost::Kill,
         kill_grace: KILL_GRACE,
         why: "lost the lease",
-        subject: format!("run-once key {}", show_name(key)),
+        subject: format!("run-once key {}", show::name(key)),
     };
     let (status, lost) = match run_cmd(cmd, program, relay, &|| run.is_lost(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
@@ -125,15 +126,22 @@ fn run_once(
         std::mem::forget(run);
         out::error(&format!(
             "nothing recorded for {}: the next caller runs CMD again",
-            show_name(key)
+            show::name(key)
         ));
         return Ok(ExitCode::from(code::SOFTWARE));
     }
     if status != 0 && !args.record_failure {
-        if let Err(e) = run.abandon() {
+        let abandoned = run.abandon();
+        crate::child::await_release(
+            &conn.client,
+            &format!("run-once key {}", show::name(key)),
+            conn.client.watchdog_timeout(),
+            args.quiet,
+        );
+        if let Err(e) = abandoned {
             out::warn(&format!(
                 "could not give up the run of {} ({e}); it frees itself when its lease runs out",
-                show_name(key)
+                show::name(key)
             ));
         }
         if !args.quiet {
@@ -151,7 +159,7 @@ fn run_once(
             out::error(&format!(
                 "lost the lease of run-once key {} before recording (CMD exited with {status}); \
                  nothing recorded: the next caller runs CMD again",
-                show_name(key)
+                show::name(key)
             ));
             Ok(ExitCode::from(code::SOFTWARE))
         }
@@ -169,29 +177,70 @@ fn run_once(
     }
 }
 
-/// `redguard once --status KEY`: one line on stdout; exit 0 whatever it
-/// says.
-fn status(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
+/// `redguard once --status KEY [--json]`: one line (or one JSON object)
+/// on stdout; exit 0 whatever it says.
+fn status(key: &[u8], json: bool, conn: &Connection) -> Result<ExitCode, Failure> {
     let found = conn
         .client
         .once_status(key)
         .map_err(|e| lib_failure(&e, key, conn))?;
+    if json {
+        println!("{}", status_json(key, &found));
+        return Ok(ExitCode::SUCCESS);
+    }
     let line = match found {
         OnceStatus::NotRun => "not run (no record)".to_owned(),
         OnceStatus::Running {
             holder, expires_in, ..
         } => format!("running: holder {holder}{}", lease_left(expires_in)),
-        OnceStatus::Done(outcome) => {
-            let kept = match outcome.expires_in {
-                Some(left) => format!("; record kept for {}", whole_seconds(left)),
-                None => String::new(),
-            };
-            format!("ran: {}{kept}", describe(&outcome))
-        }
+        OnceStatus::Done(outcome) => format!("ran {}", describe(&outcome)),
         _ => "in an unknown state".to_owned(),
     };
-    println!("{} {line}", show_name(key));
+    println!("{} {line}", show::name(key));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--status --json`: the fields `redguard once --help` lists.
+fn status_json(key: &[u8], found: &OnceStatus) -> Value {
+    let mut v = json!({ "key": show::json_name(key) });
+    match found {
+        OnceStatus::NotRun => v["state"] = json!("not_run"),
+        OnceStatus::Running {
+            holder, expires_in, ..
+        } => {
+            v["state"] = json!("running");
+            v["holder"] = json!(holder);
+            v["expires_in_ms"] = json!(expires_in.map(show::ms));
+            v["expires_at_unix_ms"] = json!(expires_in.map(show::unix_ms_in));
+        }
+        OnceStatus::Done(outcome) => {
+            v["state"] = json!("done");
+            outcome_fields(outcome, &mut v);
+        }
+        _ => v["state"] = json!("unknown"),
+    }
+    v
+}
+
+/// A recorded run's fields for JSON: `ran_at_unix_ms`, `by`,
+/// `exit_status`, `host`, `pid` (null when the record was not written by
+/// redguard), and how long the record is kept (`expires_in_ms`,
+/// `expires_at_unix_ms`).
+pub(crate) fn outcome_fields(outcome: &Outcome, v: &mut Value) {
+    let record = serde_json::from_slice::<Value>(&outcome.value).ok();
+    let field = |name: &str| {
+        record
+            .as_ref()
+            .and_then(|r| r.get(name).cloned())
+            .unwrap_or(Value::Null)
+    };
+    v["ran_at_unix_ms"] = json!(show::unix_ms(outcome.at));
+    v["by"] = json!(outcome.by);
+    v["exit_status"] = field("status");
+    v["host"] = field("host");
+    v["pid"] = field("pid");
+    v["expires_in_ms"] = json!(outcome.expires_in.map(show::ms));
+    v["expires_at_unix_ms"] = json!(outcome.expires_in.map(show::unix_ms_in));
 }
 
 /// `redguard once --forget KEY`: exit 0 when the record is gone (or there
@@ -201,7 +250,7 @@ fn forget(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     if conn.client.forget_once(key).map_err(fail)? {
         println!(
             "{}: record deleted; the next caller runs CMD",
-            show_name(key)
+            show::name(key)
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -209,12 +258,12 @@ fn forget(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
         OnceStatus::Running { holder, .. } => {
             out::error(&format!(
                 "{} is running (holder {holder}); nothing forgotten",
-                show_name(key)
+                show::name(key)
             ));
             Ok(ExitCode::from(code::TEMPFAIL))
         }
         _ => {
-            println!("{}: no record; nothing forgotten", show_name(key));
+            println!("{}: no record; nothing forgotten", show::name(key));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -222,16 +271,7 @@ fn forget(key: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
 
 /// A library error for KEY, with the run-once reading of a wrong type.
 fn lib_failure(err: &redguard::Error, key: &[u8], conn: &Connection) -> Failure {
-    match err {
-        redguard::Error::WrongType { .. } => Failure::new(
-            code::DATAERR,
-            format!(
-                "key {} holds a value that is not a run-once record; left untouched",
-                show_name(key)
-            ),
-        ),
-        _ => Failure::from_lib(err, &conn.server),
-    }
+    Failure::from_lib_on(err, &conn.server, key, "run-once record")
 }
 
 /// The status a later caller exits with: the recorded one, 0 for records
@@ -244,8 +284,9 @@ fn recorded_status(outcome: &Outcome) -> u8 {
         .unwrap_or(0)
 }
 
-/// "on HOST (pid P) at TIME (AGO ago), exit status S, holder H".
-fn describe(outcome: &Outcome) -> String {
+/// "on HOST (pid P) at TIME (AGO ago), exit status S, holder H; record
+/// kept for T".
+pub(crate) fn describe(outcome: &Outcome) -> String {
     let record = serde_json::from_slice::<Value>(&outcome.value).ok();
     let field = |name: &str| record.as_ref().and_then(|r| r.get(name).cloned());
     let at = humantime::format_rfc3339_seconds(outcome.at);
@@ -261,7 +302,11 @@ fn describe(outcome: &Outcome) -> String {
         Some(status) => format!(", exit status {status}"),
         None => String::new(),
     };
-    format!("{place}at {at}{ago}{status}, holder {}", outcome.by)
+    let kept = match outcome.expires_in {
+        Some(left) => format!("; record kept for {}", whole_seconds(left)),
+        None => String::new(),
+    };
+    format!("{place}at {at}{ago}{status}, holder {}{kept}", outcome.by)
 }
 
 /// "; its lease runs out in 2s unless renewed", or nothing.

@@ -10,11 +10,12 @@ use std::time::Duration;
 use redguard::{ExpiringSemaphore, PermitGuard};
 
 use crate::child::{CmdEnd, OnLoss, lost_reason, run_cmd, signal_exit, signal_name};
-use crate::cli::{ExecArgs, OnLost, show_name};
+use crate::cli::{ExecArgs, OnLost};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
+use crate::show;
 
 /// Runs `redguard exec --permits N NAME -- CMD`.
 pub(crate) fn exec_with_permit(
@@ -53,7 +54,7 @@ pub(crate) fn exec_with_permit(
         out::error(&format!(
             "{} while waiting for a permit of semaphore {}; CMD not run",
             signal_name(signal),
-            show_name(name)
+            show::name(name)
         ));
         return Ok(signal_exit(signal));
     }
@@ -64,7 +65,7 @@ pub(crate) fn exec_with_permit(
                 out::error(&format!(
                     "all {permits} permits of semaphore {} are held; not acquired in time, \
                      CMD not run",
-                    show_name(name)
+                    show::name(name)
                 ));
             }
             return Ok(ExitCode::from(args.conflict_exit_code));
@@ -82,13 +83,13 @@ pub(crate) fn exec_with_permit(
         action: args.on_lost,
         kill_grace: args.kill_grace,
         why: &why,
-        subject: format!("permit {id} of semaphore {}", show_name(name)),
+        subject: format!("permit {id} of semaphore {}", show::name(name)),
     };
     let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.is_lost(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
-    finish(args, name, permit, cmd_code, lost)
+    finish(args, name, &conn.client, permit, cmd_code, lost)
 }
 
 enum Mismatch {
@@ -116,7 +117,7 @@ fn ensure_count(semaphore: &ExpiringSemaphore, name: &[u8], permits: u32) -> Res
         format!(
             "semaphore {} has {stored} permits, not {permits} (--permits {permits}); give \
              every caller the same count, or delete the key to start over",
-            show_name(name)
+            show::name(name)
         ),
     )))
 }
@@ -125,6 +126,7 @@ fn ensure_count(semaphore: &ExpiringSemaphore, name: &[u8], permits: u32) -> Res
 fn finish(
     args: &ExecArgs,
     name: &[u8],
+    client: &redguard::Client,
     permit: PermitGuard,
     cmd_code: u8,
     lost: bool,
@@ -138,11 +140,19 @@ fn finish(
         });
     }
     let id = permit.id().to_string();
-    match permit.release() {
+    let released = permit.release();
+    let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    crate::child::await_release(
+        client,
+        &format!("permit {id} of semaphore {}", show::name(name)),
+        lease,
+        args.quiet,
+    );
+    match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
-            let what = format!("{why} of permit {id} of semaphore {}", show_name(name));
+            let what = format!("{why} of permit {id} of semaphore {}", show::name(name));
             match args.on_lost {
                 OnLost::Kill => {
                     out::error(&format!(
@@ -160,7 +170,7 @@ fn finish(
             out::warn(&format!(
                 "could not give back permit {id} of semaphore {} ({e}); it comes back when its \
                  lease runs out",
-                show_name(name)
+                show::name(name)
             ));
             Ok(ExitCode::from(cmd_code))
         }

@@ -18,6 +18,11 @@
 //! CMD ends (it otherwise polls every 50 ms), so that the lock is released
 //! and the next waiter runs without that delay.
 //!
+//! On Linux the child started here is CMD's supervisor (`supervisor`): in
+//! batch use it leads the process group CMD runs in, so "CMD's group" below
+//! is that group; in interactive use the signal sent to the child reaches
+//! CMD through the supervisor.
+//!
 //! CMD is reaped only under the phase mutex, and the phase leaves "running"
 //! in the same critical section, so a signal is never sent to a pid that
 //! may have been reused.

@@ -10,8 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::show_name;
-use crate::status::describe_holder;
+use crate::show;
 
 /// How often the holder shown is looked up again.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -44,11 +43,11 @@ impl Spinner {
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_spinner());
                 bar.set_style(style);
-                bar.set_prefix(show_name(lock.name()));
+                bar.set_prefix(show::name(lock.name()));
                 bar.enable_steady_tick(Duration::from_millis(100));
                 loop {
                     let msg = match lock.inspect() {
-                        Ok(info) if info.is_held() => describe_holder(&info),
+                        Ok(info) if info.is_held() => show::describe_holder(&info),
                         Ok(_) => "free, acquiring".to_owned(),
                         Err(_) => "holder unknown (Redis did not answer)".to_owned(),
                     };

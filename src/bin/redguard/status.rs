@@ -1,102 +1,77 @@
-//! `redguard status NAME [--json]` and `redguard unlock --force NAME`.
+//! `redguard status NAME [--json]`: what is stored at a name, for people
+//! and for scripts. Exits 0 when something is held, 1 when nothing is, 65
+//! when the name holds a value that is no lock or synchronizer (the
+//! fields and codes are listed in `redguard status --help`).
 
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use redguard::{LockInfo, LockKind, Ttl};
+use redguard::{LockInfo, LockKind, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
-use crate::cli::{StatusArgs, UnlockArgs, name_bytes, show_name, show_ttl};
+use crate::cli::{StatusArgs, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
+use crate::show;
+use crate::sync_status::Counter;
 
-/// `redguard status`: prints what is stored at the name. Exit 0 whether
-/// the lock is held or free; errors as usual.
+/// Exit status of `status` when nothing is held.
+const FREE: u8 = 1;
+
+/// What a name holds.
+enum Found {
+    /// A lock of a known layout, free, or a value of another kind.
+    Lock(LockInfo),
+    /// A semaphore's or latch's counter, or expiring permits.
+    Counter(Counter),
+    /// The record of a finished `redguard once` run.
+    Once(Outcome),
+}
+
+/// `redguard status`.
 pub(crate) fn status(args: &StatusArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let name = name_bytes(&args.name)?;
-    let lock = conn.client.lock(&name);
-    let info = lock
-        .inspect()
-        .map_err(|e| Failure::from_lib(&e, &conn.server))?;
-    let counter = match &info.kind {
-        LockKind::Free => crate::sync_status::describe(conn, &name)?,
+    let found = read(conn, &name)?;
+    if args.json {
+        println!("{}", to_json(&name, &found));
+    } else {
+        print!("{}", to_text(&name, &found));
+    }
+    Ok(ExitCode::from(exit_code(&found)))
+}
+
+/// Reads what `name` holds: the lock layouts first, then, for a value
+/// that is not a lock, the counters and run-once records it may be.
+fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
+    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
+    let info = conn.client.lock(name).inspect().map_err(fail)?;
+    let found = match &info.kind {
+        LockKind::Free => crate::sync_status::read(conn, name, info.ttl)?.map(Found::Counter),
         LockKind::Other { redis_type } if redis_type == "string" => {
-            crate::sync_status::describe(conn, &name)?
+            crate::sync_status::read(conn, name, info.ttl)?.map(Found::Counter)
+        }
+        LockKind::Other { redis_type } if redis_type == "hash" => {
+            match conn.client.once_status(name) {
+                Ok(OnceStatus::Done(outcome)) => Some(Found::Once(outcome)),
+                Ok(_) | Err(redguard::Error::WrongType { .. }) => None,
+                Err(e) => return Err(fail(e)),
+            }
         }
         _ => None,
     };
-    if let Some((text, json)) = counter {
-        if args.json {
-            println!("{json}");
-        } else {
-            print!("{text}");
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.json {
-        println!("{}", to_json(&name, &info));
-    } else {
-        print!("{}", to_text(&name, &info));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(found.unwrap_or(Found::Lock(info)))
 }
 
-/// `redguard unlock --force`: deletes the lock whoever holds it (waiters
-/// are woken by the unlock message) and prints what it removed.
-pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, Failure> {
-    debug_assert!(args.force, "clap requires --force");
-    let name = name_bytes(&args.name)?;
-    let lock = conn.client.lock(&name);
-    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
-    let info = lock.inspect().map_err(fail)?;
-    if let LockKind::Other { redis_type } = &info.kind {
-        return Err(Failure::new(
-            code::DATAERR,
-            format!(
-                "key {} holds a {redis_type}, not a lock; left untouched",
-                show_name(&name)
-            ),
-        ));
-    }
-    // A fair lock's force unlock also wakes the head of its queue.
-    let removed = match &info.kind {
-        LockKind::Fair { .. } => conn.client.fair_lock(&name).force_unlock(),
-        // Its waiters listen on the read-write channel.
-        LockKind::ReadWrite { .. } => conn.client.read_write_lock(&name).force_unlock(),
-        _ => lock.force_unlock(),
-    }
-    .map_err(fail)?;
-    if removed {
-        println!("removed lock {}: {}", show_name(&name), summary(&info));
-    } else if let LockKind::Fair { queue } = &info.kind {
-        println!(
-            "lock {} was not held; {} waiter(s) left in its fair queue",
-            show_name(&name),
-            queue.len()
-        );
-    } else {
-        println!("lock {} was free; nothing removed", show_name(&name));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// One line naming the current holder(s) and the remaining ttl, for the
-/// spinner and the "busy" message.
-pub(crate) fn describe_holder(info: &LockInfo) -> String {
-    let ttl = show_ttl(info.ttl);
-    match (&info.kind, info.holders.as_slice()) {
-        (LockKind::Other { redis_type }, _) => {
-            format!("the key holds a {redis_type}, not a lock (ttl {ttl})")
-        }
-        (_, []) => format!("no holder recorded (ttl {ttl})"),
-        (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
-        (_, [(holder, _), rest @ ..]) => {
-            format!("held by {holder} and {} more (ttl {ttl})", rest.len())
-        }
+fn exit_code(found: &Found) -> u8 {
+    match found {
+        Found::Lock(info) if matches!(info.kind, LockKind::Other { .. }) => code::DATAERR,
+        Found::Lock(info) if info.is_held() => 0,
+        Found::Counter(counter) if counter.is_held() => 0,
+        Found::Lock(_) | Found::Counter(_) | Found::Once(_) => FREE,
     }
 }
 
-fn kind_word(kind: &LockKind) -> &'static str {
+/// The kind as `--json` names it.
+pub(crate) fn kind_word(kind: &LockKind) -> &'static str {
     match kind {
         LockKind::Free => "free",
         LockKind::Reentrant => "reentrant",
@@ -107,28 +82,37 @@ fn kind_word(kind: &LockKind) -> &'static str {
     }
 }
 
-fn summary(info: &LockInfo) -> String {
-    let holders: Vec<String> = info
-        .holders
-        .iter()
-        .map(|(h, n)| format!("{h} x{n}"))
-        .collect();
-    let holders = if holders.is_empty() {
-        "no holder".to_owned()
-    } else {
-        holders.join(", ")
-    };
-    let kind = match &info.kind {
-        LockKind::ReadWrite { mode } => format!("read-write, {mode} mode"),
-        LockKind::Fair { queue } => format!("fair, {} queued", queue.len()),
-        other => kind_word(other).to_owned(),
-    };
-    format!("{kind}; {holders}; ttl {}", show_ttl(info.ttl))
+fn to_text(name: &[u8], found: &Found) -> String {
+    match found {
+        Found::Lock(info) => lock_text(name, info),
+        Found::Counter(counter) => counter.text(name),
+        Found::Once(outcome) => format!(
+            "once {}: ran {}\n",
+            show::name(name),
+            crate::once::describe(outcome)
+        ),
+    }
 }
 
-fn to_text(name: &[u8], info: &LockInfo) -> String {
+fn to_json(name: &[u8], found: &Found) -> Value {
+    match found {
+        Found::Lock(info) => lock_json(name, info),
+        Found::Counter(counter) => counter.json(name),
+        Found::Once(outcome) => {
+            let mut v = json!({
+                "name": show::json_name(name),
+                "kind": "once",
+                "held": false,
+            });
+            crate::once::outcome_fields(outcome, &mut v);
+            v
+        }
+    }
+}
+
+fn lock_text(name: &[u8], info: &LockInfo) -> String {
     use std::fmt::Write;
-    let name = show_name(name);
+    let name = show::name(name);
     let mut s = String::new();
     match &info.kind {
         LockKind::Free => {
@@ -139,7 +123,7 @@ fn to_text(name: &[u8], info: &LockInfo) -> String {
             let _ = writeln!(
                 s,
                 "lock {name}: not a lock: the key holds a {redis_type} (ttl {})",
-                show_ttl(info.ttl)
+                show::ttl(info.ttl)
             );
             return s;
         }
@@ -153,16 +137,25 @@ fn to_text(name: &[u8], info: &LockInfo) -> String {
             let _ = writeln!(s, "lock {name}: {state} ({what})");
         }
     }
-    let _ = writeln!(s, "  ttl: {}", show_ttl(info.ttl));
+    let _ = writeln!(s, "  ttl: {}", show::ttl(info.ttl));
     for (holder, count) in &info.holders {
         let _ = writeln!(s, "  holder: {holder} (hold count {count})");
+        let _ = writeln!(s, "    {}", holder_line(info, holder));
     }
+    let queued = match &info.kind {
+        LockKind::Fair { queue } => format!("{} queued, ", queue.len()),
+        _ => String::new(),
+    };
+    let subscribed = info
+        .subscribers
+        .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+    let _ = writeln!(s, "  waiters: {queued}{subscribed} subscribed");
     if let LockKind::Fair { queue } = &info.kind {
-        let now = SystemTime::now();
+        let now = std::time::SystemTime::now();
         for (i, waiter) in queue.iter().enumerate() {
             let deadline = match waiter.deadline {
                 Some(at) => match at.duration_since(now) {
-                    Ok(left) => format!("deadline in {}", show_ttl(Some(Ttl::Expires(left)))),
+                    Ok(left) => format!("deadline in {}", show::left(left)),
                     Err(_) => "deadline passed".to_owned(),
                 },
                 None => "no deadline".to_owned(),
@@ -173,30 +166,59 @@ fn to_text(name: &[u8], info: &LockInfo) -> String {
     s
 }
 
-fn to_json(name: &[u8], info: &LockInfo) -> Value {
-    let ttl_ms = match info.ttl {
-        None => Value::Null,
-        Some(Ttl::Persistent) => json!(-1),
-        Some(Ttl::Expires(d)) => json!(d.as_millis() as u64),
+/// What `holder`'s record says, on one line: host, pid, program and how
+/// long it has held the lock; or that it has no record.
+pub(crate) fn holder_line(info: &LockInfo, holder: &redguard::HolderId) -> String {
+    let Some(record) = info.record_of(holder) else {
+        return "no record (not a redguard client, records off, or not written yet)".to_owned();
     };
+    let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let held = info
+        .held_for(holder)
+        .map_or_else(|| "unknown".to_owned(), show::left);
+    format!(
+        "host {}, pid {pid}, program {}; held for {held}",
+        record.host,
+        show::name(record.program.as_bytes())
+    )
+}
+
+/// The record fields of one holder for `--json`: `record` (whether there
+/// is one), `host`, `pid`, `program`, `version`, `held_for_ms`,
+/// `held_since_unix_ms` (null when unknown).
+pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut Value) {
+    let record = info.record_of(holder);
+    v["record"] = json!(record.is_some());
+    v["host"] = json!(record.map(|r| r.host.as_str()));
+    v["pid"] = json!(record.and_then(|r| r.pid));
+    v["program"] = json!(record.map(|r| r.program.as_str()));
+    v["version"] = json!(record.map(|r| r.version.as_str()));
+    v["held_for_ms"] = json!(info.held_for(holder).map(show::ms));
+    v["held_since_unix_ms"] = json!(info.held_since(holder).map(show::unix_ms));
+}
+
+fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     let mut v = json!({
-        "name": String::from_utf8_lossy(name),
-        "held": info.is_held(),
+        "name": show::json_name(name),
         "kind": kind_word(&info.kind),
-        "ttl_ms": ttl_ms,
-        "holders": info.holders.iter().map(|(h, n)| json!({"id": h.as_str(), "count": n})).collect::<Vec<_>>(),
+        "held": info.is_held(),
     });
+    show::expiry_fields(info.ttl, &mut v);
+    v["holders"] = info
+        .holders
+        .iter()
+        .map(|(h, n)| {
+            let mut holder = json!({"id": h.as_str(), "count": n});
+            holder_json(info, h, &mut holder);
+            holder
+        })
+        .collect();
+    v["subscribers"] = json!(info.subscribers);
     match &info.kind {
         LockKind::Fair { queue } => {
             v["queue"] = queue
                 .iter()
-                .map(|w| {
-                    let deadline = w
-                        .deadline
-                        .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
-                        .map(|d| d.as_millis() as u64);
-                    json!({"id": w.holder.as_str(), "deadline_ms": deadline})
-                })
+                .map(|w| json!({"id": w.holder.as_str(), "deadline_unix_ms": w.deadline.map(show::unix_ms)}))
                 .collect();
         }
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),

@@ -3,66 +3,108 @@
 //! semaphore) or a count-down latch's count.
 
 use std::fmt::Write;
+use std::time::Duration;
 
+use redguard::{PermitId, Ttl};
 use serde_json::{Value, json};
 
-use crate::cli::{show_name, show_ttl};
 use crate::connect::Connection;
 use crate::fail::Failure;
+use crate::show;
 
-/// What a counter at a name is, for people and for `--json`; `None` when
-/// the name holds no integer counter.
-pub(crate) fn describe(conn: &Connection, name: &[u8]) -> Result<Option<(String, Value)>, Failure> {
+/// A counter found at a name, with the expiring permits held on it.
+pub(crate) struct Counter {
+    value: i64,
+    /// The counter key's remaining lifetime.
+    ttl: Option<Ttl>,
+    /// Held expiring permits and the time left on each lease.
+    leases: Vec<(PermitId, Duration)>,
+}
+
+/// Reads the counter at `name`; `None` when the name holds no integer
+/// counter and no permit is held on it. `ttl`: the key's remaining
+/// lifetime, as read with the lock layouts.
+pub(crate) fn read(
+    conn: &Connection,
+    name: &[u8],
+    ttl: Option<Ttl>,
+) -> Result<Option<Counter>, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
-    let counter = match conn.client.semaphore(name).available_permits() {
+    let value = match conn.client.semaphore(name).available_permits() {
         Ok(n) => n,
         Err(redguard::Error::WrongType { .. }) => return Ok(None),
         Err(e) => return Err(fail(e)),
     };
-    let leases = conn
-        .client
-        .expiring_semaphore(name)
-        .leases()
-        .map_err(fail)?;
-    let shown = show_name(name);
-    let mut text = String::new();
-    if leases.is_empty() {
-        if counter == 0 {
-            return Ok(None);
+    let leases = match conn.client.expiring_semaphore(name).leases() {
+        Ok(leases) => leases,
+        Err(redguard::Error::WrongType { .. }) => Vec::new(),
+        Err(e) => return Err(fail(e)),
+    };
+    if value == 0 && leases.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Counter { value, ttl, leases }))
+}
+
+impl Counter {
+    /// `true` when expiring permits are held on it.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.leases.is_empty()
+    }
+
+    pub(crate) fn text(&self, name: &[u8]) -> String {
+        let shown = show::name(name);
+        let mut text = String::new();
+        if self.leases.is_empty() {
+            let _ = writeln!(
+                text,
+                "counter {shown}: {} (a semaphore's available permits, or a latch's count)",
+                self.value
+            );
+            return text;
         }
         let _ = writeln!(
             text,
-            "counter {shown}: {counter} (a semaphore's available permits, or a latch's count)"
+            "semaphore {shown}: {} permit(s) available, {} held (expiring permits)",
+            self.value,
+            self.leases.len()
         );
-        let json = json!({
-            "name": String::from_utf8_lossy(name),
-            "held": false,
-            "kind": "counter",
-            "value": counter,
-        });
-        return Ok(Some((text, json)));
+        for (id, left) in &self.leases {
+            let _ = writeln!(text, "  permit {id}: lease {}", show::left(*left));
+        }
+        text
     }
-    let _ = writeln!(
-        text,
-        "semaphore {shown}: {counter} permit(s) available, {} held (expiring permits)",
-        leases.len()
-    );
-    for (id, left) in &leases {
-        let _ = writeln!(
-            text,
-            "  permit {id}: lease {}",
-            show_ttl(Some(redguard::Ttl::Expires(*left)))
-        );
+
+    pub(crate) fn json(&self, name: &[u8]) -> Value {
+        let mut v = if self.leases.is_empty() {
+            json!({
+                "name": show::json_name(name),
+                "kind": "counter",
+                "held": false,
+                "value": self.value,
+            })
+        } else {
+            self.semaphore_json(name)
+        };
+        show::expiry_fields(self.ttl, &mut v);
+        v
     }
-    let json = json!({
-        "name": String::from_utf8_lossy(name),
-        "held": true,
-        "kind": "expiring_semaphore",
-        "available": counter,
-        "permits": leases
-            .iter()
-            .map(|(id, left)| json!({"id": id.to_string(), "lease_ms": left.as_millis() as u64}))
-            .collect::<Vec<_>>(),
-    });
-    Ok(Some((text, json)))
+
+    fn semaphore_json(&self, name: &[u8]) -> Value {
+        json!({
+            "name": show::json_name(name),
+            "kind": "expiring_semaphore",
+            "held": true,
+            "available": self.value,
+            "permits": self
+                .leases
+                .iter()
+                .map(|(id, left)| json!({
+                    "id": id.to_string(),
+                    "expires_in_ms": show::ms(*left),
+                    "expires_at_unix_ms": show::unix_ms_in(*left),
+                }))
+                .collect::<Vec<_>>(),
+        })
+    }
 }

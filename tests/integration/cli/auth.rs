@@ -135,3 +135,50 @@ fn j7_no_password_in_any_output() {
     assert_eq!(code("help with env"), Some(0));
     assert_eq!(code("url as a bad duration"), Some(64));
 }
+
+/// `status` and `unlock` read the lock in a `MULTI`: a server that wants a
+/// password none was given for refuses the `MULTI` itself (`NOAUTH`), and
+/// an ACL user barred from the key has each read refused while queueing
+/// (`NOPERM`). Both exit 77 with one line, like every other command, and
+/// the lock is left alone.
+#[test]
+fn status_and_unlock_report_noauth_and_noperm_inside_their_transaction() {
+    let server = RedisServer::start_with(&["--requirepass", "adminpw"]);
+    let name = unique_name("tx-auth");
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            b"fenced-in",
+            b"on",
+            b">fencepw",
+            b"~elsewhere:*",
+            b"&*",
+            b"+@all",
+        ],
+    );
+    let () = server.cmd("HSET", &[name.as_bytes(), b"a:1", b"1"]);
+    let port = server.port();
+    let cases = [
+        (format!("redis://127.0.0.1:{port}/"), "authentication"),
+        (
+            format!("redis://fenced-in:fencepw@127.0.0.1:{port}/"),
+            "permission",
+        ),
+    ];
+    for (url, needle) in &cases {
+        for args in [&["status", &name][..], &["unlock", "--force", &name][..]] {
+            let mut cmd = redguard(url);
+            cmd.args(args);
+            let out = run(cmd);
+            assert_eq!(out.code, Some(77), "{args:?} as {needle}: {out:?}");
+            assert_one_line_error(&out);
+            assert!(
+                out.stderr.to_lowercase().contains(needle),
+                "{args:?}: {}",
+                out.stderr
+            );
+        }
+    }
+    assert!(server.exists(&name), "the lock was left alone");
+}

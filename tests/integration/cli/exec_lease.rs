@@ -45,7 +45,7 @@ fn a_fixed_lease_is_not_renewed_and_running_past_it_counts_as_lost() {
 
 /// B1: `kill -9` of redguard. Nobody renews the lease any more: the key
 /// frees itself within the (600 ms) lease, a waiter acquires only then, and
-/// CMD is stopped by its parent-death signal.
+/// CMD is killed by its supervisor (see `exec_tree`).
 #[test]
 fn b1_sigkill_of_redguard_stops_renewal_and_the_lock_frees_within_the_lease() {
     let server = RedisServer::start();

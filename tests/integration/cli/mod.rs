@@ -1,8 +1,10 @@
 //! The `redguard` binary end to end (`CARGO_BIN_EXE_redguard`), against a
 //! private redis-server per test, one file per subcommand or concern:
 //! `exec` (running a command under the lock), `exec_lease` (leases, signals
-//! and Redis faults under a running exec), `status`, `unlock`, `args`
-//! (usage errors and exit codes) and `auth` (passwords).
+//! and Redis faults under a running exec), `exec_tree` (CMD's process
+//! tree), `status`, `unlock`, `args` (usage errors and exit codes), `help`
+//! (help text, logging, durations), `readme` (the README's shell examples)
+//! and `auth` (passwords).
 //!
 //! The CLI runs against a private redis-server per test. Lease tests use short timings (600 ms
 //! watchdog lease renewed every 200 ms, 200 ms response timeout, through
@@ -28,6 +30,10 @@ mod args;
 mod auth;
 mod exec;
 mod exec_lease;
+mod exec_tree;
+mod help;
+mod ops;
+mod readme;
 mod status;
 mod unlock;
 
@@ -60,14 +66,16 @@ fn redguard_timed(url: &str, watchdog: &str, response: &str) -> Command {
 }
 
 /// A bare `redguard` command (no URL, no timings). Nothing is inherited
-/// from the runner's `REDIS_URL`, `REDGUARD_WATCHDOG_TIMEOUT` or
-/// `REDGUARD_LOG`; `REDGUARD_TEST_LOG=debug` turns the binary's
+/// from the runner's `REDIS_URL`, `REDGUARD_WATCHDOG_TIMEOUT`, `RUST_LOG`
+/// or `REDGUARD_LOG`; `REDGUARD_TEST_LOG=debug` turns the binary's
 /// diagnostics on when a test needs debugging (and breaks the one-line
 /// assertions).
 fn redguard_bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
         .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
+        .env_remove("REDGUARD_CLASSIC_PUBLISH")
+        .env_remove("RUST_LOG")
         .env_remove("REDGUARD_LOG");
     if let Ok(level) = std::env::var("REDGUARD_TEST_LOG") {
         cmd.env("REDGUARD_LOG", level);

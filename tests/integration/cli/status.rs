@@ -6,14 +6,15 @@ fn status_and_unlock_on_held_free_and_wrong_type_keys() {
     let ctx = TestContext::new();
     let url = ctx.server.url();
     let name = unique_name("status");
-    let status = |json: bool| {
+    // Exit 0 held, 1 free, 65 not a lock.
+    let status = |json: bool, want: i32| {
         let mut cmd = redguard(&url);
         cmd.args(["status", &name]);
         if json {
             cmd.arg("--json");
         }
         let out = run(cmd);
-        assert_eq!(out.code, Some(0), "{out:?}");
+        assert_eq!(out.code, Some(want), "{out:?}");
         out.stdout
     };
     let unlock = || {
@@ -23,11 +24,12 @@ fn status_and_unlock_on_held_free_and_wrong_type_keys() {
     };
 
     // Free.
-    assert!(status(false).contains("free"));
-    let v: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    assert!(status(false, 1).contains("free"));
+    let v: serde_json::Value = serde_json::from_str(&status(true, 1)).unwrap();
     assert_eq!(v["held"], false);
     assert_eq!(v["kind"], "free");
-    assert!(v["ttl_ms"].is_null());
+    assert!(v["expires_in_ms"].is_null());
+    assert!(v["expires_at_unix_ms"].is_null());
     let out = unlock();
     assert_eq!(out.code, Some(0), "{out:?}");
     assert!(out.stdout.contains("was free"), "{}", out.stdout);
@@ -37,23 +39,29 @@ fn status_and_unlock_on_held_free_and_wrong_type_keys() {
     let g1 = lock.lock().unwrap();
     let g2 = lock.lock().unwrap();
     let holder = g1.holder_id().as_str().to_owned();
-    let text = status(false);
+    let text = status(false, 0);
     assert!(text.contains("held (reentrant lock)"), "{text}");
     assert!(text.contains(&format!("{holder} (hold count 2)")), "{text}");
-    let v: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    let before = unix_ms_now();
+    let v: serde_json::Value = serde_json::from_str(&status(true, 0)).unwrap();
+    let after = unix_ms_now();
     assert_eq!(v["held"], true);
     assert_eq!(v["kind"], "reentrant");
     assert_eq!(v["holders"][0]["id"], holder.as_str());
     assert_eq!(v["holders"][0]["count"], 2);
-    let ttl = v["ttl_ms"].as_u64().unwrap();
+    let lease = crate::support::TEST_WATCHDOG.as_millis() as u64;
+    let ttl = v["expires_in_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= lease, "ttl {ttl}");
+    // The absolute time is now + ttl, by this host's clock.
+    let at = v["expires_at_unix_ms"].as_u64().unwrap();
     assert!(
-        ttl > 0 && ttl <= crate::support::TEST_WATCHDOG.as_millis() as u64,
-        "ttl {ttl}"
+        at > before && at <= after + lease,
+        "expires at {at}, read between {before} and {after}"
     );
 
     drop(g2);
     drop(g1);
-    assert!(status(false).contains("free"));
+    assert!(status(false, 1).contains("free"));
 
     // unlock --force removes a lock and wakes its waiters at once. The
     // holder's fixed 30 s lease and the waiter's 5 s poll interval mean a
@@ -94,22 +102,22 @@ fn status_and_unlock_on_held_free_and_wrong_type_keys() {
     let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
 
     // Wrong type: reported, never touched.
-    let () = ctx.server.cmd("SET", &[name.as_bytes(), b"not a lock"]);
-    let text = status(false);
+    let () = ctx.server.cmd("RPUSH", &[name.as_bytes(), b"not a lock"]);
+    let text = status(false, 65);
     assert!(
-        text.contains("not a lock") && text.contains("string"),
+        text.contains("not a lock") && text.contains("list"),
         "{text}"
     );
-    let v: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&status(true, 65)).unwrap();
     assert_eq!(v["kind"], "other");
-    assert_eq!(v["redis_type"], "string");
+    assert_eq!(v["redis_type"], "list");
     assert_eq!(v["held"], true);
     let out = unlock();
     assert_eq!(out.code, Some(65), "{out:?}");
     assert_one_line_error(&out);
     assert!(out.stderr.contains("left untouched"), "{}", out.stderr);
-    let value: String = ctx.server.cmd("GET", &[name.as_bytes()]);
-    assert_eq!(value, "not a lock");
+    let value: Vec<String> = ctx.server.cmd("LRANGE", &[name.as_bytes(), b"0", b"-1"]);
+    assert_eq!(value, ["not a lock"]);
 
     // exec on a wrong-type key: a clear error, CMD not run.
     let mut cmd = redguard(&url);
@@ -128,7 +136,7 @@ fn status_shows_fair_queues_and_read_write_modes() {
         let mut cmd = redguard(&url);
         cmd.args(["status", "--json", &name]);
         let out = run(cmd);
-        assert_eq!(out.code, Some(0), "{out:?}");
+        assert!(matches!(out.code, Some(0 | 1)), "{out:?}");
         serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
     };
     // Redisson's fair-lock layout, written by hand.
@@ -141,9 +149,9 @@ fn status_shows_fair_queues_and_read_write_modes() {
     let v = status_json();
     assert_eq!(v["kind"], "fair", "{v}");
     assert_eq!(v["queue"][0]["id"], "b:2");
-    assert_eq!(v["queue"][0]["deadline_ms"], 4_102_444_800_000_u64);
+    assert_eq!(v["queue"][0]["deadline_unix_ms"], 4_102_444_800_000_u64);
     assert_eq!(v["queue"][1]["id"], "c:3");
-    assert!(v["queue"][1]["deadline_ms"].is_null());
+    assert!(v["queue"][1]["deadline_unix_ms"].is_null());
     let _: i64 = server.cmd(
         "DEL",
         &[name.as_bytes(), queue.as_bytes(), timeouts.as_bytes()],
@@ -174,4 +182,96 @@ fn status_shows_fair_queues_and_read_write_modes() {
         "{}",
         out.stdout
     );
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A finished `redguard once` run is shown as what it is (kind `once`,
+/// nothing held, exit 1) with its record, and `once --status --json`
+/// gives the same fields.
+#[test]
+fn status_shows_a_finished_once_run_as_a_record() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let key = unique_name("status-once");
+    let mut cmd = redguard(&url);
+    cmd.args(["once", "--ttl", "1h", &key, "--", "true"]);
+    let before = unix_ms_now();
+    assert_eq!(run(cmd).code, Some(0));
+
+    let mut cmd = redguard(&url);
+    cmd.args(["status", "--json", &key]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(1), "nothing is held: {out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "once", "{v}");
+    assert_eq!(v["held"], false, "{v}");
+    assert_eq!(v["exit_status"], 0, "{v}");
+    assert!(v["pid"].as_u64().is_some(), "{v}");
+    assert!(v["host"].is_string(), "{v}");
+    let ran = v["ran_at_unix_ms"].as_u64().unwrap();
+    assert!(ran + 1000 >= before && ran <= unix_ms_now() + 1000, "{v}");
+    let kept = v["expires_in_ms"].as_u64().unwrap();
+    assert!(kept > 3_500_000 && kept <= 3_600_000, "{v}");
+
+    let mut cmd = redguard(&url);
+    cmd.args(["status", &key]);
+    let out = run(cmd);
+    assert!(
+        out.stdout.starts_with(&format!("once \"{key}\": ran ")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("exit status 0"), "{}", out.stdout);
+
+    let mut cmd = redguard(&url);
+    cmd.args(["once", "--status", "--json", &key]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let o: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(o["key"], key.as_str(), "{o}");
+    assert_eq!(o["state"], "done", "{o}");
+    for field in ["ran_at_unix_ms", "by", "exit_status", "host", "pid"] {
+        assert_eq!(o[field], v[field], "{field}: {o} vs {v}");
+    }
+    let mut cmd = redguard(&url);
+    cmd.args(["once", "--status", "--json", "never-ran-here"]);
+    let o: serde_json::Value = serde_json::from_str(&run(cmd).stdout).unwrap();
+    assert_eq!(o["state"], "not_run", "{o}");
+}
+
+/// Names that are not UTF-8 are escaped reversibly in text and JSON: two
+/// names that differ only where UTF-8 breaks print differently.
+#[test]
+fn binary_names_are_escaped_reversibly() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let server = RedisServer::start();
+    let url = server.url();
+    let raw: &[u8] = b"bin\xff\\x";
+    let () = server.cmd("HSET", &[raw, b"a:1", b"1"]);
+    let lossy: &[u8] = "bin\u{fffd}\\x".as_bytes();
+    let () = server.cmd("HSET", &[lossy, b"b:2", b"1"]);
+    let status = |name: &[u8], json: bool| {
+        let mut cmd = redguard(&url);
+        cmd.arg("status").arg(OsStr::from_bytes(name));
+        if json {
+            cmd.arg("--json");
+        }
+        let out = run(cmd);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        out.stdout
+    };
+    let v: serde_json::Value = serde_json::from_str(&status(raw, true)).unwrap();
+    assert_eq!(v["name"], "bin\\xff\\\\x", "{v}");
+    assert_eq!(v["holders"][0]["id"], "a:1", "{v}");
+    let w: serde_json::Value = serde_json::from_str(&status(lossy, true)).unwrap();
+    assert_ne!(v["name"], w["name"]);
+    let text = status(raw, false);
+    assert!(text.starts_with("lock \"bin\\xff\\\\x\": held"), "{text}");
 }

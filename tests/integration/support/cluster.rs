@@ -3,14 +3,15 @@
 //!
 //! Each node is a [`RedisServer`] with its own directory; its cluster bus
 //! gets a free port of its own (`--cluster-port`) instead of port + 10000,
-//! so that no guess about free ports is needed. Everything is killed on
-//! drop.
+//! so that no guess about free ports is needed. A server without
+//! `--cluster-port` (Redis 6.2) gets a port whose + 10000 is free and
+//! reserved as well. Everything is killed on drop.
 
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{RedisServer, bind_reserved, release_port, wait_until};
+use super::{Cap, RedisServer, bind_reserved, caps, release_port, wait_until};
 
 /// How long the cluster gets to agree on `cluster_state:ok`.
 const SETTLE: Duration = Duration::from_secs(20);
@@ -53,20 +54,28 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let mut nodes = Vec::new();
         let mut bus_ports = Vec::new();
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            "1000",
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        let own_bus_port = caps().has(Cap::ClusterPort);
         for _ in 0..6 {
-            let bus = bind_reserved().local_addr().unwrap().port();
-            let bus_arg = bus.to_string();
-            nodes.push(RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                &bus_arg,
-                "--cluster-node-timeout",
-                "1000",
-                "--repl-diskless-sync-delay",
-                "0",
-            ]));
-            bus_ports.push(bus);
+            if own_bus_port {
+                let bus = bind_reserved().local_addr().unwrap().port();
+                let bus_arg = bus.to_string();
+                let mut with_bus = args.to_vec();
+                with_bus.extend(["--cluster-port", &bus_arg]);
+                nodes.push(RedisServer::start_with(&with_bus));
+                bus_ports.push(bus);
+            } else {
+                let (node, bus) = RedisServer::start_with_bus_at_offset(&args);
+                nodes.push(node);
+                bus_ports.push(bus);
+            }
         }
         let cluster = RedisCluster { nodes, bus_ports };
         let addrs: Vec<String> = cluster

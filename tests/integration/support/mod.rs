@@ -30,9 +30,11 @@
     reason = "items are `pub` for `#[path]` reuse from the benches"
 )]
 
+mod caps;
 mod child;
 mod cluster;
 mod context;
+mod kinds;
 mod logs;
 mod proxy;
 mod sentinel;
@@ -50,9 +52,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use caps::{Cap, caps, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
 pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use kinds::{KINDS, Kind};
 pub use logs::{capture_logs, logged_lines};
 #[allow(
     unused_imports,
@@ -127,6 +131,53 @@ pub fn redis_server_bin() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// A redis-rs client for a harness connection to `url` (admin commands,
+/// readiness checks): without the `CLIENT SETINFO` pair redis-rs sends
+/// after connecting, which would show in the `INFO commandstats` that
+/// tests read.
+///
+/// # Errors
+///
+/// When `url` does not parse.
+pub fn admin_client(url: &str) -> redis::RedisResult<redis::Client> {
+    redis::Client::open(admin_info(url)?)
+}
+
+/// The connection settings of [`admin_client`], for clients built
+/// otherwise (TLS).
+///
+/// # Errors
+///
+/// When `url` does not parse.
+pub fn admin_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info()?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    Ok(info.set_redis_settings(settings))
+}
+
+/// The README's `ACL SETUSER redguard …` line for the server under test:
+/// the one with sharded pub/sub (`+spublish`) where the server has it, the
+/// one without (Redis 6.2) where it does not.
+///
+/// # Panics
+///
+/// When the README has no such line.
+pub fn readme_acl_line() -> &'static str {
+    let sharded = caps().has(Cap::Spublish);
+    include_str!("../../../README.md")
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("ACL SETUSER redguard "))
+        .find(|l| l.contains(" +spublish ") == sharded)
+        .unwrap_or_else(|| {
+            panic!(
+                "README.md has no `ACL SETUSER redguard ...` line {} `+spublish`",
+                if sharded { "with" } else { "without" }
+            )
+        })
 }
 
 /// Ports owned by live [`RedisServer`]s and [`FaultProxy`]s of this process,

@@ -483,6 +483,9 @@ fn server_restart_keeping_data_keeps_the_aof() {
 #[cfg(feature = "tls")]
 #[test]
 fn tls_server_answers_over_tls_only() {
+    if super::lacks(super::Cap::Tls) {
+        return;
+    }
     let mut server = RedisServer::start_tls();
     assert!(server.url().starts_with("rediss://127.0.0.1:"));
     assert_eq!(server.cmd::<String>("PING", &[]), "PONG");

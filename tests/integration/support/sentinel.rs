@@ -886,7 +886,7 @@ fn admin_conn(port: u16, password: Option<&str>) -> redis::RedisResult<redis::Co
         Some(pw) => format!("redis://:{}@127.0.0.1:{port}/", percent_encode(pw)),
         None => format!("redis://127.0.0.1:{port}/"),
     };
-    let client = redis::Client::open(url)?;
+    let client = super::admin_client(&url)?;
     let conn = client.get_connection_with_timeout(ADMIN_TIMEOUT)?;
     conn.set_read_timeout(Some(ADMIN_TIMEOUT))?;
     conn.set_write_timeout(Some(ADMIN_TIMEOUT))?;

@@ -105,6 +105,14 @@ impl RedisServer {
     /// certificates.
     #[cfg(feature = "tls")]
     pub fn start_tls() -> Self {
+        let caps = super::caps();
+        assert!(
+            caps.has(super::Cap::Tls),
+            "{} (`{}`) was built without TLS; a TLS test must check \
+             `support::lacks(Cap::Tls)` first",
+            caps.server,
+            redis_server_bin()
+        );
         let mut server = Self::unstarted(&[]);
         server.tls = Some(TestCerts::make());
         Self::launch(server)
@@ -143,11 +151,50 @@ impl RedisServer {
         }
     }
 
+    /// Starts a cluster node with `extra_args` on a port `P` whose bus
+    /// port `P + 10000` is free and reserved too: for servers without
+    /// `--cluster-port` (Redis 6.2), whose bus always listens there.
+    /// Returns the server and its bus port, which the caller gives back
+    /// with [`release_port`](super::release_port) once the node is gone.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with_bus_at_offset(extra_args: &[&str]) -> (Self, u16) {
+        let mut bus = 0;
+        let server = Self::launch_on(Self::unstarted(extra_args), || {
+            if bus != 0 {
+                // The previous attempt's pair: its port was given back.
+                release_port(bus);
+            }
+            for _ in 0..100 {
+                let port = free_port();
+                if let Some(b) = port.checked_add(10_000)
+                    && super::reserve_port(b)
+                {
+                    if std::net::TcpListener::bind(("127.0.0.1", b)).is_ok() {
+                        bus = b;
+                        return port;
+                    }
+                    release_port(b);
+                }
+                release_port(port);
+            }
+            panic!("no free port P with P + 10000 free as well in 100 tries");
+        });
+        (server, bus)
+    }
+
     /// Makes up to 5 attempts, each on a fresh reserved port.
-    fn launch(mut server: Self) -> Self {
+    fn launch(server: Self) -> Self {
+        Self::launch_on(server, free_port)
+    }
+
+    /// Makes up to 5 attempts, each on a reserved port from `pick`.
+    fn launch_on(mut server: Self, mut pick: impl FnMut() -> u16) -> Self {
         let mut failures = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
+            let port = pick();
             let mut child = server.spawn(port);
             match wait_ready(&mut child, &server.admin_client(port), READY_TIMEOUT) {
                 Ok(()) => {
@@ -329,6 +376,33 @@ impl RedisServer {
         self.start_on_same_port();
     }
 
+    /// Stops the server cleanly (`SHUTDOWN SAVE`), keeping its data files
+    /// and its port for [`start_keeping_data`](Self::start_keeping_data):
+    /// an outage of a server whose dataset comes back (with
+    /// `--appendonly yes`).
+    ///
+    /// # Panics
+    ///
+    /// As [`stop_nosave`](Self::stop_nosave).
+    pub fn stop_keeping_data(&mut self) {
+        self.shutdown_with("SAVE");
+    }
+
+    /// Starts the server again on its port after
+    /// [`stop_keeping_data`](Self::stop_keeping_data), with its data files.
+    ///
+    /// # Panics
+    ///
+    /// If the server is still running, or as [`restart`](Self::restart).
+    pub fn start_keeping_data(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "start_keeping_data: redis-server is still running (pid {})",
+            self.pid()
+        );
+        self.start_on_same_port();
+    }
+
     /// Asks the server to exit with `SHUTDOWN NOSAVE` and waits for it.
     ///
     /// # Panics
@@ -427,7 +501,7 @@ impl RedisServer {
         if let Some(certs) = &self.tls {
             return certs.client(admin_url("rediss", port, self.password()));
         }
-        redis::Client::open(admin_url("redis", port, self.password()))
+        super::admin_client(&admin_url("redis", port, self.password()))
     }
 
     /// Removes every data file, so the next start begins empty.

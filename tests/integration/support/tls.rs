@@ -108,10 +108,11 @@ impl TestCerts {
     }
 
     /// A redis-rs client of the `rediss://` `url` that trusts this CA and
-    /// presents the client certificate.
+    /// presents the client certificate (without `CLIENT SETINFO`, as
+    /// [`admin_client`](super::admin_client)).
     pub fn client(&self, url: String) -> redis::RedisResult<redis::Client> {
         redis::Client::build_with_tls(
-            url,
+            super::admin_info(&url)?,
             redis::TlsCertificates {
                 client_tls: Some(redis::ClientTlsConfig {
                     client_cert: self.read("client.crt"),

@@ -1,0 +1,106 @@
+//! The scale case of connection combining: S3 (uncontended cycles, each
+//! thread on its own names) with many threads and few connections, each
+//! point measured for exclusive connections and for combining ones in
+//! alternating order, in one process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redguard::{Client, ConnectionMode};
+use serde_json::{Value, json};
+
+use crate::protocol::{S3_NAMES_PER_WORKER, now_ns, s3_name, sleep_until_ns};
+use crate::stats::{pct, us};
+use crate::workers::guard_factory;
+
+fn client(url: &str, mode: ConnectionMode, pool: usize) -> Client {
+    let builder = Client::builder().url(url).pool_size(pool);
+    match mode {
+        ConnectionMode::Exclusive => builder,
+        _ => builder.connection_mode(mode),
+    }
+    .build()
+    .expect("redguard client")
+}
+
+/// One S3 phase of `phase` with `threads` threads on `client`: cycles/s
+/// and the latency percentiles of a cycle.
+fn phase(client: &Client, threads: usize, phase: Duration) -> Value {
+    let factory = guard_factory(client);
+    let t0 = now_ns() + 100_000_000;
+    let end = t0 + phase.as_nanos() as u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|w| {
+            let factory = Arc::clone(&factory);
+            std::thread::spawn(move || -> Result<(Vec<u64>, u64), String> {
+                let names: Vec<String> = (0..S3_NAMES_PER_WORKER).map(|i| s3_name(w, i)).collect();
+                let mut worker = factory(w, &names)?;
+                let _ = worker.cycle_named(&format!("bench:warm:w{w}"));
+                let mut samples = Vec::with_capacity(4096);
+                let mut errors = 0;
+                sleep_until_ns(t0);
+                let mut i = 0;
+                loop {
+                    let start = now_ns();
+                    if start >= end {
+                        break;
+                    }
+                    match worker.cycle(i) {
+                        Ok(()) => samples.push(now_ns() - start),
+                        Err(_) => errors += 1,
+                    }
+                    i += 1;
+                }
+                Ok((samples, errors))
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for h in handles {
+        match h.join() {
+            Ok(Ok((s, e))) => {
+                all.extend(s);
+                errors += e;
+            }
+            Ok(Err(e)) => return json!({"error": e}),
+            Err(_) => return json!({"error": "worker panicked"}),
+        }
+    }
+    all.sort_unstable();
+    json!({"cycles_per_s": (all.len() as f64 / phase.as_secs_f64()).round(),
+           "p50_us": us(pct(&all, 50.0)), "p99_us": us(pct(&all, 99.0)), "errors": errors})
+}
+
+/// S3 for every `threads` × `pools` point, exclusive (pool size = the
+/// point's) and combining (connections = the point's), `rounds` phases of
+/// `secs` each per mode, in ABBA order.
+pub(crate) fn run_s3_scale(
+    url: &str,
+    threads: &[usize],
+    pools: &[usize],
+    rounds: usize,
+    secs: Duration,
+) -> Value {
+    let mut points = Vec::new();
+    for &t in threads {
+        for &p in pools {
+            let exclusive = client(url, ConnectionMode::Exclusive, p);
+            let combining = client(url, ConnectionMode::Combining { connections: p }, p);
+            let (mut ex, mut co) = (Vec::new(), Vec::new());
+            for r in 0..rounds {
+                if r % 2 == 0 {
+                    ex.push(phase(&exclusive, t, secs));
+                    co.push(phase(&combining, t, secs));
+                } else {
+                    co.push(phase(&combining, t, secs));
+                    ex.push(phase(&exclusive, t, secs));
+                }
+            }
+            eprintln!("threads {t} pool {p}: exclusive {ex:?} combining {co:?}");
+            points.push(json!({"threads": t, "connections": p,
+                               "exclusive": ex, "combining": co}));
+        }
+    }
+    json!({"s3_scale": points, "phase_s": secs.as_secs_f64(), "rounds": rounds})
+}

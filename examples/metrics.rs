@@ -1,0 +1,73 @@
+//! redguard's metrics in Prometheus's text format.
+//!
+//! Installs `metrics-exporter-prometheus` as the `metrics` recorder, then
+//! runs a few locks through what the series count: acquisitions (one after
+//! a wait, with a thread waiting), a timeout, renewals, releases, and a
+//! lease lost because another client deleted the lock. Prints the scrape
+//! text a Prometheus server would read (a real service would serve it over
+//! HTTP: the exporter's `http-listener` feature).
+//!
+//! `cargo run --example metrics --features metrics` (uses `REDIS_URL`, or
+//! starts a private redis-server for the run).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (url, _server) = common::redis_url()?;
+    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    exercise(&url)?;
+    println!("{}", prometheus.render());
+    Ok(())
+}
+
+/// Runs locks through every counted event against the Redis at `url`.
+pub(crate) fn exercise(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    // A short lease, so that renewals happen within the run.
+    let client = redguard::Client::builder()
+        .url(url)
+        .watchdog_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(100))
+        .on_lease_lost(|lost| eprintln!("lost {}: {}", lost.name_lossy(), lost.reason))
+        .build()?;
+    let other = redguard::Client::open(url)?;
+
+    // Held across renewals while a thread of another client waits, and one
+    // more gives up.
+    let job = client.lock("metrics:job");
+    let guard = job.lock()?;
+    let waiter = std::thread::spawn({
+        let lock = other.lock("metrics:job");
+        move || lock.lock().map(drop)
+    });
+    let impatient = other
+        .lock("metrics:job")
+        .try_lock_for(Duration::from_millis(50))?;
+    assert!(impatient.is_none(), "the lock is held");
+    std::thread::park_timeout(Duration::from_millis(400));
+    guard.unlock()?;
+    waiter.join().map_err(|_| "the waiter panicked")??;
+
+    // A fair lock and a read lock, held and released.
+    client.fair_lock("metrics:fair").lock()?.unlock()?;
+    client
+        .read_write_lock("metrics:rw")
+        .read()
+        .lock()?
+        .unlock()?;
+
+    // Deleted under its holder: the watchdog reports the loss.
+    let doomed = client.lock("metrics:doomed").lock()?;
+    other.lock("metrics:doomed").force_unlock()?;
+    let since = Instant::now();
+    while !doomed.is_lost() && since.elapsed() < Duration::from_secs(5) {
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    drop(doomed);
+    client.shutdown();
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The long help texts that are tables rather than sentences: logging,
+//! `exec`'s exit statuses, `status`'s exit statuses and JSON fields. Kept
+//! apart from the argument definitions so that each reads on its own; the
+//! integration tests read them back from `--help`.
+
+/// Logging, for the top-level help.
+pub(crate) const LOGGING_HELP: &str = "\
+Logging:
+  Off by default: an error is one line on stderr. -v logs info, -vv debug,
+  -vvv trace, on stderr. RUST_LOG takes env_logger filters instead
+  (RUST_LOG=debug, RUST_LOG=redguard=trace); REDGUARD_LOG is read the same
+  way when RUST_LOG is not set. -v wins over both for what it covers.";
+
+/// `redguard exec`'s exit statuses.
+pub(crate) const EXEC_EXIT_HELP: &str = "\
+Exit status:
+  0          CMD ran and succeeded
+  N          CMD ran and exited with N: its own status passes through
+  128+N      CMD (or its supervisor) was killed by signal N, or redguard
+             got signal N while waiting (CMD not run)
+  64         bad usage: unknown option, bad duration, bad URL, no CMD
+  65         NAME holds a value that is not a lock (left untouched); with
+             --permits, the semaphore has another count
+  69         Redis unreachable, too slow, or answering with an error; with
+             --min-replica-acks, too few replicas acknowledged the grant
+  70         the lease was lost while CMD ran (--on-lost kill)
+  71         the OS refused something redguard needs (signal handlers,
+             supervising CMD)
+  75         the lock could not be had in time (--conflict-exit-code)
+  77         Redis refused the credentials, or its ACL denies a command,
+             key or channel
+  126        CMD cannot be executed (nothing was locked)
+  127        CMD was not found (nothing was locked)";
+
+/// `redguard status`'s exit statuses and JSON fields.
+pub(crate) const LIST_HELP: &str = "\
+Text: one line per lock: name, kind, lease left, waiters; then one line
+per holder: its id, hold count, host, pid and how long it has held the
+lock (\"no record\" for a holder without a holder record, such as a Java
+process).
+
+JSON (--json), one array of objects with the fields of `redguard status
+--json` for a lock (name, kind, held, expires_in_ms, expires_at_unix_ms,
+holders, queue, mode, subscribers); with --all, other keys have kind
+\"other\" and redis_type.
+
+--older-than DUR keeps the locks one of whose holders has held them at
+least DUR (by its holder record), to find stuck holders.";
+
+pub(crate) const STATUS_HELP: &str = "\
+Exit status:
+  0   something is held: a lock's holders, an expiring permit, a run of
+      `redguard once` in progress
+  1   nothing is held: no key, a free lock, a counter, a finished run
+  65  NAME holds a value that is not a lock or synchronizer (kind other)
+  64, 69, 77 as for every command
+
+Names are printed escaped: a byte that is not UTF-8 as \\xHH, a backslash
+as \\\\ (in text also a control character as \\xHH and a quote as \\\").
+
+JSON (--json), one object; times named *_in_ms count from now, times named
+*_unix_ms are Unix times in ms by this host's clock:
+  name                the name, escaped as above
+  kind                free, reentrant, fair, read_write, expiring_semaphore,
+                      counter, once or other
+  held                true when something is held (see Exit status)
+  expires_in_ms       time left on the key; null for no key or no expiry
+  expires_at_unix_ms  when the key expires; null likewise
+  holders             locks: [{id, count, record, host, pid, program,
+                      version, held_for_ms, held_since_unix_ms}], holder
+                      ids, hold counts and what the holder's record says
+                      (record false and the rest null: no record, as for
+                      a Java holder; held_* null: start not recorded)
+  subscribers         locks: waiting clients subscribed to the unlock
+                      channel (one per client process; fair: also the
+                      queued waiters' channels); null when unknown
+  mode                read_write: \"read\" or \"write\"
+  queue               fair: [{id, deadline_unix_ms}], first in line first
+                      (deadline null when the waiter has none)
+  value               counter: a semaphore's available permits or a
+                      latch's count
+  available           expiring_semaphore: permits available
+  permits             expiring_semaphore: [{id, expires_in_ms,
+                      expires_at_unix_ms}], the permits held
+  ran_at_unix_ms, by, exit_status, host, pid
+                      once: when the finished run was recorded, its
+                      holder id, CMD's exit status, host and pid (null
+                      when not recorded by redguard)
+  redis_type          other: the Redis type of the value";

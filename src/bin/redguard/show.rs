@@ -1,0 +1,159 @@
+//! How names and remaining times are written for people and for JSON.
+//!
+//! Names are bytes. They are written escaped, reversibly: each byte that
+//! is not part of valid UTF-8 as `\xHH`, a backslash as `\\`; in text a
+//! ASCII control character also as `\xHH` and a double quote as `\"`, inside
+//! double quotes. A name that is printable UTF-8 without a backslash reads
+//! as itself.
+
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redguard::{LockInfo, LockKind, Ttl};
+use serde_json::{Value, json};
+
+/// A name for messages and text output: quoted and escaped.
+pub(crate) fn name(name: &[u8]) -> String {
+    format!("\"{}\"", escape(name, true))
+}
+
+/// A name for JSON: escaped, unquoted (JSON quotes and escapes the rest).
+pub(crate) fn json_name(name: &[u8]) -> String {
+    escape(name, false)
+}
+
+fn escape(bytes: &[u8], text: bool) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' if text => out.push_str("\\\""),
+                c if text && c.is_ascii_control() => {
+                    let _ = write!(out, "\\x{:02x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// A remaining time for people, to the millisecond: `2s 350ms`, `0ms`.
+pub(crate) fn left(d: Duration) -> String {
+    let ms = Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64);
+    if ms.is_zero() {
+        "0ms".to_owned()
+    } else {
+        humantime::format_duration(ms).to_string()
+    }
+}
+
+/// A key's remaining lifetime for people: `2s 350ms`, `no expiry`, `none`.
+pub(crate) fn ttl(ttl: Option<Ttl>) -> String {
+    match ttl {
+        None => "none".to_owned(),
+        Some(Ttl::Persistent) => "no expiry".to_owned(),
+        Some(Ttl::Expires(d)) => left(d),
+    }
+}
+
+/// Milliseconds, saturating.
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The Unix time in ms at which something `d` from now happens, by this
+/// host's clock.
+pub(crate) fn unix_ms_in(d: Duration) -> u64 {
+    unix_ms(SystemTime::now() + d)
+}
+
+/// A time as Unix ms (0 for times before 1970).
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, ms)
+}
+
+/// One line naming the current holder(s) and the remaining ttl, for the
+/// spinner and the "busy" message.
+pub(crate) fn describe_holder(info: &LockInfo) -> String {
+    let ttl = ttl(info.ttl);
+    match (&info.kind, info.holders.as_slice()) {
+        (LockKind::Other { redis_type }, _) => {
+            format!("the key holds a {redis_type}, not a lock (ttl {ttl})")
+        }
+        (_, []) => format!("no holder recorded (ttl {ttl})"),
+        (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
+        (_, [(holder, _), rest @ ..]) => {
+            format!("held by {holder} and {} more (ttl {ttl})", rest.len())
+        }
+    }
+}
+
+/// `expires_in_ms` and `expires_at_unix_ms` of a key's remaining lifetime
+/// (both null for no key or no expiry).
+pub(crate) fn expiry_fields(ttl: Option<Ttl>, v: &mut Value) {
+    let left = ttl.and_then(Ttl::expires_in);
+    v["expires_in_ms"] = json!(left.map(ms));
+    v["expires_at_unix_ms"] = json!(left.map(unix_ms_in));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reverses [`escape`], to show that no two names print the same.
+    fn unescape(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                continue;
+            }
+            match chars.next() {
+                Some('x') => {
+                    let hex: String = chars.by_ref().take(2).collect();
+                    out.push(u8::from_str_radix(&hex, 16).unwrap());
+                }
+                Some(c) => out.push(c as u8),
+                None => panic!("dangling backslash in {s:?}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn names_are_escaped_reversibly() {
+        let names: [&[u8]; 7] = [
+            b"nightly",
+            "caf\u{e9}".as_bytes(),
+            b"\xff\xfe",
+            b"a\\xff",
+            b"quote\"d",
+            b"tab\tnl\n",
+            b"mixed\xc3(\\",
+        ];
+        for n in names {
+            let text = name(n);
+            let inner = &text[1..text.len() - 1];
+            assert_eq!(unescape(inner), n, "{text}");
+            assert_eq!(unescape(&json_name(n)), n, "{}", json_name(n));
+        }
+        assert_eq!(name(b"nightly"), "\"nightly\"");
+        assert_eq!(name(b"\xff"), "\"\\xff\"");
+        assert_eq!(json_name(b"a\\xff"), "a\\\\xff");
+        assert_ne!(json_name(b"\xff"), json_name(b"\\xff"));
+    }
+
+    #[test]
+    fn times_left_are_to_the_millisecond() {
+        assert_eq!(left(Duration::from_micros(2_350_999)), "2s 350ms");
+        assert_eq!(left(Duration::from_micros(10)), "0ms");
+        assert_eq!(ttl(Some(Ttl::Persistent)), "no expiry");
+    }
+}

@@ -1,0 +1,561 @@
+//! Combining: concurrent threads share a few connections, and the commands
+//! they send at the same moment go out as one pipeline.
+//!
+//! Leader/follower, with no I/O thread of its own: a thread enqueues its
+//! packed command on its lane (one shared connection). If no thread is
+//! flushing that lane, it becomes the flusher: it writes every queued
+//! command in one write, reads the replies in order with redis-rs's parser
+//! (`Connection::recv_response`), and hands each to its thread. Followers
+//! block on their own condition variable until their reply is there, or
+//! until their deadline. When the flusher is done and commands queued up
+//! meanwhile, it hands the lane to the oldest of them, which flushes next.
+//!
+//! Timeouts are per command: each thread waits at most the response timeout
+//! from the moment it enqueued. A command still queued by then is taken
+//! back and was never sent ([`not_sent`]); one already sent fails with a
+//! timeout whose outcome is unknown, exactly as on a connection of its own.
+//! A connection that breaks mid-pipeline fails every command whose reply
+//! had not been read, each with the error the connection gave.
+//!
+//! Only single commands and plain pipelines go through a lane. Anything
+//! that changes a connection's state for later commands (`MULTI`/`EXEC`,
+//! pub/sub, a longer read timeout for `WAIT`) keeps a connection of its own.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::{RedisError, RedisResult, Value};
+
+use crate::duration_text::Human;
+use crate::error::{Error, Result};
+
+/// The shared connections of one server.
+pub(crate) struct Combiner {
+    lanes: Box<[Lane]>,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    /// What the slots' deadlines count from.
+    base: Instant,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner")
+            .field("lanes", &self.lanes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One shared connection and the commands waiting for it.
+#[derive(Default)]
+struct Lane {
+    state: Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Commands not sent yet, oldest first. Not empty only while `busy`.
+    queue: VecDeque<Arc<Slot>>,
+    /// A thread is flushing this lane (or was handed it and is waking up).
+    busy: bool,
+    /// The connection, while no flusher holds it.
+    conn: Option<redis::Connection>,
+}
+
+/// One thread's command and, later, its replies.
+struct Slot {
+    bytes: Vec<u8>,
+    /// How many replies the command brings back (a pipeline: several).
+    replies: usize,
+    /// Nanoseconds after [`Combiner::base`]: the response timeout after
+    /// enqueueing, moved on while the flusher makes a new connection (as
+    /// on a pooled connection, connecting has its own timeout).
+    deadline: AtomicU64,
+    state: Mutex<SlotState>,
+    ready: Condvar,
+}
+
+enum SlotState {
+    Queued,
+    /// The lane was handed to this slot's thread: it flushes next.
+    Lead,
+    Sent,
+    Done(RedisResult<Vec<Value>>),
+    /// Its thread gave up waiting; the reply is read and dropped.
+    Abandoned,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Each thread keeps to one lane (threads are spread over the lanes in the
+/// order they first send), so that a thread's commands stay in order.
+fn lane_of_thread(lanes: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i) % lanes
+}
+
+/// The error of a command that waited for its lane past its deadline and
+/// was taken back unsent: nothing ran.
+fn not_sent(waited: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no reply within {}: the command was still queued for its shared connection \
+             and was not sent",
+            Human(waited)
+        ),
+    ))
+}
+
+/// The error of a command sent, whose reply did not come by its deadline:
+/// its outcome is unknown.
+fn no_reply(waited: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no reply within {} on a shared connection", Human(waited)),
+    ))
+}
+
+impl Combiner {
+    /// `connections` shared connections (made when first needed), each
+    /// command waiting at most `response_timeout` for its reply.
+    /// New connections are made within `connect_timeout`.
+    pub(crate) fn new(
+        connections: usize,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Combiner {
+        Combiner {
+            lanes: (0..connections.max(1)).map(|_| Lane::default()).collect(),
+            response_timeout,
+            connect_timeout,
+            base: Instant::now(),
+        }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn deadline(&self, slot: &Slot) -> Instant {
+        self.base + Duration::from_nanos(slot.deadline.load(Ordering::Acquire))
+    }
+
+    /// A new connection for `batch`. Connecting has its own timeout, as for
+    /// a pooled connection: the batch's deadlines move on meanwhile, and
+    /// count the response timeout from when the connection is there.
+    fn connect_for(
+        &self,
+        batch: &[Arc<Slot>],
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+    ) -> Result<redis::Connection> {
+        let limit = self.ns(Instant::now() + self.connect_timeout + self.response_timeout);
+        for slot in batch {
+            slot.deadline.fetch_max(limit, Ordering::AcqRel);
+        }
+        let made = connect(None);
+        let after = self.ns(Instant::now() + self.response_timeout);
+        for slot in batch {
+            slot.deadline.store(after, Ordering::Release);
+        }
+        made
+    }
+
+    /// Shared connections open now.
+    pub(crate) fn open_connections(&self) -> usize {
+        self.lanes
+            .iter()
+            .filter(|lane| {
+                let st = lock(&lane.state);
+                st.conn.is_some() || st.busy
+            })
+            .count()
+    }
+
+    /// Closes the idle shared connections (the server restarted).
+    pub(crate) fn flush(&self) {
+        for lane in self.lanes.iter() {
+            drop(lock(&lane.state).conn.take());
+        }
+    }
+
+    /// Runs `op` with a connection whose commands go through this thread's
+    /// lane. `connect` makes a new connection when the lane has none.
+    ///
+    /// # Errors
+    ///
+    /// `op`'s, or the failure to connect.
+    pub(crate) fn with_conn<T>(
+        &self,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = Combined {
+            combiner: self,
+            lane: &self.lanes[lane_of_thread(self.lanes.len())],
+            connect,
+            connect_error: None,
+        };
+        let result = op(&mut conn);
+        match (result, conn.connect_error.take()) {
+            (Err(_), Some(e)) => Err(e),
+            (result, _) => result,
+        }
+    }
+
+    /// Sends `bytes` (`replies` commands) on `lane` and waits for the
+    /// replies.
+    fn request(
+        &self,
+        lane: &Lane,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+        bytes: &[u8],
+        replies: usize,
+    ) -> RedisResult<Vec<Value>> {
+        {
+            let mut st = lock(&lane.state);
+            if !st.busy {
+                // The lane is idle: send at once, without queueing (what a
+                // single thread always finds).
+                st.busy = true;
+                let conn = st.conn.take();
+                drop(st);
+                let (result, conn) = self.alone(conn, bytes, replies, connect, connect_error);
+                hand_over(lane, conn);
+                return result;
+            }
+        }
+        let enqueued = Instant::now();
+        let slot = Arc::new(Slot {
+            bytes: bytes.to_vec(),
+            replies,
+            deadline: AtomicU64::new(self.ns(enqueued + self.response_timeout)),
+            state: Mutex::new(SlotState::Queued),
+            ready: Condvar::new(),
+        });
+        let lead = {
+            let mut st = lock(&lane.state);
+            st.queue.push_back(slot.clone());
+            // Idle again since the look above: this thread flushes.
+            !std::mem::replace(&mut st.busy, true)
+        };
+        if lead {
+            self.flush_lane(lane, connect, connect_error);
+        }
+        let mut st = lock(&slot.state);
+        loop {
+            match std::mem::replace(&mut *st, SlotState::Abandoned) {
+                SlotState::Done(result) => return result,
+                SlotState::Lead => {
+                    *st = SlotState::Sent;
+                    drop(st);
+                    self.flush_lane(lane, connect, connect_error);
+                    st = lock(&slot.state);
+                    continue;
+                }
+                other => *st = other,
+            }
+            let now = Instant::now();
+            let deadline = self.deadline(&slot);
+            if now >= deadline {
+                if matches!(*st, SlotState::Sent) {
+                    *st = SlotState::Abandoned;
+                    return Err(no_reply(now - enqueued));
+                }
+                // Queued: take it back under the lane's lock (lane before
+                // slot, as the flusher takes them), unless the flusher took
+                // it meanwhile.
+                drop(st);
+                let mut lane_st = lock(&lane.state);
+                st = lock(&slot.state);
+                if matches!(*st, SlotState::Queued) {
+                    lane_st.queue.retain(|s| !Arc::ptr_eq(s, &slot));
+                    *st = SlotState::Abandoned;
+                    return Err(not_sent(now - enqueued));
+                }
+                drop(lane_st);
+                continue;
+            }
+            st = slot
+                .ready
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Flushes `lane` once: sends every queued command in one write, reads
+    /// and hands out the replies, then hands the lane to the oldest command
+    /// queued meanwhile (or leaves it idle).
+    fn flush_lane(
+        &self,
+        lane: &Lane,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) {
+        let now = Instant::now();
+        let (batch, conn) = {
+            let mut st = lock(&lane.state);
+            let mut batch = Vec::with_capacity(st.queue.len());
+            for slot in st.queue.drain(..) {
+                let mut s = lock(&slot.state);
+                if now >= self.deadline(&slot) {
+                    // Expired before it could be sent: nothing ran.
+                    if matches!(*s, SlotState::Queued | SlotState::Sent) {
+                        *s = SlotState::Done(Err(not_sent(self.response_timeout)));
+                        slot.ready.notify_one();
+                    }
+                    continue;
+                }
+                *s = SlotState::Sent;
+                drop(s);
+                batch.push(slot);
+            }
+            (batch, st.conn.take())
+        };
+        let conn = if batch.is_empty() {
+            conn
+        } else {
+            self.send(batch, conn, connect, connect_error)
+        };
+        hand_over(lane, conn);
+    }
+
+    /// Sends `bytes` (`replies` commands) alone on `conn` (or a new
+    /// connection) and reads the replies: the idle lane's path. The
+    /// connection back when it is still good.
+    fn alone(
+        &self,
+        conn: Option<redis::Connection>,
+        bytes: &[u8],
+        replies: usize,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> (RedisResult<Vec<Value>>, Option<redis::Connection>) {
+        let mut reused = conn.is_some();
+        let mut conn = conn;
+        loop {
+            let mut c = match conn.take() {
+                Some(c) => c,
+                // With the connect timeout, as a pooled connection: the
+                // response timeout counts from the write.
+                None => match connect(None) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let cause = connect_cause(&e);
+                        *connect_error = Some(e);
+                        return (Err(cause), None);
+                    }
+                },
+            };
+            let shortened = self.bound_reads(&c, Some(Instant::now() + self.response_timeout));
+            let result = c.send_packed_command(bytes).and_then(|()| {
+                (0..replies)
+                    .map(|_| c.recv_response())
+                    .collect::<RedisResult<Vec<Value>>>()
+            });
+            match result {
+                Ok(values) => {
+                    if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                        return (Ok(values), None);
+                    }
+                    return (Ok(values), Some(c));
+                }
+                Err(e) if reused && e.is_connection_dropped() => reused = false,
+                Err(e) => return (Err(e), None),
+            }
+        }
+    }
+
+    /// Writes `batch` on `conn` (or a new connection) and hands out the
+    /// replies; the connection back when it is still good. A reused
+    /// connection that turns out dead before any reply (the server
+    /// restarted) gets one fresh connection, as a pooled one does.
+    fn send(
+        &self,
+        batch: Vec<Arc<Slot>>,
+        conn: Option<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> Option<redis::Connection> {
+        let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
+        for slot in &batch {
+            bytes.extend_from_slice(&slot.bytes);
+        }
+        // The flusher is the oldest command of the batch: the batch is
+        // bounded by its deadline, the earliest, when that is sooner than
+        // the connection's own timeout (the batch waited for an earlier
+        // one). The flusher returns by its deadline; a later command whose
+        // reply would have come in time fails early instead, with an
+        // unknown outcome (as any timeout), handled by its caller.
+        let mut conn = conn;
+        let mut reused = conn.is_some();
+        loop {
+            let mut c = match conn.take() {
+                Some(c) => c,
+                None => match self.connect_for(&batch, connect) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let cause = connect_cause(&e);
+                        *connect_error = Some(e);
+                        deliver_err(&batch, &cause);
+                        return None;
+                    }
+                },
+            };
+            let earliest = batch.iter().map(|s| self.deadline(s)).min();
+            let shortened = self.bound_reads(&c, earliest);
+            match exchange(&mut c, &bytes, &batch) {
+                Ok(()) => {
+                    if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                        return None;
+                    }
+                    return Some(c);
+                }
+                Err((0, e)) if reused && e.is_connection_dropped() => {
+                    reused = false;
+                }
+                Err((read, e)) => {
+                    deliver_err(&batch[read..], &e);
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Combiner {
+    /// Shortens `conn`'s read timeout to what is left until `deadline` when
+    /// that is well under the response timeout (a command that waited, or
+    /// a connection just made); `true` when it did, and the timeout must
+    /// be put back after.
+    fn bound_reads(&self, conn: &redis::Connection, deadline: Option<Instant>) -> bool {
+        let Some(left) = deadline.map(|t| t.saturating_duration_since(Instant::now())) else {
+            return false;
+        };
+        if left + self.response_timeout / 8 >= self.response_timeout {
+            return false;
+        }
+        let _ = conn.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+        true
+    }
+}
+
+/// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
+/// oldest queued command, or leaves it idle.
+fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
+    let mut st = lock(&lane.state);
+    if st.conn.is_none() {
+        st.conn = conn;
+    }
+    match st.queue.front() {
+        Some(next) => {
+            let mut s = lock(&next.state);
+            *s = SlotState::Lead;
+            next.ready.notify_one();
+        }
+        None => st.busy = false,
+    }
+}
+
+/// A failure to connect in redis-rs's terms, for the commands that were to
+/// use the connection (their callers get the typed error).
+fn connect_cause(e: &Error) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        e.to_string(),
+    ))
+}
+
+/// One write of `bytes`, then the replies of every slot of `batch` in
+/// order, each handed to its thread as soon as read. On failure, how many
+/// slots got their replies, and the error.
+fn exchange(
+    conn: &mut redis::Connection,
+    bytes: &[u8],
+    batch: &[Arc<Slot>],
+) -> std::result::Result<(), (usize, RedisError)> {
+    conn.send_packed_command(bytes).map_err(|e| (0, e))?;
+    for (i, slot) in batch.iter().enumerate() {
+        let mut replies = Vec::with_capacity(slot.replies);
+        for _ in 0..slot.replies {
+            replies.push(conn.recv_response().map_err(|e| (i, e))?);
+        }
+        deliver(slot, Ok(replies));
+    }
+    Ok(())
+}
+
+fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
+    let mut s = lock(&slot.state);
+    if !matches!(*s, SlotState::Abandoned) {
+        *s = SlotState::Done(result);
+        slot.ready.notify_one();
+    }
+}
+
+fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
+    for slot in batch {
+        deliver(slot, Err(err.clone()));
+    }
+}
+
+/// A connection whose commands go through a lane.
+struct Combined<'a> {
+    combiner: &'a Combiner,
+    lane: &'a Lane,
+    connect: &'a dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+    /// A failure to connect, kept typed for the caller (redis-rs's
+    /// interface carries only its own error type).
+    connect_error: Option<Error>,
+}
+
+impl redis::ConnectionLike for Combined<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies =
+            self.combiner
+                .request(self.lane, self.connect, &mut self.connect_error, cmd, 1)?;
+        replies.pop().unwrap_or(Value::Nil).extract_error()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let replies = self.combiner.request(
+            self.lane,
+            self.connect,
+            &mut self.connect_error,
+            cmd,
+            offset + count,
+        )?;
+        let mut out = Vec::with_capacity(count);
+        for value in replies.into_iter().skip(offset) {
+            out.push(value.extract_error()?);
+        }
+        Ok(out)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.req_packed_command(&redis::cmd("PING").get_packed_command())
+            .is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        true
+    }
+}

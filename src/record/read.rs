@@ -1,0 +1,210 @@
+//! Reading holder records and what surrounds a lock (the server's clock,
+//! the waiters subscribed to its channels) in one round trip to the lock's
+//! server.
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use redis::Value;
+
+use super::HolderRecord;
+use crate::connection::{NodeId, Source};
+use crate::error::{Error, Result};
+
+/// A hash's fields and values.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What one more round trip says about a lock.
+#[derive(Debug, Default)]
+pub(crate) struct Around {
+    /// The server's clock when read.
+    pub(crate) server_time: Option<SystemTime>,
+    /// Connections subscribed to the lock's channels (`PUBSUB NUMSUB`, and
+    /// `SHARDNUMSUB` on a Cluster node with sharded pub/sub).
+    pub(crate) subscribers: Option<u64>,
+    /// The records of the clients asked about that have one there.
+    pub(crate) records: Vec<HolderRecord>,
+}
+
+/// The distinct client ids of `holders` (holder ids of redguard's or
+/// Redisson's form), in order.
+pub(crate) fn clients_of<'a>(holders: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let set: BTreeSet<&str> = holders.into_iter().filter_map(super::client_of).collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
+/// Reads, on the server holding `name`, in one round trip: its clock, the
+/// subscribers of `channels`, and the records of `clients`.
+///
+/// # Errors
+///
+/// Connection, timeout and server errors of the round trip as a whole; a
+/// command the ACL user may not run only leaves its part empty.
+pub(crate) fn around(
+    source: &Source,
+    name: &[u8],
+    channels: &[Vec<u8>],
+    clients: &[String],
+) -> Result<Around> {
+    let node = source.node_of(name);
+    let read = on_node(source, node, channels, clients)?;
+    let counts: Vec<u64> = read.subscribers.iter().flatten().copied().collect();
+    Ok(Around {
+        server_time: read.server_time,
+        subscribers: (!counts.is_empty() || channels.is_empty()).then(|| counts.iter().sum()),
+        records: read.records,
+    })
+}
+
+/// What [`on_node`] read.
+#[derive(Debug, Default)]
+pub(crate) struct NodeRead {
+    /// The node's clock.
+    pub(crate) server_time: Option<SystemTime>,
+    /// Subscribers of each channel asked about, in order (`None`: the
+    /// server would not say).
+    pub(crate) subscribers: Vec<Option<u64>>,
+    /// The records found.
+    pub(crate) records: Vec<HolderRecord>,
+}
+
+/// Reads, on node `node`, in one round trip: its clock, the subscribers of
+/// each of `channels` (classic, plus sharded on a Cluster node that has
+/// them) and the records there of `clients`.
+///
+/// # Errors
+///
+/// As [`around`].
+pub(crate) fn on_node(
+    source: &Source,
+    node: NodeId,
+    channels: &[Vec<u8>],
+    clients: &[String],
+) -> Result<NodeRead> {
+    let keys: Vec<Option<Vec<u8>>> = clients
+        .iter()
+        .map(|c| super::key_for(c, |k| source.node_of(k) == node))
+        .collect();
+    let sharded = source.is_cluster() && source.sharded_pubsub(node);
+    let replies: Vec<Value> = source.with_node_conn(node, |conn| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        if !channels.is_empty() {
+            pipe.cmd("PUBSUB").arg("NUMSUB");
+            for ch in channels {
+                pipe.arg(&ch[..]);
+            }
+            if sharded {
+                pipe.cmd("PUBSUB").arg("SHARDNUMSUB");
+                for ch in channels {
+                    pipe.arg(&ch[..]);
+                }
+            }
+        }
+        for key in keys.iter().flatten() {
+            pipe.cmd("HGETALL").arg(&key[..]).cmd("PTTL").arg(&key[..]);
+        }
+        pipe.ignore_errors();
+        pipe.query(conn).map_err(Error::redis)
+    })?;
+    let mut replies = replies.into_iter();
+    let mut out = NodeRead {
+        server_time: replies.next().and_then(|t| super::server_time(&t).ok()),
+        ..NodeRead::default()
+    };
+    if !channels.is_empty() {
+        let mut counts = numsub(replies.next(), channels.len());
+        if sharded {
+            let more = numsub(replies.next(), channels.len());
+            for (a, b) in counts.iter_mut().zip(more) {
+                *a = match (*a, b) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        out.subscribers = counts;
+    }
+    for (client, key) in clients.iter().zip(&keys) {
+        if key.is_none() {
+            continue;
+        }
+        let (fields, pttl) = (replies.next(), replies.next());
+        let fields: Fields = fields
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or_default();
+        let pttl: i64 = pttl
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or(-2);
+        out.records
+            .extend(HolderRecord::parse(client, fields, pttl));
+    }
+    Ok(out)
+}
+
+/// The counts of a `PUBSUB NUMSUB` reply (channel, count, channel,
+/// count…), one per channel asked about; `None`s when it is no such reply.
+fn numsub(reply: Option<Value>, channels: usize) -> Vec<Option<u64>> {
+    let pairs: Option<Vec<(Vec<u8>, u64)>> = reply.and_then(|r| redis::from_redis_value(r).ok());
+    match pairs {
+        Some(pairs) if pairs.len() == channels => pairs.into_iter().map(|(_, n)| Some(n)).collect(),
+        _ => vec![None; channels],
+    }
+}
+
+/// The records of `client` on every master of `source` (one on a single
+/// server or Sentinel; on a Cluster, each master where the client holds
+/// something), read with one round trip per master.
+///
+/// # Errors
+///
+/// Connection, timeout and server errors.
+pub(crate) fn records_of(source: &Source, client: &str) -> Result<Vec<HolderRecord>> {
+    let mut out = Vec::new();
+    for node in source.masters()? {
+        let Some(key) = super::key_for(client, |k| source.node_of(k) == node) else {
+            continue;
+        };
+        let (fields, pttl): (Fields, i64) = source.with_node_conn(node, |conn| {
+            redis::pipe()
+                .cmd("HGETALL")
+                .arg(&key[..])
+                .cmd("PTTL")
+                .arg(&key[..])
+                .query(conn)
+                .map_err(|e| Error::from_redis(e, &key))
+        })?;
+        out.extend(HolderRecord::parse(client, fields, pttl));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_distinct_and_foreign_ids_skipped() {
+        let a = "e605b3b7-3c5e-4d1a-9f00-1b2c3d4e5f60";
+        let b = "00000000-3c5e-4d1a-9f00-1b2c3d4e5f60";
+        let holders = [
+            format!("{a}:1"),
+            format!("{b}:7:write"),
+            format!("{a}:2"),
+            "java-thread-1".to_owned(),
+        ];
+        assert_eq!(clients_of(holders.iter().map(String::as_str)), vec![b, a]);
+    }
+
+    #[test]
+    fn numsub_replies_are_read_per_channel() {
+        let reply = Value::Array(vec![
+            Value::BulkString(b"a".to_vec()),
+            Value::Int(2),
+            Value::BulkString(b"b".to_vec()),
+            Value::Int(3),
+        ]);
+        assert_eq!(numsub(Some(reply), 2), vec![Some(2), Some(3)]);
+        assert_eq!(numsub(Some(Value::Nil), 2), vec![None, None]);
+    }
+}

@@ -1,0 +1,265 @@
+//! `ConnectionMode::Combining`: many threads' lock calls pipelined on a few
+//! shared connections, with every fault handled per call.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redguard::ConnectionMode;
+
+use crate::support::{
+    FaultProxy, Mode, RedisServer, ReplyFault, TEST_RESPONSE, ms, racy_increment, sleep,
+    test_builder, unique_name, wait_until,
+};
+
+fn combining(url: &str, connections: usize) -> redguard::Client {
+    test_builder(url)
+        .connection_mode(ConnectionMode::Combining { connections })
+        .build()
+        .unwrap()
+}
+
+/// 16 threads on 2 shared connections, four names with four threads each:
+/// every racy increment made under the lock survives, so no two threads
+/// held a name at once; and the server saw far fewer connections than
+/// threads.
+#[test]
+fn shared_connections_keep_mutual_exclusion() {
+    let server = RedisServer::start();
+    let client = combining(&server.url(), 2);
+    let prefix = unique_name("comb-mx");
+    let (threads, rounds) = (16, 60);
+    let start = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (client, start, prefix) = (client.clone(), start.clone(), prefix.clone());
+            let mut conn = server.conn();
+            std::thread::spawn(move || {
+                let lock = client.lock(format!("{prefix}:{}", t % 4));
+                let counter = format!("{prefix}:count:{}", t % 4);
+                start.wait();
+                for _ in 0..rounds {
+                    let guard = lock.lock().unwrap();
+                    racy_increment(&mut conn, &counter);
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for name in 0..4 {
+        let n: u64 = server.cmd("GET", &[format!("{prefix}:count:{name}").as_bytes()]);
+        assert_eq!(n, (threads / 4 * rounds) as u64, "name {name}");
+        assert!(!server.exists(format!("{prefix}:{name}")));
+    }
+}
+
+/// A pipeline of 8 acquires whose replies are cut off: each of the 8 calls
+/// fails with a transient error of unknown outcome and is undone (no key
+/// left behind); the calls of other pipelines are not failed.
+#[test]
+fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
+    crate::support::capture_logs();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    // A response timeout well above the proxy's delayed round trips (the
+    // undo's new connection makes a few).
+    let client = test_builder(&proxy.url())
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(Duration::from_secs(3))
+        .connection_mode(ConnectionMode::Combining { connections: 1 })
+        .build()
+        .unwrap();
+    let prefix = unique_name("comb-cut");
+    // Warm: the shared connection exists, the scripts are loaded.
+    client
+        .lock(format!("{prefix}:warm"))
+        .lock()
+        .unwrap()
+        .unlock()
+        .unwrap();
+    // While the first acquire is in flight (delayed), the other 8 queue up
+    // and go out together as the next pipeline, whose replies are cut.
+    proxy.set_mode(Mode::Delay(ms(100)));
+    let first = client.lock(format!("{prefix}:first"));
+    let first = std::thread::spawn(move || first.try_lock().map(|g| g.map(|g| g.unlock())));
+    sleep(ms(20));
+    // Twice: a reused connection that breaks before its first reply is
+    // tried once more on a fresh one (as a pooled connection is), whose
+    // replies are cut too.
+    proxy.fault_replies_to(format!("{prefix}:t4").as_bytes(), ReplyFault::Cut, 2);
+    let start = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (client, start, name) = (client.clone(), start.clone(), format!("{prefix}:t{t}"));
+            std::thread::spawn(move || {
+                start.wait();
+                let r = client.lock(&name).try_lock();
+                match r {
+                    Ok(Some(guard)) => {
+                        guard.unlock().unwrap();
+                        Ok(())
+                    }
+                    Ok(None) => panic!("{name} was busy"),
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    proxy.set_mode(Mode::Pass);
+    assert!(
+        first.join().unwrap().is_ok(),
+        "the pipeline before is not failed"
+    );
+    assert_eq!(proxy.reply_faults_done(), 2);
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(failed.len(), 8, "{results:?}");
+    for e in failed {
+        assert!(
+            e.is_transient() && (e.is_connection() || e.is_timeout()),
+            "{e:?}"
+        );
+    }
+    for t in 0..8 {
+        assert!(
+            !server.exists(format!("{prefix}:t{t}")),
+            "t{t}: a cut grant was not undone {:?}",
+            crate::support::logged_lines()
+        );
+    }
+}
+
+/// A frozen server with 64 threads on one shared connection: each call
+/// returns by its own deadline (its response timeout, and those of the
+/// undo of an unknown outcome), not after the calls queued before it.
+#[test]
+fn a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
+    let server = RedisServer::start();
+    let client = combining(&server.url(), 1);
+    let prefix = unique_name("comb-frozen");
+    client
+        .lock(format!("{prefix}:warm"))
+        .lock()
+        .unwrap()
+        .unlock()
+        .unwrap();
+    let pid = server.pid() as libc::pid_t;
+    // SAFETY: signals a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..64u32)
+        .map(|t| {
+            let (client, name) = (client.clone(), format!("{prefix}:t{t}"));
+            std::thread::spawn(move || {
+                // Staggered over 320 ms: later calls queue behind earlier ones.
+                sleep(ms(u64::from(t) * 5));
+                let started = Instant::now();
+                let r = client.lock(&name).try_lock().map(|g| g.is_some());
+                (started.elapsed(), r)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // The acquire (one response timeout), then the undo of its unknown
+    // outcome on a new connection: its setup (`CLIENT SETNAME`, one
+    // response timeout; the TCP connect itself is accepted by the frozen
+    // server's kernel) and its script call (one more).
+    let bound = TEST_RESPONSE * 3 + ms(250);
+    for (t, (took, r)) in results.iter().enumerate() {
+        let e = r.as_ref().expect_err("a frozen server grants nothing");
+        assert!(e.is_timeout() || e.is_connection(), "t{t}: {e:?}");
+        assert!(*took <= bound, "t{t} took {took:?} (bound {bound:?})");
+    }
+    assert!(t0.elapsed() < ms(320) + bound + ms(250));
+    // The server thawed: the shared connection recovers.
+    let lock = client.lock(format!("{prefix}:after"));
+    assert!(lock.try_lock_for(Duration::from_secs(2)).unwrap().is_some());
+}
+
+/// `kill -9` of Redis under pipelined load, and a restart: no two threads
+/// ever hold a name at once, and once the load stops no lock is left.
+#[test]
+fn kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
+    let mut server = RedisServer::start();
+    let client = combining(&server.url(), 2);
+    let prefix = unique_name("comb-kill");
+    let held: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
+    let (doubles, cycles, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let handles: Vec<_> = (0..16)
+        .map(|t| {
+            let (client, held, doubles, cycles, stop) = (
+                client.clone(),
+                held.clone(),
+                doubles.clone(),
+                cycles.clone(),
+                stop.clone(),
+            );
+            let lock = client.lock(format!("{prefix}:{}", t % 4));
+            std::thread::spawn(move || {
+                let mut tries = 0u32;
+                while !stop.load(Ordering::Acquire) && tries < 200_000 {
+                    tries += 1;
+                    if let Ok(Some(guard)) = lock.try_lock() {
+                        if held[t % 4].swap(true, Ordering::AcqRel) {
+                            doubles.fetch_add(1, Ordering::Relaxed);
+                        }
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                        held[t % 4].store(false, Ordering::Release);
+                        let _ = guard.unlock();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    let wait_cycles = |n: usize| {
+        let base = cycles.load(Ordering::Relaxed);
+        wait_until(Duration::from_secs(10), || {
+            cycles.load(Ordering::Relaxed) >= base + n
+        })
+    };
+    assert!(wait_cycles(200), "no load before the kill");
+    server.kill();
+    sleep(ms(100));
+    server.start_again();
+    assert!(
+        wait_cycles(200),
+        "the load did not resume after the restart"
+    );
+    stop.store(true, Ordering::Release);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(doubles.load(Ordering::Relaxed), 0, "two owners at once");
+    for name in 0..4 {
+        assert!(
+            !server.exists(format!("{prefix}:{name}")),
+            "{name}: a lock was left behind"
+        );
+    }
+}
+
+/// No shared connection is no mode: refused when built, with the bounds.
+#[test]
+fn combining_on_zero_connections_is_refused() {
+    let err = redguard::Client::builder()
+        .url("redis://127.0.0.1:1/")
+        .connection_mode(ConnectionMode::Combining { connections: 0 })
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, redguard::Error::InvalidArgument(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+}

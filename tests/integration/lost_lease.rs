@@ -1,0 +1,235 @@
+//! `Builder::on_lease_lost`: called once per lease the watchdog finds lost,
+//! with the reason, and never for a normal release. The restart (B4),
+//! eviction (H4) and partition (C1) cases assert it where those scenarios
+//! live (`watchdog`, `persistence`, `faults`); [`Losses`] is their
+//! recorder.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redguard::{HoldKind, LossReason, LostLease};
+
+use crate::support::{TestContext, ms, test_builder, unique_name, wait_until};
+
+/// Records every call of the lost-lease callback of the clients it was
+/// attached to.
+#[derive(Clone, Default)]
+pub(crate) struct Losses(Arc<Mutex<Vec<LostLease>>>);
+
+impl Losses {
+    /// `builder` with this recorder as its lost-lease callback.
+    pub(crate) fn attach(&self, builder: redguard::Builder) -> redguard::Builder {
+        let me = self.clone();
+        builder.on_lease_lost(move |lost| me.list().push(lost.clone()))
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<LostLease>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What was recorded so far.
+    pub(crate) fn seen(&self) -> Vec<LostLease> {
+        self.list().clone()
+    }
+
+    /// The calls for lock `name`.
+    pub(crate) fn of(&self, name: &str) -> Vec<LostLease> {
+        self.seen()
+            .into_iter()
+            .filter(|l| &l.name[..] == name.as_bytes())
+            .collect()
+    }
+
+    /// Waits until `name` has `n` calls; then waits `settle` more and says
+    /// whether there are exactly `n` (a second call would show by then).
+    pub(crate) fn exactly(&self, name: &str, n: usize, settle: Duration) -> Vec<LostLease> {
+        assert!(
+            wait_until(Duration::from_secs(5), || self.of(name).len() >= n),
+            "{} calls for {name:?} within 5 s: {:?}",
+            self.of(name).len(),
+            self.seen()
+        );
+        crate::support::sleep(settle);
+        let calls = self.of(name);
+        assert_eq!(calls.len(), n, "calls for {name:?}: {calls:?}");
+        calls
+    }
+}
+
+/// A key deleted under its holder (`force_unlock`): one call, reason
+/// `RenewalRefused`, with the lock's name, kind and holder id; the guard
+/// says the same.
+#[test]
+fn a_deleted_lock_is_reported_once_as_refused() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-refused");
+    let guard = client.fair_lock(&name).lock().unwrap();
+    let before = std::time::SystemTime::now();
+    assert!(ctx.client.lock(&name).force_unlock().unwrap());
+    let calls = losses.exactly(&name, 1, ms(900));
+    let lost = &calls[0];
+    assert_eq!(lost.reason, LossReason::RenewalRefused);
+    assert_eq!(lost.kind, HoldKind::Fair);
+    assert_eq!(lost.holder, *guard.holder_id());
+    assert!(lost.noticed_at >= before);
+    assert!(guard.check().unwrap_err().is_lock_lost());
+    // The guard's release finds it lost: no second call.
+    assert!(guard.unlock().is_err());
+    losses.exactly(&name, 1, ms(300));
+}
+
+/// A lock taken by someone else after the deletion: still `RenewalRefused`
+/// (the key exists, with another holder).
+#[test]
+fn a_lock_taken_over_is_reported_as_refused() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-taken");
+    let guard = client.read_write_lock(&name).write().lock().unwrap();
+    let other = ctx.other_client();
+    assert!(other.read_write_lock(&name).write().force_unlock().unwrap());
+    let _theirs = other.read_write_lock(&name).write().lock().unwrap();
+    let lost = losses.exactly(&name, 1, ms(600)).remove(0);
+    assert_eq!(lost.reason, LossReason::RenewalRefused);
+    assert_eq!(lost.kind, HoldKind::Write);
+    assert!(lost.holder.as_str().ends_with(":write"), "{}", lost.holder);
+    drop(guard);
+}
+
+/// A fixed lease that runs out while its guard lives: `DeadlinePassed`.
+#[test]
+fn a_fixed_lease_that_runs_out_is_reported_as_deadline_passed() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-fixed");
+    let guard = client.lock(&name).with_lease(ms(200)).lock().unwrap();
+    let lost = losses.exactly(&name, 1, ms(300)).remove(0);
+    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert!(guard.is_lost());
+}
+
+/// Never for a normal release: 400 holds of every renewed kind (8 threads),
+/// each released within 20 ms of its first renewal (a third of the 450 ms
+/// lease), so that releases race renewals in flight; then a shutdown that
+/// releases what is still held. Not one call.
+#[test]
+fn never_called_for_a_normal_release_or_a_shutdown() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let lease = ms(450);
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .watchdog_timeout(lease)
+        .response_timeout(ms(150))
+        .build()
+        .unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                use rand::Rng;
+                let mut rng = rand::rng();
+                for i in 0..50 {
+                    let name = unique_name(&format!("lost-normal-{t}-{}", i % 7));
+                    let hold = lease / 3 + ms(rng.random_range(0..40)) - ms(20);
+                    match i % 5 {
+                        0 => {
+                            let g = client.lock(&name).lock().unwrap();
+                            crate::support::sleep(hold);
+                            g.unlock().unwrap();
+                        }
+                        1 => {
+                            let g = client.fair_lock(&name).lock().unwrap();
+                            crate::support::sleep(hold);
+                            drop(g);
+                        }
+                        2 => {
+                            let g = client.read_write_lock(&name).read().lock().unwrap();
+                            crate::support::sleep(hold);
+                            g.unlock().unwrap();
+                        }
+                        3 => {
+                            let g = client.fenced_lock(&name).lock().unwrap();
+                            crate::support::sleep(hold);
+                            g.unlock().unwrap();
+                        }
+                        _ => {
+                            let sem = client.expiring_semaphore(&name);
+                            sem.try_set_permits(1).unwrap();
+                            let p = sem.acquire().unwrap();
+                            crate::support::sleep(hold);
+                            p.release().unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let kept: Vec<_> = (0..20)
+        .map(|i| {
+            client
+                .lock(unique_name(&format!("lost-kept-{i}")))
+                .lock()
+                .unwrap()
+        })
+        .collect();
+    crate::support::sleep(ms(100));
+    client.shutdown();
+    drop(kept);
+    crate::support::sleep(ms(200));
+    let renewals = client.stats().renewals;
+    eprintln!(
+        "400 holds released around their first renewal ({renewals} renewals), 20 released by \
+         shutdown: {} calls",
+        losses.seen().len()
+    );
+    assert!(renewals > 50, "too few renewals to race: {renewals}");
+    assert_eq!(losses.seen(), Vec::new());
+}
+
+/// A callback that panics does not stop the watchdog: the next loss is
+/// reported too, and other leases keep being renewed.
+#[test]
+fn a_panicking_callback_stops_nothing() {
+    let ctx = TestContext::new();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let client = test_builder(&ctx.server.url())
+        .on_lease_lost(move |_| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            panic!("a callback bug");
+        })
+        .build()
+        .unwrap();
+    let kept = client.lock(unique_name("lost-panic-kept")).lock().unwrap();
+    for round in 1..=2 {
+        let name = unique_name("lost-panic");
+        let guard = client.lock(&name).lock().unwrap();
+        ctx.client.lock(&name).force_unlock().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(3), || calls
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == round),
+            "round {round}"
+        );
+        drop(guard);
+    }
+    crate::support::sleep(crate::support::TEST_WATCHDOG * 2);
+    kept.check().unwrap();
+}

@@ -1,0 +1,206 @@
+//! Errors that say what happened: each misconfiguration a new user meets
+//! first (wrong password, a key outside the ACL, a URL that points at the
+//! wrong kind of server, an unknown scheme, a server too old) comes back as
+//! its own `Error` with a message in plain words, naming the server or the
+//! key, without the Redis driver's type names, and without waiting out a
+//! timeout where the answer is known at once.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redguard::Error;
+
+use crate::support::{RedisServer, ms, sleep, test_builder, unique_name};
+
+/// Type names of the Redis driver that a message must not show.
+const DRIVER_WORDS: [&str; 7] = [
+    "ResponseError",
+    "NoPerm",
+    "AuthenticationFailed",
+    "InvalidClientConfig",
+    "invalid client config",
+    "Extension",
+    "os error 11",
+];
+
+fn assert_plain(err: &Error) {
+    let text = err.to_string();
+    for word in DRIVER_WORDS {
+        assert!(!text.contains(word), "{word:?} in {text:?}");
+    }
+}
+
+/// The first error of a `try_lock` through `url`.
+fn lock_error(url: &str) -> Error {
+    let client = test_builder(url).build().unwrap();
+    client
+        .lock(unique_name("msg"))
+        .try_lock()
+        .map(|_| ())
+        .unwrap_err()
+}
+
+#[test]
+fn wrong_password_and_acl_refusals_say_what_and_where() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            b"app",
+            b"on",
+            b">right-pw",
+            b"resetkeys",
+            b"~rg:*",
+            b"resetchannels",
+            b"&*",
+            b"+@all",
+        ],
+    );
+    let at = format!("127.0.0.1:{}", server.port());
+    let wrong = lock_error(&format!("redis://app:wrong-pw@{at}/"));
+    assert!(matches!(wrong, Error::Auth(_)), "{wrong:?}");
+    let text = wrong.to_string();
+    eprintln!("wrong password: {text}");
+    assert!(
+        text.contains("refused the username or password") && text.contains(&at),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-pw"), "{text}");
+    assert_plain(&wrong);
+
+    let client = test_builder(&format!("redis://app:right-pw@{at}/"))
+        .build()
+        .unwrap();
+    let refused = client.lock("other:key").try_lock().map(|_| ()).unwrap_err();
+    assert!(matches!(refused, Error::Permission(_)), "{refused:?}");
+    let text = refused.to_string();
+    eprintln!("NOPERM: {text}");
+    assert!(text.contains("\"other:key\""), "{text}");
+    assert_plain(&refused);
+}
+
+#[test]
+fn a_url_pointing_at_the_wrong_kind_of_server_says_so_at_once() {
+    let server = RedisServer::start();
+    let at = format!("127.0.0.1:{}", server.port());
+    for (url, says) in [
+        (
+            format!("redis+sentinel://{at}/mymaster"),
+            "is not a sentinel",
+        ),
+        (
+            format!("redis+cluster://{at}/"),
+            "is not a Redis Cluster node",
+        ),
+    ] {
+        let started = Instant::now();
+        let err = lock_error(&url);
+        let took = started.elapsed();
+        let text = err.to_string();
+        eprintln!("{url}: {text} ({took:?})");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(text.contains(says) && text.contains(&at), "{text}");
+        assert!(took < ms(900), "{url}: {took:?}");
+        assert_plain(&err);
+    }
+    let http = test_builder("http://x").build().unwrap_err();
+    assert!(matches!(http, Error::InvalidArgument(_)), "{http:?}");
+    assert!(
+        http.to_string().contains("unsupported URL scheme \"http\""),
+        "{http}"
+    );
+    assert_plain(&http);
+}
+
+/// `rediss://` to a plaintext port: the handshake gets no TLS answer.
+/// Said as such, within the connect timeout (here 500 ms), not as an OS
+/// error number.
+#[cfg(feature = "tls")]
+#[test]
+fn rediss_to_a_plaintext_server_says_tls_is_the_problem() {
+    let server = RedisServer::start();
+    let url = format!("rediss://127.0.0.1:{}/", server.port());
+    let client = test_builder(&url).connect_timeout(ms(500)).build().unwrap();
+    let started = Instant::now();
+    let err = client.lock("tls").try_lock().map(|_| ()).unwrap_err();
+    let took = started.elapsed();
+    let text = err.to_string();
+    eprintln!("rediss:// to plaintext: {text} ({took:?})");
+    assert!(took < ms(1500), "{took:?}");
+    assert!(text.contains("TLS") && text.contains("tls-port"), "{text}");
+    assert_plain(&err);
+}
+
+/// A server that says it is Redis 6.0: refused at the first connection
+/// with `UnsupportedServer`, before any lock command is sent.
+#[test]
+fn a_server_below_redis_6_2_is_refused_at_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let commands = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let fake = std::thread::spawn({
+        let (stop, commands) = (stop.clone(), commands.clone());
+        move || fake_old_redis(&listener, &stop, &commands)
+    });
+    let err = lock_error(&format!("redis://127.0.0.1:{port}/"));
+    stop.store(true, Ordering::Release);
+    fake.join().unwrap();
+    let text = err.to_string();
+    eprintln!("old server: {text}");
+    assert!(matches!(err, Error::UnsupportedServer { .. }), "{err:?}");
+    assert!(
+        text.contains("Redis 6.0.16") && text.contains("Redis 6.2"),
+        "{text}"
+    );
+    let seen = commands.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|c| c.eq_ignore_ascii_case("info")),
+        "commands after the version check: {seen:?}"
+    );
+}
+
+/// Answers `INFO` as Redis 6.0.16 would (the `Server` section) and `+OK`
+/// to anything else, recording each command's name; stops when `stop` is
+/// set (bounded: 10 s).
+fn fake_old_redis(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    commands: &std::sync::Mutex<Vec<String>>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut conns = Vec::new();
+    while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
+        if let Ok((conn, _)) = listener.accept() {
+            conn.set_nonblocking(true).unwrap();
+            conns.push(conn);
+        }
+        for conn in &mut conns {
+            let mut buf = [0u8; 4096];
+            let Ok(n) = conn.read(&mut buf) else {
+                continue;
+            };
+            if n == 0 {
+                continue;
+            }
+            // `*N\r\n$len\r\nNAME\r\n...`: the name is the fifth line's
+            // start.
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let name = text.split("\r\n").nth(2).unwrap_or("").to_owned();
+            let reply = if name.eq_ignore_ascii_case("info") {
+                let body = "# Server\r\nredis_version:6.0.16\r\nredis_mode:standalone\r\n";
+                format!("${}\r\n{body}\r\n", body.len())
+            } else {
+                "+OK\r\n".to_owned()
+            };
+            commands.lock().unwrap().push(name);
+            let _ = conn.write_all(reply.as_bytes());
+        }
+        sleep(ms(2));
+    }
+}

@@ -1,0 +1,270 @@
+//! Holder records (`Builder::holder_record`): who holds a lock (host, pid,
+//! program) and since when, beside Redisson's unchanged lock layout; kept
+//! alive by the renewal round trips, deleted at shutdown, gone within one
+//! lease after `kill -9`; connections named after the client.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    ChildTest, RedisServer, TEST_WATCHDOG, TestContext, child_env, child_role, ms, say,
+    test_builder, unique_name, wait_until,
+};
+
+/// This machine's host name, as the records should say it.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Every key of `server` matching `pattern` (SCAN, bounded).
+fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
+    let mut conn = server.conn();
+    let mut cursor = 0u64;
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut conn)
+            .unwrap();
+        out.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    out
+}
+
+fn record_key(client: &redguard::Client) -> String {
+    format!("redguard:client:{{{}}}", client.id())
+}
+
+/// A lock held for a while: `inspect` names the holder's host, pid and
+/// program, the crate version, and how long it has been held (server
+/// clock); the record lives one lease and its connections carry the
+/// client's name. A hold taken later gets its start time within a renewal
+/// period.
+#[test]
+fn a_record_says_who_holds_a_lock_and_since_when() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .program("nightly-export --full")
+        .build()
+        .unwrap();
+    let name = unique_name("rec-who");
+    let lock = client.lock(&name);
+    let guard = lock.lock().unwrap();
+    let taken = Instant::now();
+    let holder = guard.holder_id().clone();
+    let key = record_key(&client);
+    assert!(
+        wait_until(Duration::from_secs(2), || ctx.server.exists(&key)),
+        "no record"
+    );
+    let written = taken.elapsed();
+    crate::support::sleep(ms(300));
+    let info = ctx.client.lock(&name).inspect().unwrap();
+    let record = info.record_of(&holder).expect("the holder's record");
+    assert_eq!(record.host, host());
+    assert_eq!(record.pid, Some(std::process::id()));
+    assert_eq!(record.program, "nightly-export --full");
+    assert_eq!(record.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(record.client, client.id().to_string());
+    let held = info.held_for(&holder).expect("a hold start");
+    let elapsed = taken.elapsed();
+    eprintln!("record written {written:?} after the grant; held for {held:?} (local {elapsed:?})");
+    assert!(
+        held >= ms(250) && held <= elapsed + ms(50),
+        "{held:?} vs {elapsed:?}"
+    );
+    let started = record.started.expect("a start time");
+    assert!(started <= info.server_time.unwrap());
+    let ttl = ctx.server.pttl(&key);
+    assert!(ttl > 0 && ttl <= TEST_WATCHDOG.as_millis() as i64, "{ttl}");
+    // Its connections are named after it.
+    let list: String = ctx.server.cmd("CLIENT", &[b"LIST"]);
+    let short = &client.id().to_string()[..8];
+    assert!(list.contains(&format!("name=redguard-{short}")), "{list}");
+
+    // A later hold: its start is written within a renewal period.
+    let second = unique_name("rec-who-2");
+    let g2 = client.read_write_lock(&second).write().lock().unwrap();
+    assert!(
+        wait_until(TEST_WATCHDOG, || {
+            let info = ctx
+                .client
+                .read_write_lock(&second)
+                .write()
+                .inspect()
+                .unwrap();
+            // Stored as the write side's field: `<holder id>:write`.
+            let (stored, _) = &info.holders[0];
+            assert_eq!(stored.as_str(), format!("{}:write", g2.holder_id()));
+            info.held_since(stored).is_some()
+        }),
+        "no start for the write hold"
+    );
+    // Kept alive across renewals, and the first hold still recorded.
+    crate::support::sleep(TEST_WATCHDOG * 2);
+    let info = lock.inspect().unwrap();
+    assert!(info.held_for(&holder).unwrap() >= TEST_WATCHDOG * 2);
+    drop(g2);
+    drop(guard);
+}
+
+/// Fields follow the holds: a released hold's field goes within a second,
+/// and shutdown deletes the record. With records off there is none, and
+/// status says so (`record_of` is `None`); a foreign holder has none.
+#[test]
+fn records_follow_holds_go_at_shutdown_and_can_be_off() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url()).build().unwrap();
+    let key = record_key(&client);
+    let a = unique_name("rec-a");
+    let b = unique_name("rec-b");
+    let ga = client.lock(&a).lock().unwrap();
+    let gb = client.fair_lock(&b).lock().unwrap();
+    let field = |name: &str, holder: &redguard::HolderId| format!("hold:{holder}|{name}");
+    let (fa, fb) = (field(&a, ga.holder_id()), field(&b, gb.holder_id()));
+    let hexists = |f: &str| -> bool { ctx.server.cmd("HEXISTS", &[key.as_bytes(), f.as_bytes()]) };
+    assert!(wait_until(TEST_WATCHDOG, || hexists(&fa) && hexists(&fb)));
+    drop(ga);
+    assert!(
+        wait_until(Duration::from_secs(2), || !hexists(&fa)),
+        "the released hold's field stayed"
+    );
+    assert!(hexists(&fb));
+    client.shutdown();
+    assert!(!ctx.server.exists(&key), "shutdown left the record");
+    drop(gb);
+
+    // Records off: nothing is written; status shows no record.
+    let off = test_builder(&ctx.server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let c = unique_name("rec-off");
+    let g = off.lock(&c).lock().unwrap();
+    crate::support::sleep(TEST_WATCHDOG);
+    assert!(!ctx.server.exists(record_key(&off)));
+    let info = ctx.client.lock(&c).inspect().unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert!(info.record_of(g.holder_id()).is_none());
+    assert!(info.held_since(g.holder_id()).is_none());
+    // A Redisson-style holder written by hand: no record either.
+    let java = unique_name("rec-java");
+    let _: () = ctx.server.cmd(
+        "HSET",
+        &[
+            java.as_bytes(),
+            b"1c4f7e8a-0000-4000-8000-00000000beef:42",
+            b"1",
+        ],
+    );
+    let info = ctx.client.lock(&java).inspect().unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert!(info.record_of(&info.holders[0].0).is_none());
+    assert!(
+        keys(&ctx.server, "redguard:client:*")
+            .iter()
+            .all(|k| k.contains(&ctx.client.id().to_string())
+                || k.contains(&client.id().to_string()))
+    );
+}
+
+/// Refreshes ride on renewal round trips: 200 locks renewed for 4 periods
+/// cost no round trip of the record's own beyond its first write (and the
+/// start times of the holds that the first write did not carry).
+#[test]
+fn record_refreshes_ride_on_renewals() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url()).build().unwrap();
+    let guards: Vec<_> = (0..200)
+        .map(|i| {
+            client
+                .lock(unique_name(&format!("rec-ride-{i}")))
+                .lock()
+                .unwrap()
+        })
+        .collect();
+    let start = client.stats();
+    crate::support::sleep(TEST_WATCHDOG * 4 / 3 * 4);
+    let end = client.stats();
+    let renewal_trips = end.renewal_round_trips - start.renewal_round_trips;
+    let record_trips = end.record_round_trips;
+    eprintln!(
+        "200 locks, 4 periods: {renewal_trips} renewal round trips, {record_trips} record round \
+         trips in all"
+    );
+    assert!(renewal_trips >= 4, "{renewal_trips}");
+    assert!(record_trips <= 3, "{record_trips} record round trips");
+    let key = record_key(&client);
+    let fields: u64 = ctx.server.cmd("HLEN", &[key.as_bytes()]);
+    assert_eq!(
+        fields,
+        200 + 5,
+        "one field per hold plus the five fixed ones"
+    );
+    let ttl = ctx.server.pttl(&key);
+    assert!(ttl > (TEST_WATCHDOG / 3).as_millis() as i64, "{ttl}");
+    drop(guards);
+}
+
+/// The holder side of the kill test, in a child process.
+#[test]
+#[ignore = "child process of a_killed_holders_record_expires_within_one_lease"]
+fn records_child_holder() {
+    let Some(_) = child_role() else { return };
+    let client = test_builder(&child_env("RG_URL"))
+        .program("records-child")
+        .build()
+        .unwrap();
+    let _guard = client.lock(child_env("RG_NAME")).lock().unwrap();
+    say(&format!("CLIENT {}", client.id()));
+    crate::support::sleep(Duration::from_secs(60));
+}
+
+/// `kill -9` of a holder: its record is gone within one lease (900 ms
+/// here) of the kill, as its lock is; until then `status` shows the
+/// child's pid and program.
+#[test]
+fn a_killed_holders_record_expires_within_one_lease() {
+    let ctx = TestContext::new();
+    let name = unique_name("rec-kill");
+    let url = ctx.server.url();
+    let child = ChildTest::spawn(
+        "records::records_child_holder",
+        "rec",
+        &[("RG_URL", &url), ("RG_NAME", &name)],
+    );
+    let line = child.expect_line("CLIENT ", Duration::from_secs(20));
+    let id = line.trim_start_matches("CLIENT ").trim().to_owned();
+    let key = format!("redguard:client:{{{id}}}");
+    assert!(wait_until(Duration::from_secs(2), || ctx
+        .server
+        .exists(&key)));
+    let info = ctx.client.lock(&name).inspect().unwrap();
+    let record = info
+        .record_of(&info.holders[0].0)
+        .expect("the child's record");
+    assert_eq!(record.pid, Some(child.pid() as u32));
+    assert_eq!(record.program, "records-child");
+    let records = ctx.client.holder_records(&id).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].holds.len(), 1);
+    let killed = Instant::now();
+    child.signal(libc::SIGKILL);
+    assert!(
+        wait_until(TEST_WATCHDOG * 2, || !ctx.server.exists(&key)),
+        "the record outlived two leases"
+    );
+    let gone = killed.elapsed();
+    eprintln!("record of a killed holder gone {gone:?} after the kill (lease {TEST_WATCHDOG:?})");
+    assert!(gone <= TEST_WATCHDOG + ms(100), "{gone:?}");
+    assert!(ctx.client.holder_records(&id).unwrap().is_empty());
+}
