@@ -13,7 +13,7 @@ use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
 use crate::show::expiry_fields;
-use crate::status::{holder_json, holder_line, kind_word};
+use crate::status::{holder_line, holders_json, kind_word};
 
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -116,15 +116,7 @@ fn to_json(info: &LockInfo) -> Value {
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         _ => {}
     }
-    v["holders"] = info
-        .holders
-        .iter()
-        .map(|(h, n)| {
-            let mut holder = json!({"id": h.as_str(), "count": n});
-            holder_json(info, h, &mut holder);
-            holder
-        })
-        .collect();
+    v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
     v
 }

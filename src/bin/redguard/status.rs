@@ -197,6 +197,20 @@ pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut 
     v["held_since_unix_ms"] = json!(info.held_since(holder).map(show::unix_ms));
 }
 
+/// Every holder of `info` with its hold count and, where a record says
+/// so, its host, pid and program: the `holders` array of `status` and
+/// `list`.
+pub(crate) fn holders_json(info: &LockInfo) -> Value {
+    info.holders
+        .iter()
+        .map(|(h, n)| {
+            let mut holder = json!({"id": h.as_str(), "count": n});
+            holder_json(info, h, &mut holder);
+            holder
+        })
+        .collect()
+}
+
 fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     let mut v = json!({
         "name": show::json_name(name),
@@ -204,15 +218,7 @@ fn lock_json(name: &[u8], info: &LockInfo) -> Value {
         "held": info.is_held(),
     });
     show::expiry_fields(info.ttl, &mut v);
-    v["holders"] = info
-        .holders
-        .iter()
-        .map(|(h, n)| {
-            let mut holder = json!({"id": h.as_str(), "count": n});
-            holder_json(info, h, &mut holder);
-            holder
-        })
-        .collect();
+    v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
     match &info.kind {
         LockKind::Fair { queue } => {
