@@ -297,11 +297,8 @@ impl OnceGuard {
                         "completion of run-once key {:?}",
                         String::from_utf8_lossy(lock.name())
                     );
-                    let retry = crate::watchdog::retry::submit(
+                    let retry = lock.submit_retry(
                         what.clone(),
-                        lock.key().clone(),
-                        client.source().clone(),
-                        client.counters(),
                         client.watchdog_timeout(),
                         until,
                         e,

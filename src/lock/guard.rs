@@ -211,14 +211,11 @@ impl LockGuard {
         match extend() {
             Err(e) if e.is_failover() => {
                 let client = self.lock.client();
-                let retry = crate::watchdog::retry::submit(
+                let retry = self.lock.submit_retry(
                     format!(
                         "extension of lock {:?}",
                         String::from_utf8_lossy(self.lock.name())
                     ),
-                    self.lock.key().clone(),
-                    client.source().clone(),
-                    client.counters(),
                     Duration::from_millis(self.lease_ms),
                     until,
                     e,
@@ -355,22 +352,22 @@ impl LockGuard {
     /// which is safe to repeat, until that goes through or the lease runs
     /// out at `until`. This thread's next acquire of the lock waits for it.
     fn retry_release(&self, until: Instant, err: Error) {
-        let client = self.lock.client();
         let (lock, holder) = (self.lock.clone(), self.holder.clone());
-        let retry = crate::watchdog::retry::submit(
+        let retry = self.lock.submit_retry(
             format!(
                 "release of lock {:?}",
                 String::from_utf8_lossy(self.lock.name())
             ),
-            self.lock.key().clone(),
-            client.source().clone(),
-            client.counters(),
             Duration::from_millis(self.lease_ms),
             until,
             err,
             move || lock.release_all(&holder).map(|_| ()),
         );
-        holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
+        holds::releasing(
+            self.lock.client().id().as_u128(),
+            self.lock.hold_key(),
+            retry,
+        );
     }
 }
 

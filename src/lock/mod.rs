@@ -564,6 +564,30 @@ impl Lock {
         &self.inner.name
     }
 
+    /// Hands `op` on this lock, which just failed with `err` (a failover
+    /// error) on a lease of `lease` valid until `until`, to the watchdog to
+    /// be retried (see `watchdog::retry`); `what` names it in logs.
+    pub(crate) fn submit_retry(
+        &self,
+        what: String,
+        lease: Duration,
+        until: std::time::Instant,
+        err: Error,
+        op: impl FnMut() -> Result<()> + Send + 'static,
+    ) -> crate::watchdog::retry::Handle {
+        let client = self.client();
+        crate::watchdog::retry::submit(
+            what,
+            self.key().clone(),
+            client.source().clone(),
+            client.counters(),
+            lease,
+            until,
+            err,
+            op,
+        )
+    }
+
     /// This kind's key in the calling thread's record of holds: the name,
     /// except for the read side of a read-write lock, whose holds are
     /// counted apart from the write side's.
