@@ -24,6 +24,10 @@
 //!   connection, or comes back with a new `run_id`, every lease held there
 //!   is renewed in one pipelined round trip (fixed leases are looked up
 //!   instead), and a renewal answering 0 marks its lease lost.
+//! * A lease runs out on this thread's clock, wherever its entry is: the
+//!   thread keeps what it needs of the entries at a worker (and of those
+//!   waiting for its job), so a worker held up by a hung server does not
+//!   delay the news of a loss past the lease's local deadline.
 //! * Threads are bounded: this one, plus one worker per server in use. The
 //!   thread starts with the first held lock and ends, with every worker,
 //!   once no client is left; a later client starts it again.
@@ -367,6 +371,12 @@ struct ServerState {
     /// server at a time, so that a tick's stragglers, or the ticks of a
     /// frozen server, do not each cost a job and a round trip of their own.
     busy: Option<Vec<Entry>>,
+    /// What this thread keeps of the entries at the worker (see [`Sent`]).
+    sent: Vec<Sent>,
+    /// No lease at the worker or waiting in `busy` runs out before this
+    /// (a lower bound: leases only move later): the thread looks at them
+    /// then, however long the worker is held up.
+    held_until: Option<Instant>,
     /// When the server was last suspected of having lost its data:
     /// renewals sent before that are checked again.
     suspect_at: Option<Instant>,
@@ -380,6 +390,31 @@ struct ServerState {
     failing: bool,
     /// The client's holder record there, when it keeps one.
     record: Option<RecordState>,
+}
+
+/// An entry at a worker, as the scheduling thread keeps it: enough to mark
+/// its lease lost and tell the hooks at its local deadline while the worker
+/// is held up (a blackholed server costs it a response timeout per round
+/// trip, a reconnect more), instead of whenever the worker gets to report.
+/// The entry's own report, later, finds it lost and only drops it.
+struct Sent {
+    state: Arc<LeaseState>,
+    key: Arc<[u8]>,
+    holder: Arc<str>,
+    kind: HoldKind,
+    hooks: Arc<Hooks>,
+}
+
+impl Sent {
+    fn of(entry: &Entry) -> Sent {
+        Sent {
+            state: entry.state.clone(),
+            key: entry.key.clone(),
+            holder: entry.holder.clone(),
+            kind: entry.kind,
+            hooks: entry.hooks.clone(),
+        }
+    }
 }
 
 /// Renewals of one server waiting out a pause after a failed round trip.
@@ -420,6 +455,11 @@ fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
         return None;
     }
     record::key_for(client, |key| source.node_of(key) == node)
+}
+
+/// The earlier of two optional instants; `None` only when both are.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    a.into_iter().chain(b).min()
 }
 
 /// An instant no deadline reaches (a year after `now`).
@@ -466,12 +506,14 @@ impl Watchdog {
         self.dispatch_due(now);
         self.retry_due(now);
         self.records_due(now);
+        self.held_up(now);
         crate::metrics::pending_renewals(self.schedule.len());
 
         let next = [
             self.schedule.next_due(),
             self.next_retry(),
             self.next_record(now),
+            self.next_held_up(),
         ]
         .into_iter()
         .flatten()
@@ -794,6 +836,8 @@ impl Watchdog {
                             source: Arc::downgrade(source),
                             entries: 0,
                             busy: None,
+                            sent: Vec::new(),
+                            held_until: None,
                             suspect_at: None,
                             retry: None,
                             backoff: None,
@@ -939,6 +983,61 @@ impl Watchdog {
         self.lose(entry, LossReason::DeadlinePassed, None);
     }
 
+    /// The earliest instant a lease at a worker, or waiting for its job,
+    /// may run out.
+    fn next_held_up(&self) -> Option<Instant> {
+        self.servers.values().filter_map(|s| s.held_until).min()
+    }
+
+    /// Marks lost, at their local deadline, the leases of servers whose
+    /// worker still has them (or has not yet taken them: `busy`): a worker
+    /// held up by a hung server must not delay the news.
+    fn held_up(&mut self, now: Instant) {
+        let due: Vec<Server> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.held_until.is_some_and(|at| at <= now))
+            .map(|(server, _)| *server)
+            .collect();
+        for server in due {
+            let Some(state) = self.servers.get_mut(&server) else {
+                continue;
+            };
+            let mut first_end: Option<Instant> = None;
+            for sent in &state.sent {
+                if sent.state.is_released() || sent.state.is_marked_lost() {
+                    continue;
+                }
+                let end = sent.state.valid_until();
+                if end > now {
+                    first_end = earliest(first_end, Some(end));
+                } else if sent.state.mark_lost() {
+                    sent.hooks.lease_lost(
+                        &sent.key,
+                        sent.kind,
+                        &sent.holder,
+                        LossReason::DeadlinePassed,
+                    );
+                }
+            }
+            let mut lapsed = Vec::new();
+            if let Some(waiting) = state.busy.take() {
+                let (over, waiting): (Vec<Entry>, Vec<Entry>) = waiting
+                    .into_iter()
+                    .partition(|e| e.state.valid_until() <= now);
+                for entry in &waiting {
+                    first_end = earliest(first_end, Some(entry.state.valid_until()));
+                }
+                state.busy = Some(waiting);
+                lapsed = over;
+            }
+            state.held_until = first_end;
+            for entry in lapsed {
+                self.lapse(entry);
+            }
+        }
+    }
+
     /// Marks a lease lost for `reason` and drops its entry. The hooks
     /// (warning, callback) hear of it once, unless the holder released it
     /// or began to meanwhile: then the loss is that release, whose own
@@ -973,11 +1072,14 @@ impl Watchdog {
             }
             return;
         };
+        let first_end = entries.iter().map(|e| e.state.valid_until()).min();
+        state.held_until = earliest(state.held_until, first_end);
         if let Some(waiting) = state.busy.as_mut() {
             waiting.extend(entries);
             return;
         }
         state.busy = Some(Vec::new());
+        state.sent = entries.iter().map(Sent::of).collect();
         // The record's expiry is refreshed in the same round trip.
         let record = state.record.as_mut().and_then(|r| {
             r.take(
@@ -996,6 +1098,8 @@ impl Watchdog {
             // out on their own clock.
             if let Some(state) = self.servers.get_mut(&server) {
                 state.busy = None;
+                state.sent.clear();
+                state.held_until = None;
             }
             log::error!("redguard watchdog: a renewal job could not reach its worker");
         }
@@ -1042,6 +1146,16 @@ impl Watchdog {
             if !matches!(outcome, Outcome::Failed(_)) {
                 answered = true;
             }
+            if let Outcome::Failed(e) = &outcome
+                && entry.state.is_marked_lost()
+            {
+                // Its loss was told at its deadline, while this attempt was
+                // under way: what became of it still says why.
+                log::debug!(
+                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    entry.name()
+                );
+            }
             let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
@@ -1079,6 +1193,12 @@ impl Watchdog {
             }
         }
         self.retry_later(done.server, failed, answered, now);
+        if done.last
+            && let Some(state) = self.servers.get_mut(&done.server)
+        {
+            state.sent.clear();
+            state.held_until = None;
+        }
         if done.last
             && let Some(waiting) = self
                 .servers
