@@ -680,3 +680,35 @@ fn rw_the_key_outlives_every_hold_and_a_foreign_hash_is_wrong_type() {
     let after: Vec<(String, String)> = ctx.server.cmd("HGETALL", &[name.as_bytes()]);
     assert_eq!(before, after, "the foreign lock was touched");
 }
+
+/// A read guard's `extend` runs the read renewal script: every read hold of
+/// the holder (each timeout key) and the lock key get the new lease; a
+/// value of another type stored at the key meanwhile is `WrongType`, not a
+/// lost hold.
+#[test]
+fn rw_a_read_extend_renews_every_hold_and_a_foreign_value_is_wrong_type() {
+    let ctx = TestContext::new();
+    let name = unique_name("rw-extend");
+    let me = ctx.client.holder_id().to_string();
+    let rw = ctx.client.read_write_lock(&name).with_lease(ms(2_000));
+    let first = rw.read().lock().unwrap();
+    let second = rw.read().lock().unwrap();
+    first.extend(Duration::from_secs(30)).unwrap();
+    for key in [
+        name.clone(),
+        timeout_key(&name, &me, 1),
+        timeout_key(&name, &me, 2),
+    ] {
+        let pttl = ctx.server.pttl(&key);
+        assert!(pttl > 20_000, "{key}: PTTL {pttl} ms after the extend");
+    }
+    second.check().unwrap();
+
+    let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+    let _: String = ctx.server.cmd("SET", &[name.as_bytes(), b"foreign"]);
+    let err = first.extend(Duration::from_secs(30)).unwrap_err();
+    assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    let value: String = ctx.server.cmd("GET", &[name.as_bytes()]);
+    assert_eq!(value, "foreign", "the foreign value was touched");
+    let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+}

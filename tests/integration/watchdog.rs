@@ -234,6 +234,63 @@ fn b3_a_release_stops_its_renewals_at_once() {
     assert_eq!(ctx.client.stats().held_locks, 0);
 }
 
+/// B2 for the holds with renewal scripts of their own: a read hold, a write
+/// hold and an expiring permit, with a reentrant lock renewed in a
+/// multi-key batch beside them, held for 3 × L (L = 900 ms). None is lost
+/// and every lock key still has more than L/3 to live. A successful renewal
+/// misread as a failure would end each hold at its local deadline, about L
+/// after the grant.
+#[test]
+fn b2_holds_of_every_renewal_script_are_kept_past_their_lease() {
+    let ctx = TestContext::new();
+    let lease = TEST_WATCHDOG;
+    let client = test_builder(&ctx.server.url())
+        .renew_batch(10)
+        .build()
+        .unwrap();
+    let tag = unique_name("b2-kinds");
+    let sem = client.expiring_semaphore(format!("{tag}:sem"));
+    assert!(sem.try_set_permits(1).unwrap());
+    let kinds: Vec<(&str, redguard::LockGuard)> = vec![
+        (
+            "reentrant",
+            client.lock(format!("{tag}:lock")).lock().unwrap(),
+        ),
+        (
+            "read",
+            client
+                .read_write_lock(format!("{tag}:r"))
+                .read()
+                .lock()
+                .unwrap(),
+        ),
+        (
+            "write",
+            client
+                .read_write_lock(format!("{tag}:w"))
+                .write()
+                .lock()
+                .unwrap(),
+        ),
+    ];
+    let permit = sem.acquire().unwrap();
+    crate::support::sleep(lease * 3);
+    for (kind, guard) in &kinds {
+        guard.check().unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let pttl = ctx.server.pttl(guard.lock().name());
+        assert!(
+            pttl > (lease / 3).as_millis() as i64,
+            "{kind}: PTTL {pttl} ms"
+        );
+    }
+    permit.check().unwrap_or_else(|e| panic!("permit: {e}"));
+    assert!(!permit.is_lost());
+    for (_, guard) in kinds {
+        guard.unlock().unwrap();
+    }
+    permit.release().unwrap();
+}
+
 /// B4: Redis restarts without persistence while a lock is held. The lease
 /// is 30 s, so no regular renewal falls within the bound: the loss is seen
 /// within 1 s only because the restart is noticed and the lease checked at
