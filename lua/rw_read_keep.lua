@@ -22,7 +22,7 @@ if held == nil or held < 1 then
 end
 local keep = tonumber(ARGV[1])
 for n = held, 1, -1 do
-    local left = -1
+    local left = redis.call('pttl', KEYS[2] .. ':' .. n)
     if left == -2 then
         return 0
     end
