@@ -433,6 +433,10 @@ fn fair_release_at_shutdown_and_force_unlock_wake_the_head() {
         None
     });
     wait_queue_len(&admin_lock, 1);
+    // The waiter has made its attempts and sleeps: only the wake-up on
+    // its channel can get it the lock within the bound (poll 30 s, lease
+    // 20 s).
+    assert!(server.wait_scripts_idle());
     let shutdown_at = Instant::now();
     holder_client.shutdown();
     let at = waiter.join().unwrap().expect("the head acquires");
@@ -451,6 +455,7 @@ fn fair_release_at_shutdown_and_force_unlock_wake_the_head() {
         (g.is_some(), Instant::now())
     });
     wait_queue_len(&admin_lock, 1);
+    assert!(server.wait_scripts_idle());
     let forced_at = Instant::now();
     assert!(admin_lock.force_unlock().unwrap());
     let (got, at) = second.join().unwrap();

@@ -71,6 +71,34 @@ fn fenced_tokens_grow_on_every_acquisition_including_reentry() {
     assert_eq!(g.fencing_token().unwrap().get(), t4 + 1);
 }
 
+/// A fenced waiter sleeps until the holder's lease ends: the busy reply
+/// carries the holder's remaining ttl. The holder's fixed 500 ms lease runs
+/// out (no unlock message comes) and the waiter, whose poll interval is
+/// 10 s, acquires right after it.
+#[test]
+fn fenced_waiter_sleeps_until_the_holders_lease_ends() {
+    let ctx = TestContext::new();
+    let name = unique_name("fenced-ttl");
+    let holder = ctx.other_client();
+    let _held = holder
+        .fenced_lock(&name)
+        .with_lease(ms(500))
+        .lock()
+        .unwrap();
+    let waiter = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let got = waiter
+        .fenced_lock(&name)
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(got.is_some(), "never acquired");
+    assert!(waited < ms(500 + 400), "acquired after {waited:?}");
+}
+
 #[test]
 fn fenced_set_refuses_older_tokens_only() {
     let ctx = TestContext::new();

@@ -1,9 +1,9 @@
 //! Redisson wire compatibility: keys, hash fields, ttl, channel, message.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::reentrant::Listener;
-use crate::support::{TEST_WATCHDOG, TestContext, ms, unique_name};
+use crate::support::{TEST_WATCHDOG, TestContext, ms, test_builder, unique_name, wait_until};
 
 #[test]
 fn lock_is_a_hash_of_holder_id_to_count_with_the_lease_as_pttl() {
@@ -76,6 +76,43 @@ fn a_lock_written_redisson_style_by_another_holder_excludes_us() {
     // Released by the lease: we get it afterwards.
     let g = lock.try_lock_for(Duration::from_secs(3)).unwrap();
     assert!(g.is_some());
+}
+
+/// `force_unlock` wakes the waiters at once: the holder's lease (30 s) and
+/// the waiter's poll interval (30 s) are both far beyond the bound, so
+/// only the unlock message can wake it in time.
+#[test]
+fn force_unlock_wakes_a_waiter_of_another_client_at_once() {
+    let ctx = TestContext::new();
+    let name = unique_name("force-wake");
+    let slow = || {
+        test_builder(&ctx.server.url())
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let holder = slow();
+    let _held = holder
+        .lock(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .unwrap();
+    let waiters = slow();
+    let waiter = waiters.lock(&name);
+    let waiting = std::thread::spawn(move || {
+        let got = waiter.try_lock_for(Duration::from_secs(10)).unwrap();
+        (got.map(|g| g.unlock()), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        let s = waiters.stats();
+        s.waiters == 1 && s.subscribed_channels == 1
+    }));
+    assert!(ctx.server.wait_scripts_idle(), "the waiter sleeps");
+    let forced = Instant::now();
+    assert!(ctx.other_client().lock(&name).force_unlock().unwrap());
+    let (got, at) = waiting.join().unwrap();
+    assert!(matches!(got, Some(Ok(()))), "the waiter acquires: {got:?}");
+    assert!(at - forced < ms(1_000), "woken after {:?}", at - forced);
 }
 
 #[test]

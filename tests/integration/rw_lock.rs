@@ -712,3 +712,66 @@ fn rw_a_read_extend_renews_every_hold_and_a_foreign_value_is_wrong_type() {
     assert_eq!(value, "foreign", "the foreign value was touched");
     let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
 }
+
+/// `force_unlock` of a read-write lock: [`redguard::ReadWriteLock::force_unlock`]
+/// deletes it in either mode, a side's [`redguard::Lock::force_unlock`] only
+/// in that side's mode (Redisson's), and neither finds anything to delete
+/// at a free name. A deletion wakes a waiter of the other side at once: the
+/// holder's lease is 20 s and the waiter polls every 20 s, so only the
+/// message can wake it within the bound.
+#[test]
+fn rw_force_unlock_deletes_in_the_mode_asked_for_and_wakes_the_waiters() {
+    let ctx = TestContext::new();
+    let name = unique_name("rw-force");
+    let admin = ctx.other_client().read_write_lock(&name);
+    assert!(!admin.force_unlock().unwrap(), "nothing to delete");
+    assert!(!admin.read().force_unlock().unwrap());
+    assert!(!admin.write().force_unlock().unwrap());
+    let holder = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiters = deaf_client(&ctx.server.url());
+    let side = |rw: &redguard::ReadWriteLock, s: &str| {
+        if s == "read" { rw.read() } else { rw.write() }
+    };
+    for (held, other) in [("write", "read"), ("read", "write")] {
+        let rw = holder
+            .read_write_lock(&name)
+            .with_lease(Duration::from_secs(20));
+        let stale = side(&rw, held).lock().unwrap();
+        assert!(
+            !side(&admin, other).force_unlock().unwrap(),
+            "the {other} side's force_unlock deleted a lock in {held} mode"
+        );
+        assert!(ctx.server.exists(&name));
+        let waiter = side(&waiters.read_write_lock(&name), other);
+        let waiting = std::thread::spawn(move || {
+            let got = waiter.try_lock_for(Duration::from_secs(10)).unwrap();
+            (got.map(|g| g.unlock()), Instant::now())
+        });
+        assert!(wait_until(Duration::from_secs(5), || {
+            let s = waiters.stats();
+            s.waiters == 1 && s.subscribed_channels == 1
+        }));
+        assert!(ctx.server.wait_scripts_idle(), "the waiter sleeps");
+        let forced = Instant::now();
+        let deleted = if held == "write" {
+            admin.write().force_unlock()
+        } else {
+            admin.force_unlock()
+        };
+        assert!(deleted.unwrap(), "{held} mode: not deleted");
+        let (got, at) = waiting.join().unwrap();
+        assert!(
+            matches!(got, Some(Ok(()))),
+            "{other} waiter behind {held}: {got:?}"
+        );
+        assert!(
+            at - forced < ms(1_000),
+            "{other} waiter behind {held}: woken after {:?}",
+            at - forced
+        );
+        drop(stale);
+    }
+}

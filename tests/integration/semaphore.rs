@@ -431,6 +431,16 @@ fn expiring_semaphore_delete_resets_counter_and_leases() {
         redguard::Error::WrongType { .. }
     ));
     assert!(ctx.server.exists(&name), "left untouched");
+
+    // Permit leases that are not a sorted set: refused, both keys kept.
+    let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+    assert!(sem.try_set_permits(1).unwrap());
+    let () = ctx.server.cmd("SET", &[timeouts.as_bytes(), b"not-leases"]);
+    assert!(matches!(
+        sem.delete().unwrap_err(),
+        redguard::Error::WrongType { .. }
+    ));
+    assert!(ctx.server.exists(&name) && ctx.server.exists(&timeouts));
 }
 
 /// An expiry set on an expiring semaphore's counter (Redisson's `expire`)

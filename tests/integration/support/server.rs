@@ -329,6 +329,25 @@ impl RedisServer {
         command_calls(&info, commands)
     }
 
+    /// Waits (at most 5 s) until the server has run no script for 20
+    /// polls in a row (about 100 ms): every waiter has made its attempts,
+    /// before and after its subscription, and sleeps. Only a message or
+    /// its own timer wakes it then. `false` when scripts kept running.
+    ///
+    /// # Panics
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub fn wait_scripts_idle(&self) -> bool {
+        let mut last = self.command_calls(&["eval", "evalsha"]);
+        let mut still = 0;
+        super::wait_until(Duration::from_secs(5), || {
+            let now = self.command_calls(&["eval", "evalsha"]);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+            still >= 20
+        })
+    }
+
     /// Every line of `INFO commandstats`, parsed.
     ///
     /// # Panics
