@@ -42,8 +42,11 @@ pub struct LockInfo {
     /// Connections subscribed to the lock's unlock channel (and, for a fair
     /// lock, its waiters' channels): the waiters of other processes,
     /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
-    /// many of its threads wait). On a Cluster, only the lock's node is
-    /// asked. `None` when the server would not say.
+    /// many of its threads wait). On a Cluster, classic subscribers are
+    /// counted on every master (a cluster forwards a `PUBLISH` to all its
+    /// nodes) and sharded ones (`PUBSUB SHARDNUMSUB`) on the lock's node;
+    /// subscribers on replicas are not counted. `None` when the server
+    /// would not say.
     pub subscribers: Option<u64>,
 }
 
@@ -136,7 +139,9 @@ impl Lock {
     ///
     /// Meant for monitoring and administration (the `redguard status`
     /// command): one round trip, two when a hash is found, each a
-    /// `MULTI`/`EXEC` of reads.
+    /// `MULTI`/`EXEC` of reads, then one for the holders' records, the
+    /// server's clock and the subscribed waiters (on a Cluster, one more
+    /// per other master, for its classic subscribers).
     ///
     /// # Errors
     ///
@@ -208,23 +213,9 @@ impl Lock {
             }
         }
         if fair && matches!(info.kind, LockKind::Free | LockKind::Reentrant) {
-            let deadline_of = |holder: &str| {
-                deadlines
-                    .iter()
-                    .find(|(h, _)| h == holder)
-                    .and_then(|(_, ms)| {
-                        (ms.is_finite() && *ms >= 0.0)
-                            .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
-                    })
+            info.kind = LockKind::Fair {
+                queue: queued(&queue, &deadlines),
             };
-            let queue = queue
-                .iter()
-                .map(|holder| QueuedWaiter {
-                    holder: HolderId::from_stored(holder.as_str()),
-                    deadline: deadline_of(holder),
-                })
-                .collect();
-            info.kind = LockKind::Fair { queue };
         }
         self.read_around(&mut info)?;
         Ok(info)
@@ -252,6 +243,29 @@ impl Lock {
         info.subscribers = around.subscribers;
         Ok(())
     }
+}
+
+/// A fair lock's waiters, from its queue (`LRANGE`) and its timeout zset
+/// (`ZRANGE … WITHSCORES`: holder id → deadline, Unix epoch ms), first in
+/// line first. A waiter without a score, or with one that is no time, has
+/// no deadline.
+pub(crate) fn queued(queue: &[String], deadlines: &[(String, f64)]) -> Vec<QueuedWaiter> {
+    let deadline_of = |holder: &str| {
+        deadlines
+            .iter()
+            .find(|(h, _)| h == holder)
+            .and_then(|(_, ms)| {
+                (ms.is_finite() && *ms >= 0.0)
+                    .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
+            })
+    };
+    queue
+        .iter()
+        .map(|holder| QueuedWaiter {
+            holder: HolderId::from_stored(holder.as_str()),
+            deadline: deadline_of(holder),
+        })
+        .collect()
 }
 
 /// The kind and holders of a lock hash, from its fields: hold counts (and

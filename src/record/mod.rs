@@ -21,6 +21,7 @@
 //! This module knows the layout: names, fields, what a write sends and how
 //! a read is parsed. The watchdog decides when to write (`watchdog::records`).
 
+mod find;
 mod read;
 mod spec;
 
@@ -32,7 +33,8 @@ use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Ttl;
 
-pub(crate) use read::{around, clients_of, on_node, records_of};
+pub(crate) use find::holding;
+pub(crate) use read::{add_classic_elsewhere, around, clients_of, on_node, records_of};
 pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
 
 /// Most hold start times one record keeps: a client holding more locks on
