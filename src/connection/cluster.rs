@@ -501,6 +501,17 @@ impl Cluster {
         self.owner(keys::slot(key)).unwrap_or(0)
     }
 
+    /// Whether node `node` serves at least one slot, as far as this client
+    /// knows. A node left with none (a master demoted by a failover) can
+    /// host no key, and a search for one landing there would never end.
+    pub(crate) fn serves_slots(&self, node: NodeId) -> bool {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        // `node_of` sends every key of an unowned slot to node 0.
+        slots
+            .iter()
+            .any(|&id| id as NodeId == node || (id == UNOWNED && node == 0))
+    }
+
     /// Runs `op` on a pooled connection to node `node`.
     pub(crate) fn with_node_conn<T>(
         &self,
@@ -673,6 +684,13 @@ mod tests {
             .unwrap();
         assert_eq!(cluster.owner(0), before);
         assert_eq!(cluster.node_of(b"anything"), before.unwrap());
+        // The other two masters lost every slot.
+        let demoted: Vec<NodeId> = (0..cluster.nodes().len())
+            .filter(|&id| Some(id) != before)
+            .collect();
+        assert!(!demoted.is_empty());
+        assert!(demoted.iter().all(|&id| !cluster.serves_slots(id)));
+        assert!(cluster.serves_slots(before.unwrap()));
         assert!(cluster.apply("x:1", &Value::Int(3)).is_err());
         assert!(
             cluster

@@ -241,6 +241,14 @@ impl Source {
         }
     }
 
+    /// Whether node `node` serves any key now: always outside a Cluster.
+    pub(crate) fn serves_slots(&self, node: NodeId) -> bool {
+        match self {
+            Source::Single(_) | Source::Sentinel(_) => true,
+            Source::Cluster(cluster) => cluster.serves_slots(node),
+        }
+    }
+
     /// Runs `op` on a connection to node `node` (as returned by
     /// [`Source::node_of`]).
     pub(crate) fn with_node_conn<T>(

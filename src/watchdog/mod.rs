@@ -412,8 +412,13 @@ impl Retrying {
     }
 }
 
-/// The key of `client`'s holder record on node `node` of `source`.
+/// The key of `client`'s holder record on node `node` of `source`; `None`
+/// at once when the node serves no slot (the search would try every
+/// suffix in vain, on the scheduling thread).
 fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
+    if !source.serves_slots(node) {
+        return None;
+    }
     record::key_for(client, |key| source.node_of(key) == node)
 }
 

@@ -39,6 +39,9 @@ pub(super) struct RecordState {
     dels: Vec<Vec<u8>>,
     /// Hold fields on the server, as far as known.
     fields: usize,
+    /// No record key was found on this server (its node serves no slot,
+    /// after a failover): the search is not tried again before this.
+    no_key_until: Option<Instant>,
     /// A write is at the worker.
     in_flight: bool,
     sent_at: Option<Instant>,
@@ -56,6 +59,7 @@ impl RecordState {
             adds: Vec::new(),
             dels: Vec::new(),
             fields: 0,
+            no_key_until: None,
             in_flight: false,
             sent_at: None,
             used_at: now,
@@ -89,6 +93,9 @@ impl RecordState {
         if self.in_flight || !(holding || self.used_at + self.spec.ttl > now) {
             return None;
         }
+        if let Some(at) = self.no_key_until.filter(|&at| at > now) {
+            return Some(at);
+        }
         let Some(sent) = self.sent_at.filter(|_| self.written) else {
             return Some(self.used_at);
         };
@@ -111,7 +118,14 @@ impl RecordState {
             return None;
         }
         if self.key.is_none() {
+            if self.no_key_until.is_some_and(|at| now < at) {
+                return None;
+            }
             self.key = key_of(&self.spec.client).map(Arc::from);
+            // Without a key the write stays due: asked again at once, the
+            // search would spin the scheduling thread until the slot map
+            // changes. It waits for the pace instead.
+            self.no_key_until = self.key.is_none().then(|| now + self.pace());
         }
         let key = self.key.clone()?;
         let adds: Vec<_> = std::mem::take(&mut self.adds)
@@ -185,6 +199,32 @@ mod tests {
             Arc::new(Counters::default()),
             crate::lost::HoldKind::Reentrant,
         ))
+    }
+
+    #[test]
+    fn a_server_without_a_record_key_is_asked_again_only_after_the_pace() {
+        let now = Instant::now();
+        let spec = Arc::new(RecordSpec::new(
+            &ClientId::new_random(),
+            None,
+            Duration::from_secs(30),
+        ));
+        let mut r = RecordState::new(spec, Arc::new(Counters::default()), now);
+        let mut searches = 0;
+        let mut none = |_: &str| {
+            searches += 1;
+            None
+        };
+        assert!(r.take(&mut none, now).is_none());
+        assert_eq!(r.due_at(true, now), Some(now + PACE), "not due at once");
+        let soon = now + PACE / 2;
+        assert!(r.take(&mut none, soon).is_none());
+        assert_eq!(searches, 1, "no second search within the pace");
+        let later = now + PACE;
+        let w = r.take(|_| Some(b"k".to_vec()), later).unwrap();
+        assert!(w.statics);
+        assert!(!r.settle(w, Ok(false)));
+        assert_eq!(r.due_at(true, later), Some(later + Duration::from_secs(10)));
     }
 
     #[test]
