@@ -9,6 +9,7 @@ use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
+use crate::lost::HoldKind;
 use crate::record::{self, HolderRecord};
 
 /// What [`Lock::inspect`] found at a lock name.
@@ -61,6 +62,14 @@ impl LockInfo {
     pub fn held_since(&self, holder: &HolderId) -> Option<SystemTime> {
         self.record_of(holder)?
             .held_since(holder.as_str(), &self.name)
+    }
+
+    /// What kind of hold `holder` has, as its record says: a run-once
+    /// claim ([`HoldKind::Once`]) shares the layout of a fenced lock, and
+    /// only its record tells them apart.
+    pub fn hold_kind(&self, holder: &HolderId) -> Option<HoldKind> {
+        self.record_of(holder)?
+            .hold_kind(holder.as_str(), &self.name)
     }
 
     /// How long `holder` has held the lock: [`LockInfo::server_time`]

@@ -97,10 +97,14 @@ JSON (--json), one object; times named *_in_ms count from now, times named
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null
                       when not recorded by redguard)
+  state               once: \"running\" or \"done\" (a run in progress
+                      is a lock in layout: it shows as kind once when
+                      its runner's holder record says so, else as a
+                      reentrant lock; `redguard once --status KEY` always
+                      names it a run)
+  holder              once, running: the runner's holder id
   runner              once: {id, record, host, pid, program, version,
                       held_for_ms, held_since_unix_ms}: the runner's
                       holder id and its client's record, while that
-                      client lives (a run in progress is a lock in
-                      layout and shows as one, kind reentrant; `redguard
-                      once --status KEY` names it a run)
+                      client lives
   redis_type          other: the Redis type of the value";

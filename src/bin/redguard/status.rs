@@ -24,7 +24,8 @@ enum Found {
     Lock(LockInfo),
     /// A semaphore's or latch's counter, or expiring permits.
     Counter(Counter),
-    /// A finished run of a run-once key, with its runner's record.
+    /// A run of a run-once key, finished or (as its runner's record
+    /// says) in progress, with its runner's record.
     Once(OnceInfo),
 }
 
@@ -46,6 +47,13 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     let info = conn.client.lock(name).inspect().map_err(fail)?;
     let found = match &info.kind {
+        LockKind::Reentrant if is_once_run(&info) => match conn.client.once_inspect(name) {
+            Ok(once) if matches!(once.status, OnceStatus::Running { .. }) => {
+                Some(Found::Once(once))
+            }
+            Ok(_) => None,
+            Err(e) => return Err(fail(e)),
+        },
         LockKind::Free => crate::sync_status::read(conn, name)?.map(Found::Counter),
         LockKind::Other { redis_type } if redis_type == "string" => {
             crate::sync_status::read(conn, name)?.map(Found::Counter)
@@ -62,11 +70,21 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     Ok(found.unwrap_or(Found::Lock(info)))
 }
 
+/// Whether the lock's one holder runs a run-once key, as its record says
+/// (the run is a lock in layout).
+fn is_once_run(info: &LockInfo) -> bool {
+    match info.holders.as_slice() {
+        [(holder, _)] => info.hold_kind(holder) == Some(redguard::HoldKind::Once),
+        _ => false,
+    }
+}
+
 fn exit_code(found: &Found) -> u8 {
     match found {
         Found::Lock(info) if matches!(info.kind, LockKind::Other { .. }) => code::DATAERR,
         Found::Lock(info) if info.is_held() => 0,
         Found::Counter(counter) if counter.is_held() => 0,
+        Found::Once(once) if matches!(once.status, OnceStatus::Running { .. }) => 0,
         Found::Lock(_) | Found::Counter(_) | Found::Once(_) => FREE,
     }
 }
@@ -96,10 +114,12 @@ fn to_json(name: &[u8], found: &Found) -> Value {
         Found::Lock(info) => lock_json(name, info),
         Found::Counter(counter) => counter.json(name),
         Found::Once(once) => {
+            let running = matches!(once.status, OnceStatus::Running { .. });
             let mut v = json!({
                 "name": show::json_name(name),
                 "kind": "once",
-                "held": false,
+                "held": running,
+                "state": if running { "running" } else { "done" },
             });
             crate::once::info_fields(once, &mut v);
             v

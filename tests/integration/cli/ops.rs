@@ -383,6 +383,26 @@ fn status_names_permit_holders_latch_waiters_and_once_runners() {
     assert_eq!(v["runner"]["program"], "permit-holder", "{v}");
     let out = text(&["once", "--status", &key]);
     assert!(out.contains(&format!("  runner: {want}")), "{out}");
+    // `status` too names it a run (its runner's record says so), not a lock.
+    let mut cmd = redguard(&url);
+    cmd.args(["status", "--json", &key]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "held: {out:?}");
+    let v = json(&out);
+    assert_eq!(
+        (v["kind"].as_str(), v["state"].as_str()),
+        (Some("once"), Some("running")),
+        "{v}"
+    );
+    assert_eq!(v["holder"], run_guard.holder_id().as_str(), "{v}");
+    assert_eq!(v["runner"]["pid"], std::process::id(), "{v}");
+    assert!(v["expires_in_ms"].as_u64().is_some(), "{v}");
+    let out = text(&["status", &key]);
+    assert!(
+        out.starts_with(&format!("once \"{key}\": running: holder ")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("  runner: {want}")), "{out}");
     drop(run_guard.complete("ok").unwrap());
     let v = status(&key);
     assert_eq!(
