@@ -42,8 +42,9 @@ until its deadline.
 
 JSON (--json), one array of objects with the fields of `redguard status
 --json` for a lock (name, kind, held, expires_in_ms, expires_at_unix_ms,
-holders, queue, mode, subscribers); with --all, other keys have kind
-\"other\" and redis_type.
+holders, queue, mode, subscribers); kind is \"once\" for a run of
+`redguard once` in progress (as its runner's record says); with --all,
+other keys have kind \"other\" and redis_type.
 
 --older-than DUR keeps the locks one of whose holders has held them at
 least DUR (by its holder record), to find stuck holders.";
@@ -68,10 +69,12 @@ JSON (--json), one object; times named *_in_ms count from now, times named
   expires_in_ms       time left on the key; null for no key or no expiry
   expires_at_unix_ms  when the key expires; null likewise
   holders             locks: [{id, count, record, host, pid, program,
-                      version, held_for_ms, held_since_unix_ms}], holder
-                      ids, hold counts and what the holder's record says
-                      (record false and the rest null: no record, as for
-                      a Java holder; held_* null: start not recorded)
+                      version, held_for_ms, held_since_unix_ms,
+                      hold_kind}], holder ids, hold counts and what
+                      the holder's record says (record false and the
+                      rest null: no record, as for a Java holder; held_*
+                      null: start not recorded); hold_kind: reentrant,
+                      fair, fenced, read, write or once
   subscribers         locks: waiting clients subscribed to the unlock
                       channel (one per client process; fair: also the
                       queued waiters' channels; on a Cluster, classic

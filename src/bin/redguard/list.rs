@@ -14,7 +14,7 @@ use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
 use crate::show::expiry_fields;
-use crate::status::{holder_line, holders_json, kind_word, queue_json, queue_text};
+use crate::status::{holder_line, holders_json, listed_kind, queue_json, queue_text};
 
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -83,7 +83,7 @@ fn to_text(info: &LockInfo) -> String {
     let _ = writeln!(
         s,
         "{name}: {}, ttl {}, waiters {queued}{subscribed} subscribed",
-        kind_word(&info.kind),
+        listed_kind(info),
         show::ttl(info.ttl)
     );
     for (holder, count) in &info.holders {
@@ -102,7 +102,7 @@ fn to_text(info: &LockInfo) -> String {
 fn to_json(info: &LockInfo) -> Value {
     let mut v = json!({
         "name": show::json_name(&info.name),
-        "kind": kind_word(&info.kind),
+        "kind": listed_kind(info),
         "held": info.is_held(),
     });
     expiry_fields(info.ttl, &mut v);

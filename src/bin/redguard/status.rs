@@ -70,6 +70,16 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     Ok(found.unwrap_or(Found::Lock(info)))
 }
 
+/// The kind of a lock as `list` names it: `once` for a run in progress
+/// (as its runner's record says), else as [`kind_word`].
+pub(crate) fn listed_kind(info: &LockInfo) -> &'static str {
+    if matches!(info.kind, LockKind::Reentrant) && is_once_run(info) {
+        "once"
+    } else {
+        kind_word(&info.kind)
+    }
+}
+
 /// Whether the lock's one holder runs a run-once key, as its record says
 /// (the run is a lock in layout).
 fn is_once_run(info: &LockInfo) -> bool {
@@ -266,6 +276,7 @@ pub(crate) fn holders_json(info: &LockInfo) -> Value {
         .map(|(h, n)| {
             let mut holder = json!({"id": h.as_str(), "count": n});
             holder_json(info, h, &mut holder);
+            holder["hold_kind"] = json!(info.hold_kind(h).map(redguard::HoldKind::as_str));
             holder
         })
         .collect()

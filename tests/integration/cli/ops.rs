@@ -73,6 +73,7 @@ fn status_list_and_who_name_each_holders_process() {
         let v = json(&status(name, true));
         let h = &v["holders"][0];
         assert_eq!(h["record"], true);
+        assert_eq!(h["hold_kind"], "reentrant", "{v}");
         assert_eq!(h["pid"], proc.pid());
         assert_eq!(h["host"], host());
         assert_eq!(h["program"], format!("redguard exec {name} -- sleep 30"));
@@ -403,6 +404,11 @@ fn status_names_permit_holders_latch_waiters_and_once_runners() {
         "{out}"
     );
     assert!(out.contains(&format!("  runner: {want}")), "{out}");
+    let mut cmd = redguard(&url);
+    cmd.args(["list", "--json", &key]);
+    let v = json(&run(cmd));
+    assert_eq!(v[0]["kind"], "once", "{v}");
+    assert_eq!(v[0]["holders"][0]["hold_kind"], "once", "{v}");
     drop(run_guard.complete("ok").unwrap());
     let v = status(&key);
     assert_eq!(
