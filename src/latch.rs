@@ -73,6 +73,11 @@ impl CountDownLatch {
         &self.name
     }
 
+    /// The client this handle belongs to.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn check(&self) -> Result<()> {
         keys::validate_name(&self.name).map_err(Error::InvalidArgument)?;
         self.client.source().check_latch_name(&self.name)?;

@@ -154,6 +154,11 @@ impl LeaseState {
         self.since
     }
 
+    /// What kind of hold it is.
+    pub(crate) fn kind(&self) -> HoldKind {
+        self.kind
+    }
+
     /// Marks the lock as released by its holder: the watchdog drops it.
     pub(crate) fn mark_released(&self) {
         self.released.store(true, Ordering::Release);

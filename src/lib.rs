@@ -135,6 +135,7 @@ mod replicas;
 mod scripts;
 mod semaphore;
 mod subscriber;
+mod sync_info;
 mod token;
 mod transaction;
 mod watchdog;
@@ -156,6 +157,7 @@ pub use record::{HolderRecord, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };
+pub use sync_info::{HeldPermit, LatchInfo, OnceInfo, SemaphoreInfo};
 pub use token::{ParseTokenError, TOKEN_BYTES, Token};
 
 /// The README's examples, compiled as doc tests.

@@ -15,8 +15,7 @@ use crate::holder::HolderId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HoldKind {
-    /// A reentrant lock ([`Client::lock`](crate::Client::lock)), or a
-    /// run-once claim ([`Client::once`](crate::Client::once)).
+    /// A reentrant lock ([`Client::lock`](crate::Client::lock)).
     Reentrant,
     /// A fair lock ([`Client::fair_lock`](crate::Client::fair_lock)).
     Fair,
@@ -29,11 +28,14 @@ pub enum HoldKind {
     /// A permit of an expiring semaphore
     /// ([`Client::expiring_semaphore`](crate::Client::expiring_semaphore)).
     Permit,
+    /// A run of a run-once key ([`Client::once`](crate::Client::once)): a
+    /// fenced lock in layout.
+    Once,
 }
 
 impl HoldKind {
     /// A short lowercase name: `reentrant`, `fair`, `fenced`, `read`,
-    /// `write`, `permit`.
+    /// `write`, `permit`, `once`.
     pub fn as_str(self) -> &'static str {
         match self {
             HoldKind::Reentrant => "reentrant",
@@ -42,7 +44,23 @@ impl HoldKind {
             HoldKind::Read => "read",
             HoldKind::Write => "write",
             HoldKind::Permit => "permit",
+            HoldKind::Once => "once",
         }
+    }
+
+    /// The kind named `name` ([`HoldKind::as_str`]'s names).
+    pub(crate) fn from_name(name: &str) -> Option<HoldKind> {
+        [
+            HoldKind::Reentrant,
+            HoldKind::Fair,
+            HoldKind::Fenced,
+            HoldKind::Read,
+            HoldKind::Write,
+            HoldKind::Permit,
+            HoldKind::Once,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
     }
 }
 
@@ -173,6 +191,9 @@ mod tests {
     #[test]
     fn names_are_stable() {
         assert_eq!(HoldKind::Fair.as_str(), "fair");
+        assert_eq!(HoldKind::from_name("once"), Some(HoldKind::Once));
+        assert_eq!(HoldKind::from_name("fenced"), Some(HoldKind::Fenced));
+        assert_eq!(HoldKind::from_name("lock"), None);
         assert_eq!(LossReason::DeadlinePassed.as_str(), "deadline_passed");
         assert_eq!(lost().name_lossy(), "job");
     }

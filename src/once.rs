@@ -439,7 +439,7 @@ impl Client {
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let ttl_ms = ttl_ms("run-once", ttl)?;
         self.check_open()?;
-        let lock = Lock::new_fenced(self.clone(), key);
+        let lock = Lock::new_once(self.clone(), key);
         let lease = self.watchdog_timeout();
         let lease_ms = lease_ms(lease)?;
         let holder = self.holder_id();

@@ -250,7 +250,7 @@ impl Lock {
         let response_timeout = self.inner.client.config().response_timeout;
         let script = |conn: &mut dyn redis::ConnectionLike| match &self.inner.kind {
             Kind::Reentrant => scripts::acquire(conn, &self.inner.name, holder, ms),
-            Kind::Fenced { token } => {
+            Kind::Fenced { token, .. } => {
                 scripts::fenced_acquire(conn, &self.inner.name, token, holder, ms)
             }
             Kind::Read { .. } | Kind::Write => self.rw_acquire(conn, holder, ms),

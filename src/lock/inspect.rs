@@ -9,6 +9,7 @@ use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
+use crate::lost::HoldKind;
 use crate::record::{self, HolderRecord};
 
 /// What [`Lock::inspect`] found at a lock name.
@@ -42,8 +43,11 @@ pub struct LockInfo {
     /// Connections subscribed to the lock's unlock channel (and, for a fair
     /// lock, its waiters' channels): the waiters of other processes,
     /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
-    /// many of its threads wait). On a Cluster, only the lock's node is
-    /// asked. `None` when the server would not say.
+    /// many of its threads wait). On a Cluster, classic subscribers are
+    /// counted on every master (a cluster forwards a `PUBLISH` to all its
+    /// nodes) and sharded ones (`PUBSUB SHARDNUMSUB`) on the lock's node;
+    /// subscribers on replicas are not counted. `None` when the server
+    /// would not say.
     pub subscribers: Option<u64>,
 }
 
@@ -58,6 +62,14 @@ impl LockInfo {
     pub fn held_since(&self, holder: &HolderId) -> Option<SystemTime> {
         self.record_of(holder)?
             .held_since(holder.as_str(), &self.name)
+    }
+
+    /// What kind of hold `holder` has, as its record says: a run-once
+    /// claim ([`HoldKind::Once`]) shares the layout of a fenced lock, and
+    /// only its record tells them apart.
+    pub fn hold_kind(&self, holder: &HolderId) -> Option<HoldKind> {
+        self.record_of(holder)?
+            .hold_kind(holder.as_str(), &self.name)
     }
 
     /// How long `holder` has held the lock: [`LockInfo::server_time`]
@@ -136,7 +148,9 @@ impl Lock {
     ///
     /// Meant for monitoring and administration (the `redguard status`
     /// command): one round trip, two when a hash is found, each a
-    /// `MULTI`/`EXEC` of reads.
+    /// `MULTI`/`EXEC` of reads, then one for the holders' records, the
+    /// server's clock and the subscribed waiters (on a Cluster, one more
+    /// per other master, for its classic subscribers).
     ///
     /// # Errors
     ///
@@ -208,23 +222,9 @@ impl Lock {
             }
         }
         if fair && matches!(info.kind, LockKind::Free | LockKind::Reentrant) {
-            let deadline_of = |holder: &str| {
-                deadlines
-                    .iter()
-                    .find(|(h, _)| h == holder)
-                    .and_then(|(_, ms)| {
-                        (ms.is_finite() && *ms >= 0.0)
-                            .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
-                    })
+            info.kind = LockKind::Fair {
+                queue: queued(&queue, &deadlines),
             };
-            let queue = queue
-                .iter()
-                .map(|holder| QueuedWaiter {
-                    holder: HolderId::from_stored(holder.as_str()),
-                    deadline: deadline_of(holder),
-                })
-                .collect();
-            info.kind = LockKind::Fair { queue };
         }
         self.read_around(&mut info)?;
         Ok(info)
@@ -252,6 +252,29 @@ impl Lock {
         info.subscribers = around.subscribers;
         Ok(())
     }
+}
+
+/// A fair lock's waiters, from its queue (`LRANGE`) and its timeout zset
+/// (`ZRANGE … WITHSCORES`: holder id → deadline, Unix epoch ms), first in
+/// line first. A waiter without a score, or with one that is no time, has
+/// no deadline.
+pub(crate) fn queued(queue: &[String], deadlines: &[(String, f64)]) -> Vec<QueuedWaiter> {
+    let deadline_of = |holder: &str| {
+        deadlines
+            .iter()
+            .find(|(h, _)| h == holder)
+            .and_then(|(_, ms)| {
+                (ms.is_finite() && *ms >= 0.0)
+                    .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
+            })
+    };
+    queue
+        .iter()
+        .map(|holder| QueuedWaiter {
+            holder: HolderId::from_stored(holder.as_str()),
+            deadline: deadline_of(holder),
+        })
+        .collect()
 }
 
 /// The kind and holders of a lock hash, from its fields: hold counts (and

@@ -119,6 +119,9 @@ pub(crate) enum Kind {
     Fenced {
         /// `redisson_lock_token:{name}`.
         token: Arc<[u8]>,
+        /// A run-once claim ([`Client::once`]) rather than a fenced lock:
+        /// the same scripts, another kind of hold.
+        once: bool,
     },
     /// The read side of Redisson's `RReadWriteLock`.
     Read {
@@ -199,6 +202,18 @@ impl Lock {
         Lock::new(client, name).with_inner(|inner| {
             inner.kind = Kind::Fenced {
                 token: keys::token(name).into(),
+                once: false,
+            };
+        })
+    }
+
+    /// The lock a run of run-once key `key` holds: a fenced lock in layout
+    /// (see [`Client::once`]).
+    pub(crate) fn new_once(client: Client, key: &[u8]) -> Lock {
+        Lock::new(client, key).with_inner(|inner| {
+            inner.kind = Kind::Fenced {
+                token: keys::token(key).into(),
+                once: true,
             };
         })
     }
@@ -231,6 +246,7 @@ impl Lock {
         match self.inner.kind {
             Kind::Reentrant => HoldKind::Reentrant,
             Kind::Fair { .. } => HoldKind::Fair,
+            Kind::Fenced { once: true, .. } => HoldKind::Once,
             Kind::Fenced { .. } => HoldKind::Fenced,
             Kind::Read { .. } => HoldKind::Read,
             Kind::Write => HoldKind::Write,

@@ -11,8 +11,8 @@ use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lease::Pttl;
-use crate::lock::inspect::{Field, read_hash};
-use crate::lock::{LockInfo, LockKind, QueuedWaiter};
+use crate::lock::inspect::{Field, queued, read_hash};
+use crate::lock::{LockInfo, LockKind};
 use crate::record;
 
 /// Keys asked for per `SCAN` call (a hint to the server, which may answer
@@ -28,8 +28,9 @@ impl Client {
     /// counts) whose name matches `pattern` (a `SCAN MATCH` glob: `*`, `?`,
     /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
     /// would describe each: kind, holders, lease
-    /// left, fair queue (without the waiters' deadlines), subscribed
-    /// waiters and the holders' records. With `others`, keys of other
+    /// left, fair queue with the waiters' deadlines, subscribed
+    /// waiters (on a Cluster, classic subscribers of every master) and the
+    /// holders' records. With `others`, keys of other
     /// types and hashes of other layouts are listed too, as
     /// [`LockKind::Other`] (the fair queues and other keys beside the locks
     /// among them).
@@ -37,7 +38,8 @@ impl Client {
     /// Uses `SCAN` with `COUNT` 1,000 (and `TYPE hash` without `others`),
     /// never `KEYS`, so the server stays responsive however many keys it
     /// has; one `SCAN` per 1,000 keys, and three pipelined round trips per
-    /// page that has locks (four with `others`). A snapshot per page, not of the whole
+    /// page that has locks (four with `others`), plus on a Cluster one per
+    /// other master for the classic subscribers. A snapshot per page, not of the whole
     /// keyspace: keys written meanwhile may or may not appear. In no
     /// particular order.
     ///
@@ -122,7 +124,12 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
                     .cmd("LRANGE")
                     .arg(keys::fair_queue(key))
                     .arg(0)
-                    .arg(-1);
+                    .arg(-1)
+                    .cmd("ZRANGE")
+                    .arg(keys::fair_timeouts(key))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES");
             }
         }
         pipe.ignore_errors();
@@ -155,16 +162,15 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
                 .unwrap_or_default();
+            let deadlines: Vec<(String, f64)> = replies
+                .next()
+                .and_then(|v| redis::from_redis_value(v).ok())
+                .unwrap_or_default();
             (info.kind, info.holders) = read_hash(fields);
             if !queue.is_empty() && matches!(info.kind, LockKind::Reentrant) {
-                let queue = queue
-                    .into_iter()
-                    .map(|holder| QueuedWaiter {
-                        holder: crate::holder::HolderId::from_stored(holder),
-                        deadline: None,
-                    })
-                    .collect();
-                info.kind = LockKind::Fair { queue };
+                info.kind = LockKind::Fair {
+                    queue: queued(&queue, &deadlines),
+                };
             }
         }
         if others || !matches!(info.kind, LockKind::Other { .. }) {
@@ -196,7 +202,8 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
             .iter()
             .flat_map(|&i| infos[i].holders.iter().map(|(h, _)| h.as_str())),
     );
-    let read = record::on_node(source, node, &channels, &clients)?;
+    let mut read = record::on_node(source, node, &channels, &clients)?;
+    record::add_classic_elsewhere(source, node, &channels, &mut read.subscribers)?;
     let by_client: HashMap<&str, &record::HolderRecord> = read
         .records
         .iter()

@@ -12,8 +12,8 @@
 //!   the lock's neighbours.
 //! * Fields: `host`, `pid`, `program`, `version`, `started` (ms since the
 //!   epoch on the server's clock), and `hold:<holder id>|<lock name>` →
-//!   the hold's start, ms on the server's clock (at most [`MAX_HOLDS`] per
-//!   record).
+//!   the hold's start, ms on the server's clock, a space and the kind of
+//!   hold ([`HoldKind::as_str`]; at most [`MAX_HOLDS`] per record).
 //! * Lifetime: `PEXPIRE` = the client's watchdog timeout, refreshed in the
 //!   round trips that renew its leases; deleted when the client shuts down.
 //!   A killed process's record is gone within one lease.
@@ -21,6 +21,7 @@
 //! This module knows the layout: names, fields, what a write sends and how
 //! a read is parsed. The watchdog decides when to write (`watchdog::records`).
 
+mod find;
 mod read;
 mod spec;
 
@@ -31,8 +32,10 @@ use redis::Value;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
 use crate::lease::Ttl;
+use crate::lost::HoldKind;
 
-pub(crate) use read::{around, clients_of, on_node, records_of};
+pub(crate) use find::holding;
+pub(crate) use read::{add_classic_elsewhere, around, clients_of, on_node, records_of};
 pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
 
 /// Most hold start times one record keeps: a client holding more locks on
@@ -122,6 +125,10 @@ pub struct RecordedHold {
     pub name: Vec<u8>,
     /// When the hold began (the first of a reentrant holder's holds).
     pub since: SystemTime,
+    /// What kind of hold it is (`None` when the record does not say): a
+    /// run-once claim and a fenced lock share a layout, and only this
+    /// tells them apart.
+    pub kind: Option<HoldKind>,
 }
 
 impl HolderRecord {
@@ -131,6 +138,14 @@ impl HolderRecord {
             .iter()
             .find(|h| h.holder == holder && h.name == name)
             .map(|h| h.since)
+    }
+
+    /// What kind of hold `holder` has on `name`, if the record says.
+    pub fn hold_kind(&self, holder: &str, name: &[u8]) -> Option<HoldKind> {
+        self.holds
+            .iter()
+            .find(|h| h.holder == holder && h.name == name)
+            .and_then(|h| h.kind)
     }
 
     /// The same record without its holds.
@@ -178,12 +193,17 @@ impl HolderRecord {
                     else {
                         continue;
                     };
+                    let kind = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|v| v.split_once(' '))
+                        .and_then(|(_, kind)| HoldKind::from_name(kind.trim()));
                     record.holds.push(RecordedHold {
                         holder: HolderId::from_stored(
                             String::from_utf8_lossy(&rest[..bar]).into_owned(),
                         ),
                         name: rest[bar + 1..].to_vec(),
                         since,
+                        kind,
                     });
                 }
                 _ => {}
@@ -193,9 +213,11 @@ impl HolderRecord {
     }
 }
 
-/// A decimal count of ms since the epoch.
+/// A decimal count of ms since the epoch (what follows a space, a hold's
+/// kind, left out).
 fn epoch_ms(value: &[u8]) -> Option<SystemTime> {
-    let ms: u64 = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let ms: u64 = text.split(' ').next()?.parse().ok()?;
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
@@ -247,6 +269,10 @@ mod tests {
                 hold_field(&format!("{UUID}:3"), b"a|b"),
                 b"1700000001000".to_vec(),
             ),
+            (
+                hold_field(&format!("{UUID}:4"), b"k"),
+                b"1700000002000 once".to_vec(),
+            ),
             (b"hold:bad".to_vec(), b"x".to_vec()),
         ];
         let r = HolderRecord::parse(UUID, fields, 2500).unwrap();
@@ -255,8 +281,13 @@ mod tests {
             r.started,
             Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
         );
-        assert_eq!(r.holds.len(), 1);
+        assert_eq!(r.holds.len(), 2);
         assert_eq!(r.holds[0].name, b"a|b");
+        assert_eq!(r.hold_kind(&format!("{UUID}:3"), b"a|b"), None);
+        assert_eq!(
+            r.hold_kind(&format!("{UUID}:4"), b"k"),
+            Some(HoldKind::Once)
+        );
         assert_eq!(
             r.held_since(&format!("{UUID}:3"), b"a|b"),
             Some(UNIX_EPOCH + Duration::from_millis(1_700_000_001_000))

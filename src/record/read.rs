@@ -47,13 +47,69 @@ pub(crate) fn around(
     clients: &[String],
 ) -> Result<Around> {
     let node = source.node_of(name);
-    let read = on_node(source, node, channels, clients)?;
+    let mut read = on_node(source, node, channels, clients)?;
+    add_classic_elsewhere(source, node, channels, &mut read.subscribers)?;
     let counts: Vec<u64> = read.subscribers.iter().flatten().copied().collect();
     Ok(Around {
         server_time: read.server_time,
         subscribers: (!counts.is_empty() || channels.is_empty()).then(|| counts.iter().sum()),
         records: read.records,
     })
+}
+
+/// On a Cluster, adds to `counts` (one per channel of `channels`, as
+/// [`on_node`] read them on node `node`) the classic subscribers of those
+/// channels on every other master: a cluster forwards every `PUBLISH` to
+/// all of its nodes, so a classic subscriber may sit on any of them
+/// (redguard's own on the first master it reaches). Sharded subscribers
+/// sit on the slot's node, which [`on_node`] asked already. One round trip
+/// per other master; nothing on a single server or Sentinel.
+///
+/// Replicas are not asked: a subscriber on a replica (Redisson's default
+/// `subscriptionMode = SLAVE`) is not counted. A master that does not
+/// answer is left out of the sum.
+///
+/// # Errors
+///
+/// When the slot map cannot be had.
+pub(crate) fn add_classic_elsewhere(
+    source: &Source,
+    node: NodeId,
+    channels: &[Vec<u8>],
+    counts: &mut [Option<u64>],
+) -> Result<()> {
+    if !source.is_cluster() || channels.is_empty() {
+        return Ok(());
+    }
+    for other in source.masters()? {
+        if other == node {
+            continue;
+        }
+        let reply: Option<Value> = source
+            .with_node_conn(other, |conn| {
+                let mut cmd = redis::cmd("PUBSUB");
+                cmd.arg("NUMSUB");
+                for ch in channels {
+                    cmd.arg(&ch[..]);
+                }
+                cmd.query(conn).map_err(Error::redis)
+            })
+            .map_err(|e| log::debug!("redguard: PUBSUB NUMSUB on node {other}: {e}"))
+            .ok();
+        add_counts(counts, numsub(reply, channels.len()));
+    }
+    Ok(())
+}
+
+/// Adds `more` to `counts`, channel by channel: an unknown count on one
+/// side leaves the other side's.
+fn add_counts(counts: &mut [Option<u64>], more: Vec<Option<u64>>) {
+    for (a, b) in counts.iter_mut().zip(more) {
+        *a = match (*a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// What [`on_node`] read.
@@ -115,13 +171,7 @@ pub(crate) fn on_node(
     if !channels.is_empty() {
         let mut counts = numsub(replies.next(), channels.len());
         if sharded {
-            let more = numsub(replies.next(), channels.len());
-            for (a, b) in counts.iter_mut().zip(more) {
-                *a = match (*a, b) {
-                    (Some(a), Some(b)) => Some(a + b),
-                    (a, b) => a.or(b),
-                };
-            }
+            add_counts(&mut counts, numsub(replies.next(), channels.len()));
         }
         out.subscribers = counts;
     }
@@ -206,5 +256,14 @@ mod tests {
         ]);
         assert_eq!(numsub(Some(reply), 2), vec![Some(2), Some(3)]);
         assert_eq!(numsub(Some(Value::Nil), 2), vec![None, None]);
+    }
+
+    #[test]
+    fn counts_of_several_nodes_add_up_per_channel() {
+        let mut counts = vec![Some(1), None, Some(2), None];
+        add_counts(&mut counts, vec![Some(3), Some(4), None, None]);
+        assert_eq!(counts, vec![Some(4), Some(4), Some(2), None]);
+        add_counts(&mut counts, vec![Some(1); 4]);
+        assert_eq!(counts, vec![Some(5), Some(5), Some(3), Some(1)]);
     }
 }

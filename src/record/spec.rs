@@ -120,7 +120,9 @@ impl RecordWrite {
             any = true;
         }
         for (field, state) in &self.adds {
-            set.arg(&field[..]).arg(server_ms(ago(state.held_since())));
+            let since = server_ms(ago(state.held_since()));
+            set.arg(&field[..])
+                .arg(format!("{since} {}", state.kind().as_str()));
             any = true;
         }
         if any {
@@ -230,6 +232,7 @@ mod tests {
         let full = packed(&write.commands(-1000));
         assert_eq!(full.len(), 5, "{full:?}");
         assert!(full[1].contains("job.sh --x") && full[1].contains("hold:h|n"));
+        assert!(full[1].contains(" reentrant\r\n"), "{full:?}");
         assert!(full[2].contains("HSETNX") && full[2].contains("started"));
         assert!(full[3].contains("HDEL") && full[3].contains("hold:h|old"));
         assert!(full[4].contains("PEXPIRE"));

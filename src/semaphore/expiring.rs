@@ -27,6 +27,11 @@ impl PermitId {
         PermitId(rand::random())
     }
 
+    /// The permit id stored as `bytes`.
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> PermitId {
+        PermitId(bytes)
+    }
+
     /// The 16 bytes stored in Redis.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
@@ -138,6 +143,11 @@ impl ExpiringSemaphore {
     /// The semaphore's name: the Redis key of its permit counter.
     pub fn name(&self) -> &[u8] {
         &self.name
+    }
+
+    /// The client this handle belongs to.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// The same semaphore, whose permits get a fixed `lease` that the

@@ -179,6 +179,11 @@ impl Semaphore {
         &self.name
     }
 
+    /// The client this handle belongs to.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn counter(&self) -> Counter<'_> {
         Counter {
             client: &self.client,

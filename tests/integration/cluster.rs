@@ -234,6 +234,7 @@ fn records_on_cluster(bed: &RedisCluster) {
     }
     let listed = reader.list_locks("records*", false).unwrap();
     assert_eq!(listed.len(), names.len());
+    subscribers_on_every_master(bed, &reader, &names[0]);
     drop(guards);
     client.shutdown();
     assert!(
@@ -242,6 +243,50 @@ fn records_on_cluster(bed: &RedisCluster) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// A subscriber connection on `node` of `bed`, subscribed to `channel`
+/// with `command` (`SUBSCRIBE` or `SSUBSCRIBE`), the subscription
+/// confirmed.
+fn subscribed(bed: &RedisCluster, node: usize, command: &str, channel: &str) -> redis::Connection {
+    let mut conn = bed.node(node).conn();
+    let cmd = redis::cmd(command).arg(channel).get_packed_command();
+    conn.send_packed_command(&cmd).unwrap();
+    let confirm = conn.recv_response().unwrap();
+    assert!(format!("{confirm:?}").contains("subscribe"), "{confirm:?}");
+    conn
+}
+
+/// The waiters `status` counts on a Cluster: classic subscribers on
+/// whichever master they sit (a `PUBLISH` reaches every node), sharded
+/// ones on the slot's master; `inspect` and `list_locks` sum them.
+fn subscribers_on_every_master(bed: &RedisCluster, reader: &Client, name: &str) {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let home = bed.master_of_slot(slot(name.as_bytes()));
+    let others: Vec<usize> = bed.masters().into_iter().filter(|&m| m != home).collect();
+    let mut subs = vec![
+        subscribed(bed, others[0], "SUBSCRIBE", &channel),
+        subscribed(bed, others[1], "SUBSCRIBE", &channel),
+    ];
+    let mut want = 2;
+    if !case_lacks(Cap::Spublish, "sharded subscribers in status") {
+        subs.push(subscribed(bed, home, "SSUBSCRIBE", &channel));
+        want += 1;
+    }
+    let counted = || {
+        let listed = reader.list_locks(name, false).unwrap();
+        (
+            reader.lock(name).inspect().unwrap().subscribers,
+            listed.first().and_then(|l| l.subscribers),
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(3), || counted()
+            == (Some(want), Some(want))),
+        "subscribers counted {:?}, want {want}",
+        counted()
+    );
+    drop(subs);
 }
 
 fn kinds_on_cluster(bed: &RedisCluster) {

@@ -37,12 +37,14 @@ pub(crate) const LIST_HELP: &str = "\
 Text: one line per lock: name, kind, lease left, waiters; then one line
 per holder: its id, hold count, host, pid and how long it has held the
 lock (\"no record\" for a holder without a holder record, such as a Java
-process).
+process); for a fair lock, one line per queued waiter with the time left
+until its deadline.
 
 JSON (--json), one array of objects with the fields of `redguard status
 --json` for a lock (name, kind, held, expires_in_ms, expires_at_unix_ms,
-holders, queue, mode, subscribers); with --all, other keys have kind
-\"other\" and redis_type.
+holders, queue, mode, subscribers); kind is \"once\" for a run of
+`redguard once` in progress (as its runner's record says); with --all,
+other keys have kind \"other\" and redis_type.
 
 --older-than DUR keeps the locks one of whose holders has held them at
 least DUR (by its holder record), to find stuck holders.";
@@ -67,23 +69,45 @@ JSON (--json), one object; times named *_in_ms count from now, times named
   expires_in_ms       time left on the key; null for no key or no expiry
   expires_at_unix_ms  when the key expires; null likewise
   holders             locks: [{id, count, record, host, pid, program,
-                      version, held_for_ms, held_since_unix_ms}], holder
-                      ids, hold counts and what the holder's record says
-                      (record false and the rest null: no record, as for
-                      a Java holder; held_* null: start not recorded)
+                      version, held_for_ms, held_since_unix_ms,
+                      hold_kind}], holder ids, hold counts and what
+                      the holder's record says (record false and the
+                      rest null: no record, as for a Java holder; held_*
+                      null: start not recorded); hold_kind: reentrant,
+                      fair, fenced, read, write or once
   subscribers         locks: waiting clients subscribed to the unlock
                       channel (one per client process; fair: also the
-                      queued waiters' channels); null when unknown
+                      queued waiters' channels; on a Cluster, classic
+                      subscribers of every master and sharded ones of
+                      the lock's); expiring_semaphore and once: of
+                      their channel; null when unknown
   mode                read_write: \"read\" or \"write\"
   queue               fair: [{id, deadline_unix_ms}], first in line first
                       (deadline null when the waiter has none)
   value               counter: a semaphore's available permits or a
                       latch's count
+  semaphore_subscribers, latch_subscribers
+                      counter: waiting clients subscribed to the
+                      semaphore's and to the latch's channel
   available           expiring_semaphore: permits available
+  held_permits        expiring_semaphore: how many permits are held
   permits             expiring_semaphore: [{id, expires_in_ms,
-                      expires_at_unix_ms}], the permits held
+                      expires_at_unix_ms, record, host, pid, program,
+                      version, held_for_ms, held_since_unix_ms}], the
+                      permits held, their lease left and what their
+                      holder's record says (as for a lock's holders)
   ran_at_unix_ms, by, exit_status, host, pid
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null
                       when not recorded by redguard)
+  state               once: \"running\" or \"done\" (a run in progress
+                      is a lock in layout: it shows as kind once when
+                      its runner's holder record says so, else as a
+                      reentrant lock; `redguard once --status KEY` always
+                      names it a run)
+  holder              once, running: the runner's holder id
+  runner              once: {id, record, host, pid, program, version,
+                      held_for_ms, held_since_unix_ms}: the runner's
+                      holder id and its client's record, while that
+                      client lives
   redis_type          other: the Redis type of the value";

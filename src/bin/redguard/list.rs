@@ -1,5 +1,6 @@
 //! `redguard list [PATTERN]`: the locks whose names match, with their
-//! holders (host, pid, held for), lease left and waiters, found with SCAN on
+//! holders (host, pid, held for), lease left and waiters (a fair lock's
+//! queue with each waiter's deadline), found with SCAN on
 //! every master (`Client::list_locks`).
 
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
 use crate::show::expiry_fields;
-use crate::status::{holder_line, holders_json, kind_word};
+use crate::status::{holder_line, holders_json, listed_kind, queue_json, queue_text};
 
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -82,7 +83,7 @@ fn to_text(info: &LockInfo) -> String {
     let _ = writeln!(
         s,
         "{name}: {}, ttl {}, waiters {queued}{subscribed} subscribed",
-        kind_word(&info.kind),
+        listed_kind(info),
         show::ttl(info.ttl)
     );
     for (holder, count) in &info.holders {
@@ -92,13 +93,16 @@ fn to_text(info: &LockInfo) -> String {
             holder_line(info, holder)
         );
     }
+    if let LockKind::Fair { queue } = &info.kind {
+        s.push_str(&queue_text(queue, "  "));
+    }
     s
 }
 
 fn to_json(info: &LockInfo) -> Value {
     let mut v = json!({
         "name": show::json_name(&info.name),
-        "kind": kind_word(&info.kind),
+        "kind": listed_kind(info),
         "held": info.is_held(),
     });
     expiry_fields(info.ttl, &mut v);
@@ -107,12 +111,7 @@ fn to_json(info: &LockInfo) -> Value {
             v["redis_type"] = json!(redis_type);
             return v;
         }
-        LockKind::Fair { queue } => {
-            v["queue"] = queue
-                .iter()
-                .map(|w| json!({"id": w.holder.as_str(), "deadline_unix_ms": Value::Null}))
-                .collect();
-        }
+        LockKind::Fair { queue } => v["queue"] = queue_json(queue),
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         _ => {}
     }

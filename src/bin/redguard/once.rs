@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, SystemTime};
 
-use redguard::{Once, OnceGuard, OnceStatus, Outcome};
+use redguard::{Once, OnceGuard, OnceInfo, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
 use crate::child::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
@@ -180,46 +180,120 @@ fn run_once(
 /// `redguard once --status KEY [--json]`: one line (or one JSON object)
 /// on stdout; exit 0 whatever it says.
 fn status(key: &[u8], json: bool, conn: &Connection) -> Result<ExitCode, Failure> {
-    let found = conn
+    let info = conn
         .client
-        .once_status(key)
+        .once_inspect(key)
         .map_err(|e| lib_failure(&e, key, conn))?;
     if json {
-        println!("{}", status_json(key, &found));
+        println!("{}", status_json(&info));
         return Ok(ExitCode::SUCCESS);
     }
-    let line = match found {
+    let line = match &info.status {
         OnceStatus::NotRun => "not run (no record)".to_owned(),
         OnceStatus::Running {
             holder, expires_in, ..
-        } => format!("running: holder {holder}{}", lease_left(expires_in)),
-        OnceStatus::Done(outcome) => format!("ran {}", describe(&outcome)),
+        } => format!("running: holder {holder}{}", lease_left(*expires_in)),
+        OnceStatus::Done(outcome) => format!("ran {}", describe(outcome)),
         _ => "in an unknown state".to_owned(),
     };
-    println!("{} {line}", show::name(key));
+    print!("{} {line}\n{}", show::name(key), details_text(&info));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `--status --json`: the fields `redguard once --help` lists.
-fn status_json(key: &[u8], found: &OnceStatus) -> Value {
-    let mut v = json!({ "key": show::json_name(key) });
-    match found {
-        OnceStatus::NotRun => v["state"] = json!("not_run"),
+fn status_json(info: &OnceInfo) -> Value {
+    let mut v = json!({ "key": show::json_name(&info.key) });
+    v["state"] = json!(match info.status {
+        OnceStatus::NotRun => "not_run",
+        OnceStatus::Running { .. } => "running",
+        OnceStatus::Done(_) => "done",
+        _ => "unknown",
+    });
+    info_fields(info, &mut v);
+    v
+}
+
+/// A run-once key for `redguard status`: its state on the first line,
+/// then the runner's record and the waiters.
+pub(crate) fn info_text(info: &OnceInfo) -> String {
+    let name = show::name(&info.key);
+    let first = match &info.status {
+        OnceStatus::NotRun => format!("once {name}: not run (no record)"),
+        OnceStatus::Running {
+            holder, expires_in, ..
+        } => format!(
+            "once {name}: running: holder {holder}{}",
+            lease_left(*expires_in)
+        ),
+        OnceStatus::Done(outcome) => format!("once {name}: ran {}", describe(outcome)),
+        _ => format!("once {name}: in an unknown state"),
+    };
+    format!("{first}\n{}", details_text(info))
+}
+
+/// The lines under a run-once key's state: what the runner's record says
+/// (for a finished run: whether its client is still up), and the waiters.
+fn details_text(info: &OnceInfo) -> String {
+    let mut s = String::new();
+    match &info.status {
+        OnceStatus::Running { .. } => {
+            let line = crate::status::record_line(info.record.as_ref(), info.held_for());
+            s.push_str(&format!("  runner: {line}\n"));
+        }
+        OnceStatus::Done(_) => {
+            let line = match &info.record {
+                Some(r) => format!(
+                    "its client is still up: host {}, pid {}, program {}",
+                    r.host,
+                    r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                    show::name(r.program.as_bytes())
+                ),
+                None => "no record of its client (gone, records off, or not redguard)".to_owned(),
+            };
+            s.push_str(&format!("  runner: {line}\n"));
+        }
+        _ => {}
+    }
+    let subscribed = info
+        .subscribers
+        .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+    s.push_str(&format!("  waiters: {subscribed} subscribed\n"));
+    s
+}
+
+/// A run-once key's fields for JSON: a finished run's
+/// ([`outcome_fields`]), or a run in progress's `holder`,
+/// `expires_in_ms`, `expires_at_unix_ms`; then `runner` (null when there
+/// is none), the runner's holder id with what its client's record says
+/// (`id`, and the fields of a lock holder's record: `record`, `host`,
+/// `pid`, `program`, `version`, `held_for_ms`, `held_since_unix_ms`),
+/// and `subscribers`.
+pub(crate) fn info_fields(info: &OnceInfo, v: &mut Value) {
+    match &info.status {
         OnceStatus::Running {
             holder, expires_in, ..
         } => {
-            v["state"] = json!("running");
             v["holder"] = json!(holder);
             v["expires_in_ms"] = json!(expires_in.map(show::ms));
             v["expires_at_unix_ms"] = json!(expires_in.map(show::unix_ms_in));
         }
-        OnceStatus::Done(outcome) => {
-            v["state"] = json!("done");
-            outcome_fields(outcome, &mut v);
-        }
-        _ => v["state"] = json!("unknown"),
+        OnceStatus::Done(outcome) => outcome_fields(outcome, v),
+        _ => {}
     }
-    v
+    v["runner"] = match info.runner() {
+        Some(id) => {
+            let mut runner = json!({ "id": id });
+            crate::status::record_json(
+                info.record.as_ref(),
+                info.held_for(),
+                info.held_since(),
+                &mut runner,
+            );
+            runner
+        }
+        None => Value::Null,
+    };
+    v["subscribers"] = json!(info.subscribers);
 }
 
 /// A recorded run's fields for JSON: `ran_at_unix_ms`, `by`,

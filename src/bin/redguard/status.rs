@@ -4,8 +4,9 @@
 //! fields and codes are listed in `redguard status --help`).
 
 use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
 
-use redguard::{LockInfo, LockKind, OnceStatus, Outcome};
+use redguard::{HolderRecord, LockInfo, LockKind, OnceInfo, OnceStatus, QueuedWaiter};
 use serde_json::{Value, json};
 
 use crate::cli::{StatusArgs, name_bytes};
@@ -23,8 +24,9 @@ enum Found {
     Lock(LockInfo),
     /// A semaphore's or latch's counter, or expiring permits.
     Counter(Counter),
-    /// The record of a finished `redguard once` run.
-    Once(Outcome),
+    /// A run of a run-once key, finished or (as its runner's record
+    /// says) in progress, with its runner's record.
+    Once(OnceInfo),
 }
 
 /// `redguard status`.
@@ -45,13 +47,20 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     let info = conn.client.lock(name).inspect().map_err(fail)?;
     let found = match &info.kind {
-        LockKind::Free => crate::sync_status::read(conn, name, info.ttl)?.map(Found::Counter),
+        LockKind::Reentrant if is_once_run(&info) => match conn.client.once_inspect(name) {
+            Ok(once) if matches!(once.status, OnceStatus::Running { .. }) => {
+                Some(Found::Once(once))
+            }
+            Ok(_) => None,
+            Err(e) => return Err(fail(e)),
+        },
+        LockKind::Free => crate::sync_status::read(conn, name)?.map(Found::Counter),
         LockKind::Other { redis_type } if redis_type == "string" => {
-            crate::sync_status::read(conn, name, info.ttl)?.map(Found::Counter)
+            crate::sync_status::read(conn, name)?.map(Found::Counter)
         }
         LockKind::Other { redis_type } if redis_type == "hash" => {
-            match conn.client.once_status(name) {
-                Ok(OnceStatus::Done(outcome)) => Some(Found::Once(outcome)),
+            match conn.client.once_inspect(name) {
+                Ok(once) if matches!(once.status, OnceStatus::Done(_)) => Some(Found::Once(once)),
                 Ok(_) | Err(redguard::Error::WrongType { .. }) => None,
                 Err(e) => return Err(fail(e)),
             }
@@ -61,11 +70,31 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     Ok(found.unwrap_or(Found::Lock(info)))
 }
 
+/// The kind of a lock as `list` names it: `once` for a run in progress
+/// (as its runner's record says), else as [`kind_word`].
+pub(crate) fn listed_kind(info: &LockInfo) -> &'static str {
+    if matches!(info.kind, LockKind::Reentrant) && is_once_run(info) {
+        "once"
+    } else {
+        kind_word(&info.kind)
+    }
+}
+
+/// Whether the lock's one holder runs a run-once key, as its record says
+/// (the run is a lock in layout).
+fn is_once_run(info: &LockInfo) -> bool {
+    match info.holders.as_slice() {
+        [(holder, _)] => info.hold_kind(holder) == Some(redguard::HoldKind::Once),
+        _ => false,
+    }
+}
+
 fn exit_code(found: &Found) -> u8 {
     match found {
         Found::Lock(info) if matches!(info.kind, LockKind::Other { .. }) => code::DATAERR,
         Found::Lock(info) if info.is_held() => 0,
         Found::Counter(counter) if counter.is_held() => 0,
+        Found::Once(once) if matches!(once.status, OnceStatus::Running { .. }) => 0,
         Found::Lock(_) | Found::Counter(_) | Found::Once(_) => FREE,
     }
 }
@@ -86,11 +115,7 @@ fn to_text(name: &[u8], found: &Found) -> String {
     match found {
         Found::Lock(info) => lock_text(name, info),
         Found::Counter(counter) => counter.text(name),
-        Found::Once(outcome) => format!(
-            "once {}: ran {}\n",
-            show::name(name),
-            crate::once::describe(outcome)
-        ),
+        Found::Once(once) => crate::once::info_text(once),
     }
 }
 
@@ -98,13 +123,15 @@ fn to_json(name: &[u8], found: &Found) -> Value {
     match found {
         Found::Lock(info) => lock_json(name, info),
         Found::Counter(counter) => counter.json(name),
-        Found::Once(outcome) => {
+        Found::Once(once) => {
+            let running = matches!(once.status, OnceStatus::Running { .. });
             let mut v = json!({
                 "name": show::json_name(name),
                 "kind": "once",
-                "held": false,
+                "held": running,
+                "state": if running { "running" } else { "done" },
             });
-            crate::once::outcome_fields(outcome, &mut v);
+            crate::once::info_fields(once, &mut v);
             v
         }
     }
@@ -151,31 +178,60 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
         .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
     let _ = writeln!(s, "  waiters: {queued}{subscribed} subscribed");
     if let LockKind::Fair { queue } = &info.kind {
-        let now = std::time::SystemTime::now();
-        for (i, waiter) in queue.iter().enumerate() {
-            let deadline = match waiter.deadline {
-                Some(at) => match at.duration_since(now) {
-                    Ok(left) => format!("deadline in {}", show::left(left)),
-                    Err(_) => "deadline passed".to_owned(),
-                },
-                None => "no deadline".to_owned(),
-            };
-            let _ = writeln!(s, "  queued #{}: {} ({deadline})", i + 1, waiter.holder);
-        }
+        s.push_str(&queue_text(queue, "  "));
     }
     s
+}
+
+/// A fair lock's queue for people, one line per waiter (first in line
+/// first) with how long until its deadline, each line after `indent`.
+pub(crate) fn queue_text(queue: &[QueuedWaiter], indent: &str) -> String {
+    use std::fmt::Write;
+    let now = std::time::SystemTime::now();
+    let mut s = String::new();
+    for (i, waiter) in queue.iter().enumerate() {
+        let deadline = match waiter.deadline {
+            Some(at) => match at.duration_since(now) {
+                Ok(left) => format!("deadline in {}", show::left(left)),
+                Err(_) => "deadline passed".to_owned(),
+            },
+            None => "no deadline".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "{indent}queued #{}: {} ({deadline})",
+            i + 1,
+            waiter.holder
+        );
+    }
+    s
+}
+
+/// A fair lock's queue for `--json`: `[{id, deadline_unix_ms}]`, first in
+/// line first.
+pub(crate) fn queue_json(queue: &[QueuedWaiter]) -> Value {
+    queue
+        .iter()
+        .map(
+            |w| json!({"id": w.holder.as_str(), "deadline_unix_ms": w.deadline.map(show::unix_ms)}),
+        )
+        .collect()
 }
 
 /// What `holder`'s record says, on one line: host, pid, program and how
 /// long it has held the lock; or that it has no record.
 pub(crate) fn holder_line(info: &LockInfo, holder: &redguard::HolderId) -> String {
-    let Some(record) = info.record_of(holder) else {
+    record_line(info.record_of(holder), info.held_for(holder))
+}
+
+/// What a holder record says, on one line: host, pid, program and how
+/// long the hold has lasted (`held_for`); or that there is no record.
+pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Duration>) -> String {
+    let Some(record) = record else {
         return "no record (not a redguard client, records off, or not written yet)".to_owned();
     };
     let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-    let held = info
-        .held_for(holder)
-        .map_or_else(|| "unknown".to_owned(), show::left);
+    let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
     format!(
         "host {}, pid {pid}, program {}; held for {held}",
         record.host,
@@ -187,14 +243,28 @@ pub(crate) fn holder_line(info: &LockInfo, holder: &redguard::HolderId) -> Strin
 /// is one), `host`, `pid`, `program`, `version`, `held_for_ms`,
 /// `held_since_unix_ms` (null when unknown).
 pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut Value) {
-    let record = info.record_of(holder);
+    record_json(
+        info.record_of(holder),
+        info.held_for(holder),
+        info.held_since(holder),
+        v,
+    );
+}
+
+/// [`holder_json`]'s fields from a record and a hold's times.
+pub(crate) fn record_json(
+    record: Option<&HolderRecord>,
+    held_for: Option<Duration>,
+    held_since: Option<SystemTime>,
+    v: &mut Value,
+) {
     v["record"] = json!(record.is_some());
     v["host"] = json!(record.map(|r| r.host.as_str()));
     v["pid"] = json!(record.and_then(|r| r.pid));
     v["program"] = json!(record.map(|r| r.program.as_str()));
     v["version"] = json!(record.map(|r| r.version.as_str()));
-    v["held_for_ms"] = json!(info.held_for(holder).map(show::ms));
-    v["held_since_unix_ms"] = json!(info.held_since(holder).map(show::unix_ms));
+    v["held_for_ms"] = json!(held_for.map(show::ms));
+    v["held_since_unix_ms"] = json!(held_since.map(show::unix_ms));
 }
 
 /// Every holder of `info` with its hold count and, where a record says
@@ -206,6 +276,7 @@ pub(crate) fn holders_json(info: &LockInfo) -> Value {
         .map(|(h, n)| {
             let mut holder = json!({"id": h.as_str(), "count": n});
             holder_json(info, h, &mut holder);
+            holder["hold_kind"] = json!(info.hold_kind(h).map(redguard::HoldKind::as_str));
             holder
         })
         .collect()
@@ -221,12 +292,7 @@ fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
     match &info.kind {
-        LockKind::Fair { queue } => {
-            v["queue"] = queue
-                .iter()
-                .map(|w| json!({"id": w.holder.as_str(), "deadline_unix_ms": w.deadline.map(show::unix_ms)}))
-                .collect();
-        }
+        LockKind::Fair { queue } => v["queue"] = queue_json(queue),
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         LockKind::Other { redis_type } => v["redis_type"] = json!(redis_type),
         _ => {}
