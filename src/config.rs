@@ -49,9 +49,21 @@ const MAX_RENEW_BATCH: usize = 10_000;
 ///
 /// Only the calls that acquire and release a lock combine: anything that
 /// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
-/// watchdog's pipelines, `WAIT` for replica acknowledgement, which
-/// [`Builder::min_replica_acks`] asks for) keeps using the
-/// pool. Sentinel and Cluster deployments stay exclusive.
+/// watchdog's pipelines) keeps using the pool. Through Sentinel, the
+/// master has the shared connections (new ones after a failover); on a
+/// Cluster, each master node has `connections` of its own, and a call sent
+/// on after an `ASK` redirection takes a pooled connection (`ASKING` holds
+/// only for the next command on its connection).
+///
+/// Calls that wait for replica acknowledgement
+/// ([`Builder::min_replica_acks`]) keep a pooled connection too. `WAIT`
+/// acknowledges everything written before it on its connection, so one
+/// pipelined behind the script on a shared connection would be correct;
+/// but Redis answers nothing else on that connection until the replicas
+/// have acknowledged or the wait timed out, so every thread sharing it
+/// would wait as long, and the reply needs a longer read timeout than the
+/// others'. On its own connection the script and its `WAIT` still go out
+/// in one write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ConnectionMode {

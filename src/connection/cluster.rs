@@ -318,7 +318,8 @@ impl Cluster {
             self.options.connect_timeout,
             self.options.response_timeout,
         )?
-        .named(self.options.name.clone());
+        .named(self.options.name.clone())
+        .combining(self.options.combining);
         let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
             return Ok(id);
@@ -438,6 +439,44 @@ impl Cluster {
         key: &[u8],
         mut op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
+        self.routed(key, |node, asking| {
+            node.pool.with_conn(|conn| {
+                if asking {
+                    redis::cmd("ASKING")
+                        .query::<()>(conn)
+                        .map_err(Error::redis)?;
+                }
+                op(conn)
+            })
+        })
+    }
+
+    /// [`Cluster::with_conn`] on the node's shared connections when the
+    /// client combines. A call sent on after `ASK` takes a connection of
+    /// its own: `ASKING` holds only for the next command on its connection,
+    /// which on a shared one may be another thread's.
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.routed(key, |node, asking| {
+            if asking {
+                node.pool.with_conn(|conn| {
+                    redis::cmd("ASKING")
+                        .query::<()>(conn)
+                        .map_err(Error::redis)?;
+                    op(conn)
+                })
+            } else {
+                node.pool.with_shared_conn(&mut op)
+            }
+        })
+    }
+
+    /// Runs `call` on the node that serves `key`'s slot (with `true` when
+    /// it must send `ASKING` first), following redirections.
+    fn routed<T>(&self, key: &[u8], mut call: impl FnMut(&Node, bool) -> Result<T>) -> Result<T> {
         if let Some(why) = keys::cluster_conflict(key) {
             return Err(Error::InvalidArgument(why));
         }
@@ -456,14 +495,7 @@ impl Cluster {
                 Some(id) => id,
                 None => self.route(slot)?,
             };
-            let result = self.node(node)?.pool.with_conn(|conn| {
-                if asking {
-                    redis::cmd("ASKING")
-                        .query::<()>(conn)
-                        .map_err(Error::redis)?;
-                }
-                op(conn)
-            });
+            let result = call(&*self.node(node)?, asking);
             let Err(e) = &result else {
                 return result;
             };

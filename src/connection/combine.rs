@@ -559,3 +559,164 @@ impl redis::ConnectionLike for Combined<'_> {
         true
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the pauses are the scenario: a server's slow reply, threads queueing one after another"
+)]
+mod tests {
+    //! Deadlines on a frozen server. The server here is a loopback socket
+    //! that answers one command after a delay and nothing after it: the
+    //! kernel still accepts and buffers what is sent, as for a `SIGSTOP`ped
+    //! Redis. Each thread's call must return by its own deadline (the
+    //! response timeout after it queued) plus a small slack, not when the
+    //! calls ahead of it let go of the connection.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::Barrier;
+
+    use redis::IntoConnectionInfo;
+
+    const RESPONSE: Duration = Duration::from_millis(500);
+    /// When the server answers its first command.
+    const FIRST_REPLY: Duration = Duration::from_millis(400);
+    /// Followers queue every 25 ms from 25 ms on, while the first command
+    /// waits for its reply.
+    const FOLLOWERS: u32 = 8;
+    const STAGGER: Duration = Duration::from_millis(25);
+    /// Scheduling on a loaded 2-core machine. The broken behaviours return
+    /// the first follower 375 ms late (at the first command's read timeout,
+    /// 400 + 500 ms, instead of its own deadline, 25 + 500 ms).
+    const SLACK: Duration = Duration::from_millis(150);
+
+    /// A server that answers the first command it reads with `+OK` after
+    /// [`FIRST_REPLY`], then freezes: it reads everything and answers
+    /// nothing. Its threads end when the clients hang up, or after 10 s.
+    fn server_that_freezes() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut first = true;
+            for conn in listener.incoming().take(16) {
+                let Ok(mut conn) = conn else { return };
+                let answer = std::mem::take(&mut first);
+                std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut buf = [0u8; 4096];
+                    if answer && matches!(conn.read(&mut buf), Ok(n) if n > 0) {
+                        std::thread::sleep(FIRST_REPLY);
+                        let _ = conn.write_all(b"+OK\r\n");
+                    }
+                    while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    /// Connects to `addr` with the response timeout; with `setup`, a
+    /// `CLIENT SETNAME` round trip first, as a named client's pool does.
+    fn connector(
+        addr: SocketAddr,
+        setup: bool,
+    ) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
+        move |_| {
+            let info = format!("redis://{addr}/").into_connection_info().unwrap();
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
+            let mut conn = client
+                .get_connection_with_timeout(Duration::from_secs(1))
+                .map_err(Error::redis)?;
+            conn.set_read_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            if setup {
+                redis::cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg("t")
+                    .query::<()>(&mut conn)
+                    .map_err(Error::redis)?;
+            }
+            Ok(conn)
+        }
+    }
+
+    /// Thread 0 sends a `PING` at once; thread `t` sends one `t` × 25 ms
+    /// later, queued behind it. For each thread: how long its call took
+    /// from its start, and its result (redis-rs's error, unclassified).
+    fn ping_from_staggered_threads(setup: bool) -> Vec<(Duration, RedisResult<String>)> {
+        let addr = server_that_freezes();
+        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let start = Arc::new(Barrier::new(FOLLOWERS as usize + 1));
+        let handles: Vec<_> = (0..=FOLLOWERS)
+            .map(|t| {
+                let (combiner, start) = (combiner.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let connect = connector(addr, setup);
+                    start.wait();
+                    std::thread::sleep(STAGGER * t);
+                    let began = Instant::now();
+                    let result = combiner
+                        .with_conn(
+                            &connect,
+                            |conn| Ok(redis::cmd("PING").query::<String>(conn)),
+                        )
+                        .unwrap_or_else(|e| Err(connect_cause(&e)));
+                    (began.elapsed(), result)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// The first command's reply comes late but in time; the followers,
+    /// queued meanwhile, go out as one pipeline on the same connection,
+    /// and the server freezes. The pipeline's reads are bounded by its
+    /// oldest command's deadline: every follower returns by its own
+    /// deadline, none waits a whole response timeout from the write.
+    #[test]
+    fn a_pipeline_that_waited_is_read_only_until_its_oldest_deadline() {
+        let results = ping_from_staggered_threads(false);
+        let (took, first) = &results[0];
+        assert_eq!(first.as_deref().ok(), Some("OK"), "{first:?}");
+        assert!(*took <= FIRST_REPLY + SLACK, "thread 0 took {took:?}");
+        for (t, (took, result)) in results.iter().enumerate().skip(1) {
+            let e = result
+                .as_ref()
+                .expect_err("a frozen server answers nothing");
+            assert!(e.is_timeout(), "thread {t}: {e:?}");
+            assert!(
+                *took <= RESPONSE + SLACK,
+                "thread {t} took {took:?}, past its own deadline ({RESPONSE:?} + {SLACK:?})"
+            );
+        }
+    }
+
+    /// The server answers the connection's setup, then freezes: the first
+    /// command holds the connection for a whole response timeout, and the
+    /// followers' deadlines pass while they are queued. Each is taken back
+    /// unsent at its own deadline, without waiting for the connection.
+    #[test]
+    fn queued_commands_are_taken_back_at_their_own_deadlines() {
+        let results = ping_from_staggered_threads(true);
+        let (took, first) = &results[0];
+        let e = first.as_ref().expect_err("a frozen server answers nothing");
+        assert!(e.is_timeout(), "thread 0: {e:?}");
+        assert!(
+            *took <= FIRST_REPLY + RESPONSE + SLACK,
+            "thread 0 took {took:?}"
+        );
+        for (t, (took, result)) in results.iter().enumerate().skip(1) {
+            let e = result.as_ref().expect_err("nothing was answered");
+            assert!(e.to_string().contains("was not sent"), "thread {t}: {e}");
+            assert!(
+                *took <= RESPONSE + SLACK,
+                "thread {t} took {took:?}, past its own deadline ({RESPONSE:?} + {SLACK:?})"
+            );
+        }
+    }
+}

@@ -219,17 +219,19 @@ impl Source {
     }
 
     /// Runs `op` on a connection to the server that owns `key`, shared with
-    /// other threads when the client combines (a single server's); else as
-    /// [`Source::with_conn`]. `op` must leave the connection as it found
-    /// it: no `MULTI`, no pub/sub, no timeouts changed.
+    /// other threads when the client combines (each node has its own shared
+    /// connections); else as [`Source::with_conn`]. `op` must leave the
+    /// connection as it found it: no `MULTI`, no pub/sub, no timeouts
+    /// changed.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],
-        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         match self {
             Source::Single(pool) => pool.with_shared_conn(op),
-            _ => self.with_conn(key, |conn| op(conn)),
+            Source::Sentinel(sentinel) => sentinel.with_shared_conn(op),
+            Source::Cluster(cluster) => cluster.with_shared_conn(key, op),
         }
     }
 

@@ -489,6 +489,35 @@ impl Sentinel {
         &self,
         mut op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
+        self.on_master(|pool, sent| {
+            pool.with_conn(|conn| {
+                *sent = true;
+                op(conn)
+            })
+        })
+    }
+
+    /// [`Sentinel::with_conn`] on the master's shared connections when the
+    /// client combines. `op` runs before its shared connection is made, so
+    /// a call counts as unsent when its connection was refused: its command
+    /// was never written (as a Cluster reads a refusal).
+    pub(crate) fn with_shared_conn<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.on_master(|pool, sent| {
+            let result = pool.with_shared_conn(&mut op);
+            *sent = !matches!(&result, Err(e) if is_refusal(e));
+            result
+        })
+    }
+
+    /// Runs `call` on the master's pool; `call` sets its flag once its
+    /// command may have been sent. A failure that shows the master gone or
+    /// demoted makes the next attempt ask the sentinels again; a call that
+    /// was refused by a replica (`READONLY`) or never sent is tried again
+    /// within the connect timeout, with backoff.
+    fn on_master<T>(&self, mut call: impl FnMut(&Pool, &mut bool) -> Result<T>) -> Result<T> {
         let inner = &self.inner;
         let start = Instant::now();
         let budget = inner.settings.connect_timeout;
@@ -502,10 +531,7 @@ impl Sentinel {
                 Err(e) => return Err(e),
             };
             let mut sent = false;
-            let result = master.pool.with_conn(|conn| {
-                sent = true;
-                op(conn)
-            });
+            let result = call(&master.pool, &mut sent);
             let err = match result {
                 Ok(value) => return Ok(value),
                 Err(e) => e,
@@ -547,6 +573,12 @@ impl Sentinel {
     pub(crate) fn generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)
     }
+}
+
+/// `true` when `e` is a refused connection: nothing was written on it.
+fn is_refusal(e: &Error) -> bool {
+    e.redis_error()
+        .is_some_and(redis::RedisError::is_connection_refusal)
 }
 
 /// Pauses for the backoff's next pause and returns `true`, unless that
@@ -607,7 +639,12 @@ impl Inner {
                     self.settings.response_timeout,
                 )
             });
-        let pool = Arc::new(pool?.master_only().named(self.settings.name.clone()));
+        let pool = Arc::new(
+            pool?
+                .master_only()
+                .named(self.settings.name.clone())
+                .combining(self.settings.combining),
+        );
         if let Some(old) = slot.as_ref() {
             log::info!(
                 "redguard: master {:?} of {} moved from {} to {}",

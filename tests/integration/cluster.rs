@@ -4,10 +4,10 @@
 //! last but for the CLI case, which needs only a working cluster.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redguard::{ClassicPublish, Client, Error};
+use redguard::{ClassicPublish, Client, ConnectionMode, Error};
 
 use crate::support::{
     Cap, ChildTest, RedisCluster, caps, capture_logs, case_lacks, child_env, child_role,
@@ -91,7 +91,8 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     }
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
-    f3_slot_migration(&bed);
+    f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
+    f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
     f2_automatic_failover(&mut bed);
     f5_release_across_a_failover(&mut bed);
     cli_exec_on_cluster(&bed);
@@ -1066,36 +1067,54 @@ fn f1_manual_failover(bed: &RedisCluster) {
 }
 
 /// F3: the slot of a lock moves back and forth between two masters while
-/// a thread runs 1,000 acquire/release cycles on it.
-fn f3_slot_migration(bed: &RedisCluster) {
-    let client = builder(&bed.url()).build().unwrap();
+/// `threads` threads of one client in `mode` run 1,000 acquire/release
+/// cycles between them, each on its own name in that slot (with
+/// `Combining`, their calls share the node's connection: pipelines meet
+/// `MOVED`, `ASK` and `TRYAGAIN`).
+fn f3_slot_migration(bed: &RedisCluster, mode: ConnectionMode, threads: usize) {
+    let client = builder(&bed.url()).connection_mode(mode).build().unwrap();
     let masters = bed.masters();
-    let name = name_on(bed, masters[0], "f3");
-    let s = slot(name.as_bytes());
-    let done = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let lock = client.lock(&name);
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut errors = Vec::new();
-            for _ in 0..F3_CYCLES {
-                match lock.lock() {
-                    Ok(g) => {
-                        if let Err(e) = g.unlock() {
-                            errors.push(e.to_string());
+    let first = name_on(bed, masters[0], "f3");
+    let s = slot(first.as_bytes());
+    let mut names = vec![first];
+    // Random names land in a given slot once in 16,384 tries.
+    for _ in 0..threads * 1_000_000 {
+        if names.len() == threads {
+            break;
+        }
+        let name = unique_name("f3");
+        if slot(name.as_bytes()) == s {
+            names.push(name);
+        }
+    }
+    assert_eq!(names.len(), threads, "no names found in slot {s}");
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = names
+        .into_iter()
+        .map(|name| {
+            let lock = client.lock(name);
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut errors = Vec::new();
+                for _ in 0..F3_CYCLES / threads {
+                    match lock.lock() {
+                        Ok(g) => {
+                            if let Err(e) = g.unlock() {
+                                errors.push(e.to_string());
+                            }
                         }
+                        Err(e) => errors.push(e.to_string()),
                     }
-                    Err(e) => errors.push(e.to_string()),
                 }
-            }
-            done.store(true, Ordering::SeqCst);
-            errors
+                done.fetch_add(1, Ordering::SeqCst);
+                errors
+            })
         })
-    };
+        .collect();
     let mut moves = 0;
     let (mut from, mut to) = (masters[0], masters[1]);
     let started = Instant::now();
-    while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
+    while done.load(Ordering::SeqCst) < threads && started.elapsed() < Duration::from_secs(60) {
         bed.begin_migration(s, from, to);
         // Cycles run against the half-moved slot: ASK and TRYAGAIN.
         crate::support::sleep(ms(20));
@@ -1106,9 +1125,13 @@ fn f3_slot_migration(bed: &RedisCluster) {
         std::mem::swap(&mut from, &mut to);
         crate::support::sleep(ms(20));
     }
-    let errors = worker.join().unwrap();
+    let errors: Vec<String> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
     eprintln!(
-        "F3: {F3_CYCLES} cycles during {moves} slot moves in {:?}; {} errors",
+        "F3 ({mode:?}, {threads} threads): {F3_CYCLES} cycles during {moves} slot moves in \
+         {:?}; {} errors",
         started.elapsed(),
         errors.len()
     );

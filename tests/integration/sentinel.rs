@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use redguard::ConnectionMode;
+
 use crate::support::{
     BedOptions, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms, test_builder,
     unique_name, wait_until,
@@ -377,10 +379,14 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 /// E1: two clients × two threads acquire → increment → release in a loop
 /// while the master is `kill -9`ed. Work resumes within 5 s of the kill, no
 /// `READONLY` reaches a caller after that, no two holders overlap, and the
-/// counter equals the completed critical sections.
+/// counter equals the completed critical sections. The second client and
+/// the patient caller combine (`ConnectionMode::Combining`): their shared
+/// connection to the master follows the failover too.
 fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let name = unique_name("e1");
-    let clients = [builder(bed).build().unwrap(), builder(bed).build().unwrap()];
+    // The second client's two threads share one connection to the master.
+    let combining = || builder(bed).connection_mode(ConnectionMode::Combining { connections: 1 });
+    let clients = [builder(bed).build().unwrap(), combining().build().unwrap()];
     let stop = Arc::new(AtomicBool::new(false));
     let inside = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
@@ -452,7 +458,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
     // A caller with a deadline that starts right at the kill, on a client
     // whose connections go to the old master: it rides out the failover
     // and gets the lock, no error.
-    let patient = builder(bed).build().unwrap();
+    let patient = combining().build().unwrap();
     drop(patient.lock(unique_name("e1-warm")).lock().unwrap());
     let old = bed.master_port();
     bed.drain_switches();
