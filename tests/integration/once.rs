@@ -1435,13 +1435,18 @@ fn a_claim_runs_only_when_enough_replicas_acknowledged_it() {
         }),
         "the replica never synced"
     );
+    // A lease well above the `WAIT` timeout (1 s): with the test's 900 ms
+    // one, a slow acknowledgement on a loaded machine makes the grant come
+    // after its lease ran out, and it is given back.
     let one = test_builder(&master.url())
+        .watchdog_timeout(Duration::from_secs(10))
         .min_replica_acks(1)
         .build()
         .unwrap();
     let key = unique_name("once-acked");
-    let Once::Run(run) = one.once(&key, DAY).unwrap() else {
-        panic!("one replica acknowledged the claim");
+    let claim = one.once(&key, DAY).unwrap();
+    let Once::Run(run) = claim else {
+        panic!("one replica acknowledged the claim: {claim:?}");
     };
     run.complete(b"acked").unwrap();
 
