@@ -97,6 +97,16 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         cluster.wait_settled();
+        // A node told to replicate is a master without slots until the
+        // others hear of it: each master must see its replica.
+        let paired = wait_until(SETTLE, || {
+            let masters = cluster.masters();
+            masters.len() == 3
+                && masters
+                    .iter()
+                    .all(|&m| cluster.replica_seen_by(m).is_some())
+        });
+        assert!(paired, "the masters never saw their replicas");
         cluster
     }
 
@@ -207,6 +217,12 @@ impl RedisCluster {
 
     /// The index of a replica of master `master`.
     pub fn replica_of(&self, master: usize) -> usize {
+        self.replica_seen_by(master)
+            .unwrap_or_else(|| panic!("master {master} has no replica"))
+    }
+
+    /// The index of a replica of master `master`, as the master sees it.
+    fn replica_seen_by(&self, master: usize) -> Option<usize> {
         let view = self.nodes_seen_by(master);
         let id = view
             .iter()
@@ -215,9 +231,8 @@ impl RedisCluster {
             .expect("the master sees itself");
         let replica = view
             .iter()
-            .find(|n| n.master_id.as_deref() == Some(&id) && !n.failed)
-            .unwrap_or_else(|| panic!("master {master} has no replica"));
-        self.index_of_port(replica.port)
+            .find(|n| n.master_id.as_deref() == Some(&id) && !n.failed)?;
+        Some(self.index_of_port(replica.port))
     }
 
     /// `CLUSTER FAILOVER` on replica `replica`; returns when every live
