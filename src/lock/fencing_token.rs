@@ -57,3 +57,19 @@ impl fmt::Display for FencingToken {
         fmt::Display::fmt(&self.0, f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FencingToken;
+
+    #[test]
+    fn a_token_is_its_number() {
+        for n in [1, 7, u64::MAX] {
+            let token = FencingToken::from(n);
+            assert_eq!(token, FencingToken::new(n));
+            assert_eq!(token.get(), n);
+            assert_eq!(token.to_string(), n.to_string());
+        }
+        assert!(FencingToken::new(2) > FencingToken::new(1));
+    }
+}

@@ -212,6 +212,27 @@ mod tests {
     }
 
     #[test]
+    fn a_second_client_on_the_thread_keeps_the_first_ones_holds() {
+        let (a, _) = enter(4, &key(), state);
+        let (_b, new) = enter(5, &key(), state);
+        assert!(new, "another client's hold is its own");
+        assert!(current(4, b"k").is_some_and(|s| Arc::ptr_eq(&s, &a)));
+    }
+
+    #[test]
+    fn leaving_one_of_many_holds_keeps_the_others() {
+        let keys: Vec<Arc<[u8]>> = (0..100)
+            .map(|i| Arc::from(format!("k{i}").as_bytes()))
+            .collect();
+        let states: Vec<_> = keys.iter().map(|k| enter(6, k, state).0).collect();
+        assert_eq!(leave(6, &keys[0], &states[0]), 0);
+        forget(6, &keys[1], &states[1]);
+        for (k, s) in keys.iter().zip(&states).skip(2) {
+            assert!(current(6, k).is_some_and(|c| Arc::ptr_eq(&c, s)));
+        }
+    }
+
+    #[test]
     fn holds_are_per_thread() {
         let (_a, _) = enter(3, &key(), state);
         let other = std::thread::spawn(|| current(3, b"k").is_some())
