@@ -823,3 +823,36 @@ fn refused_with_count(
     unchanged(&before, &after, t.elapsed() + ms(2))
         .unwrap_or_else(|e| panic!("{field} = {value}: {e}"));
 }
+
+/// The mode decides which holds count: a write field in a lock whose mode
+/// is not "write" (written by someone else) is no write hold. Its holder's
+/// write release is refused with the hash unchanged; its write re-entry,
+/// and its read (a downgrade), find the lock busy.
+#[test]
+fn rw_a_write_field_counts_only_in_write_mode() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let rw = |name: &str| client.read_write_lock(name);
+
+    let name = unique_name("rw-mode-release");
+    let g = rw(&name).write().lock().unwrap();
+    refused_with_count(&ctx.server, &name, "mode", "read", || g.unlock());
+
+    for (mode, side) in [("read", "write"), ("foreign", "read")] {
+        let name = unique_name("rw-mode-enter");
+        let _g = rw(&name).write().lock().unwrap();
+        let _: i64 = ctx
+            .server
+            .cmd("HSET", &[name.as_bytes(), b"mode", mode.as_bytes()]);
+        let lock = if side == "read" {
+            rw(&name).read()
+        } else {
+            rw(&name).write()
+        };
+        let got = lock.try_lock().unwrap();
+        assert!(got.is_none(), "{side} granted in mode {mode}");
+    }
+}
