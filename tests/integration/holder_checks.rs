@@ -356,8 +356,8 @@ fn a4_a_stale_read_release_leaves_a_reentrant_lock_of_the_same_holder_alone() {
     assert!(client.read_write_lock(&name).force_unlock().unwrap());
     let reentrant = client.lock(&name).lock().unwrap();
     let mut conn = server.conn();
-    let before = snapshot(&mut conn, &name);
     let t = Instant::now();
+    let before = snapshot(&mut conn, &name);
     let released = read.unlock();
     let after = snapshot(&mut conn, &name);
     assert!(

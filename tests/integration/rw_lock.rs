@@ -812,8 +812,8 @@ fn refused_with_count(
         &[name.as_bytes(), field.as_bytes(), value.as_bytes()],
     );
     let mut conn = server.conn();
-    let before = snapshot(&mut conn, name);
     let t = Instant::now();
+    let before = snapshot(&mut conn, name);
     let r = call();
     let after = snapshot(&mut conn, name);
     assert!(
