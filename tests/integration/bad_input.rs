@@ -189,6 +189,41 @@ fn i7_a_key_of_the_wrong_type_is_an_error_and_stays_untouched() {
     assert_eq!(ttl, -1);
 }
 
+/// I7 for a held lock: its key replaced by a value of another type behind
+/// the holder's back. The holder's `extend` reaches the renewal script of
+/// its kind, which reports the wrong type (not "not held"), and the value
+/// stays as it was, without an expiry.
+#[test]
+fn i7_an_extend_after_the_key_became_another_type_is_wrong_type() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    for kind in ["reentrant", "fair", "fenced", "read", "write"] {
+        let name = unique_name(&format!("i7-extend-{kind}"));
+        let lock = match kind {
+            "reentrant" => client.lock(&name),
+            "fair" => client.fair_lock(&name),
+            "fenced" => client.fenced_lock(&name),
+            "read" => client.read_write_lock(&name).read(),
+            _ => client.read_write_lock(&name).write(),
+        };
+        let guard = lock.lock().unwrap();
+        let _: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+        let () = ctx.server.cmd("SET", &[name.as_bytes(), b"precious"]);
+        let err = guard.extend(Duration::from_secs(60)).unwrap_err();
+        assert!(
+            matches!(&err, redguard::Error::WrongType { key } if *key == name),
+            "{kind}: {err:?}"
+        );
+        let value: String = ctx.server.cmd("GET", &[name.as_bytes()]);
+        assert_eq!(value, "precious", "{kind}");
+        assert_eq!(ctx.server.pttl(&name), -1, "{kind}");
+        drop(guard);
+    }
+}
+
 #[test]
 fn i8_a_foreign_hash_without_ttl_is_treated_as_held() {
     let ctx = TestContext::new();

@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    ChildTest, RedisServer, TEST_WATCHDOG, TestContext, child_role, ms, say, test_builder,
-    unique_name, wait_until,
+    ChildTest, RedisServer, TEST_WATCHDOG, TestContext, capture_logs, child_role, logged_lines, ms,
+    say, test_builder, unique_name, wait_until,
 };
 
 fn queue_key(name: &str) -> Vec<u8> {
@@ -512,6 +512,47 @@ fn fair_leaving_head_passes_the_wake_up_on() {
     assert!(got);
     assert!(at - left_at < ms(1_000), "woken after {:?}", at - left_at);
     assert!(no_trace(&server, &name));
+}
+
+/// The head of a free lock's queue that leaves with nobody behind it (the
+/// lock freed silently, then the waiter's client shut down): the leave
+/// finds no one to wake and ends cleanly, without a trace in the queue and
+/// without a failure logged.
+#[test]
+fn fair_a_leaving_head_with_nobody_behind_it_leaves_cleanly() {
+    capture_logs();
+    let server = RedisServer::start();
+    let slow_poll = || {
+        test_builder(&server.url())
+            .poll_interval(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let name = unique_name("fair-last-leaves");
+    let holder_client = slow_poll();
+    let waiter_client = slow_poll();
+    let holder = holder_client
+        .fair_lock(&name)
+        .with_lease(Duration::from_secs(20));
+    let guard = holder.lock().unwrap();
+    let waiter = waiter_client.fair_lock(&name);
+    let waiting = thread::spawn(move || waiter.lock().map(|_| ()));
+    wait_queue_len(&holder, 1);
+    assert!(server.wait_scripts_idle(), "the waiter sleeps");
+    let _: u64 = server.cmd("DEL", &[name.as_bytes()]);
+    std::mem::forget(guard);
+    waiter_client.shutdown();
+    let result = waiting.join().unwrap();
+    assert!(
+        matches!(result, Err(redguard::Error::Shutdown)),
+        "{result:?}"
+    );
+    assert!(no_trace(&server, &name));
+    let failures: Vec<String> = logged_lines()
+        .into_iter()
+        .filter(|l| l.contains(&name) && !l.starts_with("DEBUG") && !l.starts_with("TRACE"))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// The child half of A8: joins the queue of a fair lock and waits there

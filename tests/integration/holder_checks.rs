@@ -30,6 +30,9 @@ pub(crate) fn snapshot(conn: &mut redis::Connection, name: &str) -> BTreeMap<Vec
         .arg(format!("*{name}*"))
         .query(conn)
         .unwrap();
+    if keys.is_empty() {
+        return BTreeMap::new();
+    }
     let mut meta = redis::pipe();
     for k in &keys {
         meta.cmd("TYPE").arg(k).cmd("PTTL").arg(k);
@@ -333,4 +336,34 @@ fn a4_a_stale_renewal_is_refused_by_the_script_for_every_kind() {
         state.unwrap_or_else(|e| panic!("{kind:?}: B's lock changed: {e}"));
     }
     eprintln!("A4 stale renewals (bound {bound:?}): {report:?}");
+}
+
+/// A stale read hold whose name now holds another kind of lock of the same
+/// holder id: an admin `force_unlock`ed the read-write lock and the same
+/// thread took a reentrant lock of that name (whose hash field is the
+/// holder id, as a reader's is). The stale read release reaches the read
+/// unlock script, which refuses it: a hash without a mode is no read-write
+/// lock, so the reentrant lock keeps its field and its expiry.
+#[test]
+fn a4_a_stale_read_release_leaves_a_reentrant_lock_of_the_same_holder_alone() {
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("a4-kind");
+    let read = client.read_write_lock(&name).read().lock().unwrap();
+    assert!(client.read_write_lock(&name).force_unlock().unwrap());
+    let reentrant = client.lock(&name).lock().unwrap();
+    let mut conn = server.conn();
+    let t = Instant::now();
+    let before = snapshot(&mut conn, &name);
+    let released = read.unlock();
+    let after = snapshot(&mut conn, &name);
+    assert!(
+        released.as_ref().is_err_and(redguard::Error::is_not_held),
+        "the stale read release: {released:?}"
+    );
+    unchanged(&before, &after, t.elapsed() + ms(2)).unwrap();
+    reentrant.unlock().unwrap();
 }

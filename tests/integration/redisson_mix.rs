@@ -197,6 +197,15 @@ fn a_java_renewal_cannot_cut_a_fixed_read_hold_short(
         .unwrap();
     let waited = cut.elapsed();
     let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    // The reader's own timeout key, which Redisson's read unlock counts:
+    // cut to 2 s before 4.4, it would be gone by now had the look-ups not
+    // restored it.
+    let timeout_key = format!(
+        "{}:{}:rwlock_timeout:1",
+        java.prefix(),
+        reader.holder_id().as_str()
+    );
+    let hold_pttl = ctx.server.pttl(&timeout_key);
     eprintln!(
         "Redisson {generation} read renewal ({JAVA_WATCHDOG:?}) on a {FIXED_READ:?} Rust read \
          hold: writer got in: {} (after {waited:?}); reader check {:?}; lock PTTL {pttl} ms",
@@ -209,6 +218,10 @@ fn a_java_renewal_cannot_cut_a_fixed_read_hold_short(
     );
     reader.check().unwrap();
     assert!(pttl > 0, "{pttl}");
+    assert!(
+        hold_pttl > 0,
+        "Redisson {generation}: the reader's timeout key: PTTL {hold_pttl}"
+    );
     reader.unlock().unwrap();
 }
 

@@ -775,3 +775,116 @@ fn rw_force_unlock_deletes_in_the_mode_asked_for_and_wakes_the_waiters() {
         drop(stale);
     }
 }
+
+/// A hold count that is not a positive number (written by someone else:
+/// neither redguard nor Redisson stores one) is no hold. The holder's read
+/// release and write release are refused with the hash unchanged, its read
+/// `extend` too, and the look-up of a fixed read hold reports it lost.
+#[test]
+fn rw_a_hold_count_that_is_not_a_positive_number_is_no_hold() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let rw = |name: &str| client.read_write_lock(name);
+    for value in ["0", "-1"] {
+        let name = unique_name("rw-count-read");
+        let g = rw(&name).read().lock().unwrap();
+        let field = g.holder_id().as_str().to_owned();
+        refused_with_count(&ctx.server, &name, &field, value, || g.unlock());
+
+        let name = unique_name("rw-count-write");
+        let g = rw(&name).write().lock().unwrap();
+        let field = format!("{}:write", g.holder_id().as_str());
+        refused_with_count(&ctx.server, &name, &field, value, || g.unlock());
+    }
+    let name = unique_name("rw-count-extend");
+    let g = rw(&name).read().lock().unwrap();
+    let field = g.holder_id().as_str().to_owned();
+    refused_with_count(&ctx.server, &name, &field, "x", || {
+        g.extend(Duration::from_secs(60))
+    });
+
+    // A fixed read hold, looked up every 500 ms.
+    let looked_up = test_builder(&ctx.server.url())
+        .watchdog_timeout(ms(1_500))
+        .build()
+        .unwrap();
+    let name = unique_name("rw-count-keep");
+    let g = looked_up
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(6))
+        .read()
+        .lock()
+        .unwrap();
+    let field = g.holder_id().as_str().to_owned();
+    let _: i64 = ctx
+        .server
+        .cmd("HSET", &[name.as_bytes(), field.as_bytes(), b"0"]);
+    assert!(
+        wait_until(Duration::from_secs(2), || g.is_lost()),
+        "a fixed read hold counted 0 is still held"
+    );
+}
+
+/// Sets `field` of the read-write lock `name` to `value`, then `call` (a
+/// release or `extend` of that field's holder) must be refused as not held
+/// and leave every key of `name` as it was.
+fn refused_with_count(
+    server: &crate::support::RedisServer,
+    name: &str,
+    field: &str,
+    value: &str,
+    call: impl FnOnce() -> redguard::Result<()>,
+) {
+    use crate::holder_checks::{snapshot, unchanged};
+    let _: i64 = server.cmd(
+        "HSET",
+        &[name.as_bytes(), field.as_bytes(), value.as_bytes()],
+    );
+    let mut conn = server.conn();
+    let t = Instant::now();
+    let before = snapshot(&mut conn, name);
+    let r = call();
+    let after = snapshot(&mut conn, name);
+    assert!(
+        r.as_ref().is_err_and(redguard::Error::is_not_held),
+        "{field} = {value}: {r:?}"
+    );
+    unchanged(&before, &after, t.elapsed() + ms(2))
+        .unwrap_or_else(|e| panic!("{field} = {value}: {e}"));
+}
+
+/// The mode decides which holds count: a write field in a lock whose mode
+/// is not "write" (written by someone else) is no write hold. Its holder's
+/// write release is refused with the hash unchanged; its write re-entry,
+/// and its read (a downgrade), find the lock busy.
+#[test]
+fn rw_a_write_field_counts_only_in_write_mode() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let rw = |name: &str| client.read_write_lock(name);
+
+    let name = unique_name("rw-mode-release");
+    let g = rw(&name).write().lock().unwrap();
+    refused_with_count(&ctx.server, &name, "mode", "read", || g.unlock());
+
+    for (mode, side) in [("read", "write"), ("foreign", "read")] {
+        let name = unique_name("rw-mode-enter");
+        let _g = rw(&name).write().lock().unwrap();
+        let _: i64 = ctx
+            .server
+            .cmd("HSET", &[name.as_bytes(), b"mode", mode.as_bytes()]);
+        let lock = if side == "read" {
+            rw(&name).read()
+        } else {
+            rw(&name).write()
+        };
+        let got = lock.try_lock().unwrap();
+        assert!(got.is_none(), "{side} granted in mode {mode}");
+    }
+}
