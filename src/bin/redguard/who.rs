@@ -36,6 +36,7 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
                     "holds": r.holds.iter().map(|h| json!({
                         "name": show::json_name(&h.name),
                         "holder": h.holder.as_str(),
+                        "kind": h.kind.map(redguard::HoldKind::as_str),
                         "held_since_unix_ms": show::unix_ms(h.since),
                         "held_for_ms": now.and_then(|n| n.duration_since(h.since).ok()).map(show::ms),
                     })).collect::<Vec<_>>(),
@@ -62,7 +63,12 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
                 let held = now
                     .and_then(|n| n.duration_since(h.since).ok())
                     .map_or_else(|| "unknown".to_owned(), show::left);
-                println!("  holds {} as {} for {held}", show::name(&h.name), h.holder);
+                let kind = h.kind.map_or_else(String::new, |k| format!(" ({k})"));
+                println!(
+                    "  holds {} as {}{kind} for {held}",
+                    show::name(&h.name),
+                    h.holder
+                );
             }
         }
     }

@@ -409,6 +409,16 @@ fn status_names_permit_holders_latch_waiters_and_once_runners() {
     let v = json(&run(cmd));
     assert_eq!(v[0]["kind"], "once", "{v}");
     assert_eq!(v[0]["holders"][0]["hold_kind"], "once", "{v}");
+    let mut cmd = redguard(&url);
+    cmd.args(["who", "--json", &holder.id().to_string()]);
+    let v = json(&run(cmd));
+    let holds = v["records"][0]["holds"].as_array().unwrap().clone();
+    assert!(
+        holds
+            .iter()
+            .any(|h| h["name"] == key.as_str() && h["kind"] == "once"),
+        "{v}"
+    );
     drop(run_guard.complete("ok").unwrap());
     let v = status(&key);
     assert_eq!(
