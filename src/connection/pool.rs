@@ -272,6 +272,11 @@ impl Pool {
         self
     }
 
+    /// `true` when lock calls combine on shared connections.
+    pub(crate) fn combines(&self) -> bool {
+        self.combiner.is_some()
+    }
+
     /// Runs `op` on a shared connection when the pool combines, else on a
     /// pooled one.
     pub(crate) fn with_shared_conn<T>(

@@ -506,6 +506,12 @@ impl Sentinel {
         mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         self.on_master(|pool, sent| {
+            if !pool.combines() {
+                return pool.with_conn(|conn| {
+                    *sent = true;
+                    op(conn)
+                });
+            }
             let result = pool.with_shared_conn(&mut op);
             *sent = !matches!(&result, Err(e) if is_refusal(e));
             result
