@@ -286,7 +286,7 @@ impl OnceGuard {
                 ttl_ms,
                 at: recorded_at.clone(),
             };
-            match record.write(false) {
+            match record.write() {
                 Ok(done) => Ok(done),
                 // The master is gone or changing: the watchdog writes it on
                 // the new one, and this call waits for that (bounded by the
@@ -302,7 +302,7 @@ impl OnceGuard {
                         client.watchdog_timeout(),
                         until,
                         e,
-                        move || match record.write(true)? {
+                        move || match record.write()? {
                             Release::Released => Ok(()),
                             _ => Err(Error::not_held(record.lock.name())),
                         },
@@ -363,10 +363,12 @@ struct Record {
 
 impl Record {
     /// Writes the record and ends the run, if this holder still holds the
-    /// key: `Released` then, `NotHeld` otherwise. `again`: an earlier
-    /// attempt may have written it already (its reply lost), so a refusal
-    /// looks for this holder's record before it counts.
-    fn write(&self, again: bool) -> Result<Release> {
+    /// key: `Released` then, `NotHeld` otherwise. An earlier attempt may
+    /// have written it already, its reply lost (the connection pool sends a
+    /// command again on a fresh connection after a cut reply, and the
+    /// watchdog retries after a failover), so a refusal looks for this
+    /// holder's record before it counts.
+    fn write(&self) -> Result<Release> {
         let client = self.lock.client();
         let key = self.lock.name();
         let at = client.with_conn(key, |conn| {
@@ -380,7 +382,7 @@ impl Record {
                 self.ttl_ms,
             )?;
             match at {
-                None if again => script::recorded_by(conn, key, &self.holder),
+                None => script::recorded_by(conn, key, &self.holder),
                 at => Ok(at),
             }
         })?;

@@ -1460,3 +1460,31 @@ fn a_claim_runs_only_when_enough_replicas_acknowledged_it() {
     assert!(err.is_not_replicated(), "{err:?}");
     assert!(!master.exists(&key), "the claim was undone");
 }
+
+/// A completion whose reply is lost (the connection cut after the server
+/// ran the script) still reports the outcome it recorded: the call, sent
+/// again, finds the key no longer held but this runner's record there.
+#[test]
+fn a_completion_whose_reply_was_lost_counts_as_recorded() {
+    use crate::support::{FaultProxy, ReplyFault};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_client(&proxy.url());
+    // The scripts loaded first: the cut must meet the completion's reply,
+    // not a NOSCRIPT.
+    let warm = unique_name("once-cut-warm");
+    let Once::Run(run) = client.once(&warm, Duration::from_secs(60)).unwrap() else {
+        panic!("a fresh key runs");
+    };
+    run.complete("warm").unwrap();
+    let key = unique_name("once-cut");
+    let Once::Run(run) = client.once(&key, Duration::from_secs(60)).unwrap() else {
+        panic!("a fresh key runs");
+    };
+    proxy.fault_replies_to(b"cut-outcome", ReplyFault::Cut, 1);
+    let outcome = run.complete("cut-outcome").unwrap();
+    assert_eq!(proxy.reply_faults_done(), 1, "no reply was cut");
+    assert_eq!(outcome.value, b"cut-outcome");
+    let by: String = server.cmd("HGET", &[key.as_bytes(), b"by"]);
+    assert_eq!(by, client.holder_id().to_string());
+}
