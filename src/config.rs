@@ -88,6 +88,12 @@ pub enum ConnectionMode {
     /// of its own (an acquire is undone). A shared connection that breaks
     /// before its first reply is tried once more on a fresh one, as a
     /// pooled connection is.
+    ///
+    /// Worth it when many threads lock different names: Redis then reads
+    /// and writes once per batch: 8 threads on 2 cores did 1.2–1.7 times
+    /// the lock/unlock cycles of exclusive connections (BENCHMARKS.md). It
+    /// costs a contended lock's hand-off: the woken waiter's acquire may
+    /// wait for the shared connection to be handed to it.
     Combining {
         /// Shared connections, 1 ..= 4096 (beside the pool, which the
         /// calls that do not combine still use).
