@@ -201,15 +201,20 @@ mod tests {
         ))
     }
 
-    #[test]
-    fn a_server_without_a_record_key_is_asked_again_only_after_the_pace() {
-        let now = Instant::now();
+    /// A record with a 30 s lease, of a new client.
+    fn record(now: Instant) -> RecordState {
         let spec = Arc::new(RecordSpec::new(
             &ClientId::new_random(),
             None,
             Duration::from_secs(30),
         ));
-        let mut r = RecordState::new(spec, Arc::new(Counters::default()), now);
+        RecordState::new(spec, Arc::new(Counters::default()), now)
+    }
+
+    #[test]
+    fn a_server_without_a_record_key_is_asked_again_only_after_the_pace() {
+        let now = Instant::now();
+        let mut r = record(now);
         let mut searches = 0;
         let mut none = |_: &str| {
             searches += 1;
@@ -230,12 +235,7 @@ mod tests {
     #[test]
     fn first_write_is_whole_then_pending_holds_then_refreshes() {
         let now = Instant::now();
-        let spec = Arc::new(RecordSpec::new(
-            &ClientId::new_random(),
-            None,
-            Duration::from_secs(30),
-        ));
-        let mut r = RecordState::new(spec, Arc::new(Counters::default()), now);
+        let mut r = record(now);
         assert_eq!(r.due_at(true, now), Some(now));
         let held = state(now);
         r.hold(b"f1".to_vec(), held.clone());
