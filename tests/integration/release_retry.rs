@@ -164,6 +164,40 @@ fn r3_the_same_thread_waits_for_its_pending_release() {
     assert!(!bed.exists(&name));
 }
 
+/// R3 with two locks: a second release retried on the same thread keeps
+/// the first one's pending too, and the thread waits for the first one's
+/// before it takes that lock again.
+#[test]
+fn r3_a_second_pending_release_keeps_the_first_one_waited_for() {
+    let bed = Bed::new();
+    let name = unique_name("r3-first");
+    let first = bed.client.lock(&name);
+    let second = bed.client.lock(unique_name("r3-second"));
+    let (a, b) = (first.lock().unwrap(), second.lock().unwrap());
+    bed.cut();
+    a.unlock().unwrap();
+    b.unlock().unwrap();
+    assert_eq!(bed.client.stats().pending_releases, 2);
+    let started = Instant::now();
+    let again = std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::support::sleep(ms(300));
+            bed.heal();
+        });
+        first.try_lock_for(Duration::from_secs(5))
+    });
+    let again = again
+        .unwrap()
+        .expect("the lock, once its release went through");
+    let waited = started.elapsed();
+    assert!(waited >= ms(300), "took it again after {waited:?}");
+    assert_eq!(first.hold_count().unwrap(), 1);
+    crate::support::sleep(ms(300));
+    assert!(bed.exists(&name), "the old release dropped the new hold");
+    again.check().unwrap();
+    again.unlock().unwrap();
+}
+
 /// R4: `extend` while the server is unreachable waits for its retry and
 /// succeeds once the server is back; the key and the guard get the new
 /// lease.
