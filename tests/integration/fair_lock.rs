@@ -497,6 +497,9 @@ fn fair_leaving_head_passes_the_wake_up_on() {
         (got.is_some(), Instant::now())
     });
     wait_queue_len(&holder, 2);
+    // Both have made their attempts and sleep: a second attempt of the
+    // second waiter after the first left would take the lock unwoken.
+    assert!(server.wait_scripts_idle());
 
     // The lock frees silently (no unlock message): both waiters sleep on.
     let _: u64 = server.cmd("DEL", &[name.as_bytes()]);

@@ -888,3 +888,33 @@ fn rw_a_write_field_counts_only_in_write_mode() {
         assert!(got.is_none(), "{side} granted in mode {mode}");
     }
 }
+
+/// A read release while other read holds remain sets the lock key's expiry
+/// to the longest of them: reader A (30 s lease) releases, reader B (800
+/// ms, not renewed) holds on, and the key then ends with B's hold, not 30 s
+/// later (a dead B would otherwise keep every writer out for 30 s).
+#[test]
+fn rw_a_read_release_leaves_the_key_the_longest_remaining_hold() {
+    let ctx = TestContext::new();
+    let name = unique_name("rw-longest");
+    let a = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let b = ctx.other_client();
+    let ga = a
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(30))
+        .read()
+        .lock()
+        .unwrap();
+    let _gb = b
+        .read_write_lock(&name)
+        .with_lease(ms(800))
+        .read()
+        .lock()
+        .unwrap();
+    ga.unlock().unwrap();
+    let pttl = ctx.server.pttl(&name);
+    assert!(pttl > 0 && pttl <= 800, "lock key PTTL {pttl} ms");
+}
