@@ -17,6 +17,7 @@ mod logging;
 mod once;
 mod out;
 mod permits;
+mod record_view;
 mod relay;
 mod show;
 mod spinner;

@@ -237,7 +237,7 @@ fn details_text(info: &OnceInfo) -> String {
     let mut s = String::new();
     match &info.status {
         OnceStatus::Running { .. } => {
-            let line = crate::status::record_line(info.record.as_ref(), info.held_for());
+            let line = crate::record_view::record_line(info.record.as_ref(), info.held_for());
             s.push_str(&format!("  runner: {line}\n"));
         }
         OnceStatus::Done(_) => {
@@ -283,7 +283,7 @@ pub(crate) fn info_fields(info: &OnceInfo, v: &mut Value) {
     v["runner"] = match info.runner() {
         Some(id) => {
             let mut runner = json!({ "id": id });
-            crate::status::record_json(
+            crate::record_view::record_json(
                 info.record.as_ref(),
                 info.held_for(),
                 info.held_since(),

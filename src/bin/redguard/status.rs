@@ -4,14 +4,14 @@
 //! fields and codes are listed in `redguard status --help`).
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
 
-use redguard::{HolderRecord, LockInfo, LockKind, OnceInfo, OnceStatus, QueuedWaiter};
+use redguard::{LockInfo, LockKind, OnceInfo, OnceStatus, QueuedWaiter};
 use serde_json::{Value, json};
 
 use crate::cli::{StatusArgs, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
+use crate::record_view::{record_json, record_line};
 use crate::show;
 use crate::sync_status::Counter;
 
@@ -224,21 +224,6 @@ pub(crate) fn holder_line(info: &LockInfo, holder: &redguard::HolderId) -> Strin
     record_line(info.record_of(holder), info.held_for(holder))
 }
 
-/// What a holder record says, on one line: host, pid, program and how
-/// long the hold has lasted (`held_for`); or that there is no record.
-pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Duration>) -> String {
-    let Some(record) = record else {
-        return "no record (not a redguard client, records off, or not written yet)".to_owned();
-    };
-    let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-    let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
-    format!(
-        "host {}, pid {pid}, program {}; held for {held}",
-        record.host,
-        show::name(record.program.as_bytes())
-    )
-}
-
 /// The record fields of one holder for `--json`: `record` (whether there
 /// is one), `host`, `pid`, `program`, `version`, `held_for_ms`,
 /// `held_since_unix_ms` (null when unknown).
@@ -249,22 +234,6 @@ pub(crate) fn holder_json(info: &LockInfo, holder: &redguard::HolderId, v: &mut 
         info.held_since(holder),
         v,
     );
-}
-
-/// [`holder_json`]'s fields from a record and a hold's times.
-pub(crate) fn record_json(
-    record: Option<&HolderRecord>,
-    held_for: Option<Duration>,
-    held_since: Option<SystemTime>,
-    v: &mut Value,
-) {
-    v["record"] = json!(record.is_some());
-    v["host"] = json!(record.map(|r| r.host.as_str()));
-    v["pid"] = json!(record.and_then(|r| r.pid));
-    v["program"] = json!(record.map(|r| r.program.as_str()));
-    v["version"] = json!(record.map(|r| r.version.as_str()));
-    v["held_for_ms"] = json!(held_for.map(show::ms));
-    v["held_since_unix_ms"] = json!(held_since.map(show::unix_ms));
 }
 
 /// Every holder of `info` with its hold count and, where a record says

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::connect::Connection;
 use crate::fail::Failure;
+use crate::record_view::{record_json, record_line};
 use crate::show;
-use crate::status::{record_json, record_line};
 
 /// A counter found at a name: what the semaphore and the latch handles
 /// read there (the two share Redisson's layout, a bare integer).

@@ -1,0 +1,44 @@
+//! How a holder record is shown: one line of text, or the fields of a
+//! holder in `--json`. Shared by every command that names who holds
+//! something (`status`, `list`, `once --status`).
+
+use std::time::{Duration, SystemTime};
+
+use redguard::HolderRecord;
+use serde_json::{Value, json};
+
+use crate::show;
+
+/// What a holder record says, on one line: host, pid, program and how
+/// long the hold has lasted (`held_for`); or that there is no record.
+pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Duration>) -> String {
+    let Some(record) = record else {
+        return "no record (not a redguard client, records off, or not written yet)".to_owned();
+    };
+    let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
+    format!(
+        "host {}, pid {pid}, program {}; held for {held}",
+        record.host,
+        show::name(record.program.as_bytes())
+    )
+}
+
+/// The record fields of one holder for `--json` (`status`, `list`,
+/// `once --status`): `record` (whether there is one), `host`, `pid`,
+/// `program`, `version`, `held_for_ms`, `held_since_unix_ms` (null when
+/// unknown).
+pub(crate) fn record_json(
+    record: Option<&HolderRecord>,
+    held_for: Option<Duration>,
+    held_since: Option<SystemTime>,
+    v: &mut Value,
+) {
+    v["record"] = json!(record.is_some());
+    v["host"] = json!(record.map(|r| r.host.as_str()));
+    v["pid"] = json!(record.and_then(|r| r.pid));
+    v["program"] = json!(record.map(|r| r.program.as_str()));
+    v["version"] = json!(record.map(|r| r.version.as_str()));
+    v["held_for_ms"] = json!(held_for.map(show::ms));
+    v["held_since_unix_ms"] = json!(held_since.map(show::unix_ms));
+}
