@@ -392,6 +392,17 @@ struct ServerState {
     record: Option<RecordState>,
 }
 
+impl ServerState {
+    /// The renewal job at the worker is over (done, or never sent): what
+    /// the thread kept of its entries goes, and the entries that waited
+    /// for it are handed back.
+    fn job_over(&mut self) -> Option<Vec<Entry>> {
+        self.sent.clear();
+        self.held_until = None;
+        self.busy.take()
+    }
+}
+
 /// An entry at a worker, as the scheduling thread keeps it: enough to mark
 /// its lease lost and tell the hooks at its local deadline while the worker
 /// is held up (a blackholed server costs it a response timeout per round
@@ -1097,9 +1108,7 @@ impl Watchdog {
             // The entries went with the job; their guards see the lease run
             // out on their own clock.
             if let Some(state) = self.servers.get_mut(&server) {
-                state.busy = None;
-                state.sent.clear();
-                state.held_until = None;
+                state.job_over();
             }
             log::error!("redguard watchdog: a renewal job could not reach its worker");
         }
@@ -1194,16 +1203,10 @@ impl Watchdog {
         }
         self.retry_later(done.server, failed, answered, now);
         if done.last
-            && let Some(state) = self.servers.get_mut(&done.server)
-        {
-            state.sent.clear();
-            state.held_until = None;
-        }
-        if done.last
             && let Some(waiting) = self
                 .servers
                 .get_mut(&done.server)
-                .and_then(|s| s.busy.take())
+                .and_then(ServerState::job_over)
         {
             let waiting: Vec<Entry> = waiting
                 .into_iter()
