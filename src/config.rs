@@ -53,8 +53,8 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// master has the shared connections (new ones after a failover). On a
 /// Cluster, each master node has `connections` of its own, and a call sent
 /// on after an `ASK` redirection takes a pooled connection (`ASKING` holds
-/// only for the next command on its connection); slot migrations are
-/// tested with it, failovers are not yet.
+/// only for the next command on its connection); slot migrations and a
+/// manual failover are tested with it.
 ///
 /// Calls that wait for replica acknowledgement
 /// ([`Builder::min_replica_acks`]) keep a pooled connection too. `WAIT`
