@@ -765,6 +765,9 @@ mod delivery_tests {
         /// Answers after this pause (the commands after it wait too, as
         /// on a slow server).
         Late(Duration),
+        /// Answers in two writes, this pause between them (the caller
+        /// reads half a reply).
+        Split(Duration),
         /// Closes the connection without answering this command or any
         /// after it.
         Cut,
@@ -812,6 +815,18 @@ mod delivery_tests {
                 match plan(index) {
                     Act::Answer => {}
                     Act::Late(pause) => std::thread::sleep(pause),
+                    Act::Split(pause) => {
+                        let half = reply.len() / 2;
+                        if conn.write_all(&reply[..half]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(pause);
+                        index += 1;
+                        if conn.write_all(&reply[half..]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
                     Act::Cut => {
                         let _ = conn.shutdown(std::net::Shutdown::Both);
                         return;
@@ -881,14 +896,16 @@ mod delivery_tests {
 
     /// Eight threads send 40 `ECHO`s each, one unique token per call, on
     /// one shared connection. The server answers one command in 9 late
-    /// (past the deadline of every command queued behind it) and cuts one
-    /// connection in 3 at its fifth command. No call ever gets another
-    /// call's token; some get their own, some fail.
+    /// (past the deadline of every command queued behind it), sends half
+    /// of another reply and the rest too late, and cuts one connection in
+    /// 3 at its fifth command. No call ever gets another call's token; some
+    /// get their own, some fail.
     #[test]
     fn each_caller_gets_its_own_reply_or_an_error() {
         let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
             (0, _) if i == 5 => Act::Cut,
             (_, 4) => Act::Late(RESPONSE * 2),
+            (_, 7) => Act::Split(RESPONSE * 2),
             _ => Act::Answer,
         });
         let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
