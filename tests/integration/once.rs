@@ -1488,3 +1488,64 @@ fn a_completion_whose_reply_was_lost_counts_as_recorded() {
     let by: String = server.cmd("HGET", &[key.as_bytes(), b"by"]);
     assert_eq!(by, client.holder_id().to_string());
 }
+
+/// A claim granted only after its lease ran out is given back, and the
+/// caller hears why: an error, not a `Running` naming nobody. The grant is
+/// made late by its replica acknowledgement: the replica is stopped when
+/// the claim is made and resumed after the claim's lease (the watchdog
+/// timeout, 2 s) has run out, within the 6 s `WAIT`. The key is free
+/// again, so the next call runs the work.
+#[test]
+fn a_claim_granted_after_its_lease_is_given_back_and_is_an_error() {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let info: String = replica.cmd("INFO", &[b"replication"]);
+            info.contains("master_link_status:up")
+        }),
+        "the replica never synced"
+    );
+    let client = test_builder(&master.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .response_timeout(ms(600))
+        .min_replica_acks(1)
+        .replica_ack_timeout(Duration::from_secs(6))
+        .holder_record(false)
+        .build()
+        .unwrap();
+    // The script loaded and the connection open before the replica stops.
+    let warm = unique_name("once-late-warm");
+    let Once::Run(run) = client.once(&warm, Duration::from_secs(60)).unwrap() else {
+        panic!("a fresh key runs");
+    };
+    run.complete("warm").unwrap();
+    let key = unique_name("once-late");
+    let (result, took) = thread::scope(|s| {
+        replica.sigstop();
+        let resume = s.spawn(|| {
+            // The fault's schedule: resume the replica after the lease.
+            crate::support::sleep(ms(3000));
+            replica.sigcont();
+        });
+        let t0 = Instant::now();
+        let result = client.once(&key, Duration::from_secs(60));
+        let took = t0.elapsed();
+        resume.join().unwrap();
+        (result, took)
+    });
+    let err = result.unwrap_err();
+    assert!(err.is_timeout(), "after {took:?}: {err:?}");
+    assert!(err.to_string().contains("given back"), "{err}");
+    assert!(
+        took >= ms(3000),
+        "the grant waited for the replica: {took:?}"
+    );
+    assert!(!master.exists(&key), "the late claim was left on the key");
+    let again = client.once(&key, Duration::from_secs(60)).unwrap();
+    let Once::Run(run) = again else {
+        panic!("the given-back key runs on the next call: {again:?}");
+    };
+    run.complete("ran").unwrap();
+}
