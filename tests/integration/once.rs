@@ -1424,17 +1424,7 @@ exit "${JOB_EXIT:-0}"
 /// key is free again) and reported as `NotReplicated`.
 #[test]
 fn a_claim_runs_only_when_enough_replicas_acknowledged_it() {
-    // No diskless-sync delay: the replica syncs at once.
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let info: String = replica.cmd("INFO", &[b"replication"]);
-            info.contains("master_link_status:up")
-        }),
-        "the replica never synced"
-    );
+    let (master, _replica) = RedisServer::start_master_and_replica();
     // A lease well above the `WAIT` timeout (1 s): with the test's 900 ms
     // one, a slow acknowledgement on a loaded machine makes the grant come
     // after its lease ran out, and it is given back.
@@ -1497,16 +1487,7 @@ fn a_completion_whose_reply_was_lost_counts_as_recorded() {
 /// again, so the next call runs the work.
 #[test]
 fn a_claim_granted_after_its_lease_is_given_back_and_is_an_error() {
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let info: String = replica.cmd("INFO", &[b"replication"]);
-            info.contains("master_link_status:up")
-        }),
-        "the replica never synced"
-    );
+    let (master, replica) = RedisServer::start_master_and_replica();
     let client = test_builder(&master.url())
         .watchdog_timeout(Duration::from_secs(2))
         .response_timeout(ms(600))

@@ -526,15 +526,7 @@ fn registries_are_empty_after_10000_mixed_operations() {
 /// replica passes the master's message on to it.
 #[test]
 fn a_listener_on_a_replica_hears_every_unlock() {
-    let master = crate::support::RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let replica = crate::support::RedisServer::start();
-    let port = master.port().to_string();
-    let () = replica.cmd("REPLICAOF", &[b"127.0.0.1", port.as_bytes()]);
-    let synced = wait_until(Duration::from_secs(10), || {
-        let info: String = replica.cmd("INFO", &[b"replication"]);
-        info.contains("master_link_status:up")
-    });
-    assert!(synced, "the replica did not sync within 10 s");
+    let (master, replica) = crate::support::RedisServer::start_master_and_replica();
     let name = unique_name("replica-listener");
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let mut listener = replica.conn();
