@@ -249,7 +249,10 @@ fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
 /// (a random 0-400 µs after it starts, over four locks at once). With a
 /// 30 s lease and a 30 s poll interval, only the unlock message or the
 /// attempt after the subscription can wake it; a lost wake-up would show
-/// as a wait of 30 s (bounded here by a 3 s deadline).
+/// as a wait of 30 s (bounded here by a 3 s deadline), a late one as a
+/// wake-up 2 s or more after the release. The response timeout is 2 s: the
+/// 40,000 round trips are bulk work, and a slow reply on a loaded machine
+/// is not what this case is about.
 #[test]
 fn d2_releases_racing_the_subscription_never_lose_a_wake_up() {
     const LANES: usize = 4;
@@ -258,6 +261,7 @@ fn d2_releases_racing_the_subscription_never_lose_a_wake_up() {
     let slow = || {
         test_builder(&ctx.server.url())
             .watchdog_timeout(Duration::from_secs(30))
+            .response_timeout(Duration::from_secs(2))
             .poll_interval(Duration::from_secs(30))
             .build()
             .unwrap()
@@ -321,7 +325,7 @@ fn d2_releases_racing_the_subscription_never_lose_a_wake_up() {
         got.last().unwrap()
     );
     assert_eq!(lost, 0, "lost wake-ups");
-    assert!(*got.last().unwrap() < Duration::from_secs(1));
+    assert!(*got.last().unwrap() < Duration::from_secs(2));
 }
 
 /// D3: the server drops the shared pub/sub connection for exceeding its
