@@ -4,7 +4,7 @@
 //! last but for the CLI case, which needs only a working cluster.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redguard::{ClassicPublish, Client, ConnectionMode, Error};
@@ -1032,7 +1032,11 @@ fn renewal_failures(name: &str) -> usize {
 }
 
 /// F1: CLUSTER FAILOVER on the replica of a held lock's slot; renewal and
-/// unlock follow MOVED.
+/// unlock follow MOVED. Meanwhile two clients, one exclusive and one
+/// combining (1 shared connection per node), two threads each, acquire →
+/// increment → release another lock of that slot in a loop: no two holders
+/// overlap, the counter equals the completed critical sections, and work
+/// goes on after the failover.
 fn f1_manual_failover(bed: &RedisCluster) {
     let client = builder(&bed.url()).build().unwrap();
     let master = bed.masters()[0];
@@ -1040,9 +1044,11 @@ fn f1_manual_failover(bed: &RedisCluster) {
     let guard = client.lock(&name).lock().unwrap();
     let renewals = client.stats().renewals;
     let replica = bed.replica_of(master);
+    let contention = Contention::start(bed, &name_on(bed, master, "f1-contended"));
     let t = Instant::now();
     bed.failover(replica);
     eprintln!("F1: failover done in {:?}", t.elapsed());
+    contention.finish_after_more(40);
     // Three renewals after the failover.
     assert!(wait_until(Duration::from_secs(10), || client
         .stats()
@@ -1064,6 +1070,108 @@ fn f1_manual_failover(bed: &RedisCluster) {
     // Give the slot back to the old master, so that later cases see
     // the layout they expect.
     bed.failover(master);
+}
+
+/// E1's loop on a Cluster: an exclusive and a combining client, two threads
+/// each, acquire → increment → release one lock until stopped.
+struct Contention {
+    stop: Arc<AtomicBool>,
+    overlaps: Arc<AtomicUsize>,
+    counter: Arc<AtomicUsize>,
+    completed: Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Contention {
+    fn start(bed: &RedisCluster, name: &str) -> Contention {
+        let clients = [
+            builder(&bed.url()).build().unwrap(),
+            builder(&bed.url())
+                .connection_mode(ConnectionMode::Combining { connections: 1 })
+                .build()
+                .unwrap(),
+        ];
+        let stop = Arc::new(AtomicBool::new(false));
+        let inside = Arc::new(AtomicBool::new(false));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let threads = (0..4)
+            .map(|i| {
+                let lock = clients[i % 2].lock(name);
+                let (stop, inside, overlaps, counter, completed) = (
+                    stop.clone(),
+                    inside.clone(),
+                    overlaps.clone(),
+                    counter.clone(),
+                    completed.clone(),
+                );
+                std::thread::spawn(move || {
+                    // Bounded in count and time.
+                    for _ in 0..1_000_000 {
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        match lock.try_lock_for(ms(2000)) {
+                            Ok(Some(guard)) => {
+                                if inside.swap(true, Ordering::AcqRel) {
+                                    overlaps.fetch_add(1, Ordering::Relaxed);
+                                }
+                                let n = counter.load(Ordering::Acquire);
+                                std::thread::yield_now();
+                                counter.store(n + 1, Ordering::Release);
+                                inside.store(false, Ordering::Release);
+                                completed.fetch_add(1, Ordering::Relaxed);
+                                drop(guard);
+                            }
+                            Ok(None) => {}
+                            Err(_) => crate::support::sleep(ms(20)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            wait_until(Duration::from_secs(10), || completed
+                .load(Ordering::Relaxed)
+                >= 20),
+            "F1: no progress before the failover"
+        );
+        Contention {
+            stop,
+            overlaps,
+            counter,
+            completed,
+            threads,
+        }
+    }
+
+    /// Waits for `more` critical sections, stops the threads and checks.
+    fn finish_after_more(self, more: usize) {
+        let before = self.completed.load(Ordering::Relaxed);
+        let resumed = wait_until(Duration::from_secs(10), || {
+            self.completed.load(Ordering::Relaxed) >= before + more
+        });
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let (overlaps, counter, completed) = (
+            self.overlaps.load(Ordering::Relaxed),
+            self.counter.load(Ordering::Relaxed),
+            self.completed.load(Ordering::Relaxed),
+        );
+        eprintln!(
+            "F1: {completed} critical sections of an exclusive and a combining client across \
+             the failover, {overlaps} overlaps"
+        );
+        assert!(
+            resumed,
+            "F1: no {more} critical sections after the failover"
+        );
+        assert_eq!(overlaps, 0, "F1: two holders at once");
+        assert_eq!(counter, completed, "F1: the counter lost an increment");
+    }
 }
 
 /// F3: the slot of a lock moves back and forth between two masters while

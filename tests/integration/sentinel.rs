@@ -380,9 +380,18 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 /// while the master is `kill -9`ed. Work resumes within 5 s of the kill, no
 /// `READONLY` reaches a caller after that, no two holders overlap, and the
 /// counter equals the completed critical sections. The second client and
-/// the patient caller ask for `ConnectionMode::Combining`, which a Sentinel
-/// source answers with exclusive connections for now (a run with shared
-/// ones saw one overlap).
+/// the patient caller combine (`ConnectionMode::Combining`): their shared
+/// connection to the master follows the failover too.
+///
+/// The overlap and counter checks hold for one failover of a dead master.
+/// With the bed's 1 s `down-after-milliseconds`, the sentinels now and then
+/// fail the just-promoted master over once more, about 1.2 s after the
+/// first switch, while it is alive: until the clients hear that second
+/// `+switch-master`, they write to the old master, and a grant there is not
+/// on the new one. Two holders at once can then be seen in either
+/// connection mode (RELIABILITY.md, E1); when such a switch is heard, or
+/// two nodes answer as master, once the threads stop, the case says so and
+/// skips those two checks.
 fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let name = unique_name("e1");
     // The second client's two threads share one connection to the master.
@@ -480,6 +489,18 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         t.join().unwrap();
     }
     let switch = switch.unwrap_or_else(|| panic!("E1: no +switch-master\n{}", bed.logs()));
+    // A failover of the live promoted master shows as a second switch
+    // (the bed hears it on one sentinel, up to a second or two after the
+    // clients may have) and, for seconds after it, as two nodes answering
+    // `ROLE` as master (the old one is turned into a replica later).
+    let second = bed
+        .next_switch(ms(300))
+        .filter(|s| s.old_port == switch.new_port);
+    let masters: Vec<u16> = bed
+        .node_ports()
+        .into_iter()
+        .filter(|p| role_is_master(*p, DATA_PW))
+        .collect();
     let (got, patient_at) = patient
         .join()
         .unwrap()
@@ -504,16 +525,30 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         resume < ms(5000),
         "E1: work resumed only {resume:?} after the kill"
     );
-    assert_eq!(
-        overlaps.load(Ordering::Relaxed),
-        0,
-        "E1: two holders at once"
-    );
-    assert_eq!(
-        counter.load(Ordering::Relaxed),
-        completed.load(Ordering::Relaxed),
-        "E1: the counter lost an increment"
-    );
+    if second.is_some() || masters.len() > 1 {
+        // Two masters took writes until the clients heard the switch.
+        eprintln!(
+            "E1: the promoted master {} was failed over again while the threads ran (second \
+             switch {:?} after the first; masters now {masters:?}): {} overlaps, counter {} \
+             of {} (not checked)",
+            switch.new_port,
+            second.map(|s| s.at.saturating_duration_since(switch.at)),
+            overlaps.load(Ordering::Relaxed),
+            counter.load(Ordering::Relaxed),
+            completed.load(Ordering::Relaxed)
+        );
+    } else {
+        assert_eq!(
+            overlaps.load(Ordering::Relaxed),
+            0,
+            "E1: two holders at once"
+        );
+        assert_eq!(
+            counter.load(Ordering::Relaxed),
+            completed.load(Ordering::Relaxed),
+            "E1: the counter lost an increment"
+        );
+    }
     let late = late_errors.lock().unwrap();
     assert!(late.is_empty(), "E1: READONLY after 5 s: {late:?}");
 }
@@ -1046,4 +1081,214 @@ fn bench_sentinel_failover() {
         "failover over 5 runs: first acquire after kill -9 p50 {ap50:?} max {amax:?}; \
          Sentinel +switch-master p50 {pp50:?} max {pmax:?}"
     );
+}
+
+/// When (since the fault) which data nodes answered `ROLE` as master.
+type DualMasters = (Duration, Vec<u16>);
+
+/// One grant seen inside another holder's critical section.
+#[derive(Clone, Copy)]
+struct Overlap {
+    /// Since the round's `kill -9`.
+    at: Duration,
+    /// Thread indexes: the one inside, the one that entered.
+    inside: usize,
+    entered: usize,
+}
+
+impl std::fmt::Debug for Overlap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "thread {} entered while {} was inside, {:?} after the fault",
+            self.entered, self.inside, self.at
+        )
+    }
+}
+
+/// Stress (not part of the suite; run with `--ignored`): E1's contention
+/// across `REDGUARD_E1_ROUNDS` failovers (default 10), with one client per
+/// letter of `REDGUARD_E1_CLIENTS` (default `xc`: `x` exclusive, `c`
+/// combining on 1 shared connection), two threads each. Every round kills
+/// the master, keeps the threads going until 3 s after the first
+/// `+switch-master`, and prints the switches it heard and any overlap.
+///
+/// `cargo test --test integration sentinel_failover_overlap_stress -- --ignored --nocapture`
+#[test]
+#[ignore = "stress: run explicitly"]
+fn sentinel_failover_overlap_stress() {
+    let rounds: usize = std::env::var("REDGUARD_E1_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let letters = std::env::var("REDGUARD_E1_CLIENTS").unwrap_or_else(|_| "xc".to_owned());
+    let forced = std::env::var("REDGUARD_E1_FAULT").is_ok_and(|f| f == "failover");
+    let mut bed = bed();
+    let mut all = Vec::new();
+    for round in 0..rounds {
+        bed.heal();
+        let clients: Vec<redguard::Client> = letters
+            .chars()
+            .map(|c| {
+                let b = builder(&bed);
+                let b = if c == 'c' {
+                    b.connection_mode(ConnectionMode::Combining { connections: 1 })
+                } else {
+                    b
+                };
+                b.build().unwrap()
+            })
+            .collect();
+        let name = unique_name("e1-stress");
+        let stop = Arc::new(AtomicBool::new(false));
+        let holder = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicU64::new(0));
+        let overlaps: Arc<Mutex<Vec<Overlap>>> = Arc::new(Mutex::new(Vec::new()));
+        let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let threads: Vec<_> = (0..clients.len() * 2)
+            .map(|i| {
+                let lock = clients[i / 2].lock(&name);
+                let (stop, holder, completed, overlaps, killed_at) = (
+                    stop.clone(),
+                    holder.clone(),
+                    completed.clone(),
+                    overlaps.clone(),
+                    killed_at.clone(),
+                );
+                std::thread::spawn(move || {
+                    let mut rounds = 0_u64;
+                    while !stop.load(Ordering::Acquire) && rounds < 1_000_000 {
+                        rounds += 1;
+                        match lock.try_lock_for(ms(2000)) {
+                            Ok(Some(guard)) => {
+                                let prev = holder.swap(i + 1, Ordering::AcqRel);
+                                if prev != 0 {
+                                    let at = killed_at
+                                        .lock()
+                                        .unwrap()
+                                        .map_or(Duration::ZERO, |k| k.elapsed());
+                                    overlaps.lock().unwrap().push(Overlap {
+                                        at,
+                                        inside: prev - 1,
+                                        entered: i,
+                                    });
+                                }
+                                std::thread::yield_now();
+                                let _ = holder.compare_exchange(
+                                    i + 1,
+                                    0,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
+                                completed.fetch_add(1, Ordering::Relaxed);
+                                drop(guard);
+                            }
+                            Ok(None) => {}
+                            Err(_) => crate::support::sleep(ms(20)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
+            "round {round}: no progress before the fault"
+        );
+        let old = bed.master_port();
+        bed.drain_switches();
+        // Watches for two data nodes answering `ROLE` as master at once.
+        let dual: Arc<Mutex<Vec<DualMasters>>> = Arc::new(Mutex::new(Vec::new()));
+        let monitor = {
+            let (stop, dual, killed_at) = (stop.clone(), dual.clone(), killed_at.clone());
+            let ports = bed.node_ports();
+            let pw = DATA_PW.to_owned();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let masters: Vec<u16> = ports
+                        .iter()
+                        .copied()
+                        .filter(|p| role_is_master(*p, &pw))
+                        .collect();
+                    if masters.len() > 1 {
+                        let at = killed_at
+                            .lock()
+                            .unwrap()
+                            .map_or(Duration::ZERO, |k| k.elapsed());
+                        dual.lock().unwrap().push((at, masters));
+                    }
+                    crate::support::sleep(ms(20));
+                }
+            })
+        };
+        let kill = if forced {
+            // A failover of a live master: `SENTINEL FAILOVER` promotes a
+            // replica while the old master still takes writes.
+            let mut sentinel = bed.sentinel_conn(bed.sentinel_ports()[0]);
+            let () = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(bed.master_name())
+                .query(&mut sentinel)
+                .unwrap();
+            Instant::now()
+        } else {
+            bed.kill_master().1
+        };
+        *killed_at.lock().unwrap() = Some(kill);
+        let mut switches = Vec::new();
+        let mut until = kill + ms(20_000);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            let Some(s) = bed.next_switch(left) else {
+                break;
+            };
+            if switches.is_empty() {
+                until = s.at + ms(3000);
+            }
+            switches.push(s);
+        }
+        stop.store(true, Ordering::Release);
+        for t in threads {
+            t.join().unwrap();
+        }
+        monitor.join().unwrap();
+        let dual = dual.lock().unwrap().clone();
+        if let (Some(first), Some(last)) = (dual.first(), dual.last()) {
+            eprintln!(
+                "round {round}: two masters {:?} from {:?} to {:?} ({} samples)",
+                first.1,
+                first.0,
+                last.0,
+                dual.len()
+            );
+        }
+        let overlaps = overlaps.lock().unwrap().clone();
+        let heard: Vec<String> = switches
+            .iter()
+            .map(|s| format!("{}->{} at {:?}", s.old_port, s.new_port, s.at - kill))
+            .collect();
+        eprintln!(
+            "round {round}: killed {old}; switches [{}]; {} critical sections; overlaps {:?}",
+            heard.join(", "),
+            completed.load(Ordering::Relaxed),
+            overlaps
+        );
+        all.extend(overlaps.into_iter().map(|o| (round, o)));
+    }
+    eprintln!("{} overlaps over {rounds} rounds: {all:?}", all.len());
+    assert!(all.is_empty(), "two holders at once: {all:?}");
+}
+
+/// `true` when the data node on `port` answers `ROLE` as a master within
+/// 200 ms.
+fn role_is_master(port: u16, password: &str) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(ms(200)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(ms(200)));
+    matches!(
+        redis::cmd("ROLE").query::<redis::Role>(&mut conn),
+        Ok(redis::Role::Primary { .. })
+    )
 }
