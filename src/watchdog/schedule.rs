@@ -188,6 +188,19 @@ mod tests {
     }
 
     #[test]
+    fn iter_sees_every_scheduled_item_once() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        for i in 0..5 {
+            s.insert(t0 + Duration::from_millis(i), i);
+        }
+        assert_eq!(s.pop_due(t0, |_| Duration::ZERO), vec![0]);
+        let mut seen: Vec<u64> = s.iter().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
     fn memory_is_given_back_after_a_burst() {
         let t0 = Instant::now();
         let mut s = Schedule::default();
