@@ -223,6 +223,27 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_a_quarter_full_keeps_its_memory() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        for i in 0..2_000u64 {
+            s.insert(t0 + Duration::from_millis(i), i);
+        }
+        assert!(s.slab.capacity() > MIN_CAPACITY);
+        let slab = s.slab.as_ptr();
+        // Half popped, then one not due: still more than a quarter full,
+        // so the slab stays where it is (a rebuild costs a copy of every
+        // item, on the watchdog thread).
+        assert_eq!(
+            s.pop_due(t0 + Duration::from_millis(999), |_| Duration::ZERO)
+                .len(),
+            1_000
+        );
+        assert_eq!(s.extract(|i| *i == 1_500), vec![1_500]);
+        assert_eq!(s.slab.as_ptr(), slab, "the slab was rebuilt");
+    }
+
+    #[test]
     fn interleaved_operations_match_a_model() {
         use rand::Rng;
         let mut rng = rand::rng();
