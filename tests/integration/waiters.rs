@@ -553,3 +553,39 @@ fn a_listener_on_a_replica_hears_every_unlock() {
         assert_eq!(parts[2], redis::Value::BulkString(b"0".to_vec()));
     }
 }
+
+/// On one server there is no failover to ride out: an error ends a call
+/// with a deadline (3 s here) at once, whether the server refused the
+/// call (a value of another type at the key) or could not be reached,
+/// instead of the call trying again until its deadline.
+#[test]
+fn an_error_ends_a_wait_at_once_on_one_server() {
+    let server = crate::support::RedisServer::start();
+    let proxy = crate::support::FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url()).build().unwrap();
+    let name = unique_name("fail-fast");
+    let () = server.cmd("SET", &[name.as_bytes(), b"a string"]);
+    let started = Instant::now();
+    let refused = client.lock(&name).try_lock_for(Duration::from_secs(3));
+    let took = started.elapsed();
+    assert!(
+        matches!(refused, Err(redguard::Error::WrongType { .. })),
+        "after {took:?}: {refused:?}"
+    );
+    assert!(took < ms(1000), "refused after {took:?}");
+
+    proxy.set_mode(crate::support::Mode::Refuse);
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    let started = Instant::now();
+    let unreachable = client
+        .lock(unique_name("fail-fast-unreachable"))
+        .try_lock_for(Duration::from_secs(3));
+    let took = started.elapsed();
+    assert!(
+        unreachable
+            .as_ref()
+            .is_err_and(redguard::Error::is_transient),
+        "after {took:?}: {unreachable:?}"
+    );
+    assert!(took < ms(1000), "failed after {took:?}");
+}
