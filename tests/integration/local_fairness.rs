@@ -8,15 +8,22 @@ use std::time::{Duration, Instant};
 
 use crate::support::{TestContext, ms, sleep, test_builder, unique_name, wait_until};
 
+/// A long poll interval: the releaser queued behind the waiter tries on
+/// its own only after it, so on a loaded machine (the woken waiter slow to
+/// run) the order still comes from the wake-ups alone.
 #[test]
 fn releaser_queues_behind_a_waiting_thread() {
     let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(3))
+        .build()
+        .unwrap();
     let name = unique_name("fair");
-    let lock = ctx.client.lock(&name);
+    let lock = client.lock(&name);
     let order = Arc::new(Mutex::new(Vec::new()));
     let guard = lock.lock().unwrap();
     let waiter = {
-        let lock = ctx.client.lock(&name);
+        let lock = client.lock(&name);
         let order = order.clone();
         std::thread::spawn(move || {
             let guard = lock
@@ -28,8 +35,7 @@ fn releaser_queues_behind_a_waiting_thread() {
             guard.unlock().unwrap();
         })
     };
-    assert!(wait_until(Duration::from_secs(3), || ctx
-        .client
+    assert!(wait_until(Duration::from_secs(3), || client
         .stats()
         .waiters
         == 1));

@@ -55,7 +55,9 @@ use std::time::{Duration, Instant};
 pub use caps::{Cap, caps, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
-pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use context::{
+    TEST_RESPONSE, TEST_WATCHDOG, TestContext, bulk_client, test_builder, test_client,
+};
 pub use kinds::{KINDS, Kind};
 pub use logs::{capture_logs, logged_lines};
 #[allow(
