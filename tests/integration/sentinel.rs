@@ -385,7 +385,7 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 ///
 /// The overlap and counter checks hold for one failover of a dead master.
 /// With the bed's 1 s `down-after-milliseconds`, the sentinels now and then
-/// fail the just-promoted master over once more, about 1.2 s after the
+/// fail the just-promoted master over once more, 1.1–2.3 s after the
 /// first switch, while it is alive: until the clients hear that second
 /// `+switch-master`, they write to the old master, and a grant there is not
 /// on the new one. Two holders at once can then be seen in either
