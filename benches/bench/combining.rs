@@ -72,16 +72,26 @@ fn phase(client: &Client, threads: usize, phase: Duration) -> Value {
            "p50_us": us(pct(&all, 50.0)), "p99_us": us(pct(&all, 99.0)), "errors": errors})
 }
 
+/// One mode of the scale case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ScaleMode {
+    Exclusive,
+    Combining,
+}
+
 /// S3 for every `threads` × `pools` point, exclusive (pool size = the
 /// point's) and combining (connections = the point's), `rounds` phases of
-/// `secs` each per mode, in ABBA order.
+/// `secs` each per mode, in ABBA order; with `only`, that mode's phases
+/// alone.
 pub(crate) fn run_s3_scale(
     url: &str,
     threads: &[usize],
     pools: &[usize],
     rounds: usize,
     secs: Duration,
+    only: Option<ScaleMode>,
 ) -> Value {
+    let wants = |m: ScaleMode| only.is_none_or(|o| o == m);
     let mut points = Vec::new();
     for &t in threads {
         for &p in pools {
@@ -89,12 +99,16 @@ pub(crate) fn run_s3_scale(
             let combining = client(url, ConnectionMode::Combining { connections: p }, p);
             let (mut ex, mut co) = (Vec::new(), Vec::new());
             for r in 0..rounds {
-                if r % 2 == 0 {
-                    ex.push(phase(&exclusive, t, secs));
-                    co.push(phase(&combining, t, secs));
+                let order = if r % 2 == 0 {
+                    [ScaleMode::Exclusive, ScaleMode::Combining]
                 } else {
-                    co.push(phase(&combining, t, secs));
-                    ex.push(phase(&exclusive, t, secs));
+                    [ScaleMode::Combining, ScaleMode::Exclusive]
+                };
+                for mode in order.into_iter().filter(|&m| wants(m)) {
+                    match mode {
+                        ScaleMode::Exclusive => ex.push(phase(&exclusive, t, secs)),
+                        ScaleMode::Combining => co.push(phase(&combining, t, secs)),
+                    }
                 }
             }
             eprintln!("threads {t} pool {p}: exclusive {ex:?} combining {co:?}");

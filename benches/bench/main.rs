@@ -130,6 +130,9 @@ struct Args {
     /// S3 scale: phases per mode and point.
     #[arg(long, default_value_t = 2)]
     scale_rounds: usize,
+    /// S3 scale: only this mode's phases (profiling one mode).
+    #[arg(long, value_enum)]
+    scale_only: Option<combining::ScaleMode>,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -298,6 +301,7 @@ fn main() -> ExitCode {
             &args.scale_pools,
             args.scale_rounds,
             Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
+            args.scale_only,
         )
     } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());

@@ -6,9 +6,11 @@
 //! flushing that lane, it becomes the flusher: it writes every queued
 //! command in one write, reads the replies in order with redis-rs's parser
 //! (`Connection::recv_response`), and hands each to its thread. Followers
-//! block on their own condition variable until their reply is there, or
-//! until their deadline. When the flusher is done and commands queued up
-//! meanwhile, it hands the lane to the oldest of them, which flushes next.
+//! park until their reply is there, or until their deadline; each is
+//! unparked alone, by whoever has its reply, after letting go of every
+//! lock (a woken thread never blocks again on a lock its waker holds).
+//! When the flusher is done and commands queued up meanwhile, it hands the
+//! lane to the oldest of them, which flushes next.
 //!
 //! Timeouts are per command: each thread waits at most the response timeout
 //! from the moment it enqueued. A command still queued by then is taken
@@ -23,7 +25,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
@@ -74,7 +77,23 @@ struct Slot {
     /// on a pooled connection, connecting has its own timeout).
     deadline: AtomicU64,
     state: Mutex<SlotState>,
-    ready: Condvar,
+    /// The thread waiting for this slot, unparked when its state changes.
+    thread: Thread,
+}
+
+impl Slot {
+    /// Sets the state to `to` (unless the thread gave up) and wakes the
+    /// thread, once the state's lock is let go.
+    fn set(&self, to: SlotState) {
+        {
+            let mut s = lock(&self.state);
+            if matches!(*s, SlotState::Abandoned) {
+                return;
+            }
+            *s = to;
+        }
+        self.thread.unpark();
+    }
 }
 
 enum SlotState {
@@ -239,7 +258,7 @@ impl Combiner {
             replies,
             deadline: AtomicU64::new(self.ns(enqueued + self.response_timeout)),
             state: Mutex::new(SlotState::Queued),
-            ready: Condvar::new(),
+            thread: std::thread::current(),
         });
         let lead = {
             let mut st = lock(&lane.state);
@@ -250,15 +269,14 @@ impl Combiner {
         if lead {
             self.flush_lane(lane, connect, connect_error);
         }
-        let mut st = lock(&slot.state);
         loop {
+            let mut st = lock(&slot.state);
             match std::mem::replace(&mut *st, SlotState::Abandoned) {
                 SlotState::Done(result) => return result,
                 SlotState::Lead => {
                     *st = SlotState::Sent;
                     drop(st);
                     self.flush_lane(lane, connect, connect_error);
-                    st = lock(&slot.state);
                     continue;
                 }
                 other => *st = other,
@@ -275,20 +293,18 @@ impl Combiner {
                 // it meanwhile.
                 drop(st);
                 let mut lane_st = lock(&lane.state);
-                st = lock(&slot.state);
+                let mut st = lock(&slot.state);
                 if matches!(*st, SlotState::Queued) {
                     lane_st.queue.retain(|s| !Arc::ptr_eq(s, &slot));
                     *st = SlotState::Abandoned;
                     return Err(not_sent(now - enqueued));
                 }
-                drop(lane_st);
                 continue;
             }
-            st = slot
-                .ready
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            drop(st);
+            // Returns early when unparked (also by a wake-up meant for an
+            // earlier wait of this thread): the state is looked at again.
+            std::thread::park_timeout(deadline - now);
         }
     }
 
@@ -302,6 +318,7 @@ impl Combiner {
         connect_error: &mut Option<Error>,
     ) {
         let now = Instant::now();
+        let mut expired = Vec::new();
         let (batch, conn) = {
             let mut st = lock(&lane.state);
             let mut batch = Vec::with_capacity(st.queue.len());
@@ -310,8 +327,8 @@ impl Combiner {
                 if now >= self.deadline(&slot) {
                     // Expired before it could be sent: nothing ran.
                     if matches!(*s, SlotState::Queued | SlotState::Sent) {
-                        *s = SlotState::Done(Err(not_sent(self.response_timeout)));
-                        slot.ready.notify_one();
+                        drop(s);
+                        expired.push(slot);
                     }
                     continue;
                 }
@@ -321,6 +338,9 @@ impl Combiner {
             }
             (batch, st.conn.take())
         };
+        for slot in expired {
+            slot.set(SlotState::Done(Err(not_sent(self.response_timeout))));
+        }
         let conn = if batch.is_empty() {
             conn
         } else {
@@ -452,17 +472,24 @@ impl Combiner {
 /// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
 /// oldest queued command, or leaves it idle.
 fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
-    let mut st = lock(&lane.state);
-    if st.conn.is_none() {
-        st.conn = conn;
-    }
-    match st.queue.front() {
-        Some(next) => {
-            let mut s = lock(&next.state);
-            *s = SlotState::Lead;
-            next.ready.notify_one();
+    let next = {
+        let mut st = lock(&lane.state);
+        if st.conn.is_none() {
+            st.conn = conn;
         }
-        None => st.busy = false,
+        match st.queue.front() {
+            Some(next) => {
+                *lock(&next.state) = SlotState::Lead;
+                Some(next.clone())
+            }
+            None => {
+                st.busy = false;
+                None
+            }
+        }
+    };
+    if let Some(next) = next {
+        next.thread.unpark();
     }
 }
 
@@ -495,11 +522,7 @@ fn exchange(
 }
 
 fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
-    let mut s = lock(&slot.state);
-    if !matches!(*s, SlotState::Abandoned) {
-        *s = SlotState::Done(result);
-        slot.ready.notify_one();
-    }
+    slot.set(SlotState::Done(result));
 }
 
 fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
