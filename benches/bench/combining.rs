@@ -3,13 +3,13 @@
 //! point measured for exclusive connections and for combining ones in
 //! alternating order, in one process.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redguard::{Client, ConnectionMode};
 use serde_json::{Value, json};
 
-use crate::protocol::{S3_NAMES_PER_WORKER, now_ns, s3_name, sleep_until_ns};
+use crate::protocol::{S3_NAMES_PER_WORKER, now_ns, s3_name};
+use crate::scenarios::start_workers;
 use crate::stats::{pct, us};
 use crate::workers::guard_factory;
 
@@ -24,46 +24,44 @@ fn client(url: &str, mode: ConnectionMode, pool: usize) -> Client {
 }
 
 /// One S3 phase of `phase` with `threads` threads on `client`: cycles/s
-/// and the latency percentiles of a cycle.
+/// and the latency percentiles of a cycle. The phase starts once every
+/// thread has made its lock handles and warmed up (256 threads making
+/// 1,000 handles each take a noticeable part of a second).
 fn phase(client: &Client, threads: usize, phase: Duration) -> Value {
     let factory = guard_factory(client);
-    let t0 = now_ns() + 100_000_000;
-    let end = t0 + phase.as_nanos() as u64;
-    let handles: Vec<_> = (0..threads)
-        .map(|w| {
-            let factory = Arc::clone(&factory);
-            std::thread::spawn(move || -> Result<(Vec<u64>, u64), String> {
-                let names: Vec<String> = (0..S3_NAMES_PER_WORKER).map(|i| s3_name(w, i)).collect();
-                let mut worker = factory(w, &names)?;
-                let _ = worker.cycle_named(&format!("bench:warm:w{w}"));
-                let mut samples = Vec::with_capacity(4096);
-                let mut errors = 0;
-                sleep_until_ns(t0);
-                let mut i = 0;
-                loop {
-                    let start = now_ns();
-                    if start >= end {
-                        break;
-                    }
-                    match worker.cycle(i) {
-                        Ok(()) => samples.push(now_ns() - start),
-                        Err(_) => errors += 1,
-                    }
-                    i += 1;
+    let phase_ns = phase.as_nanos() as u64;
+    let (_, handles) = start_workers(
+        threads,
+        &factory,
+        |w| (0..S3_NAMES_PER_WORKER).map(|i| s3_name(w, i)).collect(),
+        move |_w, mut worker, t0| {
+            let end = t0 + phase_ns;
+            let mut samples = Vec::with_capacity(4096);
+            let mut errors = 0u64;
+            let mut i = 0;
+            loop {
+                let start = now_ns();
+                if start >= end {
+                    break;
                 }
-                Ok((samples, errors))
-            })
-        })
-        .collect();
+                match worker.cycle(i) {
+                    Ok(()) => samples.push(now_ns() - start),
+                    Err(_) => errors += 1,
+                }
+                i += 1;
+            }
+            (samples, errors)
+        },
+    );
     let mut all = Vec::new();
     let mut errors = 0;
     for h in handles {
         match h.join() {
-            Ok(Ok((s, e))) => {
+            Ok(Some((s, e))) => {
                 all.extend(s);
                 errors += e;
             }
-            Ok(Err(e)) => return json!({"error": e}),
+            Ok(None) => return json!({"error": "a worker could not start"}),
             Err(_) => return json!({"error": "worker panicked"}),
         }
     }
