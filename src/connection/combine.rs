@@ -9,8 +9,10 @@
 //! park until their reply is there, or until their deadline; each is
 //! unparked alone, by whoever has its reply, after letting go of every
 //! lock (a woken thread never blocks again on a lock its waker holds).
-//! When the flusher is done and commands queued up meanwhile, it hands the
-//! lane to the oldest of them, which flushes next.
+//! When the flusher is done and commands queued up meanwhile, it writes
+//! them at once, in one write, and hands the reading of their replies to
+//! the oldest of them: the server works on the next batch while that
+//! thread wakes up, and a thread woken to read finds its reply there.
 //!
 //! Timeouts are per command: each thread waits at most the response timeout
 //! from the moment it enqueued. A command still queued by then is taken
@@ -65,6 +67,10 @@ struct LaneState {
     busy: bool,
     /// The connection, while no flusher holds it.
     conn: Option<redis::Connection>,
+    /// Commands written on `conn` whose replies are not read yet: the
+    /// thread of the first of them still waiting (set to
+    /// [`SlotState::Lead`]) reads them.
+    written: Vec<Arc<Slot>>,
 }
 
 /// One thread's command and, later, its replies.
@@ -98,7 +104,8 @@ impl Slot {
 
 enum SlotState {
     Queued,
-    /// The lane was handed to this slot's thread: it flushes next.
+    /// The lane was handed to this slot's thread: it reads the replies of
+    /// the commands written for it, or flushes the queue.
     Lead,
     Sent,
     Done(RedisResult<Vec<Value>>),
@@ -198,10 +205,15 @@ impl Combiner {
             .count()
     }
 
-    /// Closes the idle shared connections (the server restarted).
+    /// Closes the idle shared connections (the server restarted). One
+    /// with commands written on it stays with the thread to read their
+    /// replies, which drops it if it broke.
     pub(crate) fn flush(&self) {
         for lane in self.lanes.iter() {
-            drop(lock(&lane.state).conn.take());
+            let mut st = lock(&lane.state);
+            if st.written.is_empty() {
+                drop(st.conn.take());
+            }
         }
     }
 
@@ -248,7 +260,7 @@ impl Combiner {
                 let conn = st.conn.take();
                 drop(st);
                 let (result, conn) = self.alone(conn, bytes, replies, connect, connect_error);
-                hand_over(lane, conn);
+                self.hand_over(lane, conn);
                 return result;
             }
         }
@@ -308,18 +320,38 @@ impl Combiner {
         }
     }
 
-    /// Flushes `lane` once: sends every queued command in one write, reads
-    /// and hands out the replies, then hands the lane to the oldest command
-    /// queued meanwhile (or leaves it idle).
+    /// Runs `lane` once, for the thread it was handed to: reads the replies
+    /// of the commands written for it, or else sends every queued command
+    /// in one write and reads their replies; then hands the lane on.
     fn flush_lane(
         &self,
         lane: &Lane,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) {
+        let (written, conn) = {
+            let mut st = lock(&lane.state);
+            (std::mem::take(&mut st.written), st.conn.take())
+        };
+        let conn = if written.is_empty() {
+            let batch = self.take_queue(lane);
+            if batch.is_empty() {
+                conn
+            } else {
+                self.send(batch, conn, connect, connect_error)
+            }
+        } else {
+            self.read_written(written, conn, connect, connect_error)
+        };
+        self.hand_over(lane, conn);
+    }
+
+    /// Takes every queued command of `lane` to be sent: those whose
+    /// deadline passed fail as not sent, the others are marked sent.
+    fn take_queue(&self, lane: &Lane) -> Vec<Arc<Slot>> {
         let now = Instant::now();
         let mut expired = Vec::new();
-        let (batch, conn) = {
+        let batch = {
             let mut st = lock(&lane.state);
             let mut batch = Vec::with_capacity(st.queue.len());
             for slot in st.queue.drain(..) {
@@ -336,17 +368,132 @@ impl Combiner {
                 drop(s);
                 batch.push(slot);
             }
-            (batch, st.conn.take())
+            batch
         };
         for slot in expired {
             slot.set(SlotState::Done(Err(not_sent(self.response_timeout))));
         }
-        let conn = if batch.is_empty() {
-            conn
-        } else {
-            self.send(batch, conn, connect, connect_error)
+        batch
+    }
+
+    /// Reads the replies of `written`, sent on `conn` by the thread that
+    /// handed the lane over, within the earliest of their deadlines; the
+    /// connection back when it is still good. A connection found dead
+    /// before any reply gets the batch once more on a fresh connection, as
+    /// in [`Combiner::send`].
+    fn read_written(
+        &self,
+        written: Vec<Arc<Slot>>,
+        conn: Option<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> Option<redis::Connection> {
+        let Some(mut c) = conn else {
+            // Taken away meanwhile: nothing can be read.
+            deliver_err(&written, &dropped());
+            return None;
         };
-        hand_over(lane, conn);
+        let earliest = written.iter().map(|s| self.deadline(s)).min();
+        let shortened = self.bound_reads(&c, earliest);
+        match read_replies(&mut c, &written) {
+            Ok(()) => {
+                if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                    return None;
+                }
+                Some(c)
+            }
+            Err((0, e)) if e.is_connection_dropped() => {
+                drop(c);
+                self.send(written, None, connect, connect_error)
+            }
+            Err((read, e)) => {
+                deliver_err(&written[read..], &e);
+                None
+            }
+        }
+    }
+
+    /// Ends a turn on `lane`: when commands queued up meanwhile and `conn`
+    /// is good, writes them on it at once and hands the reading of their
+    /// replies to the oldest one still waiting; else puts `conn` back and
+    /// hands the lane to the oldest queued command (which connects), or
+    /// leaves it idle.
+    fn hand_over(&self, lane: &Lane, conn: Option<redis::Connection>) {
+        let mut conn = conn;
+        if let Some(mut c) = conn.take() {
+            let queued = !lock(&lane.state).queue.is_empty();
+            let batch = if queued {
+                self.take_queue(lane)
+            } else {
+                Vec::new()
+            };
+            if batch.is_empty() {
+                conn = Some(c);
+            } else {
+                let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
+                for slot in &batch {
+                    bytes.extend_from_slice(&slot.bytes);
+                }
+                match c.send_packed_command(&bytes) {
+                    Ok(()) => {
+                        if self.hand_reading(lane, c, batch) {
+                            return;
+                        }
+                    }
+                    // The server hung up: the batch goes back to the front
+                    // of the queue, for one try on a fresh connection, as
+                    // a reused connection found dead gets.
+                    Err(e) if e.is_connection_dropped() => requeue(lane, batch),
+                    // Anything else (a write timeout): part of the batch
+                    // may have gone out; its outcome is unknown.
+                    Err(e) => deliver_err(&batch, &e),
+                }
+            }
+        }
+        let next = {
+            let mut st = lock(&lane.state);
+            if st.conn.is_none() {
+                st.conn = conn;
+            }
+            match st.queue.front() {
+                Some(next) => {
+                    *lock(&next.state) = SlotState::Lead;
+                    Some(next.clone())
+                }
+                None => {
+                    st.busy = false;
+                    None
+                }
+            }
+        };
+        if let Some(next) = next {
+            next.thread.unpark();
+        }
+    }
+
+    /// Hands the reading of `batch`, just written on `conn`, to the oldest
+    /// of its commands still waiting. `false` when every one of them gave
+    /// up: the connection, with replies nobody reads, is dropped.
+    fn hand_reading(&self, lane: &Lane, conn: redis::Connection, batch: Vec<Arc<Slot>>) -> bool {
+        let reader = {
+            let mut st = lock(&lane.state);
+            let reader = batch.iter().find(|slot| {
+                let mut s = lock(&slot.state);
+                let waiting = matches!(*s, SlotState::Sent);
+                if waiting {
+                    *s = SlotState::Lead;
+                }
+                waiting
+            });
+            let Some(reader) = reader.cloned() else {
+                return false;
+            };
+            st.conn = Some(conn);
+            st.written = batch;
+            reader
+        };
+        reader.thread.unpark();
+        true
     }
 
     /// Sends `bytes` (`replies` commands) alone on `conn` (or a new
@@ -469,28 +616,26 @@ impl Combiner {
     }
 }
 
-/// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
-/// oldest queued command, or leaves it idle.
-fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
-    let next = {
-        let mut st = lock(&lane.state);
-        if st.conn.is_none() {
-            st.conn = conn;
+/// Puts `batch`, whose write failed, back at the front of `lane`'s queue.
+fn requeue(lane: &Lane, batch: Vec<Arc<Slot>>) {
+    let mut st = lock(&lane.state);
+    for slot in batch.into_iter().rev() {
+        let mut s = lock(&slot.state);
+        if matches!(*s, SlotState::Sent) {
+            *s = SlotState::Queued;
+            drop(s);
+            st.queue.push_front(slot);
         }
-        match st.queue.front() {
-            Some(next) => {
-                *lock(&next.state) = SlotState::Lead;
-                Some(next.clone())
-            }
-            None => {
-                st.busy = false;
-                None
-            }
-        }
-    };
-    if let Some(next) = next {
-        next.thread.unpark();
     }
+}
+
+/// The error of commands written on a connection taken away before their
+/// replies were read.
+fn dropped() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the shared connection was closed before the reply was read",
+    ))
 }
 
 /// A failure to connect in redis-rs's terms, for the commands that were to
@@ -511,6 +656,16 @@ fn exchange(
     batch: &[Arc<Slot>],
 ) -> std::result::Result<(), (usize, RedisError)> {
     conn.send_packed_command(bytes).map_err(|e| (0, e))?;
+    read_replies(conn, batch)
+}
+
+/// The replies of every slot of `batch`, written on `conn`, in order, each
+/// handed to its thread as soon as read. On failure, how many slots got
+/// their replies, and the error.
+fn read_replies(
+    conn: &mut redis::Connection,
+    batch: &[Arc<Slot>],
+) -> std::result::Result<(), (usize, RedisError)> {
     for (i, slot) in batch.iter().enumerate() {
         let mut replies = Vec::with_capacity(slot.replies);
         for _ in 0..slot.replies {
