@@ -9,9 +9,9 @@ use redguard::{Client, ConnectionMode};
 use serde_json::{Value, json};
 
 use crate::protocol::{S3_NAMES_PER_WORKER, now_ns, s3_name};
-use crate::scenarios::start_workers;
-use crate::stats::{pct, us};
-use crate::workers::guard_factory;
+use crate::scenarios::{run_s2, start_workers};
+use crate::stats::{pct, quartiles, us};
+use crate::workers::{Factory, guard_factory};
 
 fn client(url: &str, mode: ConnectionMode, pool: usize) -> Client {
     let builder = Client::builder().url(url).pool_size(pool);
@@ -115,4 +115,68 @@ pub(crate) fn run_s3_scale(
         }
     }
     json!({"s3_scale": points, "phase_s": secs.as_secs_f64(), "rounds": rounds})
+}
+
+/// One S2 run's acquisitions per second and release→other latency
+/// (release to the next acquisition by another worker), as the peers'
+/// analyser computes them.
+fn s2_summary(run: &Value) -> Value {
+    let t0 = run["t_start_ns"].as_u64().unwrap_or(0);
+    let t1 = run["t_end_ns"].as_u64().unwrap_or(0);
+    let mut ev: Vec<[u64; 4]> = run["events"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| {
+                    let f = |i: usize| e.get(i).and_then(Value::as_u64);
+                    Some([f(0)?, f(1)?, f(2)?, f(3)?])
+                })
+                .filter(|e| e[2] <= t1)
+                .collect()
+        })
+        .unwrap_or_default();
+    ev.sort_by_key(|e| e[2]);
+    let mut rel_other = Vec::with_capacity(ev.len());
+    let mut next = None;
+    for i in (0..ev.len()).rev() {
+        if i + 1 < ev.len() && ev[i + 1][0] != ev[i][0] {
+            next = Some(ev[i + 1][2]);
+        }
+        if let Some(n) = next {
+            rel_other.push(n.saturating_sub(ev[i][3]));
+        }
+    }
+    rel_other.sort_unstable();
+    let secs = t1.saturating_sub(t0) as f64 / 1e9;
+    json!({"acquisitions_per_s": if secs > 0.0 { (ev.len() as f64 / secs).round() } else { 0.0 },
+           "release_to_other_p50_us": us(pct(&rel_other, 50.0)),
+           "release_to_other_p99_us": us(pct(&rel_other, 99.0)),
+           "errors": run["errors"], "acquire_failures": run["acquire_failures"]})
+}
+
+/// S2 (8 threads, one name, 5 s) of `a` and `b` alternating in one process,
+/// `rounds` runs each in ABBA order: each run's acquisitions/s and
+/// release→other p50/p99, and their quartiles per side.
+pub(crate) fn run_ab_s2(a: &Factory, b: &Factory, rounds: usize) -> Value {
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        if r % 2 == 0 {
+            ra.push(s2_summary(&run_s2(a)));
+            rb.push(s2_summary(&run_s2(b)));
+        } else {
+            rb.push(s2_summary(&run_s2(b)));
+            ra.push(s2_summary(&run_s2(a)));
+        }
+    }
+    let side = |runs: &[Value]| {
+        let field = |k: &str| {
+            let mut v: Vec<f64> = runs.iter().filter_map(|r| r[k].as_f64()).collect();
+            quartiles(&mut v)
+        };
+        json!({"runs": runs,
+               "acquisitions_per_s": field("acquisitions_per_s"),
+               "release_to_other_p50_us": field("release_to_other_p50_us"),
+               "release_to_other_p99_us": field("release_to_other_p99_us")})
+    };
+    json!({"a": side(&ra), "b": side(&rb)})
 }
