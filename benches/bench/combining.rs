@@ -180,3 +180,41 @@ pub(crate) fn run_ab_s2(a: &Factory, b: &Factory, rounds: usize) -> Value {
     };
     json!({"a": side(&ra), "b": side(&rb)})
 }
+
+/// The scale goal as an A/B in one process: S3 with 256 threads
+/// combining on 4 shared connections ("a") against 8 threads on exclusive
+/// connections (pool 16: one each, "b"), `rounds` phases of `secs` each
+/// per side in ABBA order; the ratio a / b per pair of phases.
+pub(crate) fn run_ab_scale(url: &str, rounds: usize, secs: Duration) -> Value {
+    let combining = client(url, ConnectionMode::Combining { connections: 4 }, 4);
+    let exclusive = client(url, ConnectionMode::Exclusive, 16);
+    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let (pa, pb) = if r % 2 == 0 {
+            let pa = phase(&combining, 256, secs);
+            (pa, phase(&exclusive, 8, secs))
+        } else {
+            let pb = phase(&exclusive, 8, secs);
+            (phase(&combining, 256, secs), pb)
+        };
+        if let (Some(x), Some(y)) = (pa["cycles_per_s"].as_f64(), pb["cycles_per_s"].as_f64())
+            && y > 0.0
+        {
+            ratios.push(x / y);
+        }
+        eprintln!("round {r}: 256 x 4 combining {pa} / 8 exclusive {pb}");
+        a.push(pa);
+        b.push(pb);
+    }
+    let cps = |v: &[Value]| {
+        let mut c: Vec<f64> = v
+            .iter()
+            .filter_map(|p| p["cycles_per_s"].as_f64())
+            .collect();
+        quartiles(&mut c)
+    };
+    json!({"ab_scale": {
+        "a": "256 threads, combining on 4 connections", "b": "8 threads, exclusive connections (pool 16)",
+        "phase_s": secs.as_secs_f64(), "a_phases": a, "b_phases": b,
+        "a_cycles_per_s": cps(&a), "b_cycles_per_s": cps(&b), "ratio_a_to_b": quartiles(&mut ratios)}})
+}

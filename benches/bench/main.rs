@@ -15,6 +15,8 @@
 //! bench --port P --combining 1 ...   any mode with redguard's client combining on 1 connection
 //! bench --port P --ab-combining [--combining 1]   S1/S3 A/B: combining ("redguard") vs exclusive ("floor")
 //! bench --port P --ab-s2 [--combining 1] [--s2-rounds 4]   S2 A/B: combining ("a") vs exclusive ("b")
+//! bench --port P --ab-scale [--scale-rounds 2] [--scale-secs 1]   S3: 256 threads combining on 4
+//!                                connections ("a") vs 8 threads on exclusive connections ("b")
 //! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-pools 1,4,16] [--scale-secs 1]
 //!                           [--scale-only combining]
 //!                                S3 with many threads on few connections, exclusive vs combining
@@ -77,7 +79,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "ab_s2", "s3_scale", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "ab_s2", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -121,6 +123,11 @@ struct Args {
     /// ("b"): whole S2 runs alternating in one process, `--s2-rounds` each.
     #[arg(long)]
     ab_s2: bool,
+    /// S3 A/B of 256 threads combining on 4 connections against 8 threads
+    /// on exclusive connections, `--scale-rounds` phases of `--scale-secs`
+    /// per side, interleaved.
+    #[arg(long)]
+    ab_scale: bool,
     /// S2 A/B: runs per side.
     #[arg(long, default_value_t = 4)]
     s2_rounds: usize,
@@ -320,6 +327,12 @@ fn main() -> ExitCode {
         out["a_mode"] = json!(format!("redguard, combining on {connections} connections"));
         out["b_mode"] = json!("redguard, exclusive connections");
         json!({ "ab_s2": out })
+    } else if args.ab_scale {
+        combining::run_ab_scale(
+            &url,
+            args.scale_rounds,
+            Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
+        )
     } else if args.s3_scale {
         combining::run_s3_scale(
             &url,
