@@ -6,9 +6,13 @@
 //! flushing that lane, it becomes the flusher: it writes every queued
 //! command in one write, reads the replies in order with redis-rs's parser
 //! (`Connection::recv_response`), and hands each to its thread. Followers
-//! block on their own condition variable until their reply is there, or
-//! until their deadline. When the flusher is done and commands queued up
-//! meanwhile, it hands the lane to the oldest of them, which flushes next.
+//! park until their reply is there, or until their deadline; each is
+//! unparked alone, by whoever has its reply, after letting go of every
+//! lock (a woken thread never blocks again on a lock its waker holds).
+//! When the flusher is done and commands queued up meanwhile, it writes
+//! them at once, in one write, and hands the reading of their replies to
+//! the oldest of them: the server works on the next batch while that
+//! thread wakes up, and a thread woken to read finds its reply there.
 //!
 //! Timeouts are per command: each thread waits at most the response timeout
 //! from the moment it enqueued. A command still queued by then is taken
@@ -23,7 +27,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
@@ -62,6 +67,10 @@ struct LaneState {
     busy: bool,
     /// The connection, while no flusher holds it.
     conn: Option<redis::Connection>,
+    /// Commands written on `conn` whose replies are not read yet: the
+    /// thread of the first of them still waiting (set to
+    /// [`SlotState::Lead`]) reads them.
+    written: Vec<Arc<Slot>>,
 }
 
 /// One thread's command and, later, its replies.
@@ -74,12 +83,46 @@ struct Slot {
     /// on a pooled connection, connecting has its own timeout).
     deadline: AtomicU64,
     state: Mutex<SlotState>,
-    ready: Condvar,
+    /// The thread waiting for this slot, unparked when its state changes.
+    thread: Thread,
+}
+
+impl Slot {
+    /// Sets the state to `to` (unless the thread gave up) and wakes the
+    /// thread, once the state's lock is let go.
+    fn set(&self, to: SlotState) {
+        if self.put(to) {
+            self.thread.unpark();
+        }
+    }
+
+    /// Sets the state to `to` unless the thread gave up; `true` when set.
+    /// The thread is not woken: see [`wake_done`].
+    fn put(&self, to: SlotState) -> bool {
+        let mut s = lock(&self.state);
+        if matches!(*s, SlotState::Abandoned) {
+            return false;
+        }
+        *s = to;
+        true
+    }
+}
+
+/// Wakes the threads of `batch` whose replies were put there and not yet
+/// taken (a thread that woke by itself meanwhile took its reply).
+fn wake_done(batch: &[Arc<Slot>]) {
+    for slot in batch {
+        let done = matches!(*lock(&slot.state), SlotState::Done(_));
+        if done {
+            slot.thread.unpark();
+        }
+    }
 }
 
 enum SlotState {
     Queued,
-    /// The lane was handed to this slot's thread: it flushes next.
+    /// The lane was handed to this slot's thread: it reads the replies of
+    /// the commands written for it, or flushes the queue.
     Lead,
     Sent,
     Done(RedisResult<Vec<Value>>),
@@ -179,10 +222,15 @@ impl Combiner {
             .count()
     }
 
-    /// Closes the idle shared connections (the server restarted).
+    /// Closes the idle shared connections (the server restarted). One
+    /// with commands written on it stays with the thread to read their
+    /// replies, which drops it if it broke.
     pub(crate) fn flush(&self) {
         for lane in self.lanes.iter() {
-            drop(lock(&lane.state).conn.take());
+            let mut st = lock(&lane.state);
+            if st.written.is_empty() {
+                drop(st.conn.take());
+            }
         }
     }
 
@@ -229,7 +277,7 @@ impl Combiner {
                 let conn = st.conn.take();
                 drop(st);
                 let (result, conn) = self.alone(conn, bytes, replies, connect, connect_error);
-                hand_over(lane, conn);
+                self.hand_over(lane, conn);
                 return result;
             }
         }
@@ -239,7 +287,7 @@ impl Combiner {
             replies,
             deadline: AtomicU64::new(self.ns(enqueued + self.response_timeout)),
             state: Mutex::new(SlotState::Queued),
-            ready: Condvar::new(),
+            thread: std::thread::current(),
         });
         let lead = {
             let mut st = lock(&lane.state);
@@ -250,15 +298,14 @@ impl Combiner {
         if lead {
             self.flush_lane(lane, connect, connect_error);
         }
-        let mut st = lock(&slot.state);
         loop {
+            let mut st = lock(&slot.state);
             match std::mem::replace(&mut *st, SlotState::Abandoned) {
                 SlotState::Done(result) => return result,
                 SlotState::Lead => {
                     *st = SlotState::Sent;
                     drop(st);
                     self.flush_lane(lane, connect, connect_error);
-                    st = lock(&slot.state);
                     continue;
                 }
                 other => *st = other,
@@ -275,34 +322,59 @@ impl Combiner {
                 // it meanwhile.
                 drop(st);
                 let mut lane_st = lock(&lane.state);
-                st = lock(&slot.state);
+                let mut st = lock(&slot.state);
                 if matches!(*st, SlotState::Queued) {
                     lane_st.queue.retain(|s| !Arc::ptr_eq(s, &slot));
                     *st = SlotState::Abandoned;
                     return Err(not_sent(now - enqueued));
                 }
-                drop(lane_st);
                 continue;
             }
-            st = slot
-                .ready
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            drop(st);
+            // Returns early when unparked (also by a wake-up meant for an
+            // earlier wait of this thread): the state is looked at again.
+            std::thread::park_timeout(deadline - now);
         }
     }
 
-    /// Flushes `lane` once: sends every queued command in one write, reads
-    /// and hands out the replies, then hands the lane to the oldest command
-    /// queued meanwhile (or leaves it idle).
+    /// Runs `lane` once, for the thread it was handed to: reads the replies
+    /// of the commands written for it, or else sends every queued command
+    /// in one write and reads their replies; then hands the lane on.
     fn flush_lane(
         &self,
         lane: &Lane,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) {
+        let (written, conn) = {
+            let mut st = lock(&lane.state);
+            (std::mem::take(&mut st.written), st.conn.take())
+        };
+        let (batch, conn) = if written.is_empty() {
+            let batch = self.take_queue(lane);
+            let conn = if batch.is_empty() {
+                conn
+            } else {
+                self.send(&batch, conn, None, connect, connect_error)
+            };
+            (batch, conn)
+        } else {
+            let conn = self.read_written(&written, conn, connect, connect_error);
+            (written, conn)
+        };
+        // The next batch goes out before the threads whose replies were
+        // read are woken: the server works on it meanwhile, and this thread
+        // is not put aside by a woken one while the lane waits for it.
+        self.hand_over(lane, conn);
+        wake_done(&batch);
+    }
+
+    /// Takes every queued command of `lane` to be sent: those whose
+    /// deadline passed fail as not sent, the others are marked sent.
+    fn take_queue(&self, lane: &Lane) -> Vec<Arc<Slot>> {
         let now = Instant::now();
-        let (batch, conn) = {
+        let mut expired = Vec::new();
+        let batch = {
             let mut st = lock(&lane.state);
             let mut batch = Vec::with_capacity(st.queue.len());
             for slot in st.queue.drain(..) {
@@ -310,8 +382,8 @@ impl Combiner {
                 if now >= self.deadline(&slot) {
                     // Expired before it could be sent: nothing ran.
                     if matches!(*s, SlotState::Queued | SlotState::Sent) {
-                        *s = SlotState::Done(Err(not_sent(self.response_timeout)));
-                        slot.ready.notify_one();
+                        drop(s);
+                        expired.push(slot);
                     }
                     continue;
                 }
@@ -319,14 +391,132 @@ impl Combiner {
                 drop(s);
                 batch.push(slot);
             }
-            (batch, st.conn.take())
+            batch
         };
-        let conn = if batch.is_empty() {
-            conn
-        } else {
-            self.send(batch, conn, connect, connect_error)
+        for slot in expired {
+            slot.set(SlotState::Done(Err(not_sent(self.response_timeout))));
+        }
+        batch
+    }
+
+    /// Reads the replies of `written`, sent on `conn` by the thread that
+    /// handed the lane over, within the earliest of their deadlines; the
+    /// connection back when it is still good. A connection found dead
+    /// before any reply gets the batch once more on a fresh connection, as
+    /// in [`Combiner::send`].
+    fn read_written(
+        &self,
+        written: &[Arc<Slot>],
+        conn: Option<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> Option<redis::Connection> {
+        let Some(mut c) = conn else {
+            // Taken away meanwhile: nothing can be read.
+            deliver_err(written, &dropped());
+            return None;
         };
-        hand_over(lane, conn);
+        let earliest = written.iter().map(|s| self.deadline(s)).min();
+        let shortened = self.bound_reads(&c, earliest);
+        match read_replies(&mut c, written) {
+            Ok(()) => {
+                if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                    return None;
+                }
+                Some(c)
+            }
+            Err((0, e)) if e.is_connection_dropped() => {
+                drop(c);
+                self.send(written, None, Some(e), connect, connect_error)
+            }
+            Err((read, e)) => {
+                deliver_err(&written[read..], &e);
+                None
+            }
+        }
+    }
+
+    /// Ends a turn on `lane`: when commands queued up meanwhile and `conn`
+    /// is good, writes them on it at once and hands the reading of their
+    /// replies to the oldest one still waiting; else puts `conn` back and
+    /// hands the lane to the oldest queued command (which connects), or
+    /// leaves it idle.
+    fn hand_over(&self, lane: &Lane, conn: Option<redis::Connection>) {
+        let mut conn = conn;
+        if let Some(mut c) = conn.take() {
+            let queued = !lock(&lane.state).queue.is_empty();
+            let batch = if queued {
+                self.take_queue(lane)
+            } else {
+                Vec::new()
+            };
+            if batch.is_empty() {
+                conn = Some(c);
+            } else {
+                let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
+                for slot in &batch {
+                    bytes.extend_from_slice(&slot.bytes);
+                }
+                match c.send_packed_command(&bytes) {
+                    Ok(()) => {
+                        if self.hand_reading(lane, c, batch) {
+                            return;
+                        }
+                    }
+                    // The server hung up: the batch goes back to the front
+                    // of the queue, for one try on a fresh connection, as
+                    // a reused connection found dead gets.
+                    Err(e) if e.is_connection_dropped() => requeue(lane, batch),
+                    // Anything else (a write timeout): part of the batch
+                    // may have gone out; its outcome is unknown.
+                    Err(e) => deliver_err(&batch, &e),
+                }
+            }
+        }
+        let next = {
+            let mut st = lock(&lane.state);
+            if st.conn.is_none() {
+                st.conn = conn;
+            }
+            match st.queue.front() {
+                Some(next) => {
+                    *lock(&next.state) = SlotState::Lead;
+                    Some(next.clone())
+                }
+                None => {
+                    st.busy = false;
+                    None
+                }
+            }
+        };
+        if let Some(next) = next {
+            next.thread.unpark();
+        }
+    }
+
+    /// Hands the reading of `batch`, just written on `conn`, to the oldest
+    /// of its commands still waiting. `false` when every one of them gave
+    /// up: the connection, with replies nobody reads, is dropped.
+    fn hand_reading(&self, lane: &Lane, conn: redis::Connection, batch: Vec<Arc<Slot>>) -> bool {
+        let reader = {
+            let mut st = lock(&lane.state);
+            let reader = batch.iter().find(|slot| {
+                let mut s = lock(&slot.state);
+                let waiting = matches!(*s, SlotState::Sent);
+                if waiting {
+                    *s = SlotState::Lead;
+                }
+                waiting
+            });
+            let Some(reader) = reader.cloned() else {
+                return false;
+            };
+            st.conn = Some(conn);
+            st.written = batch;
+            reader
+        };
+        reader.thread.unpark();
+        true
     }
 
     /// Sends `bytes` (`replies` commands) alone on `conn` (or a new
@@ -386,16 +576,19 @@ impl Combiner {
     /// Writes `batch` on `conn` (or a new connection) and hands out the
     /// replies; the connection back when it is still good. A reused
     /// connection that turns out dead before any reply (the server
-    /// restarted) gets one fresh connection, as a pooled one does.
+    /// restarted) gets one fresh connection, as a pooled one does. `lost`
+    /// is the failure of a connection `batch` was already written on (and
+    /// so may have run), when this is that fresh try.
     fn send(
         &self,
-        batch: Vec<Arc<Slot>>,
+        batch: &[Arc<Slot>],
         conn: Option<redis::Connection>,
+        lost: Option<RedisError>,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
         let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
-        for slot in &batch {
+        for slot in batch {
             bytes.extend_from_slice(&slot.bytes);
         }
         // The flusher is the oldest command of the batch: the batch is
@@ -407,30 +600,30 @@ impl Combiner {
         let mut conn = conn;
         let mut reused = conn.is_some();
         // The failure of a reused connection the batch was written on.
-        let mut lost = None;
+        let mut lost = lost;
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
-                None => match (self.connect_for(&batch, connect), lost.take()) {
+                None => match (self.connect_for(batch, connect), lost.take()) {
                     (Ok(c), _) => c,
                     // The batch may have run on the lost connection: its
                     // error, not "refused", which a Sentinel or Cluster
                     // source reads as never sent and sends again elsewhere.
                     (Err(_), Some(lost)) => {
-                        deliver_err(&batch, &lost);
+                        deliver_err(batch, &lost);
                         return None;
                     }
                     (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
-                        deliver_err(&batch, &cause);
+                        deliver_err(batch, &cause);
                         return None;
                     }
                 },
             };
             let earliest = batch.iter().map(|s| self.deadline(s)).min();
             let shortened = self.bound_reads(&c, earliest);
-            match exchange(&mut c, &bytes, &batch) {
+            match exchange(&mut c, &bytes, batch) {
                 Ok(()) => {
                     if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
                         return None;
@@ -467,21 +660,26 @@ impl Combiner {
     }
 }
 
-/// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
-/// oldest queued command, or leaves it idle.
-fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
+/// Puts `batch`, whose write failed, back at the front of `lane`'s queue.
+fn requeue(lane: &Lane, batch: Vec<Arc<Slot>>) {
     let mut st = lock(&lane.state);
-    if st.conn.is_none() {
-        st.conn = conn;
-    }
-    match st.queue.front() {
-        Some(next) => {
-            let mut s = lock(&next.state);
-            *s = SlotState::Lead;
-            next.ready.notify_one();
+    for slot in batch.into_iter().rev() {
+        let mut s = lock(&slot.state);
+        if matches!(*s, SlotState::Sent) {
+            *s = SlotState::Queued;
+            drop(s);
+            st.queue.push_front(slot);
         }
-        None => st.busy = false,
     }
+}
+
+/// The error of commands written on a connection taken away before their
+/// replies were read.
+fn dropped() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the shared connection was closed before the reply was read",
+    ))
 }
 
 /// A failure to connect in redis-rs's terms, for the commands that were to
@@ -502,27 +700,36 @@ fn exchange(
     batch: &[Arc<Slot>],
 ) -> std::result::Result<(), (usize, RedisError)> {
     conn.send_packed_command(bytes).map_err(|e| (0, e))?;
+    read_replies(conn, batch)
+}
+
+/// The replies of every slot of `batch`, written on `conn`, in order, each
+/// put in its slot as soon as read; their threads are woken once the lane
+/// is handed on ([`wake_done`]). On failure, how many slots got their
+/// replies (those threads are woken at once), and the error.
+fn read_replies(
+    conn: &mut redis::Connection,
+    batch: &[Arc<Slot>],
+) -> std::result::Result<(), (usize, RedisError)> {
     for (i, slot) in batch.iter().enumerate() {
         let mut replies = Vec::with_capacity(slot.replies);
         for _ in 0..slot.replies {
-            replies.push(conn.recv_response().map_err(|e| (i, e))?);
+            match conn.recv_response() {
+                Ok(reply) => replies.push(reply),
+                Err(e) => {
+                    wake_done(&batch[..i]);
+                    return Err((i, e));
+                }
+            }
         }
-        deliver(slot, Ok(replies));
+        slot.put(SlotState::Done(Ok(replies)));
     }
     Ok(())
 }
 
-fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
-    let mut s = lock(&slot.state);
-    if !matches!(*s, SlotState::Abandoned) {
-        *s = SlotState::Done(result);
-        slot.ready.notify_one();
-    }
-}
-
 fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
     for slot in batch {
-        deliver(slot, Err(err.clone()));
+        slot.set(SlotState::Done(Err(err.clone())));
     }
 }
 
