@@ -4,14 +4,14 @@
 //! last but for the CLI case, which needs only a working cluster.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redguard::{ClassicPublish, Client, ConnectionMode, Error};
 
 use crate::support::{
-    Cap, ChildTest, RedisCluster, caps, capture_logs, case_lacks, child_env, child_role,
-    logged_lines, ms, say, unique_name, wait_until,
+    Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_lacks, child_env,
+    child_role, logged_lines, ms, say, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -1044,11 +1044,11 @@ fn f1_manual_failover(bed: &RedisCluster) {
     let guard = client.lock(&name).lock().unwrap();
     let renewals = client.stats().renewals;
     let replica = bed.replica_of(master);
-    let contention = Contention::start(bed, &name_on(bed, master, "f1-contended"));
+    let contention = contend(bed, &name_on(bed, master, "f1-contended"));
     let t = Instant::now();
     bed.failover(replica);
     eprintln!("F1: failover done in {:?}", t.elapsed());
-    contention.finish_after_more(40);
+    finish_after_more(contention, 40);
     // Three renewals after the failover.
     assert!(wait_until(Duration::from_secs(10), || client
         .stats()
@@ -1074,104 +1074,41 @@ fn f1_manual_failover(bed: &RedisCluster) {
 
 /// E1's loop on a Cluster: an exclusive and a combining client, two threads
 /// each, acquire → increment → release one lock until stopped.
-struct Contention {
-    stop: Arc<AtomicBool>,
-    overlaps: Arc<AtomicUsize>,
-    counter: Arc<AtomicUsize>,
-    completed: Arc<AtomicUsize>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+fn contend(bed: &RedisCluster, name: &str) -> Contention {
+    let clients = [
+        builder(&bed.url()).build().unwrap(),
+        builder(&bed.url())
+            .connection_mode(ConnectionMode::Combining { connections: 1 })
+            .build()
+            .unwrap(),
+    ];
+    let locks = (0..4).map(|i| clients[i % 2].lock(name)).collect();
+    let contention = Contention::start(locks, ms(2000));
+    assert!(
+        contention.wait_for_more(20, Duration::from_secs(10)),
+        "F1: no progress before the failover"
+    );
+    contention
 }
 
-impl Contention {
-    fn start(bed: &RedisCluster, name: &str) -> Contention {
-        let clients = [
-            builder(&bed.url()).build().unwrap(),
-            builder(&bed.url())
-                .connection_mode(ConnectionMode::Combining { connections: 1 })
-                .build()
-                .unwrap(),
-        ];
-        let stop = Arc::new(AtomicBool::new(false));
-        let inside = Arc::new(AtomicBool::new(false));
-        let overlaps = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::new(AtomicUsize::new(0));
-        let completed = Arc::new(AtomicUsize::new(0));
-        let threads = (0..4)
-            .map(|i| {
-                let lock = clients[i % 2].lock(name);
-                let (stop, inside, overlaps, counter, completed) = (
-                    stop.clone(),
-                    inside.clone(),
-                    overlaps.clone(),
-                    counter.clone(),
-                    completed.clone(),
-                );
-                std::thread::spawn(move || {
-                    // Bounded in count and time.
-                    for _ in 0..1_000_000 {
-                        if stop.load(Ordering::Acquire) {
-                            break;
-                        }
-                        match lock.try_lock_for(ms(2000)) {
-                            Ok(Some(guard)) => {
-                                if inside.swap(true, Ordering::AcqRel) {
-                                    overlaps.fetch_add(1, Ordering::Relaxed);
-                                }
-                                let n = counter.load(Ordering::Acquire);
-                                std::thread::yield_now();
-                                counter.store(n + 1, Ordering::Release);
-                                inside.store(false, Ordering::Release);
-                                completed.fetch_add(1, Ordering::Relaxed);
-                                drop(guard);
-                            }
-                            Ok(None) => {}
-                            Err(_) => crate::support::sleep(ms(20)),
-                        }
-                    }
-                })
-            })
-            .collect();
-        assert!(
-            wait_until(Duration::from_secs(10), || completed
-                .load(Ordering::Relaxed)
-                >= 20),
-            "F1: no progress before the failover"
-        );
-        Contention {
-            stop,
-            overlaps,
-            counter,
-            completed,
-            threads,
-        }
-    }
-
-    /// Waits for `more` critical sections, stops the threads and checks.
-    fn finish_after_more(self, more: usize) {
-        let before = self.completed.load(Ordering::Relaxed);
-        let resumed = wait_until(Duration::from_secs(10), || {
-            self.completed.load(Ordering::Relaxed) >= before + more
-        });
-        self.stop.store(true, Ordering::Release);
-        for t in self.threads {
-            t.join().unwrap();
-        }
-        let (overlaps, counter, completed) = (
-            self.overlaps.load(Ordering::Relaxed),
-            self.counter.load(Ordering::Relaxed),
-            self.completed.load(Ordering::Relaxed),
-        );
-        eprintln!(
-            "F1: {completed} critical sections of an exclusive and a combining client across \
-             the failover, {overlaps} overlaps"
-        );
-        assert!(
-            resumed,
-            "F1: no {more} critical sections after the failover"
-        );
-        assert_eq!(overlaps, 0, "F1: two holders at once");
-        assert_eq!(counter, completed, "F1: the counter lost an increment");
-    }
+/// Waits for `more` critical sections, stops the threads and checks.
+fn finish_after_more(contention: Contention, more: u64) {
+    let resumed = contention.wait_for_more(more, Duration::from_secs(10));
+    let report = contention.stop();
+    eprintln!(
+        "F1: {} critical sections of an exclusive and a combining client across the failover, \
+         overlaps {:?}",
+        report.completed, report.overlaps
+    );
+    assert!(
+        resumed,
+        "F1: no {more} critical sections after the failover"
+    );
+    assert!(report.overlaps.is_empty(), "F1: two holders at once");
+    assert_eq!(
+        report.counter, report.completed,
+        "F1: the counter lost an increment"
+    );
 }
 
 /// F3: the slot of a lock moves back and forth between two masters while

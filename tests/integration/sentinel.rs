@@ -3,15 +3,15 @@
 //! the sentinels with another) serves every case in sequence, healed
 //! between failovers, to keep the suite's wall time down.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redguard::ConnectionMode;
 
 use crate::support::{
-    BedOptions, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms, test_builder,
-    unique_name, wait_until,
+    BedOptions, Contention, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms,
+    test_builder, unique_name, wait_until,
 };
 
 const DATA_PW: &str = "data-pw-E4-d47a";
@@ -397,72 +397,10 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
     // The second client's two threads share one connection to the master.
     let combining = || builder(bed).connection_mode(ConnectionMode::Combining { connections: 1 });
     let clients = [builder(bed).build().unwrap(), combining().build().unwrap()];
-    let stop = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let completed = Arc::new(AtomicU64::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let resumed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let late_errors: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for i in 0..4 {
-        let lock = clients[i % 2].lock(&name);
-        let (stop, inside, counter, completed, overlaps) = (
-            stop.clone(),
-            inside.clone(),
-            counter.clone(),
-            completed.clone(),
-            overlaps.clone(),
-        );
-        let (killed_at, resumed_at, late_errors) =
-            (killed_at.clone(), resumed_at.clone(), late_errors.clone());
-        threads.push(std::thread::spawn(move || {
-            let mut rounds = 0_u64;
-            // Bounded in count and time.
-            while !stop.load(Ordering::Acquire) && rounds < 1_000_000 {
-                rounds += 1;
-                match lock.try_lock_for(ms(2000)) {
-                    Ok(Some(guard)) => {
-                        if inside.swap(true, Ordering::AcqRel) {
-                            overlaps.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let n = counter.load(Ordering::Acquire);
-                        std::thread::yield_now();
-                        counter.store(n + 1, Ordering::Release);
-                        inside.store(false, Ordering::Release);
-                        completed.fetch_add(1, Ordering::Relaxed);
-                        let killed = *killed_at.lock().unwrap();
-                        if let Some(k) = killed {
-                            resumed_at.lock().unwrap().get_or_insert_with(|| {
-                                let now = Instant::now();
-                                debug_assert!(now > k);
-                                now
-                            });
-                        }
-                        // Errors here (a lost key on the new master) are
-                        // logged by the guard; they are not the case's.
-                        drop(guard);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let killed = *killed_at.lock().unwrap();
-                        let late = killed.is_some_and(|k| k.elapsed() > ms(5000));
-                        let text = e.to_string().to_ascii_lowercase();
-                        let readonly = text.contains("readonly")
-                            || text.contains("read only")
-                            || text.contains("not a master");
-                        if late && readonly {
-                            late_errors.lock().unwrap().push(e.to_string());
-                        }
-                        crate::support::sleep(ms(20));
-                    }
-                }
-            }
-        }));
-    }
+    let locks = (0..4).map(|i| clients[i % 2].lock(&name)).collect();
+    let contention = Contention::start(locks, ms(2000));
     assert!(
-        wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
+        contention.wait_for_more(20, ms(10_000)),
         "no progress before the fault"
     );
     // A caller with a deadline that starts right at the kill, on a client
@@ -473,7 +411,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let old = bed.master_port();
     bed.drain_switches();
     let (_, kill) = bed.kill_master();
-    *killed_at.lock().unwrap() = Some(kill);
+    contention.fault_at(kill);
     let patient = std::thread::spawn(move || {
         patient
             .lock(unique_name("e1-patient"))
@@ -481,13 +419,10 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
             .map(|g| (g.is_some(), Instant::now()))
     });
     let switch = bed.wait_switch(old, ms(20_000));
-    let resumed = wait_until(ms(15_000), || resumed_at.lock().unwrap().is_some());
+    let resumed = wait_until(ms(15_000), || contention.resumed().is_some());
     // Keep going for a while after the switch: no READONLY may show up.
     crate::support::sleep(ms(1500));
-    stop.store(true, Ordering::Release);
-    for t in threads {
-        t.join().unwrap();
-    }
+    let report = contention.stop();
     let switch = switch.unwrap_or_else(|| panic!("E1: no +switch-master\n{}", bed.logs()));
     // A failover of the live promoted master shows as a second switch
     // (the bed hears it on one sentinel, up to a second or two after the
@@ -511,7 +446,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         patient_at - kill
     );
     assert!(resumed, "E1: no critical section completed after the kill");
-    let resumed = resumed_at.lock().unwrap().unwrap();
+    let resumed = report.resumed.unwrap();
     let resume = resumed - kill;
     eprintln!(
         "E1: promotion (+switch-master) {:?} after kill -9; first acquire after the kill {:?} \
@@ -519,7 +454,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         switch.at - kill,
         resume,
         resumed.saturating_duration_since(switch.at),
-        completed.load(Ordering::Relaxed)
+        report.completed
     );
     assert!(
         resume < ms(5000),
@@ -529,27 +464,38 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         // Two masters took writes until the clients heard the switch.
         eprintln!(
             "E1: the promoted master {} was failed over again while the threads ran (second \
-             switch {:?} after the first; masters now {masters:?}): {} overlaps, counter {} \
+             switch {:?} after the first; masters now {masters:?}): overlaps {:?}, counter {} \
              of {} (not checked)",
             switch.new_port,
             second.map(|s| s.at.saturating_duration_since(switch.at)),
-            overlaps.load(Ordering::Relaxed),
-            counter.load(Ordering::Relaxed),
-            completed.load(Ordering::Relaxed)
+            report.overlaps,
+            report.counter,
+            report.completed
         );
     } else {
         assert_eq!(
-            overlaps.load(Ordering::Relaxed),
+            report.overlaps.len(),
             0,
-            "E1: two holders at once"
+            "E1: two holders at once: {:?}",
+            report.overlaps
         );
         assert_eq!(
-            counter.load(Ordering::Relaxed),
-            completed.load(Ordering::Relaxed),
+            report.counter, report.completed,
             "E1: the counter lost an increment"
         );
     }
-    let late = late_errors.lock().unwrap();
+    let late: Vec<&String> = report
+        .errors
+        .iter()
+        .filter(|(at, e)| {
+            let text = e.to_ascii_lowercase();
+            *at > ms(5000)
+                && (text.contains("readonly")
+                    || text.contains("read only")
+                    || text.contains("not a master"))
+        })
+        .map(|(_, e)| e)
+        .collect();
     assert!(late.is_empty(), "E1: READONLY after 5 s: {late:?}");
 }
 
@@ -1086,26 +1032,6 @@ fn bench_sentinel_failover() {
 /// When (since the fault) which data nodes answered `ROLE` as master.
 type DualMasters = (Duration, Vec<u16>);
 
-/// One grant seen inside another holder's critical section.
-#[derive(Clone, Copy)]
-struct Overlap {
-    /// Since the round's `kill -9`.
-    at: Duration,
-    /// Thread indexes: the one inside, the one that entered.
-    inside: usize,
-    entered: usize,
-}
-
-impl std::fmt::Debug for Overlap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "thread {} entered while {} was inside, {:?} after the fault",
-            self.entered, self.inside, self.at
-        )
-    }
-}
-
 /// Stress (not part of the suite; run with `--ignored`): E1's contention
 /// across `REDGUARD_E1_ROUNDS` failovers (default 10), with one client per
 /// letter of `REDGUARD_E1_CLIENTS` (default `xc`: `x` exclusive, `c`
@@ -1140,60 +1066,16 @@ fn sentinel_failover_overlap_stress() {
             })
             .collect();
         let name = unique_name("e1-stress");
-        let stop = Arc::new(AtomicBool::new(false));
-        let holder = Arc::new(AtomicUsize::new(0));
-        let completed = Arc::new(AtomicU64::new(0));
-        let overlaps: Arc<Mutex<Vec<Overlap>>> = Arc::new(Mutex::new(Vec::new()));
-        let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-        let threads: Vec<_> = (0..clients.len() * 2)
-            .map(|i| {
-                let lock = clients[i / 2].lock(&name);
-                let (stop, holder, completed, overlaps, killed_at) = (
-                    stop.clone(),
-                    holder.clone(),
-                    completed.clone(),
-                    overlaps.clone(),
-                    killed_at.clone(),
-                );
-                std::thread::spawn(move || {
-                    let mut rounds = 0_u64;
-                    while !stop.load(Ordering::Acquire) && rounds < 1_000_000 {
-                        rounds += 1;
-                        match lock.try_lock_for(ms(2000)) {
-                            Ok(Some(guard)) => {
-                                let prev = holder.swap(i + 1, Ordering::AcqRel);
-                                if prev != 0 {
-                                    let at = killed_at
-                                        .lock()
-                                        .unwrap()
-                                        .map_or(Duration::ZERO, |k| k.elapsed());
-                                    overlaps.lock().unwrap().push(Overlap {
-                                        at,
-                                        inside: prev - 1,
-                                        entered: i,
-                                    });
-                                }
-                                std::thread::yield_now();
-                                let _ = holder.compare_exchange(
-                                    i + 1,
-                                    0,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
-                                completed.fetch_add(1, Ordering::Relaxed);
-                                drop(guard);
-                            }
-                            Ok(None) => {}
-                            Err(_) => crate::support::sleep(ms(20)),
-                        }
-                    }
-                })
-            })
+        let locks = (0..clients.len() * 2)
+            .map(|i| clients[i / 2].lock(&name))
             .collect();
+        let contention = Contention::start(locks, ms(2000));
         assert!(
-            wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
+            contention.wait_for_more(20, ms(10_000)),
             "round {round}: no progress before the fault"
         );
+        let stop = Arc::new(AtomicBool::new(false));
+        let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
         let old = bed.master_port();
         bed.drain_switches();
         // Watches for two data nodes answering `ROLE` as master at once.
@@ -1234,6 +1116,7 @@ fn sentinel_failover_overlap_stress() {
             bed.kill_master().1
         };
         *killed_at.lock().unwrap() = Some(kill);
+        contention.fault_at(kill);
         let mut switches = Vec::new();
         let mut until = kill + ms(20_000);
         while let Some(left) = until.checked_duration_since(Instant::now()) {
@@ -1246,9 +1129,7 @@ fn sentinel_failover_overlap_stress() {
             switches.push(s);
         }
         stop.store(true, Ordering::Release);
-        for t in threads {
-            t.join().unwrap();
-        }
+        let report = contention.stop();
         monitor.join().unwrap();
         let dual = dual.lock().unwrap().clone();
         if let (Some(first), Some(last)) = (dual.first(), dual.last()) {
@@ -1260,7 +1141,7 @@ fn sentinel_failover_overlap_stress() {
                 dual.len()
             );
         }
-        let overlaps = overlaps.lock().unwrap().clone();
+        let overlaps = report.overlaps;
         let heard: Vec<String> = switches
             .iter()
             .map(|s| format!("{}->{} at {:?}", s.old_port, s.new_port, s.at - kill))
@@ -1268,7 +1149,7 @@ fn sentinel_failover_overlap_stress() {
         eprintln!(
             "round {round}: killed {old}; switches [{}]; {} critical sections; overlaps {:?}",
             heard.join(", "),
-            completed.load(Ordering::Relaxed),
+            report.completed,
             overlaps
         );
         all.extend(overlaps.into_iter().map(|o| (round, o)));

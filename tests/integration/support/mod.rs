@@ -33,6 +33,7 @@
 mod caps;
 mod child;
 mod cluster;
+mod contention;
 mod context;
 mod kinds;
 mod logs;
@@ -55,6 +56,7 @@ use std::time::{Duration, Instant};
 pub use caps::{Cap, caps, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
+pub use contention::Contention;
 pub use context::{
     TEST_RESPONSE, TEST_WATCHDOG, TestContext, bulk_client, test_builder, test_client,
 };
