@@ -549,3 +549,24 @@ fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
         drop(permit);
     }
 }
+
+/// A client's `permit_clock_skew` goes into every lease end it stamps (5 s
+/// on a 2 s lease here): `leases` shows 7 s left right after the grant.
+#[test]
+fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .permit_clock_skew(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let semaphore = client
+        .expiring_semaphore(unique_name("skew"))
+        .with_lease(Duration::from_secs(2));
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let permit = semaphore.acquire().unwrap();
+    let leases = semaphore.leases().unwrap();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    let left = leases[0].1;
+    assert!(left > ms(6500) && left <= ms(7000), "left: {left:?}");
+    permit.release().unwrap();
+}
