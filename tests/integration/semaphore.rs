@@ -551,7 +551,8 @@ fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
 }
 
 /// A client's `permit_clock_skew` goes into every lease end it stamps (5 s
-/// on a 2 s lease here): `leases` shows 7 s left right after the grant.
+/// on a 2 s lease here): `leases` lists the 3 permits taken, each with 7 s
+/// left right after the grant (by the server's clock).
 #[test]
 fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
     let ctx = TestContext::new();
@@ -562,11 +563,22 @@ fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
     let semaphore = client
         .expiring_semaphore(unique_name("skew"))
         .with_lease(Duration::from_secs(2));
-    assert!(semaphore.try_set_permits(1).unwrap());
-    let permit = semaphore.acquire().unwrap();
+    assert!(semaphore.try_set_permits(3).unwrap());
+    let permits: Vec<_> = (0..3).map(|_| semaphore.acquire().unwrap()).collect();
     let leases = semaphore.leases().unwrap();
-    assert_eq!(leases.len(), 1, "{leases:?}");
-    let left = leases[0].1;
-    assert!(left > ms(6500) && left <= ms(7000), "left: {left:?}");
-    permit.release().unwrap();
+    assert_eq!(leases.len(), 3, "{leases:?}");
+    for permit in &permits {
+        let left = leases
+            .iter()
+            .find(|(id, _)| id == permit.id())
+            .map(|(_, left)| *left);
+        assert!(
+            left.is_some_and(|left| left > ms(6500) && left <= ms(7000)),
+            "{}: {left:?}",
+            permit.id()
+        );
+    }
+    for permit in permits {
+        permit.release().unwrap();
+    }
 }
