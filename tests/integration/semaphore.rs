@@ -582,3 +582,22 @@ fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
         permit.release().unwrap();
     }
 }
+
+/// A permit that too few replicas acknowledged is given back and reported
+/// as `NotReplicated`, as a lock grant is (one acknowledgement asked for,
+/// no replica here).
+#[test]
+fn a_permit_too_few_replicas_acknowledged_is_given_back() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(50))
+        .build()
+        .unwrap();
+    let semaphore = client.expiring_semaphore(unique_name("acks"));
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let err = semaphore.try_acquire().unwrap_err();
+    assert!(err.is_not_replicated(), "{err:?}");
+    assert_eq!(semaphore.available_permits().unwrap(), 1);
+    assert_eq!(semaphore.leases().unwrap(), Vec::new());
+}
