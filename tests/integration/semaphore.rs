@@ -554,7 +554,7 @@ fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
 /// on a 2 s lease here): `leases` lists the 3 permits taken, each with 7 s
 /// left at the grant, less the time since, by the server's clock (read 5
 /// times, 100 ms apart: a clock read wrong by up to a second shows in most
-/// reads).
+/// reads). The guard's own deadline leaves the skew out.
 #[test]
 fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
     let ctx = TestContext::new();
@@ -591,7 +591,10 @@ fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
         }
         sleep(ms(100));
     }
+    // The guard's own deadline (on this client's clock) has no skew in it.
     for permit in permits {
+        let valid = permit.valid_for();
+        assert!(valid > ms(1000) && valid < ms(2000), "{valid:?}");
         permit.release().unwrap();
     }
 }
