@@ -167,15 +167,17 @@ fn c3_a_lost_busy_reply_leaves_the_holders_lock_alone_for_every_kind() {
 
 /// Only a call whose outcome is unknown is undone: one refused by the
 /// server (a value of another type at the key: its script ran and granted
-/// nothing) costs one script call, and one that never reached Redis (the
-/// connection refused) sends nothing more; neither tries an undo (which
-/// would log that it "could not be undone", refused the same way).
+/// nothing) costs one script call and tries no undo (which would log that
+/// it "could not be undone", refused the same way); one that never
+/// reached Redis (a client's first connect refused) sends nothing and
+/// tries no undo either. (A call that met a broken connection cannot tell
+/// whether its script was written before the break, so it is undone even
+/// when the fresh connection is refused.)
 #[test]
 fn c3_a_call_that_surely_failed_is_not_undone() {
     crate::support::capture_logs();
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let client = test_builder(&proxy.url())
+    let client = test_builder(&server.url())
         .watchdog_timeout(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -203,6 +205,7 @@ fn c3_a_call_that_surely_failed_is_not_undone() {
     // connection instead is racy: a call written on it before the close
     // is seen has an unknown outcome, and is rightly undone.)
     let unreachable = unique_name("c3-sure-unreachable");
+    let proxy = FaultProxy::start(server.port());
     proxy.set_mode(crate::support::Mode::Refuse);
     let cold = test_builder(&proxy.url())
         .watchdog_timeout(Duration::from_secs(30))
