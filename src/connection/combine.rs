@@ -91,31 +91,14 @@ impl Slot {
     /// Sets the state to `to` (unless the thread gave up) and wakes the
     /// thread, once the state's lock is let go.
     fn set(&self, to: SlotState) {
-        if self.put(to) {
-            self.thread.unpark();
+        {
+            let mut s = lock(&self.state);
+            if matches!(*s, SlotState::Abandoned) {
+                return;
+            }
+            *s = to;
         }
-    }
-
-    /// Sets the state to `to` unless the thread gave up; `true` when set.
-    /// The thread is not woken: see [`wake_done`].
-    fn put(&self, to: SlotState) -> bool {
-        let mut s = lock(&self.state);
-        if matches!(*s, SlotState::Abandoned) {
-            return false;
-        }
-        *s = to;
-        true
-    }
-}
-
-/// Wakes the threads of `batch` whose replies were put there and not yet
-/// taken (a thread that woke by itself meanwhile took its reply).
-fn wake_done(batch: &[Arc<Slot>]) {
-    for slot in batch {
-        let done = matches!(*lock(&slot.state), SlotState::Done(_));
-        if done {
-            slot.thread.unpark();
-        }
+        self.thread.unpark();
     }
 }
 
@@ -350,23 +333,17 @@ impl Combiner {
             let mut st = lock(&lane.state);
             (std::mem::take(&mut st.written), st.conn.take())
         };
-        let (batch, conn) = if written.is_empty() {
+        let conn = if written.is_empty() {
             let batch = self.take_queue(lane);
-            let conn = if batch.is_empty() {
+            if batch.is_empty() {
                 conn
             } else {
-                self.send(&batch, conn, None, connect, connect_error)
-            };
-            (batch, conn)
+                self.send(batch, conn, None, connect, connect_error)
+            }
         } else {
-            let conn = self.read_written(&written, conn, connect, connect_error);
-            (written, conn)
+            self.read_written(written, conn, connect, connect_error)
         };
-        // The next batch goes out before the threads whose replies were
-        // read are woken: the server works on it meanwhile, and this thread
-        // is not put aside by a woken one while the lane waits for it.
         self.hand_over(lane, conn);
-        wake_done(&batch);
     }
 
     /// Takes every queued command of `lane` to be sent: those whose
@@ -406,19 +383,19 @@ impl Combiner {
     /// in [`Combiner::send`].
     fn read_written(
         &self,
-        written: &[Arc<Slot>],
+        written: Vec<Arc<Slot>>,
         conn: Option<redis::Connection>,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
         let Some(mut c) = conn else {
             // Taken away meanwhile: nothing can be read.
-            deliver_err(written, &dropped());
+            deliver_err(&written, &dropped());
             return None;
         };
         let earliest = written.iter().map(|s| self.deadline(s)).min();
         let shortened = self.bound_reads(&c, earliest);
-        match read_replies(&mut c, written) {
+        match read_replies(&mut c, &written) {
             Ok(()) => {
                 if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
                     return None;
@@ -581,14 +558,14 @@ impl Combiner {
     /// so may have run), when this is that fresh try.
     fn send(
         &self,
-        batch: &[Arc<Slot>],
+        batch: Vec<Arc<Slot>>,
         conn: Option<redis::Connection>,
         lost: Option<RedisError>,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
         let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
-        for slot in batch {
+        for slot in &batch {
             bytes.extend_from_slice(&slot.bytes);
         }
         // The flusher is the oldest command of the batch: the batch is
@@ -604,26 +581,26 @@ impl Combiner {
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
-                None => match (self.connect_for(batch, connect), lost.take()) {
+                None => match (self.connect_for(&batch, connect), lost.take()) {
                     (Ok(c), _) => c,
                     // The batch may have run on the lost connection: its
                     // error, not "refused", which a Sentinel or Cluster
                     // source reads as never sent and sends again elsewhere.
                     (Err(_), Some(lost)) => {
-                        deliver_err(batch, &lost);
+                        deliver_err(&batch, &lost);
                         return None;
                     }
                     (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
-                        deliver_err(batch, &cause);
+                        deliver_err(&batch, &cause);
                         return None;
                     }
                 },
             };
             let earliest = batch.iter().map(|s| self.deadline(s)).min();
             let shortened = self.bound_reads(&c, earliest);
-            match exchange(&mut c, &bytes, batch) {
+            match exchange(&mut c, &bytes, &batch) {
                 Ok(()) => {
                     if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
                         return None;
@@ -704,9 +681,8 @@ fn exchange(
 }
 
 /// The replies of every slot of `batch`, written on `conn`, in order, each
-/// put in its slot as soon as read; their threads are woken once the lane
-/// is handed on ([`wake_done`]). On failure, how many slots got their
-/// replies (those threads are woken at once), and the error.
+/// handed to its thread as soon as read. On failure, how many slots got
+/// their replies, and the error.
 fn read_replies(
     conn: &mut redis::Connection,
     batch: &[Arc<Slot>],
@@ -714,22 +690,20 @@ fn read_replies(
     for (i, slot) in batch.iter().enumerate() {
         let mut replies = Vec::with_capacity(slot.replies);
         for _ in 0..slot.replies {
-            match conn.recv_response() {
-                Ok(reply) => replies.push(reply),
-                Err(e) => {
-                    wake_done(&batch[..i]);
-                    return Err((i, e));
-                }
-            }
+            replies.push(conn.recv_response().map_err(|e| (i, e))?);
         }
-        slot.put(SlotState::Done(Ok(replies)));
+        deliver(slot, Ok(replies));
     }
     Ok(())
 }
 
+fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
+    slot.set(SlotState::Done(result));
+}
+
 fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
     for slot in batch {
-        slot.set(SlotState::Done(Err(err.clone())));
+        deliver(slot, Err(err.clone()));
     }
 }
 
