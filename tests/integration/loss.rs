@@ -205,6 +205,26 @@ fn b5_fixed_leases_of_every_kind_are_kept_across_a_mere_reconnect() {
     assert_eq!(semaphore.acquired_permits().unwrap(), 1);
 }
 
+/// The other side of B4/B5: a server that keeps its connections and its
+/// process costs no check. With a 30 s lease no renewal falls due within
+/// 2 s, so none may go out (a watch connection taken for closed at every
+/// quiet look made the worker check every lease ten times a second).
+#[test]
+fn b5_a_server_that_stays_up_is_not_checked() {
+    let server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let guard = client.lock(unique_name("b5-quiet")).lock().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let renewals = client.stats().renewals;
+    crate::support::sleep(Duration::from_secs(2));
+    assert_eq!(
+        client.stats().renewals,
+        renewals,
+        "leases checked while the server stayed up"
+    );
+    guard.check().unwrap();
+}
+
 #[cfg(feature = "cli")]
 #[test]
 fn b4_exec_exits_70_within_1500ms_of_a_restart() {
