@@ -285,6 +285,39 @@ fn c1_a_lone_partitioned_holder_is_told_at_its_deadline() {
     );
 }
 
+/// `release_on_shutdown(false)`: a shutdown leaves the client's locks to
+/// their lease. The keys are still there, with their holder, once the
+/// shutdown returns, and are no longer renewed: gone within the lease.
+#[test]
+fn shutdown_without_release_leaves_the_locks_to_their_lease() {
+    let lease = ms(900);
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(lease)
+        .release_on_shutdown(false)
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..3).map(|_| unique_name("shutdown-kept")).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    client.shutdown();
+    // The shutdown waits for its releases, if any: none may have gone.
+    assert!(
+        names.iter().all(|n| server.exists(n)),
+        "a lock was released at shutdown"
+    );
+    for guard in &guards {
+        assert!(guard.check().unwrap_err().is_lock_lost());
+    }
+    assert!(
+        wait_until(lease + ms(500), || names.iter().all(|n| !server.exists(n))),
+        "a key outlived its lease: still renewed after the shutdown"
+    );
+    drop(guards);
+}
+
 /// C3: 1,000 acquires whose request reaches Redis and whose reply is cut
 /// off (the proxy shuts the connection instead of forwarding it). The
 /// outcome is unknown to the client; it must neither leak nor share the

@@ -170,6 +170,64 @@ fn b5_locks_are_kept_across_a_mere_reconnect() {
     guard.unlock().unwrap();
 }
 
+/// B5 for fixed leases: a fixed-lease lock, read hold and expiring permit
+/// (30 s) across a mere reconnect. The check that follows looks each one up
+/// with its own kind's command (a permit in its lease set with `ZSCORE`)
+/// and keeps all three.
+#[test]
+fn b5_fixed_leases_of_every_kind_are_kept_across_a_mere_reconnect() {
+    let server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let name = unique_name("b5-fixed");
+    let lock = client
+        .lock(format!("{name}:lock"))
+        .with_lease(LONG_LEASE)
+        .lock()
+        .unwrap();
+    let read = client
+        .read_write_lock(format!("{name}:rw"))
+        .with_lease(LONG_LEASE)
+        .read()
+        .lock()
+        .unwrap();
+    let semaphore = client.expiring_semaphore(format!("{name}:sem"));
+    assert!(semaphore.try_set_permits(2).unwrap());
+    let permit = semaphore.with_lease(LONG_LEASE).acquire().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let lookups = server.command_calls(&["zscore"]);
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    assert!(
+        wait_until(Duration::from_secs(2), || server.command_calls(&["zscore"])
+            > lookups),
+        "the permit was not looked up after the reconnect"
+    );
+    crate::support::sleep(ms(300));
+    lock.check().unwrap();
+    read.check().unwrap();
+    permit.check().unwrap();
+    assert_eq!(semaphore.acquired_permits().unwrap(), 1);
+}
+
+/// The other side of B4/B5: a server that keeps its connections and its
+/// process costs no check. With a 30 s lease no renewal falls due within
+/// 2 s, so none may go out (a watch connection taken for closed at every
+/// quiet look made the worker check every lease ten times a second).
+#[test]
+fn b5_a_server_that_stays_up_is_not_checked() {
+    let server = RedisServer::start();
+    let client = long_lease_client(&server.url());
+    let guard = client.lock(unique_name("b5-quiet")).lock().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || watched(&server)));
+    let renewals = client.stats().renewals;
+    crate::support::sleep(Duration::from_secs(2));
+    assert_eq!(
+        client.stats().renewals,
+        renewals,
+        "leases checked while the server stayed up"
+    );
+    guard.check().unwrap();
+}
+
 #[cfg(feature = "cli")]
 #[test]
 fn b4_exec_exits_70_within_1500ms_of_a_restart() {

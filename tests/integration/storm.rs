@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     ChildTest, RedisServer, child_env, child_role, hear, ms, say, sleep, test_builder, unique_name,
+    wait_until,
 };
 
 /// Locks held by the child: half with a short lease (lost during the
@@ -274,6 +275,42 @@ fn b9_release_retries_are_paced_while_redis_is_down() {
         released && !server.exists(&name),
         "the release did not go through"
     );
+}
+
+/// B9 with renewals in several round trips: 40 locks renewed 16 to a
+/// round trip (`renew_batch(1)`), Redis down (AOF) for 1.5 s of their 3 s
+/// lease. The round trips after one that found the server unreachable
+/// fail at once, each reported; every lease is renewed once the server is
+/// back and still held two leases later (a job that stopped reporting
+/// after the unreachable round trip left its server busy: no renewal went
+/// out again and every lease ran out).
+#[test]
+fn b9_renewals_in_several_round_trips_outlive_an_outage() {
+    const LOCKS: usize = 40;
+    const LEASE: Duration = Duration::from_secs(3);
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = test_builder(&server.url())
+        .watchdog_timeout(LEASE)
+        .renew_batch(1)
+        .build()
+        .unwrap();
+    let name = unique_name("b9-trips");
+    let guards: Vec<_> = (0..LOCKS)
+        .map(|i| client.lock(format!("{name}:{i}")).lock().unwrap())
+        .collect();
+    // Right after a renewal round: the next falls due while Redis is down.
+    let before = client.stats().renewals;
+    assert!(wait_until(LEASE, || client.stats().renewals >= before + LOCKS as u64));
+    server.stop_keeping_data();
+    sleep(ms(1_500));
+    server.start_keeping_data();
+    sleep(LEASE * 2);
+    let held = guards.iter().filter(|g| g.check().is_ok()).count();
+    let keys = (0..LOCKS)
+        .filter(|i| server.pttl(format!("{name}:{i}")) > 0)
+        .count();
+    eprintln!("B9 (round trips): {held} of {LOCKS} leases held, {keys} keys live");
+    assert_eq!((held, keys), (LOCKS, LOCKS), "leases lost after the outage");
 }
 
 /// User plus system CPU time of process `pid` so far.
