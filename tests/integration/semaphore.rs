@@ -617,3 +617,46 @@ fn a_permit_too_few_replicas_acknowledged_is_given_back() {
     assert_eq!(semaphore.available_permits().unwrap(), 1);
     assert_eq!(semaphore.leases().unwrap(), Vec::new());
 }
+
+/// Permits kept with `forget` are counted down exactly by each `release`
+/// (4 kept, given back 1 then 3: none left), and a release that could not
+/// reach the server leaves them this client's to release again.
+/// `try_acquire_until` takes permits; `MAX_PERMITS` itself is a count one
+/// may ask for (not available here: `None`, no error).
+#[test]
+fn kept_permits_are_counted_exactly_and_stay_kept_when_a_release_fails() {
+    use crate::support::{FaultProxy, Mode, RedisServer};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url()).build().unwrap();
+    let sem = client.semaphore(unique_name("sem-kept"));
+    assert!(sem.try_set_permits(6).unwrap());
+    sem.acquire(4).unwrap().forget();
+    sem.release(1).unwrap();
+    sem.release(3).unwrap();
+    let none_left = sem.release(1).unwrap_err();
+    assert!(
+        matches!(none_left, redguard::Error::InvalidArgument(_)),
+        "{none_left:?}"
+    );
+    assert_eq!(sem.available_permits().unwrap(), 6);
+
+    sem.acquire(2).unwrap().forget();
+    proxy.set_mode(Mode::Refuse);
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    let unreachable = sem.release(2).unwrap_err();
+    assert!(unreachable.is_transient(), "{unreachable:?}");
+    proxy.set_mode(Mode::Pass);
+    sem.release(2).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 6);
+
+    let until = sem
+        .try_acquire_until(2, Instant::now() + Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(
+        until.as_ref().map(redguard::SemaphoreGuard::permits),
+        Some(2)
+    );
+    drop(until);
+    assert!(sem.try_acquire(redguard::MAX_PERMITS).unwrap().is_none());
+}
