@@ -338,7 +338,7 @@ impl Combiner {
             if batch.is_empty() {
                 conn
             } else {
-                self.send(batch, conn, connect, connect_error)
+                self.send(batch, conn, None, connect, connect_error)
             }
         } else {
             self.read_written(written, conn, connect, connect_error)
@@ -404,7 +404,7 @@ impl Combiner {
             }
             Err((0, e)) if e.is_connection_dropped() => {
                 drop(c);
-                self.send(written, None, connect, connect_error)
+                self.send(written, None, Some(e), connect, connect_error)
             }
             Err((read, e)) => {
                 deliver_err(&written[read..], &e);
@@ -509,14 +509,19 @@ impl Combiner {
     ) -> (RedisResult<Vec<Value>>, Option<redis::Connection>) {
         let mut reused = conn.is_some();
         let mut conn = conn;
+        // The failure of a reused connection the command was written on.
+        let mut lost = None;
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
                 // With the connect timeout, as a pooled connection: the
                 // response timeout counts from the write.
-                None => match connect(None) {
-                    Ok(c) => c,
-                    Err(e) => {
+                None => match (connect(None), lost.take()) {
+                    (Ok(c), _) => c,
+                    // The command may have run on the lost connection: its
+                    // error, not "refused" (read as never sent).
+                    (Err(_), Some(lost)) => return (Err(lost), None),
+                    (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
                         return (Err(cause), None);
@@ -536,7 +541,10 @@ impl Combiner {
                     }
                     return (Ok(values), Some(c));
                 }
-                Err(e) if reused && e.is_connection_dropped() => reused = false,
+                Err(e) if reused && e.is_connection_dropped() => {
+                    reused = false;
+                    lost = Some(e);
+                }
                 Err(e) => return (Err(e), None),
             }
         }
@@ -545,11 +553,14 @@ impl Combiner {
     /// Writes `batch` on `conn` (or a new connection) and hands out the
     /// replies; the connection back when it is still good. A reused
     /// connection that turns out dead before any reply (the server
-    /// restarted) gets one fresh connection, as a pooled one does.
+    /// restarted) gets one fresh connection, as a pooled one does. `lost`
+    /// is the failure of a connection `batch` was already written on (and
+    /// so may have run), when this is that fresh try.
     fn send(
         &self,
         batch: Vec<Arc<Slot>>,
         conn: Option<redis::Connection>,
+        lost: Option<RedisError>,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
@@ -565,12 +576,21 @@ impl Combiner {
         // unknown outcome (as any timeout), handled by its caller.
         let mut conn = conn;
         let mut reused = conn.is_some();
+        // The failure of a reused connection the batch was written on.
+        let mut lost = lost;
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
-                None => match self.connect_for(&batch, connect) {
-                    Ok(c) => c,
-                    Err(e) => {
+                None => match (self.connect_for(&batch, connect), lost.take()) {
+                    (Ok(c), _) => c,
+                    // The batch may have run on the lost connection: its
+                    // error, not "refused", which a Sentinel or Cluster
+                    // source reads as never sent and sends again elsewhere.
+                    (Err(_), Some(lost)) => {
+                        deliver_err(&batch, &lost);
+                        return None;
+                    }
+                    (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
                         deliver_err(&batch, &cause);
@@ -589,6 +609,7 @@ impl Combiner {
                 }
                 Err((0, e)) if reused && e.is_connection_dropped() => {
                     reused = false;
+                    lost = Some(e);
                 }
                 Err((read, e)) => {
                     deliver_err(&batch[read..], &e);
@@ -895,6 +916,258 @@ mod tests {
                 *took <= RESPONSE + SLACK,
                 "thread {t} took {took:?}, past its own deadline ({RESPONSE:?} + {SLACK:?})"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a late reply is the scenario: the server sleeps before it answers"
+)]
+mod delivery_tests {
+    //! Every caller gets its own reply or an error, never another's: a
+    //! loopback server that echoes each command's last argument answers
+    //! some commands late (past the callers' deadlines) and cuts some
+    //! connections in the middle of a pipeline.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    use redis::IntoConnectionInfo;
+
+    const RESPONSE: Duration = Duration::from_millis(150);
+
+    /// What the server does with one command.
+    #[derive(Clone, Copy)]
+    enum Act {
+        Answer,
+        /// Answers after this pause (the commands after it wait too, as
+        /// on a slow server).
+        Late(Duration),
+        /// Answers in two writes, this pause between them (the caller
+        /// reads half a reply).
+        Split(Duration),
+        /// Closes the connection without answering this command or any
+        /// after it.
+        Cut,
+    }
+
+    /// One complete command at the start of `buf` (a RESP array of bulk
+    /// strings) and its length in bytes.
+    fn parse(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+        fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+            let end = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+            let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+            Some((n, end + 2))
+        }
+        let (count, mut at) = line(buf, 0)?;
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (len, start) = line(buf, at)?;
+            if buf.len() < start + len + 2 {
+                return None;
+            }
+            args.push(buf[start..start + len].to_vec());
+            at = start + len + 2;
+        }
+        Some((args, at))
+    }
+
+    /// Serves one connection: `plan(command index)` says what to do.
+    fn serve(mut conn: TcpStream, plan: &dyn Fn(usize) -> Act) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut index = 0;
+        loop {
+            while let Some((args, used)) = parse(&buf) {
+                buf.drain(..used);
+                let reply = match args.last() {
+                    Some(arg) if args.len() > 1 => {
+                        let mut r = format!("${}\r\n", arg.len()).into_bytes();
+                        r.extend_from_slice(arg);
+                        r.extend_from_slice(b"\r\n");
+                        r
+                    }
+                    _ => b"+PONG\r\n".to_vec(),
+                };
+                match plan(index) {
+                    Act::Answer => {}
+                    Act::Late(pause) => std::thread::sleep(pause),
+                    Act::Split(pause) => {
+                        let half = reply.len() / 2;
+                        if conn.write_all(&reply[..half]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(pause);
+                        index += 1;
+                        if conn.write_all(&reply[half..]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Act::Cut => {
+                        let _ = conn.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
+                index += 1;
+                if conn.write_all(&reply).is_err() {
+                    return;
+                }
+            }
+            match conn.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return,
+            }
+        }
+    }
+
+    /// An echo server; `plan(connection index, command index)`. It accepts
+    /// `connections` connections, then closes its port (a reconnect is
+    /// refused).
+    fn echo_server(
+        connections: usize,
+        plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
+    ) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let plan = Arc::new(plan);
+        std::thread::spawn(move || {
+            for (c, conn) in listener.incoming().take(connections).enumerate() {
+                let Ok(conn) = conn else { return };
+                let plan = plan.clone();
+                std::thread::spawn(move || serve(conn, &|i| plan(c, i)));
+            }
+        });
+        addr
+    }
+
+    fn connector(addr: SocketAddr) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
+        move |_| {
+            let info = format!("redis://{addr}/").into_connection_info().unwrap();
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
+            let conn = client
+                .get_connection_with_timeout(Duration::from_secs(1))
+                .map_err(Error::redis)?;
+            conn.set_read_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            Ok(conn)
+        }
+    }
+
+    /// `ECHO token` through `combiner`: the reply or the error.
+    fn echo(
+        combiner: &Combiner,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        token: &str,
+    ) -> Result<String> {
+        combiner.with_conn(connect, |conn| {
+            redis::cmd("ECHO")
+                .arg(token)
+                .query::<String>(conn)
+                .map_err(Error::redis)
+        })
+    }
+
+    /// Eight threads send 40 `ECHO`s each, one unique token per call, on
+    /// one shared connection. The server answers one command in 9 late
+    /// (past the deadline of every command queued behind it), sends half
+    /// of another reply and the rest too late, and cuts one connection in
+    /// 3 at its fifth command. No call ever gets another call's token; some
+    /// get their own, some fail.
+    #[test]
+    fn each_caller_gets_its_own_reply_or_an_error() {
+        let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
+            (0, _) if i == 5 => Act::Cut,
+            (_, 4) => Act::Late(RESPONSE * 2),
+            (_, 7) => Act::Split(RESPONSE * 2),
+            _ => Act::Answer,
+        });
+        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let combiner = combiner.clone();
+                std::thread::spawn(move || {
+                    let connect = connector(addr);
+                    let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
+                    for i in 0..40 {
+                        let token = format!("t{t}-{i}");
+                        match echo(&combiner, &connect, &token) {
+                            Ok(reply) if reply == token => own += 1,
+                            Ok(reply) => foreign.push((token, reply)),
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (own, failed, foreign)
+                })
+            })
+            .collect();
+        let (mut own, mut failed) = (0, 0);
+        for h in handles {
+            let (o, f, foreign) = h.join().unwrap();
+            assert!(foreign.is_empty(), "replies of other calls: {foreign:?}");
+            own += o;
+            failed += f;
+        }
+        assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
+    }
+
+    /// A command written on a reused shared connection whose server then
+    /// drops it unanswered may have run: its caller is not told "refused"
+    /// (which a Sentinel or Cluster source reads as never sent, and sends
+    /// again elsewhere) when the reconnect is refused.
+    #[test]
+    fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
+        // One connection: the first command is answered, the second cut;
+        // then the port is closed.
+        let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
+        let combiner = Combiner::new(1, RESPONSE, Duration::from_secs(1));
+        let connect = connector(addr);
+        assert_eq!(echo(&combiner, &connect, "warm").unwrap(), "warm");
+        let err = echo(&combiner, &connect, "lost").unwrap_err();
+        let refused = err
+            .redis_error()
+            .is_some_and(RedisError::is_connection_refusal);
+        assert!(!refused, "reported as refused: {err}");
+        assert!(err.is_connection(), "{err}");
+    }
+
+    /// The same for a pipeline of several threads' commands: the first
+    /// command is answered late, the three queued meanwhile go out
+    /// together on the reused connection, which the server cuts.
+    #[test]
+    fn a_pipeline_lost_with_a_reused_connection_is_not_reported_refused() {
+        let addr = echo_server(1, |_, i| match i {
+            0 => Act::Late(RESPONSE / 2),
+            _ => Act::Cut,
+        });
+        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let started = Instant::now();
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let combiner = combiner.clone();
+                std::thread::spawn(move || {
+                    let connect = connector(addr);
+                    std::thread::sleep(Duration::from_millis(15) * t);
+                    echo(&combiner, &connect, &format!("t{t}"))
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(started.elapsed() < RESPONSE * 3, "{:?}", started.elapsed());
+        assert_eq!(results[0].as_deref().ok(), Some("t0"), "{:?}", results[0]);
+        for (t, result) in results.iter().enumerate().skip(1) {
+            let err = result.as_ref().expect_err("the connection was cut");
+            let refused = err
+                .redis_error()
+                .is_some_and(RedisError::is_connection_refusal);
+            assert!(!refused, "thread {t}: reported as refused: {err}");
         }
     }
 }

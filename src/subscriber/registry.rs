@@ -310,6 +310,64 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_connection_makes_new_waiters_wait_for_the_subscription() {
+        let mut r = Registry::default();
+        let (a, _ra) = waiter();
+        r.register(b"ch", a);
+        r.confirm(b"ch");
+        r.unconfirm_all();
+        // Resubscribed on the next connection: until then a new waiter
+        // must not retry as if an unlock could reach it.
+        let (b, _rb) = waiter();
+        assert_eq!(r.register(b"ch", b).1, Registered::Pending);
+        assert_eq!(r.channels(), vec![b"ch".to_vec()]);
+    }
+
+    #[test]
+    fn waiters_queue_behind_only_a_channel_with_waiters() {
+        let mut r = Registry::default();
+        let (a, _ra) = waiter();
+        assert!(r.register_behind(b"ch", a).is_none());
+        assert_eq!(r.waiters(), 0);
+        assert!(!r.has_waiters(b"ch"));
+        let (b, _rb) = waiter();
+        let (first, _) = r.register(b"ch", b);
+        assert!(r.has_waiters(b"ch") && r.is_wanted(b"ch"));
+        assert!(!r.has_waiters(b"other") && !r.is_wanted(b"other"));
+        let (c, _rc) = waiter();
+        let (behind, next) = r.register_behind(b"ch", c).expect("queued behind");
+        assert_ne!(behind, first);
+        assert_eq!(next, Registered::Pending);
+        assert_eq!((r.waiters(), r.channel_count()), (2, 1));
+    }
+
+    #[test]
+    fn a_wake_all_channel_wakes_every_waiter_and_events_reach_all() {
+        let mut r = Registry::default();
+        let rxs: Vec<Receiver<Event>> = (0..3)
+            .map(|_| {
+                let (tx, rx) = waiter();
+                r.register(b"latch", tx);
+                rx
+            })
+            .collect();
+        let (d, rd) = waiter();
+        r.register(b"lock", d);
+        assert!(!r.wakes_all(b"latch"));
+        r.wake_all_on(b"latch");
+        assert!(r.wakes_all(b"latch") && !r.wakes_all(b"lock"));
+        r.wake_all(b"latch", Event::Unlocked);
+        for rx in &rxs {
+            assert_eq!(rx.try_recv(), Ok(Event::Unlocked));
+        }
+        assert!(rd.try_recv().is_err(), "another channel's waiter slept on");
+        r.wake_everyone(Event::Shutdown);
+        for rx in rxs.iter().chain([&rd]) {
+            assert_eq!(rx.try_recv(), Ok(Event::Shutdown));
+        }
+    }
+
+    #[test]
     fn last_waiter_leaving_empties_the_channel() {
         let mut r = Registry::default();
         let mut ids = Vec::new();

@@ -44,6 +44,9 @@ pub(super) struct RecordState {
     no_key_until: Option<Instant>,
     /// A write is at the worker.
     in_flight: bool,
+    /// The last write failed (the server down, the key refused): the next
+    /// waits for the pace.
+    failed: bool,
     sent_at: Option<Instant>,
     /// When the client last took a lock on this server.
     used_at: Instant,
@@ -61,6 +64,7 @@ impl RecordState {
             fields: 0,
             no_key_until: None,
             in_flight: false,
+            failed: false,
             sent_at: None,
             used_at: now,
         }
@@ -95,6 +99,11 @@ impl RecordState {
         }
         if let Some(at) = self.no_key_until.filter(|&at| at > now) {
             return Some(at);
+        }
+        if let Some(sent) = self.sent_at.filter(|_| self.failed) {
+            // Sent again at once, a write that fails at once (a server
+            // down, a refused key) would go out back to back.
+            return Some(sent + self.pace());
         }
         let Some(sent) = self.sent_at.filter(|_| self.written) else {
             return Some(self.used_at);
@@ -153,6 +162,7 @@ impl RecordState {
     /// ([`RecordState::hold`]), and the next write rebuilds it whole.
     pub(super) fn settle(&mut self, write: RecordWrite, result: Result<bool, Error>) -> bool {
         self.in_flight = false;
+        self.failed = result.is_err();
         match result {
             Ok(_) if write.statics => {
                 self.written = true;
@@ -276,5 +286,30 @@ mod tests {
         r.settle(w, Err(Error::Timeout("slow".into())));
         let w = r.take(|_| None, now).unwrap();
         assert!(w.statics && w.adds.len() == 1);
+    }
+
+    #[test]
+    fn a_failed_write_waits_for_the_pace() {
+        let now = Instant::now();
+        let mut r = record(now);
+        r.hold(b"f1".to_vec(), state(now));
+        // The first, whole write fails (the server went down).
+        let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
+        assert!(w.statics);
+        r.settle(w, Err(Error::Timeout("down".into())));
+        assert_eq!(r.due_at(true, now), Some(now + PACE), "sent again at once");
+        // A later write that fails waits as long.
+        let later = now + PACE;
+        let w = r.take(|_| None, later).unwrap();
+        r.settle(w, Err(Error::Timeout("down".into())));
+        assert_eq!(r.due_at(true, later), Some(later + PACE));
+        // Once one goes through, the record is due as usual.
+        let w = r.take(|_| None, later + PACE).unwrap();
+        assert!(w.statics && w.adds.len() == 1);
+        assert!(!r.settle(w, Ok(false)));
+        assert_eq!(
+            r.due_at(true, later + PACE),
+            Some(later + PACE + Duration::from_secs(10))
+        );
     }
 }

@@ -188,6 +188,19 @@ mod tests {
     }
 
     #[test]
+    fn iter_sees_every_scheduled_item_once() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        for i in 0..5 {
+            s.insert(t0 + Duration::from_millis(i), i);
+        }
+        assert_eq!(s.pop_due(t0, |_| Duration::ZERO), vec![0]);
+        let mut seen: Vec<u64> = s.iter().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
     fn memory_is_given_back_after_a_burst() {
         let t0 = Instant::now();
         let mut s = Schedule::default();
@@ -207,6 +220,27 @@ mod tests {
         let rest = s.pop_due(t0 + Duration::from_secs(1), |_| Duration::ZERO);
         assert_eq!(rest, (90_001..100_000).collect::<Vec<_>>());
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_schedule_a_quarter_full_keeps_its_memory() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        for i in 0..2_000u64 {
+            s.insert(t0 + Duration::from_millis(i), i);
+        }
+        assert!(s.slab.capacity() > MIN_CAPACITY);
+        let slab = s.slab.as_ptr();
+        // Half popped, then one not due: still more than a quarter full,
+        // so the slab stays where it is (a rebuild costs a copy of every
+        // item, on the watchdog thread).
+        assert_eq!(
+            s.pop_due(t0 + Duration::from_millis(999), |_| Duration::ZERO)
+                .len(),
+            1_000
+        );
+        assert_eq!(s.extract(|i| *i == 1_500), vec![1_500]);
+        assert_eq!(s.slab.as_ptr(), slab, "the slab was rebuilt");
     }
 
     #[test]

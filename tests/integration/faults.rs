@@ -241,6 +241,50 @@ fn c1_partitioned_holder_reports_the_loss_while_the_key_still_lives() {
     );
 }
 
+/// C1 with one holder alone on its watchdog thread (records off): nothing
+/// else wakes the thread while the renewal worker is held up by the
+/// blackholed server, so only the thread's own wake-up for the deadline of
+/// a lease at the worker tells the loss in time: within 20 ms of the local
+/// deadline at the median of 5 runs, 150 ms at worst (a thread that does
+/// not wake for it tells the loss 30-230 ms late, the first time when the
+/// worker hands the lease back).
+#[test]
+fn c1_a_lone_partitioned_holder_is_told_at_its_deadline() {
+    const RUNS: usize = 5;
+    let lease = ms(600);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let losses = crate::lost_lease::Losses::default();
+    let client = losses
+        .attach(test_builder(&proxy.url()))
+        .watchdog_timeout(lease)
+        .response_timeout(lease / 3)
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let mut late = Vec::new();
+    for run in 0..RUNS {
+        proxy.set_mode(Mode::Pass);
+        let name = unique_name("c1-lone");
+        let guard = client.lock(&name).lock().unwrap();
+        crate::support::sleep(ms(40 * run as u64));
+        proxy.set_mode(Mode::Blackhole);
+        crate::support::sleep(lease / 3 + ms(20));
+        let deadline = SystemTime::now() + guard.valid_for();
+        let lost = losses.exactly(&name, 1, ms(0)).remove(0);
+        assert_eq!(lost.reason, redguard::LossReason::DeadlinePassed);
+        late.push(lost.noticed_at.duration_since(deadline).unwrap_or_default());
+        proxy.set_mode(Mode::Pass);
+        drop(guard);
+    }
+    eprintln!("C1 (one holder): the loss told {late:?} after the deadline");
+    late.sort();
+    assert!(
+        late[RUNS / 2] < ms(20) && late[RUNS - 1] < ms(150),
+        "losses told late: {late:?}"
+    );
+}
+
 /// C3: 1,000 acquires whose request reaches Redis and whose reply is cut
 /// off (the proxy shuts the connection instead of forwarding it). The
 /// outcome is unknown to the client; it must neither leak nor share the

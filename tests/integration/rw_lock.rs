@@ -918,3 +918,27 @@ fn rw_a_read_release_leaves_the_key_the_longest_remaining_hold() {
     let pttl = ctx.server.pttl(&name);
     assert!(pttl > 0 && pttl <= 800, "lock key PTTL {pttl} ms");
 }
+
+/// A client that shuts down while one thread holds both sides (the write
+/// side, then a read hold under it) releases each side with its own
+/// script: nothing of the lock is left, neither the hash nor the read
+/// hold's timeout key (dropping the whole hash for the write side would
+/// leave that key until its lease ran out).
+#[test]
+fn rw_a_shutdown_releases_a_writers_own_read_hold_too() {
+    let ctx = TestContext::new();
+    let leaving = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("rw-shutdown-both");
+    let rw = leaving.read_write_lock(&name);
+    let write = rw.write().lock().unwrap();
+    let read = rw.read().lock().unwrap();
+    let holder = leaving.holder_id().to_string();
+    assert!(ctx.server.exists(timeout_key(&name, &holder, 1)));
+    leaving.shutdown();
+    assert!(write.is_lost() && read.is_lost());
+    let left: Vec<String> = ctx.server.cmd("KEYS", &[format!("*{name}*").as_bytes()]);
+    assert_eq!(left, Vec::<String>::new(), "left after the shutdown");
+}

@@ -225,6 +225,57 @@ fn b9_no_renewal_storm_while_redis_is_down() {
     );
 }
 
+/// B9 for releases: an unlock that meets its server down is retried by the
+/// renewal worker with pauses that grow to half a second (or a sixth of the
+/// lease), never back to back: at most 20 connection attempts per second
+/// while the server is down (the watch connection's attempts included),
+/// and the release goes through once the server is back with its data.
+#[test]
+fn b9_release_retries_are_paced_while_redis_is_down() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let name = unique_name("b9-release");
+    let guard = client.lock(&name).lock().unwrap();
+    server.stop_keeping_data();
+    let stand_in = StandIn::bind(server.port());
+    let started = Instant::now();
+    guard.unlock().unwrap();
+    assert_eq!(
+        client.stats().pending_releases,
+        1,
+        "the release is not retried"
+    );
+    sleep(WINDOW);
+    let window = started.elapsed();
+    let attempts = stand_in.stop();
+    server.start_keeping_data();
+    let released = client.await_releases(Duration::from_secs(5));
+    let per_second = attempts.len() as f64 / window.as_secs_f64();
+    let lines = crate::support::logged_lines();
+    eprintln!(
+        "DEBUG {} lines; first: {:#?}",
+        lines.len(),
+        &lines[..lines.len().min(40)]
+    );
+    eprintln!(
+        "B9 (release): {} connection attempts in {window:?} ({per_second:.1}/s) while Redis was \
+         down; released after the return: {released}",
+        attempts.len()
+    );
+    assert!(
+        per_second <= MAX_ATTEMPTS_PER_S,
+        "{per_second:.1} connection attempts per second while Redis was down"
+    );
+    assert!(
+        released && !server.exists(&name),
+        "the release did not go through"
+    );
+}
+
 /// User plus system CPU time of process `pid` so far.
 fn cpu_time(pid: libc::pid_t) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

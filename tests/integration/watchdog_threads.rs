@@ -369,3 +369,131 @@ fn w6_a_renewal_failure_keeps_its_kind() {
     );
     drop(guard);
 }
+
+/// CPU time (ns) that thread `tid` of this process has had so far
+/// (`schedstat`'s first field: exact, not in clock ticks).
+fn thread_cpu_ns(tid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Voluntary context switches of thread `tid` so far: each time it
+/// blocked (a sleep, a read that waited).
+fn thread_sleeps(tid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The id of this process's thread named `name` (the only one).
+fn thread_id(name: &str) -> Option<String> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .filter_map(|t| t.ok())
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+}
+
+/// How much CPU thread `tid` uses over `window`, as a share of what a
+/// thread that never sleeps gets meanwhile (one spins beside it: on a busy
+/// machine a spinning thread gets far less than a core), and how often it
+/// blocks per second.
+fn idle_figures(tid: &str, window: Duration) -> (f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() }.to_string();
+            let start = thread_cpu_ns(&tid);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+            thread_cpu_ns(&tid) - start
+        }
+    });
+    let (cpu0, sleeps0, t0) = (thread_cpu_ns(tid), thread_sleeps(tid), Instant::now());
+    crate::support::sleep(window);
+    let (cpu, sleeps) = (thread_cpu_ns(tid) - cpu0, thread_sleeps(tid) - sleeps0);
+    let elapsed = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let spun = spinner.join().unwrap().max(1);
+    (cpu as f64 / spun as f64, sleeps as f64 / elapsed)
+}
+
+/// The child half of W7: one client holds a lock, then releases it; the
+/// figures of its server's renewal worker in both states.
+#[test]
+#[ignore = "child process of w7_an_idle_renewal_worker_sleeps"]
+fn w7_child_idle() {
+    let Some(_) = child_role() else { return };
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let guard = client.lock(unique_name("w7")).lock().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || thread_id(
+        "redguard-renew"
+    )
+    .is_some()));
+    let tid = thread_id("redguard-renew").unwrap();
+    crate::support::sleep(ms(300));
+    let (held_cpu, held_sleeps) = idle_figures(&tid, Duration::from_secs(2));
+    guard.unlock().unwrap();
+    // The watchdog drops the released entry at its next renewal time (at
+    // most L/3 later): the worker then stops watching the server.
+    crate::support::sleep(ms(1000));
+    let (idle_cpu, idle_sleeps) = idle_figures(&tid, Duration::from_secs(2));
+    assert_eq!(thread_id("redguard-renew").as_deref(), Some(&tid[..]));
+    say(&format!(
+        "W7 held_cpu={held_cpu:.4} held_sleeps={held_sleeps:.1} idle_cpu={idle_cpu:.4} \
+         idle_sleeps={idle_sleeps:.1}"
+    ));
+    drop(client);
+}
+
+/// W7: a server's renewal worker sleeps between its looks at the watch
+/// connection (every 100 ms) while a lease is held there, and wakes once a
+/// second once none is (a thread that spins, or looks back to back, crosses
+/// the bounds). Its CPU is compared with that of a spinning thread beside
+/// it, which a loaded machine slows down as much.
+#[test]
+fn w7_an_idle_renewal_worker_sleeps() {
+    /// Blocking waits per second while a lease is held: two per look (the
+    /// wait for a job, the look's read), a few per renewal.
+    const HELD_SLEEPS: f64 = 60.0;
+    /// Wake-ups per second with nothing held: one.
+    const IDLE_SLEEPS: f64 = 5.0;
+    /// CPU as a share of a spinning thread's, with nothing held.
+    const IDLE_CPU: f64 = 0.05;
+    let mut child = ChildTest::spawn("watchdog_threads::w7_child_idle", "run", &[]);
+    let line = child.expect_line("W7 ", Duration::from_secs(60));
+    assert!(
+        child.wait_success(Duration::from_secs(20)),
+        "child failed: {line}"
+    );
+    eprintln!("W7: {line}");
+    let field = |key: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    assert!(
+        field("held_sleeps=") <= HELD_SLEEPS,
+        "the worker looked too often: {line}"
+    );
+    assert!(
+        field("idle_cpu=") <= IDLE_CPU && field("idle_sleeps=") <= IDLE_SLEEPS,
+        "the worker of a server with nothing held did not sleep: {line}"
+    );
+}
