@@ -49,14 +49,12 @@ const MAX_RENEW_BATCH: usize = 10_000;
 ///
 /// Only the calls that acquire and release a lock combine: anything that
 /// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
-/// watchdog's pipelines) keeps using the pool. Through Sentinel, lock
-/// calls keep exclusive connections for now: a failover under contention
-/// once showed two holders at once with shared connections there, and
-/// until that is explained the mode is not offered on that path. On a
+/// watchdog's pipelines) keeps using the pool. Through Sentinel, the
+/// master has the shared connections (new ones after a failover). On a
 /// Cluster, each master node has `connections` of its own, and a call sent
 /// on after an `ASK` redirection takes a pooled connection (`ASKING` holds
-/// only for the next command on its connection); slot migrations are
-/// tested with it, failovers are not yet.
+/// only for the next command on its connection); slot migrations and a
+/// manual failover are tested with it.
 ///
 /// Calls that wait for replica acknowledgement
 /// ([`Builder::min_replica_acks`]) keep a pooled connection too. `WAIT`

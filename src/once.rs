@@ -396,6 +396,19 @@ impl Record {
     }
 }
 
+/// What the last claim attempt of a wait met: what a wait that ends
+/// without a claim reports.
+enum Unclaimed {
+    /// No attempt was answered.
+    Nothing,
+    /// Another runner holds the key (its holder id and remaining lease).
+    Running(String, Option<Duration>),
+    /// The claim was granted after its lease had run out, and given back.
+    GivenBack,
+    /// The attempt failed, and was to be tried again (a failover).
+    Failed(String),
+}
+
 impl Client {
     /// Claims the run-once key `key`, without waiting: [`Once::Run`] to
     /// the first caller (which runs the work and then calls
@@ -416,6 +429,9 @@ impl Client {
     /// [`Error::NotReplicated`] when
     /// [`Builder::min_replica_acks`](crate::Builder::min_replica_acks) asks
     /// for more replicas than acknowledged the claim (it was undone);
+    /// [`Error::Timeout`] when the claim's reply came only after its lease
+    /// had run out (the claim was given back: nobody runs the work, and a
+    /// new call may claim it), and as [`Client::once_wait`] says;
     /// [`Error::Shutdown`], connection, timeout and server errors.
     pub fn once(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Once> {
         self.claim_once(key.as_ref(), ttl, Some(Instant::now()))
@@ -432,7 +448,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::once`].
+    /// As [`Client::once`]; also [`Error::Timeout`] when `wait` ran out
+    /// while a failover (Sentinel) kept every attempt from being answered,
+    /// naming the last error.
     pub fn once_wait(&self, key: impl AsRef<[u8]>, ttl: Duration, wait: Duration) -> Result<Once> {
         self.claim_once(key.as_ref(), ttl, Instant::now().checked_add(wait))
     }
@@ -449,7 +467,8 @@ impl Client {
         let token_key = keys::token(key);
         let acks = lock.replica_acks();
         let response_timeout = self.config().response_timeout;
-        let mut running = (String::new(), None);
+        // What the last attempt met, for a wait that ends without a claim.
+        let mut last = Unclaimed::Nothing;
         // This thread's release of the key may still be retried after a
         // failover (see `Lock::acquire`).
         if !crate::lock::holds::wait_released(self.id().as_u128(), lock.hold_key(), deadline) {
@@ -459,6 +478,7 @@ impl Client {
             });
         }
         let found = wait_loop(self, lock.channel(), deadline, false, || {
+            last = Unclaimed::Nothing;
             let sent = Instant::now();
             let mut sent_script = false;
             let mut short_acks = None;
@@ -505,13 +525,19 @@ impl Client {
                             expires_in: pttl.expiry(),
                         }));
                     }
-                    running = (runner, pttl.expiry());
-                    return Ok(Attempt::Busy(pttl.expiry()));
+                    let expires_in = pttl.expiry();
+                    last = Unclaimed::Running(runner, expires_in);
+                    return Ok(Attempt::Busy(expires_in));
                 }
                 Ok(Claim::Free) => {
                     return Err(Error::Protocol("a claim reported a free key".into()));
                 }
-                Err(e) => (Err(e), 0),
+                Err(e) => {
+                    // A failover in progress is tried again until the
+                    // deadline; if it ends first, this is what it ended on.
+                    last = Unclaimed::Failed(e.to_string());
+                    (Err(e), 0)
+                }
             };
             Ok(
                 match lock.settle(
@@ -529,14 +555,34 @@ impl Client {
                         ttl,
                         ttl_ms,
                     })),
-                    Attempt::Busy(hint) => Attempt::Busy(hint),
+                    Attempt::Busy(hint) => {
+                        // Granted after its lease ran out, and given back.
+                        last = Unclaimed::GivenBack;
+                        Attempt::Busy(hint)
+                    }
                 },
             )
         })?;
-        Ok(found.unwrap_or(Once::Running {
-            holder: running.0,
-            expires_in: running.1,
-        }))
+        match (found, last) {
+            (Some(once), _) => Ok(once),
+            (None, Unclaimed::Running(holder, expires_in)) => {
+                Ok(Once::Running { holder, expires_in })
+            }
+            (None, Unclaimed::GivenBack) => Err(Error::Timeout(format!(
+                "run-once key {:?}: the claim was granted only after its lease ({}) ran out, \
+                 and was given back; nobody runs it",
+                String::from_utf8_lossy(key),
+                Human(lease)
+            ))),
+            (None, Unclaimed::Failed(e)) => Err(Error::Timeout(format!(
+                "run-once key {:?}: the wait ran out during a failover (last error: {e})",
+                String::from_utf8_lossy(key)
+            ))),
+            (None, Unclaimed::Nothing) => Err(Error::Timeout(format!(
+                "run-once key {:?}: the wait ran out before a claim was answered",
+                String::from_utf8_lossy(key)
+            ))),
+        }
     }
 
     /// What is stored at the run-once key `key`, without claiming it: the

@@ -14,7 +14,11 @@
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
 //! bench --port P --combining 1 ...   any mode with redguard's client combining on 1 connection
 //! bench --port P --ab-combining [--combining 1]   S1/S3 A/B: combining ("redguard") vs exclusive ("floor")
+//! bench --port P --ab-s2 [--combining 1] [--s2-rounds 4]   S2 A/B: combining ("a") vs exclusive ("b")
+//! bench --port P --ab-scale [--scale-rounds 2] [--scale-secs 1]   S3: 256 threads combining on 4
+//!                                connections ("a") vs 8 threads on exclusive connections ("b")
 //! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-pools 1,4,16] [--scale-secs 1]
+//!                           [--scale-only combining]
 //!                                S3 with many threads on few connections, exclusive vs combining
 //! bench --cluster-seeds P1,P2,P3 --ab-classic   S1/S3 A/B of ClassicPublish::Always against Auto
 //! bench --port P --ab-records                     S1/S3 A/B of holder records on against off
@@ -75,7 +79,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "s3_scale", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "ab_s2", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -114,6 +118,19 @@ struct Args {
     /// connections (reported as "floor").
     #[arg(long)]
     ab_combining: bool,
+    /// S2 A/B of redguard combining (reported as "a", on `--combining`
+    /// connections, default 1) against redguard on exclusive connections
+    /// ("b"): whole S2 runs alternating in one process, `--s2-rounds` each.
+    #[arg(long)]
+    ab_s2: bool,
+    /// S3 A/B of 256 threads combining on 4 connections against 8 threads
+    /// on exclusive connections, `--scale-rounds` phases of `--scale-secs`
+    /// per side, interleaved.
+    #[arg(long)]
+    ab_scale: bool,
+    /// S2 A/B: runs per side.
+    #[arg(long, default_value_t = 4)]
+    s2_rounds: usize,
     /// S3 with `--scale-threads` × `--scale-pools`, exclusive against
     /// combining, interleaved.
     #[arg(long)]
@@ -130,6 +147,9 @@ struct Args {
     /// S3 scale: phases per mode and point.
     #[arg(long, default_value_t = 2)]
     scale_rounds: usize,
+    /// S3 scale: only this mode's phases (profiling one mode).
+    #[arg(long, value_enum)]
+    scale_only: Option<combining::ScaleMode>,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -291,6 +311,28 @@ fn main() -> ExitCode {
             "s1": ab::run_ab_s1(&a, &b, "bench:ab:s1", args.ab_rounds, 1000),
             "s3": ab::run_ab_s3(&a, &b, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
+    } else if args.ab_s2 {
+        let connections = combining.unwrap_or(1);
+        let shared = Client::builder()
+            .url(&url)
+            .connection_mode(redguard::ConnectionMode::Combining { connections })
+            .build()
+            .expect("redguard client");
+        let exclusive = Client::builder()
+            .url(&url)
+            .build()
+            .expect("redguard client");
+        let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
+        let mut out = combining::run_ab_s2(&a, &b, args.s2_rounds);
+        out["a_mode"] = json!(format!("redguard, combining on {connections} connections"));
+        out["b_mode"] = json!("redguard, exclusive connections");
+        json!({ "ab_s2": out })
+    } else if args.ab_scale {
+        combining::run_ab_scale(
+            &url,
+            args.scale_rounds,
+            Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
+        )
     } else if args.s3_scale {
         combining::run_s3_scale(
             &url,
@@ -298,6 +340,7 @@ fn main() -> ExitCode {
             &args.scale_pools,
             args.scale_rounds,
             Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
+            args.scale_only,
         )
     } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());

@@ -6,9 +6,13 @@
 //! flushing that lane, it becomes the flusher: it writes every queued
 //! command in one write, reads the replies in order with redis-rs's parser
 //! (`Connection::recv_response`), and hands each to its thread. Followers
-//! block on their own condition variable until their reply is there, or
-//! until their deadline. When the flusher is done and commands queued up
-//! meanwhile, it hands the lane to the oldest of them, which flushes next.
+//! park until their reply is there, or until their deadline; each is
+//! unparked alone, by whoever has its reply, after letting go of every
+//! lock (a woken thread never blocks again on a lock its waker holds).
+//! When the flusher is done and commands queued up meanwhile, it writes
+//! them at once, in one write, and hands the reading of their replies to
+//! the oldest of them: the server works on the next batch while that
+//! thread wakes up, and a thread woken to read finds its reply there.
 //!
 //! Timeouts are per command: each thread waits at most the response timeout
 //! from the moment it enqueued. A command still queued by then is taken
@@ -23,7 +27,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
@@ -62,6 +67,10 @@ struct LaneState {
     busy: bool,
     /// The connection, while no flusher holds it.
     conn: Option<redis::Connection>,
+    /// Commands written on `conn` whose replies are not read yet: the
+    /// thread of the first of them still waiting (set to
+    /// [`SlotState::Lead`]) reads them.
+    written: Vec<Arc<Slot>>,
 }
 
 /// One thread's command and, later, its replies.
@@ -74,12 +83,29 @@ struct Slot {
     /// on a pooled connection, connecting has its own timeout).
     deadline: AtomicU64,
     state: Mutex<SlotState>,
-    ready: Condvar,
+    /// The thread waiting for this slot, unparked when its state changes.
+    thread: Thread,
+}
+
+impl Slot {
+    /// Sets the state to `to` (unless the thread gave up) and wakes the
+    /// thread, once the state's lock is let go.
+    fn set(&self, to: SlotState) {
+        {
+            let mut s = lock(&self.state);
+            if matches!(*s, SlotState::Abandoned) {
+                return;
+            }
+            *s = to;
+        }
+        self.thread.unpark();
+    }
 }
 
 enum SlotState {
     Queued,
-    /// The lane was handed to this slot's thread: it flushes next.
+    /// The lane was handed to this slot's thread: it reads the replies of
+    /// the commands written for it, or flushes the queue.
     Lead,
     Sent,
     Done(RedisResult<Vec<Value>>),
@@ -179,10 +205,15 @@ impl Combiner {
             .count()
     }
 
-    /// Closes the idle shared connections (the server restarted).
+    /// Closes the idle shared connections (the server restarted). One
+    /// with commands written on it stays with the thread to read their
+    /// replies, which drops it if it broke.
     pub(crate) fn flush(&self) {
         for lane in self.lanes.iter() {
-            drop(lock(&lane.state).conn.take());
+            let mut st = lock(&lane.state);
+            if st.written.is_empty() {
+                drop(st.conn.take());
+            }
         }
     }
 
@@ -229,7 +260,7 @@ impl Combiner {
                 let conn = st.conn.take();
                 drop(st);
                 let (result, conn) = self.alone(conn, bytes, replies, connect, connect_error);
-                hand_over(lane, conn);
+                self.hand_over(lane, conn);
                 return result;
             }
         }
@@ -239,7 +270,7 @@ impl Combiner {
             replies,
             deadline: AtomicU64::new(self.ns(enqueued + self.response_timeout)),
             state: Mutex::new(SlotState::Queued),
-            ready: Condvar::new(),
+            thread: std::thread::current(),
         });
         let lead = {
             let mut st = lock(&lane.state);
@@ -250,15 +281,14 @@ impl Combiner {
         if lead {
             self.flush_lane(lane, connect, connect_error);
         }
-        let mut st = lock(&slot.state);
         loop {
+            let mut st = lock(&slot.state);
             match std::mem::replace(&mut *st, SlotState::Abandoned) {
                 SlotState::Done(result) => return result,
                 SlotState::Lead => {
                     *st = SlotState::Sent;
                     drop(st);
                     self.flush_lane(lane, connect, connect_error);
-                    st = lock(&slot.state);
                     continue;
                 }
                 other => *st = other,
@@ -275,34 +305,53 @@ impl Combiner {
                 // it meanwhile.
                 drop(st);
                 let mut lane_st = lock(&lane.state);
-                st = lock(&slot.state);
+                let mut st = lock(&slot.state);
                 if matches!(*st, SlotState::Queued) {
                     lane_st.queue.retain(|s| !Arc::ptr_eq(s, &slot));
                     *st = SlotState::Abandoned;
                     return Err(not_sent(now - enqueued));
                 }
-                drop(lane_st);
                 continue;
             }
-            st = slot
-                .ready
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            drop(st);
+            // Returns early when unparked (also by a wake-up meant for an
+            // earlier wait of this thread): the state is looked at again.
+            std::thread::park_timeout(deadline - now);
         }
     }
 
-    /// Flushes `lane` once: sends every queued command in one write, reads
-    /// and hands out the replies, then hands the lane to the oldest command
-    /// queued meanwhile (or leaves it idle).
+    /// Runs `lane` once, for the thread it was handed to: reads the replies
+    /// of the commands written for it, or else sends every queued command
+    /// in one write and reads their replies; then hands the lane on.
     fn flush_lane(
         &self,
         lane: &Lane,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) {
+        let (written, conn) = {
+            let mut st = lock(&lane.state);
+            (std::mem::take(&mut st.written), st.conn.take())
+        };
+        let conn = if written.is_empty() {
+            let batch = self.take_queue(lane);
+            if batch.is_empty() {
+                conn
+            } else {
+                self.send(batch, conn, None, connect, connect_error)
+            }
+        } else {
+            self.read_written(written, conn, connect, connect_error)
+        };
+        self.hand_over(lane, conn);
+    }
+
+    /// Takes every queued command of `lane` to be sent: those whose
+    /// deadline passed fail as not sent, the others are marked sent.
+    fn take_queue(&self, lane: &Lane) -> Vec<Arc<Slot>> {
         let now = Instant::now();
-        let (batch, conn) = {
+        let mut expired = Vec::new();
+        let batch = {
             let mut st = lock(&lane.state);
             let mut batch = Vec::with_capacity(st.queue.len());
             for slot in st.queue.drain(..) {
@@ -310,8 +359,8 @@ impl Combiner {
                 if now >= self.deadline(&slot) {
                     // Expired before it could be sent: nothing ran.
                     if matches!(*s, SlotState::Queued | SlotState::Sent) {
-                        *s = SlotState::Done(Err(not_sent(self.response_timeout)));
-                        slot.ready.notify_one();
+                        drop(s);
+                        expired.push(slot);
                     }
                     continue;
                 }
@@ -319,14 +368,132 @@ impl Combiner {
                 drop(s);
                 batch.push(slot);
             }
-            (batch, st.conn.take())
+            batch
         };
-        let conn = if batch.is_empty() {
-            conn
-        } else {
-            self.send(batch, conn, connect, connect_error)
+        for slot in expired {
+            slot.set(SlotState::Done(Err(not_sent(self.response_timeout))));
+        }
+        batch
+    }
+
+    /// Reads the replies of `written`, sent on `conn` by the thread that
+    /// handed the lane over, within the earliest of their deadlines; the
+    /// connection back when it is still good. A connection found dead
+    /// before any reply gets the batch once more on a fresh connection, as
+    /// in [`Combiner::send`].
+    fn read_written(
+        &self,
+        written: Vec<Arc<Slot>>,
+        conn: Option<redis::Connection>,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+    ) -> Option<redis::Connection> {
+        let Some(mut c) = conn else {
+            // Taken away meanwhile: nothing can be read.
+            deliver_err(&written, &dropped());
+            return None;
         };
-        hand_over(lane, conn);
+        let earliest = written.iter().map(|s| self.deadline(s)).min();
+        let shortened = self.bound_reads(&c, earliest);
+        match read_replies(&mut c, &written) {
+            Ok(()) => {
+                if shortened && c.set_read_timeout(Some(self.response_timeout)).is_err() {
+                    return None;
+                }
+                Some(c)
+            }
+            Err((0, e)) if e.is_connection_dropped() => {
+                drop(c);
+                self.send(written, None, Some(e), connect, connect_error)
+            }
+            Err((read, e)) => {
+                deliver_err(&written[read..], &e);
+                None
+            }
+        }
+    }
+
+    /// Ends a turn on `lane`: when commands queued up meanwhile and `conn`
+    /// is good, writes them on it at once and hands the reading of their
+    /// replies to the oldest one still waiting; else puts `conn` back and
+    /// hands the lane to the oldest queued command (which connects), or
+    /// leaves it idle.
+    fn hand_over(&self, lane: &Lane, conn: Option<redis::Connection>) {
+        let mut conn = conn;
+        if let Some(mut c) = conn.take() {
+            let queued = !lock(&lane.state).queue.is_empty();
+            let batch = if queued {
+                self.take_queue(lane)
+            } else {
+                Vec::new()
+            };
+            if batch.is_empty() {
+                conn = Some(c);
+            } else {
+                let mut bytes = Vec::with_capacity(batch.iter().map(|s| s.bytes.len()).sum());
+                for slot in &batch {
+                    bytes.extend_from_slice(&slot.bytes);
+                }
+                match c.send_packed_command(&bytes) {
+                    Ok(()) => {
+                        if self.hand_reading(lane, c, batch) {
+                            return;
+                        }
+                    }
+                    // The server hung up: the batch goes back to the front
+                    // of the queue, for one try on a fresh connection, as
+                    // a reused connection found dead gets.
+                    Err(e) if e.is_connection_dropped() => requeue(lane, batch),
+                    // Anything else (a write timeout): part of the batch
+                    // may have gone out; its outcome is unknown.
+                    Err(e) => deliver_err(&batch, &e),
+                }
+            }
+        }
+        let next = {
+            let mut st = lock(&lane.state);
+            if st.conn.is_none() {
+                st.conn = conn;
+            }
+            match st.queue.front() {
+                Some(next) => {
+                    *lock(&next.state) = SlotState::Lead;
+                    Some(next.clone())
+                }
+                None => {
+                    st.busy = false;
+                    None
+                }
+            }
+        };
+        if let Some(next) = next {
+            next.thread.unpark();
+        }
+    }
+
+    /// Hands the reading of `batch`, just written on `conn`, to the oldest
+    /// of its commands still waiting. `false` when every one of them gave
+    /// up: the connection, with replies nobody reads, is dropped.
+    fn hand_reading(&self, lane: &Lane, conn: redis::Connection, batch: Vec<Arc<Slot>>) -> bool {
+        let reader = {
+            let mut st = lock(&lane.state);
+            let reader = batch.iter().find(|slot| {
+                let mut s = lock(&slot.state);
+                let waiting = matches!(*s, SlotState::Sent);
+                if waiting {
+                    *s = SlotState::Lead;
+                }
+                waiting
+            });
+            let Some(reader) = reader.cloned() else {
+                return false;
+            };
+            st.conn = Some(conn);
+            st.written = batch;
+            reader
+        };
+        reader.thread.unpark();
+        true
     }
 
     /// Sends `bytes` (`replies` commands) alone on `conn` (or a new
@@ -342,14 +509,19 @@ impl Combiner {
     ) -> (RedisResult<Vec<Value>>, Option<redis::Connection>) {
         let mut reused = conn.is_some();
         let mut conn = conn;
+        // The failure of a reused connection the command was written on.
+        let mut lost = None;
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
                 // With the connect timeout, as a pooled connection: the
                 // response timeout counts from the write.
-                None => match connect(None) {
-                    Ok(c) => c,
-                    Err(e) => {
+                None => match (connect(None), lost.take()) {
+                    (Ok(c), _) => c,
+                    // The command may have run on the lost connection: its
+                    // error, not "refused" (read as never sent).
+                    (Err(_), Some(lost)) => return (Err(lost), None),
+                    (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
                         return (Err(cause), None);
@@ -369,7 +541,10 @@ impl Combiner {
                     }
                     return (Ok(values), Some(c));
                 }
-                Err(e) if reused && e.is_connection_dropped() => reused = false,
+                Err(e) if reused && e.is_connection_dropped() => {
+                    reused = false;
+                    lost = Some(e);
+                }
                 Err(e) => return (Err(e), None),
             }
         }
@@ -378,11 +553,14 @@ impl Combiner {
     /// Writes `batch` on `conn` (or a new connection) and hands out the
     /// replies; the connection back when it is still good. A reused
     /// connection that turns out dead before any reply (the server
-    /// restarted) gets one fresh connection, as a pooled one does.
+    /// restarted) gets one fresh connection, as a pooled one does. `lost`
+    /// is the failure of a connection `batch` was already written on (and
+    /// so may have run), when this is that fresh try.
     fn send(
         &self,
         batch: Vec<Arc<Slot>>,
         conn: Option<redis::Connection>,
+        lost: Option<RedisError>,
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         connect_error: &mut Option<Error>,
     ) -> Option<redis::Connection> {
@@ -398,12 +576,21 @@ impl Combiner {
         // unknown outcome (as any timeout), handled by its caller.
         let mut conn = conn;
         let mut reused = conn.is_some();
+        // The failure of a reused connection the batch was written on.
+        let mut lost = lost;
         loop {
             let mut c = match conn.take() {
                 Some(c) => c,
-                None => match self.connect_for(&batch, connect) {
-                    Ok(c) => c,
-                    Err(e) => {
+                None => match (self.connect_for(&batch, connect), lost.take()) {
+                    (Ok(c), _) => c,
+                    // The batch may have run on the lost connection: its
+                    // error, not "refused", which a Sentinel or Cluster
+                    // source reads as never sent and sends again elsewhere.
+                    (Err(_), Some(lost)) => {
+                        deliver_err(&batch, &lost);
+                        return None;
+                    }
+                    (Err(e), None) => {
                         let cause = connect_cause(&e);
                         *connect_error = Some(e);
                         deliver_err(&batch, &cause);
@@ -422,6 +609,7 @@ impl Combiner {
                 }
                 Err((0, e)) if reused && e.is_connection_dropped() => {
                     reused = false;
+                    lost = Some(e);
                 }
                 Err((read, e)) => {
                     deliver_err(&batch[read..], &e);
@@ -449,21 +637,26 @@ impl Combiner {
     }
 }
 
-/// Ends a flush of `lane`: puts `conn` back, and hands the lane to the
-/// oldest queued command, or leaves it idle.
-fn hand_over(lane: &Lane, conn: Option<redis::Connection>) {
+/// Puts `batch`, whose write failed, back at the front of `lane`'s queue.
+fn requeue(lane: &Lane, batch: Vec<Arc<Slot>>) {
     let mut st = lock(&lane.state);
-    if st.conn.is_none() {
-        st.conn = conn;
-    }
-    match st.queue.front() {
-        Some(next) => {
-            let mut s = lock(&next.state);
-            *s = SlotState::Lead;
-            next.ready.notify_one();
+    for slot in batch.into_iter().rev() {
+        let mut s = lock(&slot.state);
+        if matches!(*s, SlotState::Sent) {
+            *s = SlotState::Queued;
+            drop(s);
+            st.queue.push_front(slot);
         }
-        None => st.busy = false,
     }
+}
+
+/// The error of commands written on a connection taken away before their
+/// replies were read.
+fn dropped() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the shared connection was closed before the reply was read",
+    ))
 }
 
 /// A failure to connect in redis-rs's terms, for the commands that were to
@@ -484,6 +677,16 @@ fn exchange(
     batch: &[Arc<Slot>],
 ) -> std::result::Result<(), (usize, RedisError)> {
     conn.send_packed_command(bytes).map_err(|e| (0, e))?;
+    read_replies(conn, batch)
+}
+
+/// The replies of every slot of `batch`, written on `conn`, in order, each
+/// handed to its thread as soon as read. On failure, how many slots got
+/// their replies, and the error.
+fn read_replies(
+    conn: &mut redis::Connection,
+    batch: &[Arc<Slot>],
+) -> std::result::Result<(), (usize, RedisError)> {
     for (i, slot) in batch.iter().enumerate() {
         let mut replies = Vec::with_capacity(slot.replies);
         for _ in 0..slot.replies {
@@ -495,11 +698,7 @@ fn exchange(
 }
 
 fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
-    let mut s = lock(&slot.state);
-    if !matches!(*s, SlotState::Abandoned) {
-        *s = SlotState::Done(result);
-        slot.ready.notify_one();
-    }
+    slot.set(SlotState::Done(result));
 }
 
 fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
@@ -717,6 +916,258 @@ mod tests {
                 *took <= RESPONSE + SLACK,
                 "thread {t} took {took:?}, past its own deadline ({RESPONSE:?} + {SLACK:?})"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a late reply is the scenario: the server sleeps before it answers"
+)]
+mod delivery_tests {
+    //! Every caller gets its own reply or an error, never another's: a
+    //! loopback server that echoes each command's last argument answers
+    //! some commands late (past the callers' deadlines) and cuts some
+    //! connections in the middle of a pipeline.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    use redis::IntoConnectionInfo;
+
+    const RESPONSE: Duration = Duration::from_millis(150);
+
+    /// What the server does with one command.
+    #[derive(Clone, Copy)]
+    enum Act {
+        Answer,
+        /// Answers after this pause (the commands after it wait too, as
+        /// on a slow server).
+        Late(Duration),
+        /// Answers in two writes, this pause between them (the caller
+        /// reads half a reply).
+        Split(Duration),
+        /// Closes the connection without answering this command or any
+        /// after it.
+        Cut,
+    }
+
+    /// One complete command at the start of `buf` (a RESP array of bulk
+    /// strings) and its length in bytes.
+    fn parse(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+        fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+            let end = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+            let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+            Some((n, end + 2))
+        }
+        let (count, mut at) = line(buf, 0)?;
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (len, start) = line(buf, at)?;
+            if buf.len() < start + len + 2 {
+                return None;
+            }
+            args.push(buf[start..start + len].to_vec());
+            at = start + len + 2;
+        }
+        Some((args, at))
+    }
+
+    /// Serves one connection: `plan(command index)` says what to do.
+    fn serve(mut conn: TcpStream, plan: &dyn Fn(usize) -> Act) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut index = 0;
+        loop {
+            while let Some((args, used)) = parse(&buf) {
+                buf.drain(..used);
+                let reply = match args.last() {
+                    Some(arg) if args.len() > 1 => {
+                        let mut r = format!("${}\r\n", arg.len()).into_bytes();
+                        r.extend_from_slice(arg);
+                        r.extend_from_slice(b"\r\n");
+                        r
+                    }
+                    _ => b"+PONG\r\n".to_vec(),
+                };
+                match plan(index) {
+                    Act::Answer => {}
+                    Act::Late(pause) => std::thread::sleep(pause),
+                    Act::Split(pause) => {
+                        let half = reply.len() / 2;
+                        if conn.write_all(&reply[..half]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(pause);
+                        index += 1;
+                        if conn.write_all(&reply[half..]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Act::Cut => {
+                        let _ = conn.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
+                index += 1;
+                if conn.write_all(&reply).is_err() {
+                    return;
+                }
+            }
+            match conn.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return,
+            }
+        }
+    }
+
+    /// An echo server; `plan(connection index, command index)`. It accepts
+    /// `connections` connections, then closes its port (a reconnect is
+    /// refused).
+    fn echo_server(
+        connections: usize,
+        plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
+    ) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let plan = Arc::new(plan);
+        std::thread::spawn(move || {
+            for (c, conn) in listener.incoming().take(connections).enumerate() {
+                let Ok(conn) = conn else { return };
+                let plan = plan.clone();
+                std::thread::spawn(move || serve(conn, &|i| plan(c, i)));
+            }
+        });
+        addr
+    }
+
+    fn connector(addr: SocketAddr) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
+        move |_| {
+            let info = format!("redis://{addr}/").into_connection_info().unwrap();
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
+            let conn = client
+                .get_connection_with_timeout(Duration::from_secs(1))
+                .map_err(Error::redis)?;
+            conn.set_read_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(RESPONSE))
+                .map_err(Error::redis)?;
+            Ok(conn)
+        }
+    }
+
+    /// `ECHO token` through `combiner`: the reply or the error.
+    fn echo(
+        combiner: &Combiner,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        token: &str,
+    ) -> Result<String> {
+        combiner.with_conn(connect, |conn| {
+            redis::cmd("ECHO")
+                .arg(token)
+                .query::<String>(conn)
+                .map_err(Error::redis)
+        })
+    }
+
+    /// Eight threads send 40 `ECHO`s each, one unique token per call, on
+    /// one shared connection. The server answers one command in 9 late
+    /// (past the deadline of every command queued behind it), sends half
+    /// of another reply and the rest too late, and cuts one connection in
+    /// 3 at its fifth command. No call ever gets another call's token; some
+    /// get their own, some fail.
+    #[test]
+    fn each_caller_gets_its_own_reply_or_an_error() {
+        let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
+            (0, _) if i == 5 => Act::Cut,
+            (_, 4) => Act::Late(RESPONSE * 2),
+            (_, 7) => Act::Split(RESPONSE * 2),
+            _ => Act::Answer,
+        });
+        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let combiner = combiner.clone();
+                std::thread::spawn(move || {
+                    let connect = connector(addr);
+                    let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
+                    for i in 0..40 {
+                        let token = format!("t{t}-{i}");
+                        match echo(&combiner, &connect, &token) {
+                            Ok(reply) if reply == token => own += 1,
+                            Ok(reply) => foreign.push((token, reply)),
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (own, failed, foreign)
+                })
+            })
+            .collect();
+        let (mut own, mut failed) = (0, 0);
+        for h in handles {
+            let (o, f, foreign) = h.join().unwrap();
+            assert!(foreign.is_empty(), "replies of other calls: {foreign:?}");
+            own += o;
+            failed += f;
+        }
+        assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
+    }
+
+    /// A command written on a reused shared connection whose server then
+    /// drops it unanswered may have run: its caller is not told "refused"
+    /// (which a Sentinel or Cluster source reads as never sent, and sends
+    /// again elsewhere) when the reconnect is refused.
+    #[test]
+    fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
+        // One connection: the first command is answered, the second cut;
+        // then the port is closed.
+        let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
+        let combiner = Combiner::new(1, RESPONSE, Duration::from_secs(1));
+        let connect = connector(addr);
+        assert_eq!(echo(&combiner, &connect, "warm").unwrap(), "warm");
+        let err = echo(&combiner, &connect, "lost").unwrap_err();
+        let refused = err
+            .redis_error()
+            .is_some_and(RedisError::is_connection_refusal);
+        assert!(!refused, "reported as refused: {err}");
+        assert!(err.is_connection(), "{err}");
+    }
+
+    /// The same for a pipeline of several threads' commands: the first
+    /// command is answered late, the three queued meanwhile go out
+    /// together on the reused connection, which the server cuts.
+    #[test]
+    fn a_pipeline_lost_with_a_reused_connection_is_not_reported_refused() {
+        let addr = echo_server(1, |_, i| match i {
+            0 => Act::Late(RESPONSE / 2),
+            _ => Act::Cut,
+        });
+        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let started = Instant::now();
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let combiner = combiner.clone();
+                std::thread::spawn(move || {
+                    let connect = connector(addr);
+                    std::thread::sleep(Duration::from_millis(15) * t);
+                    echo(&combiner, &connect, &format!("t{t}"))
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(started.elapsed() < RESPONSE * 3, "{:?}", started.elapsed());
+        assert_eq!(results[0].as_deref().ok(), Some("t0"), "{:?}", results[0]);
+        for (t, result) in results.iter().enumerate().skip(1) {
+            let err = result.as_ref().expect_err("the connection was cut");
+            let refused = err
+                .redis_error()
+                .is_some_and(RedisError::is_connection_refusal);
+            assert!(!refused, "thread {t}: reported as refused: {err}");
         }
     }
 }

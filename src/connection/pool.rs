@@ -308,7 +308,12 @@ impl Pool {
                 if reused && e.is_connection() {
                     crate::metrics::reconnect();
                     self.flush();
-                    let (mut fresh, _) = self.checkout()?;
+                    // `op` may have run on the dead connection: a refused
+                    // reconnect must not stand for its outcome (a Cluster
+                    // reads "refused" as never sent and sends it elsewhere).
+                    let Ok((mut fresh, _)) = self.checkout() else {
+                        return Err(e);
+                    };
                     let again = op(&mut fresh.0);
                     self.checkin(fresh, again.as_ref().err());
                     return again;
@@ -445,4 +450,56 @@ pub(crate) fn is_not_master(err: &Error) -> bool {
             if cause.code() == Some("READONLY")
                 || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use redis::IntoConnectionInfo;
+
+    /// A call whose pooled connection turns out dead after its command was
+    /// written may have run: when the reconnect is refused, the call fails
+    /// with the dead connection's error, not "refused".
+    #[test]
+    fn a_call_lost_with_a_reused_connection_is_not_reported_refused() {
+        // One connection, answering its first two commands (the pool's
+        // `INFO` probe and a `PING`) and cutting the third; then the port
+        // is closed.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let Ok((mut conn, _)) = listener.accept() else {
+                return;
+            };
+            drop(listener);
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut buf = [0u8; 4096];
+            for _ in 0..2 {
+                if !matches!(conn.read(&mut buf), Ok(n) if n > 0) {
+                    return;
+                }
+                let _ = conn.write_all(b"+OK\r\n");
+            }
+            let _ = conn.read(&mut buf);
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        });
+        let info = format!("redis://{addr}/").into_connection_info().unwrap();
+        let second = Duration::from_secs(1);
+        let pool = Pool::new(info, &Tls::default(), 1, second, second).unwrap();
+        let ping = |conn: &mut redis::Connection| {
+            redis::cmd("PING")
+                .query::<String>(conn)
+                .map_err(Error::redis)
+        };
+        assert_eq!(pool.with_conn(ping).unwrap(), "OK");
+        let err = pool.with_conn(ping).unwrap_err();
+        let refused = err
+            .redis_error()
+            .is_some_and(redis::RedisError::is_connection_refusal);
+        assert!(!refused, "reported as refused: {err}");
+        assert!(err.is_connection(), "{err}");
+    }
 }

@@ -649,10 +649,7 @@ impl Inner {
             pool?
                 .master_only()
                 .named(self.settings.name.clone())
-                // Exclusive even when the client combines: E1 (a failover
-                // under contention) once saw two holders at once with a
-                // combining client on this path, not yet explained.
-                .combining(None),
+                .combining(self.settings.combining),
         );
         if let Some(old) = slot.as_ref() {
             log::info!(

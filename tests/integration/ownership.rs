@@ -169,3 +169,25 @@ fn b7_a_grant_slower_than_its_lease_is_given_back() {
         server.cmd::<i64>("EXISTS", &[name.as_bytes()]) == 0
     }));
 }
+
+/// A handle's own `min_replica_acks` and `replica_ack_timeout` are the ones
+/// its grants wait for: one acknowledgement asked of a server without
+/// replicas, within 50 ms (the client asks for none, within 1 s). The
+/// grant is given back and reported as `NotReplicated` within a fraction
+/// of the client's timeout.
+#[test]
+fn a_handles_replica_acks_are_its_own() {
+    let ctx = TestContext::new();
+    let name = unique_name("acks-handle");
+    let lock = ctx
+        .client
+        .lock(&name)
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(50));
+    let started = Instant::now();
+    let err = lock.try_lock().unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_not_replicated(), "{err:?}");
+    assert!(took < ms(600), "refused after {took:?}");
+    assert!(!ctx.server.exists(&name), "the grant was given back");
+}

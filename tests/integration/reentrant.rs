@@ -193,3 +193,25 @@ fn an_inner_unlock_sets_the_lease_again_for_every_reentrant_kind() {
         assert!(!lock.is_locked().unwrap(), "{kind}");
     }
 }
+
+/// `is_held_by_current_thread` follows the calling thread's holds: not
+/// before, while held (also re-entered), not from another thread, not
+/// after the last release.
+#[test]
+fn is_held_by_current_thread_follows_the_calling_threads_holds() {
+    let ctx = TestContext::new();
+    let lock = ctx.client.lock(unique_name("held-here"));
+    assert!(!lock.is_held_by_current_thread().unwrap());
+    let outer = lock.lock().unwrap();
+    assert!(lock.is_held_by_current_thread().unwrap());
+    let inner = lock.lock().unwrap();
+    assert!(lock.is_held_by_current_thread().unwrap());
+    std::thread::scope(|s| {
+        let elsewhere = s.spawn(|| lock.is_held_by_current_thread().unwrap());
+        assert!(!elsewhere.join().unwrap(), "held by another thread");
+    });
+    inner.unlock().unwrap();
+    assert!(lock.is_held_by_current_thread().unwrap());
+    outer.unlock().unwrap();
+    assert!(!lock.is_held_by_current_thread().unwrap());
+}

@@ -3,11 +3,15 @@
 //! the server has dropped the client's), an unlock, a permit release, an
 //! `extend` and a run-once completion fail as they would against a dead
 //! master, and the watchdog retries them until the server is back or the
-//! lease is over.
+//! lease is over. The other releases that meet a fault (a garbled or cut
+//! reply, an inner hold's release) are here too: which of them are retried,
+//! and what each leaves held and renewed.
 
 use std::time::{Duration, Instant};
 
-use crate::support::{FaultProxy, Mode, RedisServer, ms, test_builder, unique_name, wait_until};
+use crate::support::{
+    FaultProxy, Mode, RedisServer, ReplyFault, ms, test_builder, unique_name, wait_until,
+};
 
 /// Lease of the locks here: long enough that only a release frees them
 /// within a test.
@@ -49,6 +53,23 @@ impl Bed {
 
     fn exists(&self, key: &str) -> bool {
         self.server.exists(key)
+    }
+
+    /// The SHA1 of the script `lua/<name>.lua` as a client on one server
+    /// sends it (after `lua/notify.lua`, classic publishing), loaded on
+    /// the server: the bytes that name its calls for a reply fault.
+    fn notifying_sha(&self, script: &str) -> String {
+        let text = format!(
+            "local cluster, always_classic = false, false\n{}{script}",
+            include_str!("../../lua/notify.lua")
+        );
+        self.server.cmd("SCRIPT", &[b"LOAD", text.as_bytes()])
+    }
+
+    /// How many holds Redis counts for `holder` at `name`.
+    fn count(&self, name: &str, holder: &str) -> Option<u64> {
+        self.server
+            .cmd("HGET", &[name.as_bytes(), holder.as_bytes()])
     }
 }
 
@@ -223,6 +244,215 @@ fn r4_extend_is_retried_and_waited_for() {
         "the guard's lease"
     );
     guard.unlock().unwrap();
+}
+
+/// An `extend` (to 30 s) of a fixed 4 s lease whose first attempt times
+/// out 400 ms before the lease ends: the server is frozen from 2.4 s
+/// before the end (response timeout 2 s) until `resume` after it (before
+/// it when negative). Its retry is sent within the first pause (about
+/// 10 ms), on the frozen server, and answered once the server resumes.
+/// Returns the call's outcome, when it returned (from the lease's end,
+/// negative before), the guard and the key's PTTL then. The key's own
+/// expiry is set 60 s out, as it may outlive the guard's lease by the
+/// allowance for clock drift: a retry answered after the guard's lease
+/// still finds it held.
+fn extend_across_a_freeze(resume_ms: i64) -> (redguard::Result<()>, i64, redguard::LockGuard, i64) {
+    let response = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .fair_wait_timeout(Duration::from_secs(10))
+        .response_timeout(response)
+        .build()
+        .unwrap();
+    // A renewed lock (first renewal in 10 s, after the test) keeps the
+    // server's renewal worker running and connected: a worker started
+    // during the freeze would first wait for the frozen server itself.
+    let _neighbour = client.lock(unique_name("r4-neighbour")).lock().unwrap();
+    let name = unique_name("r4-late");
+    let lease = Duration::from_secs(4);
+    let guard = client.lock(&name).with_lease(lease).lock().unwrap();
+    // Loads the renewal script: a retry's call is one round trip.
+    guard.extend(lease).unwrap();
+    let until = Instant::now() + guard.valid_for();
+    let kept: i64 = server.cmd("PEXPIRE", &[name.as_bytes(), b"60000"]);
+    assert_eq!(kept, 1);
+    let resume = if resume_ms >= 0 {
+        until + ms(resume_ms.unsigned_abs())
+    } else {
+        until - ms(resume_ms.unsigned_abs())
+    };
+    crate::support::sleep((until - response - ms(400)).saturating_duration_since(Instant::now()));
+    server.sigstop();
+    let (extended, now) = std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::support::sleep(resume.saturating_duration_since(Instant::now()));
+            server.sigcont();
+        });
+        let extended = guard.extend(Duration::from_secs(30));
+        (extended, Instant::now())
+    });
+    let returned = if now >= until {
+        i64::try_from((now - until).as_millis()).unwrap()
+    } else {
+        -i64::try_from((until - now).as_millis()).unwrap()
+    };
+    let pttl = server.pttl(&name);
+    (extended, returned, guard, pttl)
+}
+
+/// R4 near the lease's end: an `extend` whose retry goes through 300 ms
+/// before the lease ends (2.1 s after its first attempt failed) was
+/// waited for: `Ok`, the new lease on the key and on the guard. A wait
+/// that ended sooner (before the lease's end) would return `Timeout`.
+#[test]
+fn r4_an_extend_retried_until_the_end_of_its_lease_is_waited_for() {
+    let (extended, returned, guard, pttl) = extend_across_a_freeze(-300);
+    eprintln!("R4 near the end: extend returned {returned} ms after the lease's end: {extended:?}");
+    extended.unwrap();
+    assert!(pttl > 20_000, "the key's lease: {pttl} ms");
+    assert!(
+        guard.valid_for() > Duration::from_secs(20),
+        "the guard's lease"
+    );
+    guard.unlock().unwrap();
+}
+
+/// R4 after the lease's end: a retry sent just before the lease ended and
+/// answered 1.25 s after it (within its response timeout of 2 s) is still
+/// waited for, up to two response timeouts past the lease's end: `extend`
+/// returns that outcome, not a `Timeout` of its own wait. The watchdog has
+/// declared the lease lost at its end meanwhile, so the guard counts as
+/// lost whatever the outcome (although the extension went through: see
+/// RELIABILITY.md, "Not covered").
+#[test]
+fn r4_an_extend_answered_after_its_lease_ended_returns_the_retrys_outcome() {
+    let (extended, returned, guard, pttl) = extend_across_a_freeze(1250);
+    eprintln!(
+        "R4 after the end: extend returned {returned} ms after the lease's end: {extended:?}, \
+         key PTTL {pttl} ms"
+    );
+    assert!(
+        !matches!(&extended, Err(redguard::Error::Timeout(m)) if m.contains("still being retried")),
+        "returned {returned} ms after the lease's end: {extended:?}"
+    );
+    assert!(
+        returned >= 1250,
+        "returned {returned} ms after the lease's end"
+    );
+    assert!(guard.is_lost());
+}
+
+/// R7: a grant whose reply was lost on a re-entry is not undone (the
+/// thread's first hold would go with it), so Redis counts two holds where
+/// the thread knows one. The last `unlock` drops both; when that drop meets
+/// a failover (its reply cut twice: on the pooled connection and on the
+/// fresh one), it is retried like any release: `unlock` returns `Ok`, the
+/// retry drops the holds. When it fails otherwise (its reply garbled), the
+/// error is returned and nothing is retried.
+#[test]
+fn r7_the_drop_of_holds_counted_twice_is_retried_only_after_a_failover() {
+    let bed = Bed::new();
+    let release_holder = bed.notifying_sha(include_str!("../../lua/release_holder.lua"));
+    for (fault, times) in [(ReplyFault::Cut, 2), (ReplyFault::Garbage, 1)] {
+        let name = unique_name("r7");
+        let lock = bed.client.lock(&name);
+        let guard = lock.lock().unwrap();
+        let holder = guard.holder_id().as_str().to_owned();
+        bed.proxy
+            .fault_replies_to(name.as_bytes(), ReplyFault::Garbage, 1);
+        let lost = lock.try_lock().unwrap_err();
+        assert!(matches!(lost, redguard::Error::Protocol(_)), "{lost:?}");
+        assert_eq!(bed.count(&name, &holder), Some(2), "the lost re-entry");
+
+        let faults = bed.proxy.reply_faults_done();
+        bed.proxy
+            .fault_replies_to(release_holder.as_bytes(), fault, times);
+        let unlocked = guard.unlock();
+        assert_eq!(
+            bed.proxy.reply_faults_done(),
+            faults + times,
+            "{fault:?}: {unlocked:?}"
+        );
+        let pending = bed.client.stats().pending_releases;
+        eprintln!("R7 {fault:?}: unlock {unlocked:?}, {pending} pending");
+        match fault {
+            ReplyFault::Cut => {
+                unlocked.unwrap();
+                assert_eq!(pending, 1, "the drop of the holds, retried");
+                assert!(bed.client.await_releases(Duration::from_secs(5)));
+                assert!(!bed.exists(&name), "the retry dropped the holds");
+            }
+            ReplyFault::Garbage => {
+                let err = unlocked.unwrap_err();
+                assert!(matches!(err, redguard::Error::Protocol(_)), "{err:?}");
+                assert_eq!(pending, 0, "a garbled reply is no failover");
+            }
+        }
+    }
+}
+
+/// R8: an inner hold's release that meets a failover is not retried: the
+/// retry would drop every hold of the holder, the outer one too, while
+/// its guard lives. `unlock` returns the connection error, and the outer
+/// hold is left as it was (Redis still counts both: the inner release
+/// never reached it); the outer guard's release then drops both.
+#[test]
+fn r8_an_inner_release_that_meets_a_failover_leaves_the_outer_hold() {
+    let bed = Bed::new();
+    let name = unique_name("r8");
+    let lock = bed.client.lock(&name);
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    let holder = outer.holder_id().as_str().to_owned();
+    bed.cut();
+    let err = inner.unlock().unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(bed.client.stats().pending_releases, 0, "nothing retried");
+    bed.heal();
+    assert!(bed.client.await_releases(ms(500)));
+    crate::support::sleep(ms(300));
+    assert_eq!(bed.count(&name, &holder), Some(2), "the outer hold");
+    outer.check().unwrap();
+    outer.unlock().unwrap();
+    assert!(!bed.exists(&name));
+}
+
+/// A last release whose reply is garbled (a protocol error, no failover:
+/// not retried) still ends the renewals: the lease is the backstop now,
+/// and a renewal would only find the key gone (the release ran) or,
+/// worse, keep a hold nobody releases. No script call reaches the server
+/// in 3 × the renewal period after the failed `unlock`.
+#[test]
+fn r9_a_failed_last_release_stops_the_renewals() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let lease = ms(900);
+    let client = test_builder(&proxy.url())
+        .watchdog_timeout(lease)
+        .build()
+        .unwrap();
+    let bed = Bed {
+        server,
+        proxy,
+        client,
+    };
+    let unlock = bed.notifying_sha(include_str!("../../lua/unlock.lua"));
+    let name = unique_name("r9");
+    let guard = bed.client.lock(&name).lock().unwrap();
+    // Renewed at least once: the watchdog has the lease.
+    let scripts = || bed.server.command_calls(&["evalsha", "eval"]);
+    let granted = scripts();
+    assert!(wait_until(lease, || scripts() > granted), "never renewed");
+    bed.proxy
+        .fault_replies_to(unlock.as_bytes(), ReplyFault::Garbage, 1);
+    let err = guard.unlock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Protocol(_)), "{err:?}");
+    let after = scripts();
+    crate::support::sleep(lease);
+    let calls = scripts() - after;
+    eprintln!("R9: {calls} script calls in {lease:?} after the failed unlock");
+    assert_eq!(calls, 0, "renewals after the failed last release");
 }
 
 /// R5: a permit given back while the server is unreachable comes back

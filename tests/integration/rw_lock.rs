@@ -918,3 +918,84 @@ fn rw_a_read_release_leaves_the_key_the_longest_remaining_hold() {
     let pttl = ctx.server.pttl(&name);
     assert!(pttl > 0 && pttl <= 800, "lock key PTTL {pttl} ms");
 }
+
+/// A client that shuts down while one thread holds both sides (the write
+/// side, then a read hold under it) releases each side with its own
+/// script: nothing of the lock is left, neither the hash nor the read
+/// hold's timeout key (dropping the whole hash for the write side would
+/// leave that key until its lease ran out).
+#[test]
+fn rw_a_shutdown_releases_a_writers_own_read_hold_too() {
+    let ctx = TestContext::new();
+    let leaving = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("rw-shutdown-both");
+    let rw = leaving.read_write_lock(&name);
+    let write = rw.write().lock().unwrap();
+    let read = rw.read().lock().unwrap();
+    let holder = leaving.holder_id().to_string();
+    assert!(ctx.server.exists(timeout_key(&name, &holder, 1)));
+    leaving.shutdown();
+    assert!(write.is_lost() && read.is_lost());
+    let left: Vec<String> = ctx.server.cmd("KEYS", &[format!("*{name}*").as_bytes()]);
+    assert_eq!(left, Vec::<String>::new(), "left after the shutdown");
+}
+
+/// Three readers of one client waiting behind another client's writer all
+/// get in together when the writer (30 s lease) leaves, within a second
+/// (poll interval 10 s): the write release's message (`1`) wakes every
+/// waiter of the client, not one.
+#[test]
+fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ctx = TestContext::new();
+    let readers = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // A 30 s lease: the readers' sleeps, bounded by the writer's ttl, do
+    // not end before the wake-ups.
+    let writers = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("rw-readers-woken");
+    let writer = writers.read_write_lock(&name).write().lock().unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = readers.read_write_lock(&name).read();
+            let inside = inside.clone();
+            std::thread::spawn(move || {
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(8))
+                    .unwrap()
+                    .expect("a reader gets in");
+                inside.fetch_add(1, Ordering::SeqCst);
+                // Held until all three are in: they read together.
+                wait_until(Duration::from_secs(8), || {
+                    inside.load(Ordering::SeqCst) == 3
+                });
+                guard.unlock().unwrap();
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || readers
+        .stats()
+        .waiters
+        == 3));
+    let released = Instant::now();
+    writer.unlock().unwrap();
+    let all_in = wait_until(Duration::from_secs(5), || {
+        inside.load(Ordering::SeqCst) == 3
+    });
+    let took = released.elapsed();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(all_in, "{} readers in", inside.load(Ordering::SeqCst));
+    assert!(took < Duration::from_secs(1), "all in after {took:?}");
+}

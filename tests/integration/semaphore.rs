@@ -549,3 +549,114 @@ fn a_permit_that_ended_or_lost_its_leases_is_lost_at_the_next_renewal() {
         drop(permit);
     }
 }
+
+/// A client's `permit_clock_skew` goes into every lease end it stamps (5 s
+/// on a 2 s lease here): `leases` lists the 3 permits taken, each with 7 s
+/// left at the grant, less the time since, by the server's clock (read 5
+/// times, 100 ms apart: a clock read wrong by up to a second shows in most
+/// reads). The guard's own deadline leaves the skew out.
+#[test]
+fn a_permit_lease_end_carries_the_tolerated_clock_skew() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .permit_clock_skew(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let semaphore = client
+        .expiring_semaphore(unique_name("skew"))
+        .with_lease(Duration::from_secs(2));
+    assert!(semaphore.try_set_permits(3).unwrap());
+    let before = Instant::now();
+    let permits: Vec<_> = (0..3).map(|_| semaphore.acquire().unwrap()).collect();
+    let granted = Instant::now();
+    for read in 0..5 {
+        let (low, leases, high) = (
+            granted.elapsed(),
+            semaphore.leases().unwrap(),
+            before.elapsed(),
+        );
+        assert_eq!(leases.len(), 3, "{leases:?}");
+        for permit in &permits {
+            let left = leases
+                .iter()
+                .find(|(id, _)| id == permit.id())
+                .map(|(_, left)| *left);
+            // Milliseconds on both sides: 1 ms of rounding.
+            let bounds = (ms(7000) - high - ms(300), ms(7001) - low);
+            assert!(
+                left.is_some_and(|left| left > bounds.0 && left <= bounds.1),
+                "read {read}, {}: {left:?}, bounds {bounds:?}",
+                permit.id()
+            );
+        }
+        sleep(ms(100));
+    }
+    // The guard's own deadline (on this client's clock) has no skew in it.
+    for permit in permits {
+        let valid = permit.valid_for();
+        assert!(valid > ms(1000) && valid < ms(2000), "{valid:?}");
+        permit.release().unwrap();
+    }
+}
+
+/// A permit that too few replicas acknowledged is given back and reported
+/// as `NotReplicated`, as a lock grant is (one acknowledgement asked for,
+/// no replica here).
+#[test]
+fn a_permit_too_few_replicas_acknowledged_is_given_back() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .min_replica_acks(1)
+        .replica_ack_timeout(ms(50))
+        .build()
+        .unwrap();
+    let semaphore = client.expiring_semaphore(unique_name("acks"));
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let err = semaphore.try_acquire().unwrap_err();
+    assert!(err.is_not_replicated(), "{err:?}");
+    assert_eq!(semaphore.available_permits().unwrap(), 1);
+    assert_eq!(semaphore.leases().unwrap(), Vec::new());
+}
+
+/// Permits kept with `forget` are counted down exactly by each `release`
+/// (4 kept, given back 1 then 3: none left), and a release that could not
+/// reach the server leaves them this client's to release again.
+/// `try_acquire_until` takes permits; `MAX_PERMITS` itself is a count one
+/// may ask for (not available here: `None`, no error).
+#[test]
+fn kept_permits_are_counted_exactly_and_stay_kept_when_a_release_fails() {
+    use crate::support::{FaultProxy, Mode, RedisServer};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url()).build().unwrap();
+    let sem = client.semaphore(unique_name("sem-kept"));
+    assert!(sem.try_set_permits(6).unwrap());
+    sem.acquire(4).unwrap().forget();
+    sem.release(1).unwrap();
+    sem.release(3).unwrap();
+    let none_left = sem.release(1).unwrap_err();
+    assert!(
+        matches!(none_left, redguard::Error::InvalidArgument(_)),
+        "{none_left:?}"
+    );
+    assert_eq!(sem.available_permits().unwrap(), 6);
+
+    sem.acquire(2).unwrap().forget();
+    proxy.set_mode(Mode::Refuse);
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
+    let unreachable = sem.release(2).unwrap_err();
+    assert!(unreachable.is_transient(), "{unreachable:?}");
+    proxy.set_mode(Mode::Pass);
+    sem.release(2).unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 6);
+
+    let until = sem
+        .try_acquire_until(2, Instant::now() + Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(
+        until.as_ref().map(redguard::SemaphoreGuard::permits),
+        Some(2)
+    );
+    drop(until);
+    assert!(sem.try_acquire(redguard::MAX_PERMITS).unwrap().is_none());
+}

@@ -3,15 +3,15 @@
 //! the sentinels with another) serves every case in sequence, healed
 //! between failovers, to keep the suite's wall time down.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redguard::ConnectionMode;
 
 use crate::support::{
-    BedOptions, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms, test_builder,
-    unique_name, wait_until,
+    BedOptions, Contention, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms,
+    test_builder, unique_name, wait_until,
 };
 
 const DATA_PW: &str = "data-pw-E4-d47a";
@@ -380,80 +380,27 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 /// while the master is `kill -9`ed. Work resumes within 5 s of the kill, no
 /// `READONLY` reaches a caller after that, no two holders overlap, and the
 /// counter equals the completed critical sections. The second client and
-/// the patient caller ask for `ConnectionMode::Combining`, which a Sentinel
-/// source answers with exclusive connections for now (a run with shared
-/// ones saw one overlap).
+/// the patient caller combine (`ConnectionMode::Combining`): their shared
+/// connection to the master follows the failover too.
+///
+/// The overlap and counter checks hold for one failover of a dead master.
+/// With the bed's 1 s `down-after-milliseconds`, the sentinels now and then
+/// fail the just-promoted master over once more, 1.1–2.3 s after the
+/// first switch, while it is alive: until the clients hear that second
+/// `+switch-master`, they write to the old master, and a grant there is not
+/// on the new one. Two holders at once can then be seen in either
+/// connection mode (RELIABILITY.md, E1); when such a switch is heard, or
+/// two nodes answer as master, once the threads stop, the case says so and
+/// skips those two checks.
 fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let name = unique_name("e1");
     // The second client's two threads share one connection to the master.
     let combining = || builder(bed).connection_mode(ConnectionMode::Combining { connections: 1 });
     let clients = [builder(bed).build().unwrap(), combining().build().unwrap()];
-    let stop = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let completed = Arc::new(AtomicU64::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let resumed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let late_errors: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for i in 0..4 {
-        let lock = clients[i % 2].lock(&name);
-        let (stop, inside, counter, completed, overlaps) = (
-            stop.clone(),
-            inside.clone(),
-            counter.clone(),
-            completed.clone(),
-            overlaps.clone(),
-        );
-        let (killed_at, resumed_at, late_errors) =
-            (killed_at.clone(), resumed_at.clone(), late_errors.clone());
-        threads.push(std::thread::spawn(move || {
-            let mut rounds = 0_u64;
-            // Bounded in count and time.
-            while !stop.load(Ordering::Acquire) && rounds < 1_000_000 {
-                rounds += 1;
-                match lock.try_lock_for(ms(2000)) {
-                    Ok(Some(guard)) => {
-                        if inside.swap(true, Ordering::AcqRel) {
-                            overlaps.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let n = counter.load(Ordering::Acquire);
-                        std::thread::yield_now();
-                        counter.store(n + 1, Ordering::Release);
-                        inside.store(false, Ordering::Release);
-                        completed.fetch_add(1, Ordering::Relaxed);
-                        let killed = *killed_at.lock().unwrap();
-                        if let Some(k) = killed {
-                            resumed_at.lock().unwrap().get_or_insert_with(|| {
-                                let now = Instant::now();
-                                debug_assert!(now > k);
-                                now
-                            });
-                        }
-                        // Errors here (a lost key on the new master) are
-                        // logged by the guard; they are not the case's.
-                        drop(guard);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let killed = *killed_at.lock().unwrap();
-                        let late = killed.is_some_and(|k| k.elapsed() > ms(5000));
-                        let text = e.to_string().to_ascii_lowercase();
-                        let readonly = text.contains("readonly")
-                            || text.contains("read only")
-                            || text.contains("not a master");
-                        if late && readonly {
-                            late_errors.lock().unwrap().push(e.to_string());
-                        }
-                        crate::support::sleep(ms(20));
-                    }
-                }
-            }
-        }));
-    }
+    let locks = (0..4).map(|i| clients[i % 2].lock(&name)).collect();
+    let contention = Contention::start(locks, ms(2000));
     assert!(
-        wait_until(ms(10_000), || completed.load(Ordering::Relaxed) >= 20),
+        contention.wait_for_more(20, ms(10_000)),
         "no progress before the fault"
     );
     // A caller with a deadline that starts right at the kill, on a client
@@ -464,7 +411,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let old = bed.master_port();
     bed.drain_switches();
     let (_, kill) = bed.kill_master();
-    *killed_at.lock().unwrap() = Some(kill);
+    contention.fault_at(kill);
     let patient = std::thread::spawn(move || {
         patient
             .lock(unique_name("e1-patient"))
@@ -472,14 +419,23 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
             .map(|g| (g.is_some(), Instant::now()))
     });
     let switch = bed.wait_switch(old, ms(20_000));
-    let resumed = wait_until(ms(15_000), || resumed_at.lock().unwrap().is_some());
+    let resumed = wait_until(ms(15_000), || contention.resumed().is_some());
     // Keep going for a while after the switch: no READONLY may show up.
     crate::support::sleep(ms(1500));
-    stop.store(true, Ordering::Release);
-    for t in threads {
-        t.join().unwrap();
-    }
+    let report = contention.stop();
     let switch = switch.unwrap_or_else(|| panic!("E1: no +switch-master\n{}", bed.logs()));
+    // A failover of the live promoted master shows as a second switch
+    // (the bed hears it on one sentinel, up to a second or two after the
+    // clients may have) and, for seconds after it, as two nodes answering
+    // `ROLE` as master (the old one is turned into a replica later).
+    let second = bed
+        .next_switch(ms(300))
+        .filter(|s| s.old_port == switch.new_port);
+    let masters: Vec<u16> = bed
+        .node_ports()
+        .into_iter()
+        .filter(|p| role_is_master(*p, DATA_PW))
+        .collect();
     let (got, patient_at) = patient
         .join()
         .unwrap()
@@ -490,7 +446,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         patient_at - kill
     );
     assert!(resumed, "E1: no critical section completed after the kill");
-    let resumed = resumed_at.lock().unwrap().unwrap();
+    let resumed = report.resumed.unwrap();
     let resume = resumed - kill;
     eprintln!(
         "E1: promotion (+switch-master) {:?} after kill -9; first acquire after the kill {:?} \
@@ -498,23 +454,48 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
         switch.at - kill,
         resume,
         resumed.saturating_duration_since(switch.at),
-        completed.load(Ordering::Relaxed)
+        report.completed
     );
     assert!(
         resume < ms(5000),
         "E1: work resumed only {resume:?} after the kill"
     );
-    assert_eq!(
-        overlaps.load(Ordering::Relaxed),
-        0,
-        "E1: two holders at once"
-    );
-    assert_eq!(
-        counter.load(Ordering::Relaxed),
-        completed.load(Ordering::Relaxed),
-        "E1: the counter lost an increment"
-    );
-    let late = late_errors.lock().unwrap();
+    if second.is_some() || masters.len() > 1 {
+        // Two masters took writes until the clients heard the switch.
+        eprintln!(
+            "E1: the promoted master {} was failed over again while the threads ran (second \
+             switch {:?} after the first; masters now {masters:?}): overlaps {:?}, counter {} \
+             of {} (not checked)",
+            switch.new_port,
+            second.map(|s| s.at.saturating_duration_since(switch.at)),
+            report.overlaps,
+            report.counter,
+            report.completed
+        );
+    } else {
+        assert_eq!(
+            report.overlaps.len(),
+            0,
+            "E1: two holders at once: {:?}",
+            report.overlaps
+        );
+        assert_eq!(
+            report.counter, report.completed,
+            "E1: the counter lost an increment"
+        );
+    }
+    let late: Vec<&String> = report
+        .errors
+        .iter()
+        .filter(|(at, e)| {
+            let text = e.to_ascii_lowercase();
+            *at > ms(5000)
+                && (text.contains("readonly")
+                    || text.contains("read only")
+                    || text.contains("not a master"))
+        })
+        .map(|(_, e)| e)
+        .collect();
     assert!(late.is_empty(), "E1: READONLY after 5 s: {late:?}");
 }
 
@@ -1046,4 +1027,149 @@ fn bench_sentinel_failover() {
         "failover over 5 runs: first acquire after kill -9 p50 {ap50:?} max {amax:?}; \
          Sentinel +switch-master p50 {pp50:?} max {pmax:?}"
     );
+}
+
+/// When (since the fault) which data nodes answered `ROLE` as master.
+type DualMasters = (Duration, Vec<u16>);
+
+/// Stress (not part of the suite; run with `--ignored`): E1's contention
+/// across `REDGUARD_E1_ROUNDS` failovers (default 10), with one client per
+/// letter of `REDGUARD_E1_CLIENTS` (default `xc`: `x` exclusive, `c`
+/// combining on 1 shared connection), two threads each. Every round kills
+/// the master, keeps the threads going until 3 s after the first
+/// `+switch-master`, and prints the switches it heard and any overlap.
+///
+/// `cargo test --test integration sentinel_failover_overlap_stress -- --ignored --nocapture`
+#[test]
+#[ignore = "stress: run explicitly"]
+fn sentinel_failover_overlap_stress() {
+    let rounds: usize = std::env::var("REDGUARD_E1_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let letters = std::env::var("REDGUARD_E1_CLIENTS").unwrap_or_else(|_| "xc".to_owned());
+    let forced = std::env::var("REDGUARD_E1_FAULT").is_ok_and(|f| f == "failover");
+    let mut bed = bed();
+    let mut all = Vec::new();
+    for round in 0..rounds {
+        bed.heal();
+        let clients: Vec<redguard::Client> = letters
+            .chars()
+            .map(|c| {
+                let b = builder(&bed);
+                let b = if c == 'c' {
+                    b.connection_mode(ConnectionMode::Combining { connections: 1 })
+                } else {
+                    b
+                };
+                b.build().unwrap()
+            })
+            .collect();
+        let name = unique_name("e1-stress");
+        let locks = (0..clients.len() * 2)
+            .map(|i| clients[i / 2].lock(&name))
+            .collect();
+        let contention = Contention::start(locks, ms(2000));
+        assert!(
+            contention.wait_for_more(20, ms(10_000)),
+            "round {round}: no progress before the fault"
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let killed_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let old = bed.master_port();
+        bed.drain_switches();
+        // Watches for two data nodes answering `ROLE` as master at once.
+        let dual: Arc<Mutex<Vec<DualMasters>>> = Arc::new(Mutex::new(Vec::new()));
+        let monitor = {
+            let (stop, dual, killed_at) = (stop.clone(), dual.clone(), killed_at.clone());
+            let ports = bed.node_ports();
+            let pw = DATA_PW.to_owned();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let masters: Vec<u16> = ports
+                        .iter()
+                        .copied()
+                        .filter(|p| role_is_master(*p, &pw))
+                        .collect();
+                    if masters.len() > 1 {
+                        let at = killed_at
+                            .lock()
+                            .unwrap()
+                            .map_or(Duration::ZERO, |k| k.elapsed());
+                        dual.lock().unwrap().push((at, masters));
+                    }
+                    crate::support::sleep(ms(20));
+                }
+            })
+        };
+        let kill = if forced {
+            // A failover of a live master: `SENTINEL FAILOVER` promotes a
+            // replica while the old master still takes writes.
+            let mut sentinel = bed.sentinel_conn(bed.sentinel_ports()[0]);
+            let () = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(bed.master_name())
+                .query(&mut sentinel)
+                .unwrap();
+            Instant::now()
+        } else {
+            bed.kill_master().1
+        };
+        *killed_at.lock().unwrap() = Some(kill);
+        contention.fault_at(kill);
+        let mut switches = Vec::new();
+        let mut until = kill + ms(20_000);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            let Some(s) = bed.next_switch(left) else {
+                break;
+            };
+            if switches.is_empty() {
+                until = s.at + ms(3000);
+            }
+            switches.push(s);
+        }
+        stop.store(true, Ordering::Release);
+        let report = contention.stop();
+        monitor.join().unwrap();
+        let dual = dual.lock().unwrap().clone();
+        if let (Some(first), Some(last)) = (dual.first(), dual.last()) {
+            eprintln!(
+                "round {round}: two masters {:?} from {:?} to {:?} ({} samples)",
+                first.1,
+                first.0,
+                last.0,
+                dual.len()
+            );
+        }
+        let overlaps = report.overlaps;
+        let heard: Vec<String> = switches
+            .iter()
+            .map(|s| format!("{}->{} at {:?}", s.old_port, s.new_port, s.at - kill))
+            .collect();
+        eprintln!(
+            "round {round}: killed {old}; switches [{}]; {} critical sections; overlaps {:?}",
+            heard.join(", "),
+            report.completed,
+            overlaps
+        );
+        all.extend(overlaps.into_iter().map(|o| (round, o)));
+    }
+    eprintln!("{} overlaps over {rounds} rounds: {all:?}", all.len());
+    assert!(all.is_empty(), "two holders at once: {all:?}");
+}
+
+/// `true` when the data node on `port` answers `ROLE` as a master within
+/// 200 ms.
+fn role_is_master(port: u16, password: &str) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(ms(200)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(ms(200)));
+    matches!(
+        redis::cmd("ROLE").query::<redis::Role>(&mut conn),
+        Ok(redis::Role::Primary { .. })
+    )
 }

@@ -26,6 +26,18 @@ pub fn test_client(url: &str) -> redguard::Client {
     test_builder(url).build().unwrap()
 }
 
+/// A client for `url` for bulk work (thousands of calls from many threads)
+/// whose cases assert outcomes, not timings: a 2 s response timeout (and a
+/// 6 s watchdog, at least 3 × that), so that a loaded machine's slow reply
+/// is not an error there.
+pub fn bulk_client(url: &str) -> redguard::Client {
+    test_builder(url)
+        .response_timeout(Duration::from_secs(2))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap()
+}
+
 /// A private server and a client on it.
 #[derive(Debug)]
 pub struct TestContext {

@@ -33,6 +33,7 @@
 mod caps;
 mod child;
 mod cluster;
+mod contention;
 mod context;
 mod kinds;
 mod logs;
@@ -55,7 +56,10 @@ use std::time::{Duration, Instant};
 pub use caps::{Cap, caps, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
-pub use context::{TEST_RESPONSE, TEST_WATCHDOG, TestContext, test_builder, test_client};
+pub use contention::Contention;
+pub use context::{
+    TEST_RESPONSE, TEST_WATCHDOG, TestContext, bulk_client, test_builder, test_client,
+};
 pub use kinds::{KINDS, Kind};
 pub use logs::{capture_logs, logged_lines};
 #[allow(

@@ -423,6 +423,17 @@ impl SentinelBed {
         }
     }
 
+    /// The next `+switch-master` event, whichever master it moves, waiting
+    /// at most `timeout`.
+    pub fn next_switch(&self, timeout: Duration) -> Option<Switch> {
+        let events = self
+            .switches
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        events.recv_timeout(timeout).ok()
+    }
+
     /// Waits until every sentinel names a master other than `old_port` and
     /// that node answers `ROLE` as master; returns its port.
     pub fn wait_new_master(&self, old_port: u16, timeout: Duration) -> Option<u16> {

@@ -94,6 +94,26 @@ impl RedisServer {
         Self::launch(Self::unstarted(extra_args))
     }
 
+    /// Starts a master and a replica of it, and waits until the replica has
+    /// synced (`master_link_status:up`). The master has no diskless-sync
+    /// delay, so the replica syncs at once.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), or if the replica has not synced within
+    /// 10 s.
+    pub fn start_master_and_replica() -> (Self, Self) {
+        let master = Self::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let port = master.port().to_string();
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let synced = crate::support::wait_until(Duration::from_secs(10), || {
+            let info: String = replica.cmd("INFO", &[b"replication"]);
+            info.contains("master_link_status:up")
+        });
+        assert!(synced, "the replica did not sync within 10 s");
+        (master, replica)
+    }
+
     /// Starts a TLS-only server (`--port 0 --tls-port P`) with a fresh CA,
     /// server and client certificates ([`certs`](Self::certs)); clients
     /// must present the client certificate (`tls-auth-clients` keeps its
