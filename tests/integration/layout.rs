@@ -132,8 +132,9 @@ fn force_unlock_deletes_whoever_holds_and_wakes() {
 }
 
 /// `inspect` reads a fair lock's whole queue in order, each waiter with
-/// its own deadline (none without a score), and takes a queue without any
-/// deadline for a fair lock too; a plain held lock is `Reentrant` and a
+/// its own deadline (none without a score, or with one that is no time:
+/// infinite or negative), and takes a queue without any deadline for a
+/// fair lock too; a plain held lock is `Reentrant` and a
 /// free name `Free`, not a fair lock with an empty queue.
 #[test]
 fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
@@ -146,15 +147,17 @@ fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
     let _: i64 = ctx
         .server
         .cmd("HSET", &[name.as_bytes(), b"holder:1", b"1"]);
-    let waiters = ["w1", "w2", "w3", "w4"];
+    let waiters = ["w1", "w2", "w3", "w4", "w5", "w6"];
     for w in waiters {
         let _: i64 = ctx.server.cmd("RPUSH", &[queue.as_bytes(), w.as_bytes()]);
     }
-    // w4 has no deadline.
+    // w4 has no deadline; those of w5 and w6 are no time.
     for (w, at) in [
         ("w1", "4000000000001"),
         ("w2", "4000000000002"),
         ("w3", "4000000000003"),
+        ("w5", "+inf"),
+        ("w6", "-5"),
     ] {
         let _: i64 = ctx
             .server
@@ -178,6 +181,8 @@ fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
             ("w2".to_owned(), at(4_000_000_000_002)),
             ("w3".to_owned(), at(4_000_000_000_003)),
             ("w4".to_owned(), None),
+            ("w5".to_owned(), None),
+            ("w6".to_owned(), None),
         ]
     );
     let _: i64 = ctx.server.cmd("DEL", &[timeouts.as_bytes()]);

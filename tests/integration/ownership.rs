@@ -191,3 +191,33 @@ fn a_handles_replica_acks_are_its_own() {
     assert!(took < ms(600), "refused after {took:?}");
     assert!(!ctx.server.exists(&name), "the grant was given back");
 }
+
+/// A grant that exactly as many replicas acknowledged as asked for is
+/// kept: one replica, one acknowledgement asked for.
+#[test]
+fn a_grant_with_exactly_the_acknowledgements_asked_for_is_kept() {
+    use crate::support::RedisServer;
+    // No diskless-sync delay: the replica syncs at once.
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let info: String = replica.cmd("INFO", &[b"replication"]);
+            info.contains("master_link_status:up")
+        }),
+        "the replica never synced"
+    );
+    // A lease well above the `WAIT` timeout (1 s): a slow acknowledgement
+    // on a loaded machine must not make the grant come after its lease.
+    let client = crate::support::test_builder(&master.url())
+        .watchdog_timeout(Duration::from_secs(10))
+        .min_replica_acks(1)
+        .build()
+        .unwrap();
+    let name = unique_name("acks-exact");
+    let guard = client.lock(&name).try_lock().unwrap();
+    assert!(guard.is_some(), "one replica acknowledged the grant");
+    assert!(master.exists(&name));
+    drop(guard);
+}
