@@ -194,8 +194,10 @@ fn latch1_eight_waiters_in_two_processes(ctx: &TestContext) {
         woke.iter().all(|&w| w + 5 >= last),
         "nobody left before the last count-down: {woke:?} vs {last}"
     );
+    // Woken by the zero message, not the 20 s poll; 500 ms leaves room for
+    // a loaded machine (59 ms seen in a CI run beside other work).
     assert!(
-        latest <= 50,
+        latest <= 500,
         "LATCH-1: released {latest} ms after the last count-down"
     );
     child.send_line("bye");
