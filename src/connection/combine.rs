@@ -759,6 +759,38 @@ impl redis::ConnectionLike for Combined<'_> {
     }
 }
 
+/// The test servers' connector: connects to `addr` with `response` as
+/// read and write timeout; with `setup`, a `CLIENT SETNAME` round trip
+/// first, as a named client's pool does.
+#[cfg(test)]
+fn test_connector(
+    addr: std::net::SocketAddr,
+    response: Duration,
+    setup: bool,
+) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
+    use redis::IntoConnectionInfo;
+    move |_| {
+        let info = format!("redis://{addr}/").into_connection_info().unwrap();
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .map_err(Error::redis)?;
+        conn.set_read_timeout(Some(response))
+            .map_err(Error::redis)?;
+        conn.set_write_timeout(Some(response))
+            .map_err(Error::redis)?;
+        if setup {
+            redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg("t")
+                .query::<()>(&mut conn)
+                .map_err(Error::redis)?;
+        }
+        Ok(conn)
+    }
+}
+
 #[cfg(test)]
 #[allow(
     clippy::disallowed_methods,
@@ -776,8 +808,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener};
     use std::sync::Barrier;
-
-    use redis::IntoConnectionInfo;
 
     const RESPONSE: Duration = Duration::from_millis(800);
     /// When the server answers its first command.
@@ -816,34 +846,6 @@ mod tests {
         addr
     }
 
-    /// Connects to `addr` with the response timeout; with `setup`, a
-    /// `CLIENT SETNAME` round trip first, as a named client's pool does.
-    fn connector(
-        addr: SocketAddr,
-        setup: bool,
-    ) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
-        move |_| {
-            let info = format!("redis://{addr}/").into_connection_info().unwrap();
-            let settings = info.redis_settings().clone().set_skip_set_lib_name();
-            let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
-            let mut conn = client
-                .get_connection_with_timeout(Duration::from_secs(1))
-                .map_err(Error::redis)?;
-            conn.set_read_timeout(Some(RESPONSE))
-                .map_err(Error::redis)?;
-            conn.set_write_timeout(Some(RESPONSE))
-                .map_err(Error::redis)?;
-            if setup {
-                redis::cmd("CLIENT")
-                    .arg("SETNAME")
-                    .arg("t")
-                    .query::<()>(&mut conn)
-                    .map_err(Error::redis)?;
-            }
-            Ok(conn)
-        }
-    }
-
     /// Thread 0 sends a `PING` at once; thread `t` sends one `t` × 25 ms
     /// later, queued behind it. For each thread: how long its call took
     /// from its start, and its result (redis-rs's error, unclassified).
@@ -855,7 +857,7 @@ mod tests {
             .map(|t| {
                 let (combiner, start) = (combiner.clone(), start.clone());
                 std::thread::spawn(move || {
-                    let connect = connector(addr, setup);
+                    let connect = test_connector(addr, RESPONSE, setup);
                     start.wait();
                     std::thread::sleep(STAGGER * t);
                     let began = Instant::now();
@@ -934,8 +936,6 @@ mod delivery_tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
-
-    use redis::IntoConnectionInfo;
 
     const RESPONSE: Duration = Duration::from_millis(150);
 
@@ -1045,22 +1045,6 @@ mod delivery_tests {
         addr
     }
 
-    fn connector(addr: SocketAddr) -> impl Fn(Option<Duration>) -> Result<redis::Connection> {
-        move |_| {
-            let info = format!("redis://{addr}/").into_connection_info().unwrap();
-            let settings = info.redis_settings().clone().set_skip_set_lib_name();
-            let client = redis::Client::open(info.set_redis_settings(settings)).unwrap();
-            let conn = client
-                .get_connection_with_timeout(Duration::from_secs(1))
-                .map_err(Error::redis)?;
-            conn.set_read_timeout(Some(RESPONSE))
-                .map_err(Error::redis)?;
-            conn.set_write_timeout(Some(RESPONSE))
-                .map_err(Error::redis)?;
-            Ok(conn)
-        }
-    }
-
     /// `ECHO token` through `combiner`: the reply or the error.
     fn echo(
         combiner: &Combiner,
@@ -1094,7 +1078,7 @@ mod delivery_tests {
             .map(|t| {
                 let combiner = combiner.clone();
                 std::thread::spawn(move || {
-                    let connect = connector(addr);
+                    let connect = test_connector(addr, RESPONSE, false);
                     let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
                     for i in 0..40 {
                         let token = format!("t{t}-{i}");
@@ -1128,7 +1112,7 @@ mod delivery_tests {
         // then the port is closed.
         let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
         let combiner = Combiner::new(1, RESPONSE, Duration::from_secs(1));
-        let connect = connector(addr);
+        let connect = test_connector(addr, RESPONSE, false);
         assert_eq!(echo(&combiner, &connect, "warm").unwrap(), "warm");
         let err = echo(&combiner, &connect, "lost").unwrap_err();
         let refused = err
@@ -1153,7 +1137,7 @@ mod delivery_tests {
             .map(|t| {
                 let combiner = combiner.clone();
                 std::thread::spawn(move || {
-                    let connect = connector(addr);
+                    let connect = test_connector(addr, RESPONSE, false);
                     std::thread::sleep(Duration::from_millis(15) * t);
                     echo(&combiner, &connect, &format!("t{t}"))
                 })
