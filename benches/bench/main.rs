@@ -293,17 +293,7 @@ fn main() -> ExitCode {
             "s3": ab::run_ab_s3(&always, &auto, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
     } else if args.ab_combining {
-        let shared = Client::builder()
-            .url(&url)
-            .connection_mode(redguard::ConnectionMode::Combining {
-                connections: combining.unwrap_or(1),
-            })
-            .build()
-            .expect("redguard client");
-        let exclusive = Client::builder()
-            .url(&url)
-            .build()
-            .expect("redguard client");
+        let (shared, exclusive) = combining_and_exclusive(&url, combining.unwrap_or(1));
         let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
         json!({"ab_combining": {
             "a": format!("redguard, combining on {} connections", combining.unwrap_or(1)),
@@ -313,15 +303,7 @@ fn main() -> ExitCode {
         }})
     } else if args.ab_s2 {
         let connections = combining.unwrap_or(1);
-        let shared = Client::builder()
-            .url(&url)
-            .connection_mode(redguard::ConnectionMode::Combining { connections })
-            .build()
-            .expect("redguard client");
-        let exclusive = Client::builder()
-            .url(&url)
-            .build()
-            .expect("redguard client");
+        let (shared, exclusive) = combining_and_exclusive(&url, connections);
         let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
         let mut out = combining::run_ab_s2(&a, &b, args.s2_rounds);
         out["a_mode"] = json!(format!("redguard, combining on {connections} connections"));
@@ -441,4 +423,16 @@ fn run_row(factory: &Factory, only: &[Scenario]) -> (Value, Value, Value) {
 /// `--classic-publish`: `auto` or `always`.
 fn parse_classic_publish(s: &str) -> Result<redguard::ClassicPublish, String> {
     s.parse().map_err(|e: redguard::Error| e.to_string())
+}
+
+/// Two clients of `url` for a combining A/B: one combining its threads'
+/// calls on `connections` shared connections, one on exclusive ones.
+fn combining_and_exclusive(url: &str, connections: usize) -> (Client, Client) {
+    let build = |b: redguard::Builder| b.url(url).build().expect("redguard client");
+    (
+        build(
+            Client::builder().connection_mode(redguard::ConnectionMode::Combining { connections }),
+        ),
+        build(Client::builder()),
+    )
 }
