@@ -63,10 +63,27 @@ pub(crate) struct Counters {
     pub(crate) retries: crate::pending::Pending,
 }
 
+/// The bit of [`LeaseState::valid_until`] that says the lease is lost.
+/// Validity and loss share one word so that an extension and a loss at
+/// the lease's end are decided in one order: an extension answered after
+/// the loss is refused (and given back by its sender), and a loss at the
+/// deadline yields to an extension that moved the deadline first.
+/// Nanoseconds since the origin stay below it for 292 years.
+const LOST: u64 = 1 << 63;
+
+/// What [`LeaseState::lapse`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lapse {
+    /// The lease is valid after all (extended since its end was read).
+    Extended,
+    /// It is lost; `true` when this call turned a live hold into a lost
+    /// one (as [`LeaseState::mark_lost`] says).
+    Lost(bool),
+}
+
 /// State of one lock held by one holder (shared by all its reentrant guards).
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    lost: AtomicBool,
     released: AtomicBool,
     /// Set before the holder's last release is sent: a loss seen by the
     /// watchdog from then on may be that release, and is not reported.
@@ -80,7 +97,8 @@ pub(crate) struct LeaseState {
     /// What kind of hold it is (the held-locks gauge).
     kind: HoldKind,
     /// Nanoseconds since the origin until which the lease is known to be
-    /// valid on this client's clock.
+    /// valid on this client's clock, with [`LOST`] set once it is lost
+    /// for good.
     valid_until: AtomicU64,
     counters: Arc<Counters>,
 }
@@ -101,7 +119,6 @@ impl LeaseState {
         counters.held.fetch_add(1, Ordering::Relaxed);
         crate::metrics::held(kind, 1.0);
         LeaseState {
-            lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
             releasing: AtomicBool::new(false),
             finished: AtomicBool::new(false),
@@ -124,9 +141,39 @@ impl LeaseState {
     /// `true` when this call turned a live hold into a lost one: not lost
     /// before, and its holder neither released it nor began to.
     pub(crate) fn mark_lost(&self) -> bool {
-        let was_lost = self.lost.swap(true, Ordering::AcqRel);
+        let was = self.valid_until.fetch_or(LOST, Ordering::AcqRel);
+        self.lost_now(was)
+    }
+
+    /// After `LOST` was set over `was`: ends the hold, and says whether
+    /// that turned a live hold into a lost one.
+    fn lost_now(&self, was: u64) -> bool {
         self.finish();
-        !was_lost && !self.is_released() && !self.releasing.load(Ordering::Acquire)
+        was & LOST == 0 && !self.is_released() && !self.releasing.load(Ordering::Acquire)
+    }
+
+    /// Marks the lease lost because its end passed: only if, at `now`, it
+    /// has (an extension may have moved the end since it was read).
+    pub(crate) fn lapse(&self, now: Instant) -> Lapse {
+        let now = nanos(now);
+        let mut current = self.valid_until.load(Ordering::Acquire);
+        loop {
+            if current & LOST != 0 {
+                return Lapse::Lost(false);
+            }
+            if now < current {
+                return Lapse::Extended;
+            }
+            match self.valid_until.compare_exchange_weak(
+                current,
+                current | LOST,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(was) => return Lapse::Lost(self.lost_now(was)),
+                Err(seen) => current = seen,
+            }
+        }
     }
 
     /// Says that the holder's last release is about to be sent.
@@ -167,7 +214,7 @@ impl LeaseState {
 
     /// `true` once [`LeaseState::mark_lost`] ran.
     pub(crate) fn is_marked_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.valid_until.load(Ordering::Acquire) & LOST != 0
     }
 
     /// `true` once [`LeaseState::mark_released`] ran.
@@ -177,11 +224,13 @@ impl LeaseState {
 
     /// `true` when the lease is lost or its validity ran out on our clock.
     pub(crate) fn is_lost_at(&self, now: Instant) -> bool {
-        self.is_marked_lost() || nanos(now) >= self.valid_until.load(Ordering::Acquire)
+        let word = self.valid_until.load(Ordering::Acquire);
+        word & LOST != 0 || nanos(now) >= word
     }
 
+    /// The end of the lease on this client's clock (lost or not).
     pub(crate) fn valid_until(&self) -> Instant {
-        instant(self.valid_until.load(Ordering::Acquire))
+        instant(self.valid_until.load(Ordering::Acquire) & !LOST)
     }
 
     /// How much longer the lease is known to be valid on our clock; zero
@@ -203,15 +252,35 @@ impl LeaseState {
         Ok(())
     }
 
-    /// Moves the validity forward to `until` (never backward).
-    pub(crate) fn extend_to(&self, until: Instant) {
-        self.valid_until.fetch_max(nanos(until), Ordering::AcqRel);
+    /// Moves the validity forward to `until` (never backward). A lost
+    /// lease stays lost (`LOST` is above every instant, which never reach
+    /// it): `false` then.
+    pub(crate) fn extend_to(&self, until: Instant) -> bool {
+        self.valid_until.fetch_max(nanos(until), Ordering::AcqRel) & LOST == 0
     }
 
     /// Sets the validity to `until`, forward or backward (an explicit
-    /// shorter lease).
-    pub(crate) fn set_valid_until(&self, until: Instant) {
-        self.valid_until.store(nanos(until), Ordering::Release);
+    /// shorter lease), if the lease is still valid at `now`, when the
+    /// extension's reply came: `false`, and nothing changed, when it is
+    /// lost or its end had passed by then (a lease once seen over stays
+    /// over; the extension must be given back).
+    pub(crate) fn set_valid_until(&self, until: Instant, now: Instant) -> bool {
+        let (until, now) = (nanos(until), nanos(now));
+        let mut current = self.valid_until.load(Ordering::Acquire);
+        loop {
+            if current & LOST != 0 || now >= current {
+                return false;
+            }
+            match self.valid_until.compare_exchange_weak(
+                current,
+                until,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
     }
 }
 
@@ -352,6 +421,52 @@ mod tests {
         assert!(s.is_lost_at(now));
         assert_eq!(counters.held.load(Ordering::Relaxed), 0, "finished once");
     }
+    #[test]
+    fn an_extension_and_a_loss_at_the_end_exclude_each_other() {
+        let counters = Arc::new(Counters::default());
+        let start = Instant::now();
+        let s = LeaseState::new(start + Duration::from_secs(1), counters.clone());
+        let later = start + Duration::from_secs(2);
+        // Not over yet at `start`: a lapse yields.
+        assert_eq!(s.lapse(start), Lapse::Extended);
+        assert!(!s.is_marked_lost());
+        // An extension whose reply came after the end is refused.
+        assert!(!s.set_valid_until(start + Duration::from_secs(30), later));
+        assert_eq!(s.valid_until(), start + Duration::from_secs(1));
+        // One that came before it moves the end, backward too.
+        assert!(s.set_valid_until(start + Duration::from_millis(1500), start));
+        assert_eq!(s.valid_until(), start + Duration::from_millis(1500));
+        // A lapse read against the old end yields to the moved one.
+        assert_eq!(
+            s.lapse(start + Duration::from_millis(1200)),
+            Lapse::Extended
+        );
+        assert_eq!(s.lapse(later), Lapse::Lost(true));
+        assert_eq!(s.lapse(later), Lapse::Lost(false), "told once");
+        assert_eq!(counters.held.load(Ordering::Relaxed), 0);
+        // Lost is for good: no extension brings it back.
+        assert!(!s.set_valid_until(later + Duration::from_secs(60), start));
+        assert!(!s.extend_to(later + Duration::from_secs(60)));
+        assert!(s.is_lost_at(start));
+        assert!(s.is_marked_lost());
+        assert_eq!(s.valid_for(), Duration::ZERO);
+        assert_eq!(s.valid_until(), start + Duration::from_millis(1500));
+        assert!(!s.mark_lost(), "already lost");
+    }
+
+    #[test]
+    fn a_loss_after_a_release_began_is_not_told() {
+        let counters = Arc::new(Counters::default());
+        let start = Instant::now();
+        let s = LeaseState::new(start + Duration::from_secs(1), counters.clone());
+        assert!(s.extend_to(start + Duration::from_secs(2)));
+        s.begin_release();
+        assert_eq!(s.lapse(start + Duration::from_secs(3)), Lapse::Lost(false));
+        let r = LeaseState::new(start + Duration::from_secs(1), counters);
+        r.mark_released();
+        assert!(!r.mark_lost());
+    }
+
     #[test]
     fn the_documented_bounds() {
         assert_eq!(MAX_LEASE, Duration::from_secs(31_536_000), "365 days");

@@ -421,9 +421,11 @@ impl Lock {
             };
             watchdog::register(entry, due);
         } else if renew {
+            // A re-entry into a hold lost meanwhile stays lost: its guard
+            // says so, and the key keeps the lease this grant set.
             state.extend_to(valid_until);
         } else {
-            state.set_valid_until(valid_until);
+            state.set_valid_until(valid_until, now);
         }
         Ok(Attempt::Acquired(Granted { state, sent, token }))
     }

@@ -200,13 +200,20 @@ impl LockGuard {
         let (lock, holder, state) = (self.lock.clone(), self.holder.clone(), self.state.clone());
         let extend = move || {
             let sent = Instant::now();
-            if lock.renew(&holder, ms)? {
-                state.set_valid_until(lease::valid_until(sent, lease));
-                Ok(())
-            } else {
+            if !lock.renew(&holder, ms)? {
                 state.mark_lost();
-                Err(Error::not_held(lock.name()))
+                return Err(Error::not_held(lock.name()));
             }
+            if state.set_valid_until(lease::valid_until(sent, lease), Instant::now()) {
+                return Ok(());
+            }
+            // Answered after the lease ended on this client's clock (a
+            // retry across a failover, a frozen server): the guard counts
+            // as lost from then on, so the key must not stay held for the
+            // new lease with nobody to release it.
+            state.mark_lost();
+            lock.give_back_lost(&holder);
+            Err(Error::lost(lock.name()))
         };
         match extend() {
             Err(e) if e.is_failover() => {
@@ -226,6 +233,10 @@ impl LockGuard {
                 let response = client.config().response_timeout;
                 retry.wait_until(Some(until + response * 2));
                 retry.take_outcome().unwrap_or_else(|| {
+                    // Still at work: what it does next may give the hold
+                    // back (above), which this thread's next acquire of
+                    // the lock must not meet.
+                    holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
                     Err(Error::Timeout(format!(
                         "the extension of lock {:?} was still being retried when its lease ended",
                         String::from_utf8_lossy(self.lock.name())

@@ -653,6 +653,20 @@ impl Lock {
         self.release_all_str(holder.as_str())
     }
 
+    /// Gives back every hold of `holder` that Redis still counts after its
+    /// lease was declared lost here (an extension answered after the
+    /// lease's end): nobody would release it before its new lease ran out.
+    /// A failure is logged; the key then expires with that lease.
+    pub(crate) fn give_back_lost(&self, holder: &HolderId) {
+        if let Err(e) = self.release_all(holder) {
+            log::warn!(
+                "redguard: could not give back lock {:?}, extended after its lease was lost: \
+                 {e}; it expires with the new lease",
+                String::from_utf8_lossy(&self.inner.name)
+            );
+        }
+    }
+
     pub(crate) fn release_all_str(&self, holder: &str) -> Result<bool> {
         if self.is_read_write() {
             return Ok(self.rw_release(holder, 1, true)? != Release::NotHeld);

@@ -49,7 +49,7 @@ use crate::connection::{NodeId, Source};
 use crate::error::Error;
 use crate::hooks::Hooks;
 use crate::lease::clock_drift;
-use crate::lease::{Counters, LeaseState, nanos};
+use crate::lease::{Counters, Lapse, LeaseState, nanos};
 use crate::lost::{HoldKind, LossReason};
 use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
@@ -908,7 +908,7 @@ impl Watchdog {
                     continue;
                 }
                 // A fixed lease ran out: the lock is gone on the server.
-                self.lose(entry, LossReason::DeadlinePassed, None);
+                self.lapse(entry, now, None);
                 continue;
             }
             groups.entry(entry.server()).or_default().push(entry);
@@ -962,7 +962,7 @@ impl Watchdog {
                     continue;
                 };
                 if entry.state.valid_until() <= now {
-                    self.lapse(entry);
+                    self.lapse(entry, now, None);
                 } else {
                     waiting.push(entry);
                 }
@@ -989,9 +989,17 @@ impl Watchdog {
         }
     }
 
-    /// A lease whose renewals failed until its local deadline: lost.
-    fn lapse(&mut self, entry: Entry) {
-        self.lose(entry, LossReason::DeadlinePassed, None);
+    /// A lease whose end passed at `now` without a renewal: lost, unless
+    /// an extension moved its end meanwhile (`LockGuard::extend`, decided
+    /// atomically with the loss: see `LeaseState::lapse`); then it is
+    /// looked at again at once. `detail`: the last renewal error.
+    fn lapse(&mut self, entry: Entry, now: Instant, detail: Option<&Error>) {
+        match entry.state.lapse(now) {
+            Lapse::Extended => self.schedule.insert(now, entry),
+            Lapse::Lost(told) => {
+                self.tell_and_forget(entry, told, LossReason::DeadlinePassed, detail);
+            }
+        }
     }
 
     /// The earliest instant a lease at a worker, or waiting for its job,
@@ -1022,13 +1030,19 @@ impl Watchdog {
                 let end = sent.state.valid_until();
                 if end > now {
                     first_end = earliest(first_end, Some(end));
-                } else if sent.state.mark_lost() {
-                    sent.hooks.lease_lost(
+                    continue;
+                }
+                match sent.state.lapse(now) {
+                    Lapse::Lost(true) => sent.hooks.lease_lost(
                         &sent.key,
                         sent.kind,
                         &sent.holder,
                         LossReason::DeadlinePassed,
-                    );
+                    ),
+                    Lapse::Lost(false) => {}
+                    Lapse::Extended => {
+                        first_end = earliest(first_end, Some(sent.state.valid_until()));
+                    }
                 }
             }
             let mut lapsed = Vec::new();
@@ -1044,7 +1058,7 @@ impl Watchdog {
             }
             state.held_until = first_end;
             for entry in lapsed {
-                self.lapse(entry);
+                self.lapse(entry, now, None);
             }
         }
     }
@@ -1054,7 +1068,20 @@ impl Watchdog {
     /// or began to meanwhile: then the loss is that release, whose own
     /// reply tells the holder. `detail` goes into the warning.
     fn lose(&mut self, entry: Entry, reason: LossReason, detail: Option<&Error>) {
-        if entry.state.mark_lost() {
+        let told = entry.state.mark_lost();
+        self.tell_and_forget(entry, told, reason, detail);
+    }
+
+    /// After `entry`'s lease was marked lost: tells the hooks when `told`
+    /// (see `lose`), and drops the entry.
+    fn tell_and_forget(
+        &mut self,
+        entry: Entry,
+        told: bool,
+        reason: LossReason,
+        detail: Option<&Error>,
+    ) {
+        if told {
             if let Some(e) = detail {
                 log::debug!(
                     "redguard: last renewal error of lock {:?} before its loss: {e}",
@@ -1173,10 +1200,12 @@ impl Watchdog {
                 // clock: its holder may already have been told it was lost,
                 // and a lease once reported lost stays lost.
                 Outcome::Renewed if entry.state.is_lost_at(now) => {
-                    self.lose(entry, LossReason::DeadlinePassed, None);
+                    self.lapse(entry, now, None);
                 }
                 Outcome::Renewed => {
                     entry.renewed_at = done.sent;
+                    // A loss since `still_wanted` (a guard that heard
+                    // `NotHeld`) stays: the entry goes at its next look.
                     entry
                         .state
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
@@ -1258,7 +1287,7 @@ impl Watchdog {
         let mut shortest = crate::lease::MAX_LEASE;
         for (entry, err) in failed {
             if now >= entry.state.valid_until() {
-                self.lose(entry, LossReason::DeadlinePassed, Some(&err));
+                self.lapse(entry, now, Some(&err));
                 continue;
             }
             shortest = shortest.min(entry.lease);
@@ -1276,7 +1305,7 @@ impl Watchdog {
         );
         let Some(state) = self.state(server, &source) else {
             for (entry, _) in kept {
-                self.lapse(entry);
+                self.lose(entry, LossReason::DeadlinePassed, None);
             }
             return;
         };

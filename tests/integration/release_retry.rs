@@ -321,12 +321,13 @@ fn r4_an_extend_retried_until_the_end_of_its_lease_is_waited_for() {
 /// R4 after the lease's end: a retry sent just before the lease ended and
 /// answered 1.25 s after it (within its response timeout of 2 s) is still
 /// waited for, up to two response timeouts past the lease's end: `extend`
-/// returns that outcome, not a `Timeout` of its own wait. The watchdog has
-/// declared the lease lost at its end meanwhile, so the guard counts as
-/// lost whatever the outcome (although the extension went through: see
-/// RELIABILITY.md, "Not covered").
+/// returns that outcome, not a `Timeout` of its own wait. The lease was
+/// over on the client's clock when the reply came (the watchdog declares
+/// it lost at its end), so the extension that went through on the server
+/// is given back: `LockLost`, the guard lost, and the key gone (it would
+/// otherwise stay held for the new 30 s lease with nobody to release it).
 #[test]
-fn r4_an_extend_answered_after_its_lease_ended_returns_the_retrys_outcome() {
+fn r4_an_extend_answered_after_its_lease_ended_is_given_back() {
     let (extended, returned, guard, pttl) = extend_across_a_freeze(1250);
     eprintln!(
         "R4 after the end: extend returned {returned} ms after the lease's end: {extended:?}, \
@@ -340,7 +341,12 @@ fn r4_an_extend_answered_after_its_lease_ended_returns_the_retrys_outcome() {
         returned >= 1250,
         "returned {returned} ms after the lease's end"
     );
+    assert!(
+        matches!(&extended, Err(redguard::Error::LockLost { .. })),
+        "{extended:?}"
+    );
     assert!(guard.is_lost());
+    assert_eq!(pttl, -2, "the extension given back");
 }
 
 /// R7: a grant whose reply was lost on a re-entry is not undone (the
