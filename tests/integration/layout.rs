@@ -198,3 +198,78 @@ fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
     assert!(matches!(plain.inspect().unwrap().kind, LockKind::Reentrant));
     guard.unlock().unwrap();
 }
+
+/// `list_locks` reads what `inspect` reads: a fair lock's whole queue (3
+/// waiters, not the first two), a plain held lock as `Reentrant` (not a
+/// fair lock with an empty queue), and a read-write lock's waiters on the
+/// read-write channel (`redisson_rwlock:{name}`), where they subscribe,
+/// not on the plain lock channel.
+#[test]
+fn list_locks_reads_whole_fair_queues_plain_kinds_and_read_write_waiters() {
+    use redguard::LockKind;
+    let ctx = TestContext::new();
+    let prefix = unique_name("list-kinds");
+    let listed = |name: &str| -> redguard::LockInfo {
+        let mut all = ctx.client.list_locks(name, false).unwrap();
+        assert_eq!(all.len(), 1, "{name}: {all:?}");
+        all.remove(0)
+    };
+
+    let fair = format!("{prefix}-fair");
+    let queue = format!("redisson_lock_queue:{{{fair}}}");
+    let _: i64 = ctx
+        .server
+        .cmd("HSET", &[fair.as_bytes(), b"holder:1", b"1"]);
+    let timeouts = format!("redisson_lock_timeout:{{{fair}}}");
+    for (w, at) in [
+        ("w1", "4000000000001"),
+        ("w2", "4000000000002"),
+        ("w3", "4000000000003"),
+    ] {
+        let _: i64 = ctx.server.cmd("RPUSH", &[queue.as_bytes(), w.as_bytes()]);
+        let _: i64 = ctx
+            .server
+            .cmd("ZADD", &[timeouts.as_bytes(), at.as_bytes(), w.as_bytes()]);
+    }
+    match listed(&fair).kind {
+        LockKind::Fair { queue } => assert_eq!(
+            queue
+                .iter()
+                .map(|w| (w.holder.as_str().to_owned(), w.deadline))
+                .collect::<Vec<_>>(),
+            [1, 2, 3].map(|n| (
+                format!("w{n}"),
+                Some(std::time::UNIX_EPOCH + Duration::from_millis(4_000_000_000_000 + n))
+            ))
+        ),
+        other => panic!("not a fair lock: {other:?}"),
+    }
+
+    let plain = ctx.client.lock(format!("{prefix}-plain"));
+    let guard = plain.lock().unwrap();
+    let kind = listed(&format!("{prefix}-plain")).kind;
+    assert!(matches!(kind, LockKind::Reentrant), "{kind:?}");
+    guard.unlock().unwrap();
+
+    let rw_name = format!("{prefix}-rw");
+    let writer = ctx.client.read_write_lock(&rw_name).write().lock().unwrap();
+    let reader = ctx.other_client();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            reader
+                .read_write_lock(&rw_name)
+                .read()
+                .try_lock_for(Duration::from_secs(20))
+                .unwrap()
+                .map(|g| g.unlock())
+        });
+        let mut last = None;
+        let subscribed = wait_until(Duration::from_secs(10), || {
+            last = listed(&rw_name).subscribers;
+            last == Some(1)
+        });
+        writer.unlock().unwrap();
+        assert!(subscribed, "the read waiter's subscription: {last:?}");
+        assert!(matches!(waiting.join().unwrap(), Some(Ok(()))));
+    });
+}
