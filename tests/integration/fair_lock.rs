@@ -766,3 +766,48 @@ fn fair_a_leaving_waiter_wakes_no_one_unless_it_was_the_promised_head() {
         "woken by a waiter behind it"
     );
 }
+
+/// A queued waiter attempts again every third of the fair wait timeout,
+/// whatever its poll interval and the holder's lease, so that the others
+/// never prune it as dead (each attempt moves its deadline to now + the
+/// wait timeout). Wait timeout 2 s, poll interval 60 s, a holder whose
+/// lease (30 s) outlives the test; a third client's attempts, each of
+/// which prunes the waiters whose deadline passed, run every 100 ms for
+/// 4.5 s: the waiter stays queued throughout. With a heartbeat of
+/// 3 × the wait timeout it would be pruned 2 s after joining.
+#[test]
+fn a_queued_waiter_keeps_its_place_with_a_heartbeat_of_a_third_of_the_wait_timeout() {
+    let server = RedisServer::start();
+    let build = || {
+        test_builder(&server.url())
+            .watchdog_timeout(Duration::from_secs(30))
+            .poll_interval(Duration::from_secs(60))
+            .fair_wait_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter, pruner) = (build(), build(), build());
+    let name = unique_name("fair-heartbeat");
+    let held = holder.fair_lock(&name).lock().unwrap();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .fair_lock(&name)
+                .try_lock_for(Duration::from_secs(20))
+                .unwrap()
+                .map(redguard::LockGuard::unlock)
+        });
+        let queued = wait_queue_len(&holder.fair_lock(&name), 1);
+        let until = Instant::now() + Duration::from_millis(4500);
+        let mut checks = 0;
+        while Instant::now() < until {
+            assert!(pruner.fair_lock(&name).try_lock().unwrap().is_none());
+            let queue: Vec<String> = server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
+            assert_eq!(queue, queued, "the queue after {checks} pruning attempts");
+            checks += 1;
+            thread::sleep(ms(100));
+        }
+        held.unlock().unwrap();
+        assert!(matches!(waiting.join().unwrap(), Some(Ok(()))));
+    });
+}
