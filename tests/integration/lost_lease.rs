@@ -292,3 +292,36 @@ fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
     );
     renewed.unlock().unwrap();
 }
+
+/// A fixed read hold, which the watchdog also looks up every third of the
+/// watchdog timeout before its end (a Redisson read-lock watchdog may cut
+/// it), is reported lost at its end (300 ms), not at the look-up after it
+/// (the watchdog timeout is 6 s here: a look-up every 2 s). `DeadlinePassed`.
+#[test]
+fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-fixed-read");
+    let start = std::time::Instant::now();
+    let guard = client
+        .read_write_lock(&name)
+        .read()
+        .with_lease(ms(300))
+        .lock()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !losses.of(&name).is_empty()),
+        "no loss reported"
+    );
+    let reported = start.elapsed();
+    assert!(reported < ms(1300), "reported {reported:?} after the start");
+    let lost = losses.exactly(&name, 1, ms(300)).remove(0);
+    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert_eq!(lost.kind, HoldKind::Read);
+    assert!(guard.is_lost());
+}
