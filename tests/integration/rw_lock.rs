@@ -999,3 +999,62 @@ fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
     assert!(all_in, "{} readers in", inside.load(Ordering::SeqCst));
     assert!(took < Duration::from_secs(1), "all in after {took:?}");
 }
+
+/// Three readers of one client waiting behind a writer all get in within a
+/// second (poll interval 10 s, the writer's lease 30 s) when the lock ends
+/// with a `0` on the read-write channel, which wakes one waiter of the
+/// client: what Redisson's read unlock publishes when it finds the lock
+/// gone. The reader that gets in passes the wake-up on to the next one.
+#[test]
+fn rw_readers_woken_one_at_a_time_pass_the_wake_up_on() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ctx = TestContext::new();
+    let readers = test_builder(&ctx.server.url())
+        .poll_interval(Duration::from_secs(10))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let writers = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique_name("rw-readers-passed");
+    let writer = writers.read_write_lock(&name).write().lock().unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = readers.read_write_lock(&name).read();
+            let inside = inside.clone();
+            std::thread::spawn(move || {
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(8))
+                    .unwrap()
+                    .expect("a reader gets in");
+                inside.fetch_add(1, Ordering::SeqCst);
+                wait_until(Duration::from_secs(8), || {
+                    inside.load(Ordering::SeqCst) == 3
+                });
+                guard.unlock().unwrap();
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || readers
+        .stats()
+        .waiters
+        == 3));
+    let ended = Instant::now();
+    let deleted: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+    assert_eq!(deleted, 1);
+    let channel = format!("redisson_rwlock:{{{name}}}");
+    let _: i64 = ctx.server.cmd("PUBLISH", &[channel.as_bytes(), b"0"]);
+    let all_in = wait_until(Duration::from_secs(5), || {
+        inside.load(Ordering::SeqCst) == 3
+    });
+    let took = ended.elapsed();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(all_in, "{} readers in", inside.load(Ordering::SeqCst));
+    assert!(took < Duration::from_secs(1), "all in after {took:?}");
+    drop(writer);
+}
