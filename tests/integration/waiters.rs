@@ -417,6 +417,82 @@ fn d3_pubsub_connection_killed_for_its_output_buffer_waiters_all_acquire() {
     );
 }
 
+/// D3 kept up: the server drops the subscriber again each time it
+/// resubscribes (a 64 kB message on the waiter's channel every 5 ms against
+/// `client-output-buffer-limit pubsub 1kb 0 0`, for 3 s). Its reconnects
+/// back off (10 ms doubling to 1 s: about 9 in 3 s) instead of starting
+/// over at 10 ms after each short-lived connection (about 200): at most 30
+/// connections reach the server in the window. The waiter then still gets
+/// the lock at its release.
+#[test]
+fn d3_a_subscriber_dropped_again_and_again_reconnects_with_backoff() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let ctx = TestContext::new();
+    let name = unique_name("d3-again");
+    let holder = ctx.other_client();
+    let held = holder.lock(&name).lock().unwrap();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let lock = client.lock(&name);
+    let waiter = std::thread::spawn(move || {
+        lock.try_lock_for(Duration::from_secs(20))
+            .map(|g| g.map(redguard::LockGuard::unlock))
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        let s = client.stats();
+        s.waiters == 1 && s.subscribed_channels == 1
+    }));
+    let connections = || -> u64 {
+        let info: String = ctx.server.cmd("INFO", &[b"stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_connections_received")
+    };
+    let mut conn = ctx.server.conn();
+    let before = connections();
+    let () = ctx.server.cmd(
+        "CONFIG",
+        &[b"SET", b"client-output-buffer-limit", b"pubsub 1kb 0 0"],
+    );
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let flood = vec![b'x'; 64 * 1024];
+    let started = Instant::now();
+    while started.elapsed() < WINDOW {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(&flood)
+            .query(&mut conn)
+            .unwrap();
+        crate::support::sleep(ms(5));
+    }
+    let reconnects = connections() - before;
+    let () = ctx.server.cmd(
+        "CONFIG",
+        &[b"SET", b"client-output-buffer-limit", b"pubsub 32mb 8mb 60"],
+    );
+    eprintln!("D3 kept up: {reconnects} connections in {WINDOW:?}");
+    assert!(
+        ctx.server
+            .log()
+            .contains("for overcoming of output buffer limits"),
+        "the subscriber was never dropped"
+    );
+    assert!(
+        reconnects <= 30,
+        "{reconnects} connections in {WINDOW:?} while the subscriber was dropped again and again"
+    );
+    held.unlock().unwrap();
+    let got = waiter.join().unwrap().unwrap();
+    assert!(
+        matches!(got, Some(Ok(()))),
+        "the waiter did not get the lock: {got:?}"
+    );
+}
+
 /// C5: `try_lock_for(w)` on a lock held with a 30 s lease returns between w
 /// and w + one response timeout + 100 ms. The waiter's poll interval is
 /// 10 s, so neither the holder's ttl nor the poll bounds its sleep: only
