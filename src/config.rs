@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
-use crate::connection::{ConnectOptions, Deployment, Tls};
+use crate::connection::{ConnectOptions, Deployment, Sharing, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::interop::{ClassicPublish, Interop};
@@ -98,6 +98,22 @@ pub enum ConnectionMode {
     Combining {
         /// Shared connections, 1 ..= 4096 (beside the pool, which the
         /// calls that do not combine still use).
+        connections: usize,
+    },
+    /// As [`Combining`](ConnectionMode::Combining), but a thread's command
+    /// is written at once while other threads' replies are still being
+    /// read: several batches are in flight on one connection. One thread
+    /// writes at a time (commands that come meanwhile go out in its next
+    /// write), one reads the replies in order and hands each to its
+    /// thread. Timeouts and broken connections are handled as in
+    /// `Combining`, except that a command is written, not queued, whenever
+    /// no other thread is writing, so a late reply makes it fail with an
+    /// unknown outcome rather than "not sent".
+    ///
+    /// Needs a plain TCP connection with RESP2: with TLS or a Unix socket
+    /// the calls combine as in `Combining`.
+    Duplex {
+        /// Shared connections, 1 ..= 4096.
         connections: usize,
     },
 }
@@ -489,7 +505,8 @@ impl Builder {
                 self.pool_size
             )));
         }
-        if let ConnectionMode::Combining { connections } = self.connection_mode
+        if let ConnectionMode::Combining { connections } | ConnectionMode::Duplex { connections } =
+            self.connection_mode
             && !(1..=MAX_POOL_SIZE).contains(&connections)
         {
             return Err(Error::invalid(format!(
@@ -571,7 +588,14 @@ impl Config {
             tls: self.tls.clone(),
             pool_size: self.pool_size,
             combining: match self.connection_mode {
-                ConnectionMode::Combining { connections } => Some(connections),
+                ConnectionMode::Combining { connections } => Some(Sharing {
+                    connections,
+                    duplex: false,
+                }),
+                ConnectionMode::Duplex { connections } => Some(Sharing {
+                    connections,
+                    duplex: true,
+                }),
                 ConnectionMode::Exclusive => None,
             },
             connect_timeout: self.connect_timeout,
