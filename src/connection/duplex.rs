@@ -547,11 +547,13 @@ impl Duplex {
                 _ => &bytes,
             };
             if data.is_empty() {
-                drop(st);
-                for q in expired {
-                    q.finish(Err(not_sent(self.response_timeout)), false);
+                if !expired.is_empty() {
+                    drop(st);
+                    for q in expired {
+                        q.finish(Err(not_sent(self.response_timeout)), false);
+                    }
+                    st = lock(&lane.state);
                 }
-                st = lock(&lane.state);
                 break;
             }
             let stream = live.stream.clone();
