@@ -224,6 +224,9 @@ struct LaneState {
     queue: VecDeque<Arc<Slot>>,
     /// A thread writes (or connects).
     writing: bool,
+    /// The command of the thread writing: the reading is not handed to a
+    /// thread busy writing.
+    writer: Option<Arc<Slot>>,
     /// The connection, unless none was made yet or the last one broke.
     live: Option<Live>,
     /// Connections made so far: each is known by its number.
@@ -269,6 +272,9 @@ enum SlotState {
     Sent,
     /// The reading was handed to this slot's thread.
     Lead,
+    /// The writing was handed to this slot's thread (its command is still
+    /// queued): it writes the queue.
+    Write,
     /// The result, and whether the command may be sent once more on a
     /// fresh connection (its reused connection broke before any reply after
     /// it was written).
@@ -428,30 +434,33 @@ impl Duplex {
             let slot = self.slot(bytes.to_vec(), replies, sent);
             st.queue.push_back(slot.clone());
             drop(st);
-            return self.wait(lane, &slot, sent);
+            return self.wait(lane, &slot, sent, connect, connect_error);
         }
         st.writing = true;
         let slot = self.slot(Vec::new(), replies, sent);
-        match self.write_turn(lane, st, &slot, bytes, connect, connect_error) {
-            Some(reader) => self.read(lane, &slot, reader, sent),
-            None => self.wait(lane, &slot, sent),
+        match self.write_turn(lane, st, &slot, Some(bytes), connect, connect_error) {
+            Some(reader) => self.read(lane, &slot, reader, sent, connect, connect_error),
+            None => self.wait(lane, &slot, sent, connect, connect_error),
         }
     }
 
     /// The writing role, taken by this thread: writes `own` (the command
-    /// of `slot`) and everything queued meanwhile, making a connection
-    /// first when the lane has none, then lets go of it. The reading end
-    /// when this thread is to read (nobody else reads).
+    /// of `slot`, unless it is queued) and everything queued meanwhile,
+    /// making a connection first when the lane has none, then lets go of
+    /// it, or hands it to the oldest queued command once this thread's
+    /// reply is there. The reading end when this thread is to read (nobody
+    /// else reads).
     fn write_turn<'a>(
         &self,
         lane: &'a Lane,
         mut st: MutexGuard<'a, LaneState>,
         slot: &Arc<Slot>,
-        own: &[u8],
+        own: Option<&[u8]>,
         connect: &dyn Fn(Option<Duration>) -> Result<Link>,
         connect_error: &mut Option<Error>,
     ) -> Option<Reader> {
-        let mut own = Some(own);
+        let mut own = own;
+        st.writer = Some(slot.clone());
         // The connection this turn made: commands written on it are not
         // retried when it breaks.
         let mut fresh = None;
@@ -492,6 +501,7 @@ impl Duplex {
                         let cause = connect_cause(&e);
                         let queued: Vec<Arc<Slot>> = st.queue.drain(..).collect();
                         st.writing = false;
+                        st.writer = None;
                         drop(st);
                         if own.is_some() {
                             *connect_error = Some(e);
@@ -568,8 +578,31 @@ impl Duplex {
                 self.break_link(lane, id, &RedisError::from(e));
                 st = lock(&lane.state);
             }
+            // This thread's reply is there while others queued meanwhile:
+            // the oldest of them writes them, and this one returns.
+            if !st.queue.is_empty() && matches!(*lock(&slot.state), SlotState::Done(..)) {
+                let next = st
+                    .queue
+                    .iter()
+                    .find(|q| {
+                        let mut s = lock(&q.state);
+                        let queued = matches!(*s, SlotState::Queued);
+                        if queued {
+                            *s = SlotState::Write;
+                        }
+                        queued
+                    })
+                    .cloned();
+                if let Some(next) = next {
+                    st.writer = None;
+                    drop(st);
+                    next.thread.unpark();
+                    return None;
+                }
+            }
         }
         st.writing = false;
+        st.writer = None;
         let live = st.live.as_mut()?;
         if live.reading {
             return None;
@@ -582,7 +615,7 @@ impl Duplex {
         }
         // Written for others only (this thread's own command failed with a
         // connection that broke): the oldest of them reads.
-        let next = hand_reading(live);
+        let next = hand_reading(live, None);
         drop(st);
         if let Some(next) = next {
             next.thread.unpark();
@@ -592,7 +625,14 @@ impl Duplex {
 
     /// Waits for `slot`'s replies, or to be handed the reading, or its
     /// deadline.
-    fn wait(&self, lane: &Lane, slot: &Arc<Slot>, sent: Instant) -> Outcome {
+    fn wait(
+        &self,
+        lane: &Lane,
+        slot: &Arc<Slot>,
+        sent: Instant,
+        connect: &dyn Fn(Option<Duration>) -> Result<Link>,
+        connect_error: &mut Option<Error>,
+    ) -> Outcome {
         loop {
             let mut s = lock(&slot.state);
             match std::mem::replace(&mut *s, SlotState::Abandoned) {
@@ -601,7 +641,20 @@ impl Duplex {
                     *s = SlotState::Sent;
                     drop(s);
                     if let Some(reader) = take_reader(lane, slot) {
-                        return self.read(lane, slot, reader, sent);
+                        return self.read(lane, slot, reader, sent, connect, connect_error);
+                    }
+                    continue;
+                }
+                SlotState::Write => {
+                    // Still queued: the writing turn takes it with the rest
+                    // (or finds it expired).
+                    *s = SlotState::Queued;
+                    drop(s);
+                    let st = lock(&lane.state);
+                    if let Some(reader) =
+                        self.write_turn(lane, st, slot, None, connect, connect_error)
+                    {
+                        return self.read(lane, slot, reader, sent, connect, connect_error);
                     }
                     continue;
                 }
@@ -637,7 +690,15 @@ impl Duplex {
     /// The reading role, held by this thread: reads replies in order,
     /// handing each to its thread, until its own; then hands out those the
     /// parser holds already, and passes the role on.
-    fn read(&self, lane: &Lane, slot: &Arc<Slot>, mut reader: Reader, sent: Instant) -> Outcome {
+    fn read(
+        &self,
+        lane: &Lane,
+        slot: &Arc<Slot>,
+        mut reader: Reader,
+        sent: Instant,
+        connect: &dyn Fn(Option<Duration>) -> Result<Link>,
+        connect_error: &mut Option<Error>,
+    ) -> Outcome {
         let id = slot.link.load(Ordering::Relaxed);
         let mut own = None;
         loop {
@@ -689,7 +750,7 @@ impl Duplex {
                     self.break_link(lane, id, &e);
                     return match own {
                         Some(values) => (Ok(values), false),
-                        None => self.wait(lane, slot, sent),
+                        None => self.wait(lane, slot, sent, connect, connect_error),
                     };
                 }
             }
@@ -697,7 +758,7 @@ impl Duplex {
         self.pass_reading(lane, id, reader);
         match own {
             Some(values) => (Ok(values), false),
-            None => self.wait(lane, slot, sent),
+            None => self.wait(lane, slot, sent, connect, connect_error),
         }
     }
 
@@ -706,11 +767,12 @@ impl Duplex {
     fn pass_reading(&self, lane: &Lane, id: u64, reader: Reader) {
         let next = {
             let mut st = lock(&lane.state);
+            let st = &mut *st;
             match st.live.as_mut() {
                 Some(live) if live.id == id => {
                     live.reader = Some(reader);
                     live.reading = false;
-                    hand_reading(live)
+                    hand_reading(live, st.writer.as_ref())
                 }
                 _ => None,
             }
@@ -765,11 +827,14 @@ impl Duplex {
 }
 
 /// Hands the reading of `live` to the oldest command still waiting on it
-/// (its thread is to be unparked once the lane's lock is let go).
-fn hand_reading(live: &mut Live) -> Option<Arc<Slot>> {
+/// (its thread is to be unparked once the lane's lock is let go), but not
+/// to `writer`'s thread, busy writing: it reads when it is done, if nobody
+/// does by then.
+fn hand_reading(live: &mut Live, writer: Option<&Arc<Slot>>) -> Option<Arc<Slot>> {
     let next = live
         .pending
         .iter()
+        .filter(|slot| writer.is_none_or(|w| !Arc::ptr_eq(w, slot)))
         .find(|slot| {
             let mut s = lock(&slot.state);
             let waiting = matches!(*s, SlotState::Sent);
@@ -961,6 +1026,36 @@ mod tests {
             failed += f;
         }
         assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
+    }
+
+    /// 32 threads, 300 calls each, on one connection of a server that
+    /// answers everything: the writing and reading change hands all the
+    /// time, and every call gets its own reply; a hand-over that left
+    /// replies unread would fail calls with a timeout.
+    #[test]
+    fn under_load_every_call_gets_its_own_reply() {
+        const RESPONSE: Duration = Duration::from_secs(3);
+        let addr = echo_server(1, |_, _| Act::Answer);
+        let duplex = Arc::new(Duplex::new(1, RESPONSE, Duration::from_secs(1)));
+        let handles: Vec<_> = (0..32)
+            .map(|t| {
+                let duplex = duplex.clone();
+                std::thread::spawn(move || {
+                    let connect = connector(addr, RESPONSE);
+                    (0..300)
+                        .map(|i| {
+                            let token = format!("t{t}-{i}");
+                            echo(&duplex, &connect, &token).map(|reply| (token, reply))
+                        })
+                        .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            let wrong = h.join().unwrap();
+            assert!(wrong.is_empty(), "{wrong:?}");
+        }
     }
 
     /// Eight commands in flight on one connection (the first one's reply
