@@ -1058,6 +1058,93 @@ mod tests {
         }
     }
 
+    /// A writer whose reply was read (by another thread) while its write
+    /// was blocked on a full socket, with a command queued meanwhile,
+    /// hands the writing to that command's thread and returns, instead of
+    /// writing on for others.
+    #[test]
+    fn a_writer_whose_reply_came_hands_the_writing_to_the_oldest_queued() {
+        use std::io::Read;
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let _ = gate.recv();
+            let mut buf = vec![0u8; 1 << 16];
+            while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        let duplex = Arc::new(Duplex::new(
+            1,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        ));
+        let mine = duplex.slot(Vec::new(), 1, Instant::now());
+        let writer = {
+            let (duplex, mine) = (duplex.clone(), mine.clone());
+            std::thread::spawn(move || {
+                let connect = connector(addr, Duration::from_secs(5));
+                let lane = &duplex.lanes[0];
+                let mut st = lock(&lane.state);
+                st.writing = true;
+                // Far more than the socket buffers hold: the write blocks
+                // until the server reads.
+                let big = vec![b'x'; 64 << 20];
+                duplex.write_turn(lane, st, &mine, Some(&big), &connect, &mut None)
+            })
+        };
+        let lane = &duplex.lanes[0];
+        let until = Instant::now() + Duration::from_secs(5);
+        while lock(&lane.state).live.is_none() {
+            assert!(Instant::now() < until, "the writer did not connect");
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+        let queued = duplex.slot(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1, Instant::now());
+        lock(&lane.state).queue.push_back(queued.clone());
+        mine.finish(Ok(vec![Value::Okay]), false);
+        go.send(()).unwrap();
+        assert!(writer.join().unwrap().is_none());
+        assert!(matches!(*lock(&queued.state), SlotState::Write));
+        let st = lock(&lane.state);
+        assert!(st.writing && st.writer.is_none() && st.queue.len() == 1);
+    }
+
+    /// The reading goes to the oldest command still waiting, skipping the
+    /// writer's own (its thread is busy writing) and those given up.
+    #[test]
+    fn the_reading_is_handed_to_the_oldest_waiting_command_but_not_the_writer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let duplex = Duplex::new(1, Duration::from_secs(1), Duration::from_secs(1));
+        let slots: Vec<_> = (0..4)
+            .map(|_| duplex.slot(Vec::new(), 1, Instant::now()))
+            .collect();
+        *lock(&slots[0].state) = SlotState::Abandoned;
+        for slot in &slots[1..] {
+            *lock(&slot.state) = SlotState::Sent;
+        }
+        let mut live = Live {
+            id: 1,
+            stream: Arc::new(stream),
+            reader: None,
+            reading: false,
+            pending: slots.iter().cloned().collect(),
+            replies: 0,
+        };
+        let next = hand_reading(&mut live, Some(&slots[1])).unwrap();
+        assert!(Arc::ptr_eq(&next, &slots[2]));
+        assert!(live.reading);
+        assert!(matches!(*lock(&slots[1].state), SlotState::Sent));
+        assert!(matches!(*lock(&slots[2].state), SlotState::Lead));
+        assert!(matches!(*lock(&slots[3].state), SlotState::Sent));
+        // Nobody else waits: nobody reads until the writer is done.
+        *lock(&slots[2].state) = SlotState::Abandoned;
+        *lock(&slots[3].state) = SlotState::Abandoned;
+        assert!(hand_reading(&mut live, Some(&slots[1])).is_none());
+        assert!(!live.reading);
+    }
+
     /// Eight commands in flight on one connection (the first one's reply
     /// is late, the seven others are written meanwhile); the server
     /// answers four and cuts the connection at the fifth. Exactly the four
