@@ -110,8 +110,14 @@ pub enum ConnectionMode {
     /// no other thread is writing, so a late reply makes it fail with an
     /// unknown outcome rather than "not sent".
     ///
-    /// Needs a plain TCP connection with RESP2: with TLS or a Unix socket
-    /// the calls combine as in `Combining`.
+    /// Needs a plain TCP connection with RESP2: with TLS, a Unix socket or
+    /// RESP3 the calls combine as in `Combining`.
+    ///
+    /// 8 threads locking different names on one duplex connection did 1.33
+    /// times the lock/unlock cycles of exclusive connections and 2.2 times
+    /// those of `Combining` on 2 cores; a contended lock's hand-off was 6–8 %
+    /// slower than with exclusive connections (BENCHMARKS.md, "Duplex
+    /// combining").
     Duplex {
         /// Shared connections, 1 ..= 4096.
         connections: usize,
@@ -133,7 +139,7 @@ pub enum ConnectionMode {
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
-/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`: 1 ..= 4096 connections |
+/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`, `Duplex`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
@@ -273,7 +279,8 @@ impl Builder {
     /// How lock calls use connections: each call on a pooled connection of
     /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
     /// calls combined into pipelines on a few shared connections
-    /// ([`ConnectionMode::Combining`]). See [`ConnectionMode`].
+    /// ([`ConnectionMode::Combining`], [`ConnectionMode::Duplex`]). See
+    /// [`ConnectionMode`].
     pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
         self.connection_mode = mode;
         self

@@ -317,16 +317,18 @@ fn kill_9_under_load(mode: ConnectionMode) {
 /// No shared connection is no mode: refused when built, with the bounds.
 #[test]
 fn combining_on_zero_connections_is_refused() {
-    let err = redguard::Client::builder()
-        .url("redis://127.0.0.1:1/")
-        .connection_mode(ConnectionMode::Combining { connections: 0 })
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(err, redguard::Error::InvalidArgument(_)),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+    for mode in [in_turns(0), duplex(0)] {
+        let err = redguard::Client::builder()
+            .url("redis://127.0.0.1:1/")
+            .connection_mode(mode)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::InvalidArgument(_)),
+            "{mode:?}: {err:?}"
+        );
+        assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+    }
 }
 
 /// Duplex connections are set up by redguard, not redis-rs: the URL's user
