@@ -178,7 +178,10 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a zero or too long lease,
-    /// [`Error::LockLost`] when the lease is already known lost,
+    /// [`Error::LockLost`] when the lease is already known lost, or when the
+    /// extension was answered only after the lease had run out on this
+    /// client's clock (the guard counts as lost from its end on, so the
+    /// extension is given back: every hold of this holder is released),
     /// [`Error::NotHeld`] when Redis says this holder no longer holds the
     /// lock (the guard is then marked lost), [`Error::NotReplicated`] when
     /// fewer replicas than the lock's

@@ -223,14 +223,17 @@ fn frozen_server_64_threads(mode: ConnectionMode) {
     // The acquire (one response timeout), then the undo of its unknown
     // outcome on a new connection: its setup (`CLIENT SETNAME`, one
     // response timeout; the TCP connect itself is accepted by the frozen
-    // server's kernel) and its script call (one more).
-    let bound = TEST_RESPONSE * 3 + ms(250);
+    // server's kernel) and its script call (one more). The slack, 750 ms,
+    // is for a loaded machine (1,165 ms against 1,150 was seen at load
+    // average 21); a call that waited for those queued before it would
+    // take seconds (t19 behind 19 response timeouts: 5.7 s).
+    let bound = TEST_RESPONSE * 3 + ms(750);
     for (t, (took, r)) in results.iter().enumerate() {
         let e = r.as_ref().expect_err("a frozen server grants nothing");
         assert!(e.is_timeout() || e.is_connection(), "t{t}: {e:?}");
         assert!(*took <= bound, "t{t} took {took:?} (bound {bound:?})");
     }
-    assert!(t0.elapsed() < ms(320) + bound + ms(250));
+    assert!(t0.elapsed() < ms(320) + bound + ms(500));
     // The server thawed: the shared connection recovers.
     let lock = client.lock(format!("{prefix}:after"));
     assert!(lock.try_lock_for(Duration::from_secs(2)).unwrap().is_some());

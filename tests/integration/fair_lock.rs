@@ -805,7 +805,7 @@ fn a_queued_waiter_keeps_its_place_with_a_heartbeat_of_a_third_of_the_wait_timeo
             let queue: Vec<String> = server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
             assert_eq!(queue, queued, "the queue after {checks} pruning attempts");
             checks += 1;
-            thread::sleep(ms(100));
+            crate::support::sleep(ms(100));
         }
         held.unlock().unwrap();
         assert!(matches!(waiting.join().unwrap(), Some(Ok(()))));

@@ -254,3 +254,74 @@ fn a_panicking_callback_stops_nothing() {
     crate::support::sleep(crate::support::TEST_WATCHDOG * 2);
     kept.check().unwrap();
 }
+
+/// A fixed lease moved by `extend` is kept to its new end. The watchdog,
+/// which looks at a fixed lease at its end, finds the end moved and looks
+/// again then: no loss reported 1 s past the first end (500 ms), while
+/// its other work goes on (a renewed lock of the same client, lease
+/// 900 ms, keeps its lease); at the new end (2.5 s) it reports the loss,
+/// once, as `DeadlinePassed`.
+#[test]
+fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .build()
+        .unwrap();
+    let renewed = client
+        .lock(unique_name("lost-extended-neighbour"))
+        .lock()
+        .unwrap();
+    let name = unique_name("lost-extended");
+    let start = std::time::Instant::now();
+    let guard = client.lock(&name).with_lease(ms(500)).lock().unwrap();
+    guard.extend(ms(2500)).unwrap();
+    crate::support::sleep((start + ms(1500)).saturating_duration_since(std::time::Instant::now()));
+    assert_eq!(losses.of(&name), Vec::new(), "reported before its new end");
+    guard.check().unwrap();
+    renewed.check().unwrap();
+    let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
+    assert!(pttl > 500, "the key's lease: {pttl} ms");
+    let calls = losses.exactly(&name, 1, ms(300));
+    assert_eq!(calls[0].reason, LossReason::DeadlinePassed);
+    assert!(
+        start.elapsed() >= ms(2400),
+        "reported {:?} after the start",
+        start.elapsed()
+    );
+    renewed.unlock().unwrap();
+}
+
+/// A fixed read hold, which the watchdog also looks up every third of the
+/// watchdog timeout before its end (a Redisson read-lock watchdog may cut
+/// it), is reported lost at its end (300 ms), not at the look-up after it
+/// (the watchdog timeout is 6 s here: a look-up every 2 s). `DeadlinePassed`.
+#[test]
+fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let name = unique_name("lost-fixed-read");
+    let start = std::time::Instant::now();
+    let guard = client
+        .read_write_lock(&name)
+        .read()
+        .with_lease(ms(300))
+        .lock()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !losses.of(&name).is_empty()),
+        "no loss reported"
+    );
+    let reported = start.elapsed();
+    assert!(reported < ms(1300), "reported {reported:?} after the start");
+    let lost = losses.exactly(&name, 1, ms(300)).remove(0);
+    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert_eq!(lost.kind, HoldKind::Read);
+    assert!(guard.is_lost());
+}

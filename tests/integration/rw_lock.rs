@@ -943,12 +943,16 @@ fn rw_a_shutdown_releases_a_writers_own_read_hold_too() {
     assert_eq!(left, Vec::<String>::new(), "left after the shutdown");
 }
 
-/// Three readers of one client waiting behind another client's writer all
-/// get in together when the writer (30 s lease) leaves, within a second
-/// (poll interval 10 s): the write release's message (`1`) wakes every
-/// waiter of the client, not one.
-#[test]
-fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
+/// Three readers of one client (poll interval 10 s) waiting behind
+/// another client's writer (30 s lease: the readers' sleeps, bounded by the
+/// writer's ttl, do not end before the wake-ups) are all let in by
+/// `end_write`, within a second. Each reader holds its read hold until all
+/// three are in: they read together. A guard `end_write` gives back is
+/// dropped only after that.
+fn three_readers_let_in_by(
+    name: &str,
+    end_write: impl FnOnce(&TestContext, redguard::LockGuard) -> Option<redguard::LockGuard>,
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let ctx = TestContext::new();
     let readers = test_builder(&ctx.server.url())
@@ -956,18 +960,15 @@ fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
         .watchdog_timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    // A 30 s lease: the readers' sleeps, bounded by the writer's ttl, do
-    // not end before the wake-ups.
     let writers = test_builder(&ctx.server.url())
         .watchdog_timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    let name = unique_name("rw-readers-woken");
-    let writer = writers.read_write_lock(&name).write().lock().unwrap();
+    let writer = writers.read_write_lock(name).write().lock().unwrap();
     let inside = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..3)
         .map(|_| {
-            let lock = readers.read_write_lock(&name).read();
+            let lock = readers.read_write_lock(name).read();
             let inside = inside.clone();
             std::thread::spawn(move || {
                 let guard = lock
@@ -975,7 +976,6 @@ fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
                     .unwrap()
                     .expect("a reader gets in");
                 inside.fetch_add(1, Ordering::SeqCst);
-                // Held until all three are in: they read together.
                 wait_until(Duration::from_secs(8), || {
                     inside.load(Ordering::SeqCst) == 3
                 });
@@ -987,15 +987,45 @@ fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
         .stats()
         .waiters
         == 3));
-    let released = Instant::now();
-    writer.unlock().unwrap();
+    let ended = Instant::now();
+    let kept = end_write(&ctx, writer);
     let all_in = wait_until(Duration::from_secs(5), || {
         inside.load(Ordering::SeqCst) == 3
     });
-    let took = released.elapsed();
+    let took = ended.elapsed();
+    let in_by_then = inside.load(Ordering::SeqCst);
     for t in threads {
         t.join().unwrap();
     }
-    assert!(all_in, "{} readers in", inside.load(Ordering::SeqCst));
+    assert!(all_in, "{in_by_then} readers in within 5 s");
     assert!(took < Duration::from_secs(1), "all in after {took:?}");
+    drop(kept);
+}
+
+/// Three readers of one client waiting behind another client's writer all
+/// get in together when the writer leaves: the write release's message
+/// (`1`) wakes every waiter of the client, not one.
+#[test]
+fn rw_readers_waiting_behind_a_writer_all_get_in_at_its_release() {
+    three_readers_let_in_by(&unique_name("rw-readers-woken"), |_, writer| {
+        writer.unlock().unwrap();
+        None
+    });
+}
+
+/// Three readers of one client waiting behind a writer all get in when the
+/// lock ends with a `0` on the read-write channel, which wakes one waiter
+/// of the client: what Redisson's read unlock publishes when it finds the
+/// lock gone. The reader that gets in passes the wake-up on to the next.
+#[test]
+fn rw_readers_woken_one_at_a_time_pass_the_wake_up_on() {
+    let name = unique_name("rw-readers-passed");
+    three_readers_let_in_by(&name, |ctx, writer| {
+        let deleted: i64 = ctx.server.cmd("DEL", &[name.as_bytes()]);
+        assert_eq!(deleted, 1);
+        let channel = format!("redisson_rwlock:{{{name}}}");
+        let _: i64 = ctx.server.cmd("PUBLISH", &[channel.as_bytes(), b"0"]);
+        // Its release, which would wake every reader, comes afterwards.
+        Some(writer)
+    });
 }
