@@ -116,8 +116,9 @@ pub enum ConnectionMode {
     /// 8 threads locking different names on one duplex connection did 1.33
     /// times the lock/unlock cycles of exclusive connections and 2.2 times
     /// those of `Combining` on 2 cores; a contended lock's hand-off was 6–8 %
-    /// slower than with exclusive connections (BENCHMARKS.md, "Duplex
-    /// combining").
+    /// slower than with exclusive connections. With many threads per
+    /// connection (64 or 256 on 4) `Combining` did 6–9 % more (BENCHMARKS.md,
+    /// "Duplex combining").
     Duplex {
         /// Shared connections, 1 ..= 4096.
         connections: usize,
