@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
-use crate::connection::{ConnectOptions, Deployment, Tls};
+use crate::connection::{ConnectOptions, Deployment, Sharing, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::interop::{ClassicPublish, Interop};
@@ -100,6 +100,29 @@ pub enum ConnectionMode {
         /// calls that do not combine still use).
         connections: usize,
     },
+    /// As [`Combining`](ConnectionMode::Combining), but a thread's command
+    /// is written at once while other threads' replies are still being
+    /// read: several batches are in flight on one connection. One thread
+    /// writes at a time (commands that come meanwhile go out in its next
+    /// write), one reads the replies in order and hands each to its
+    /// thread. Timeouts and broken connections are handled as in
+    /// `Combining`, except that a command is written, not queued, whenever
+    /// no other thread is writing, so a late reply makes it fail with an
+    /// unknown outcome rather than "not sent".
+    ///
+    /// Needs a plain TCP connection with RESP2: with TLS, a Unix socket or
+    /// RESP3 the calls combine as in `Combining`.
+    ///
+    /// 8 threads locking different names on one duplex connection did 1.33
+    /// times the lock/unlock cycles of exclusive connections and 2.2 times
+    /// those of `Combining` on 2 cores; a contended lock's hand-off was 6–8 %
+    /// slower than with exclusive connections. With many threads per
+    /// connection (64 or 256 on 4) `Combining` did 6–9 % more (BENCHMARKS.md,
+    /// "Duplex combining").
+    Duplex {
+        /// Shared connections, 1 ..= 4096.
+        connections: usize,
+    },
 }
 
 /// Configuration of a [`Client`](crate::Client), made by
@@ -117,7 +140,7 @@ pub enum ConnectionMode {
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
-/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`: 1 ..= 4096 connections |
+/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`, `Duplex`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
@@ -257,7 +280,8 @@ impl Builder {
     /// How lock calls use connections: each call on a pooled connection of
     /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
     /// calls combined into pipelines on a few shared connections
-    /// ([`ConnectionMode::Combining`]). See [`ConnectionMode`].
+    /// ([`ConnectionMode::Combining`], [`ConnectionMode::Duplex`]). See
+    /// [`ConnectionMode`].
     pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
         self.connection_mode = mode;
         self
@@ -489,7 +513,8 @@ impl Builder {
                 self.pool_size
             )));
         }
-        if let ConnectionMode::Combining { connections } = self.connection_mode
+        if let ConnectionMode::Combining { connections } | ConnectionMode::Duplex { connections } =
+            self.connection_mode
             && !(1..=MAX_POOL_SIZE).contains(&connections)
         {
             return Err(Error::invalid(format!(
@@ -571,7 +596,14 @@ impl Config {
             tls: self.tls.clone(),
             pool_size: self.pool_size,
             combining: match self.connection_mode {
-                ConnectionMode::Combining { connections } => Some(connections),
+                ConnectionMode::Combining { connections } => Some(Sharing {
+                    connections,
+                    duplex: false,
+                }),
+                ConnectionMode::Duplex { connections } => Some(Sharing {
+                    connections,
+                    duplex: true,
+                }),
                 ConnectionMode::Exclusive => None,
             },
             connect_timeout: self.connect_timeout,

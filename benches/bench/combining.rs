@@ -75,43 +75,68 @@ fn phase(client: &Client, threads: usize, phase: Duration) -> Value {
 pub(crate) enum ScaleMode {
     Exclusive,
     Combining,
+    /// Combining with writes and reads overlapping (`ConnectionMode::Duplex`).
+    Duplex,
+}
+
+impl ScaleMode {
+    fn key(self) -> &'static str {
+        match self {
+            ScaleMode::Exclusive => "exclusive",
+            ScaleMode::Combining => "combining",
+            ScaleMode::Duplex => "duplex",
+        }
+    }
+
+    fn connection_mode(self, connections: usize) -> ConnectionMode {
+        match self {
+            ScaleMode::Exclusive => ConnectionMode::Exclusive,
+            ScaleMode::Combining => ConnectionMode::Combining { connections },
+            ScaleMode::Duplex => ConnectionMode::Duplex { connections },
+        }
+    }
 }
 
 /// S3 for every `threads` × `pools` point, exclusive (pool size = the
 /// point's) and combining (connections = the point's), `rounds` phases of
-/// `secs` each per mode, in ABBA order; with `only`, that mode's phases
-/// alone.
+/// `secs` each per mode, the order of the modes reversed every round; with
+/// `only`, those modes' phases alone (default: exclusive and combining).
 pub(crate) fn run_s3_scale(
     url: &str,
     threads: &[usize],
     pools: &[usize],
     rounds: usize,
     secs: Duration,
-    only: Option<ScaleMode>,
+    only: &[ScaleMode],
 ) -> Value {
-    let wants = |m: ScaleMode| only.is_none_or(|o| o == m);
+    let modes: Vec<ScaleMode> = if only.is_empty() {
+        vec![ScaleMode::Exclusive, ScaleMode::Combining]
+    } else {
+        only.to_vec()
+    };
     let mut points = Vec::new();
     for &t in threads {
         for &p in pools {
-            let exclusive = client(url, ConnectionMode::Exclusive, p);
-            let combining = client(url, ConnectionMode::Combining { connections: p }, p);
-            let (mut ex, mut co) = (Vec::new(), Vec::new());
+            let clients: Vec<Client> = modes
+                .iter()
+                .map(|m| client(url, m.connection_mode(p), p))
+                .collect();
+            let mut phases: Vec<Vec<Value>> = vec![Vec::new(); modes.len()];
             for r in 0..rounds {
-                let order = if r % 2 == 0 {
-                    [ScaleMode::Exclusive, ScaleMode::Combining]
-                } else {
-                    [ScaleMode::Combining, ScaleMode::Exclusive]
-                };
-                for mode in order.into_iter().filter(|&m| wants(m)) {
-                    match mode {
-                        ScaleMode::Exclusive => ex.push(phase(&exclusive, t, secs)),
-                        ScaleMode::Combining => co.push(phase(&combining, t, secs)),
-                    }
+                let mut order: Vec<usize> = (0..modes.len()).collect();
+                if r % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    phases[i].push(phase(&clients[i], t, secs));
                 }
             }
-            eprintln!("threads {t} pool {p}: exclusive {ex:?} combining {co:?}");
-            points.push(json!({"threads": t, "connections": p,
-                               "exclusive": ex, "combining": co}));
+            let mut point = json!({"threads": t, "connections": p});
+            for (m, ph) in modes.iter().zip(phases) {
+                eprintln!("threads {t} pool {p}: {} {ph:?}", m.key());
+                point[m.key()] = json!(ph);
+            }
+            points.push(point);
         }
     }
     json!({"s3_scale": points, "phase_s": secs.as_secs_f64(), "rounds": rounds})

@@ -113,6 +113,16 @@ struct Args {
     /// connections (`ConnectionMode::Combining`), in every mode.
     #[arg(long)]
     combining: Option<usize>,
+    /// With `--combining`: duplex combining (`ConnectionMode::Duplex`: a
+    /// thread writes while others' replies are read) instead of combining
+    /// in turns.
+    #[arg(long)]
+    duplex: bool,
+    /// In `--ab-combining` and `--ab-s2`: the "b" side combines in turns
+    /// on `--combining` connections instead of using exclusive ones (with
+    /// `--duplex`: duplex against combining in turns).
+    #[arg(long)]
+    b_combining: bool,
     /// S1 and S3 A/B of redguard combining (reported as "redguard", on
     /// `--combining` connections, default 1) against redguard on exclusive
     /// connections (reported as "floor").
@@ -147,9 +157,10 @@ struct Args {
     /// S3 scale: phases per mode and point.
     #[arg(long, default_value_t = 2)]
     scale_rounds: usize,
-    /// S3 scale: only this mode's phases (profiling one mode).
-    #[arg(long, value_enum)]
-    scale_only: Option<combining::ScaleMode>,
+    /// S3 scale: only these modes' phases, in this order (one mode:
+    /// profiling it; `exclusive,combining,duplex`: all three interleaved).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scale_only: Vec<combining::ScaleMode>,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -253,12 +264,17 @@ fn main() -> ExitCode {
     let _ = now_ns();
     let classic = args.classic_publish;
     let combining = args.combining;
+    let shared_mode = |connections| {
+        if args.duplex {
+            redguard::ConnectionMode::Duplex { connections }
+        } else {
+            redguard::ConnectionMode::Combining { connections }
+        }
+    };
     let client_with = |classic| {
         let builder = Client::builder().url(&url).classic_publish(classic);
         match combining {
-            Some(connections) => {
-                builder.connection_mode(redguard::ConnectionMode::Combining { connections })
-            }
+            Some(connections) => builder.connection_mode(shared_mode(connections)),
             None => builder,
         }
         .build()
@@ -293,21 +309,24 @@ fn main() -> ExitCode {
             "s3": ab::run_ab_s3(&always, &auto, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
     } else if args.ab_combining {
-        let (shared, exclusive) = combining_and_exclusive(&url, combining.unwrap_or(1));
+        let connections = combining.unwrap_or(1);
+        let (shared, exclusive) =
+            combining_and_other(&url, shared_mode(connections), args.b_combining);
         let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
         json!({"ab_combining": {
-            "a": format!("redguard, combining on {} connections", combining.unwrap_or(1)),
-            "b": "redguard, exclusive connections",
+            "a": format!("redguard, {:?}", shared_mode(connections)),
+            "b": b_name(args.b_combining, connections),
             "s1": ab::run_ab_s1(&a, &b, "bench:ab:s1", args.ab_rounds, 1000),
             "s3": ab::run_ab_s3(&a, &b, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
     } else if args.ab_s2 {
         let connections = combining.unwrap_or(1);
-        let (shared, exclusive) = combining_and_exclusive(&url, connections);
+        let (shared, exclusive) =
+            combining_and_other(&url, shared_mode(connections), args.b_combining);
         let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
         let mut out = combining::run_ab_s2(&a, &b, args.s2_rounds);
-        out["a_mode"] = json!(format!("redguard, combining on {connections} connections"));
-        out["b_mode"] = json!("redguard, exclusive connections");
+        out["a_mode"] = json!(format!("redguard, {:?}", shared_mode(connections)));
+        out["b_mode"] = json!(b_name(args.b_combining, connections));
         json!({ "ab_s2": out })
     } else if args.ab_scale {
         combining::run_ab_scale(
@@ -322,7 +341,7 @@ fn main() -> ExitCode {
             &args.scale_pools,
             args.scale_rounds,
             Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
-            args.scale_only,
+            &args.scale_only,
         )
     } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());
@@ -425,14 +444,32 @@ fn parse_classic_publish(s: &str) -> Result<redguard::ClassicPublish, String> {
     s.parse().map_err(|e: redguard::Error| e.to_string())
 }
 
-/// Two clients of `url` for a combining A/B: one combining its threads'
-/// calls on `connections` shared connections, one on exclusive ones.
-fn combining_and_exclusive(url: &str, connections: usize) -> (Client, Client) {
+/// Two clients of `url` for a combining A/B: one in `mode`, the other on
+/// exclusive connections, or with `b_combining` combining in turns on as
+/// many connections.
+fn combining_and_other(
+    url: &str,
+    mode: redguard::ConnectionMode,
+    b_combining: bool,
+) -> (Client, Client) {
     let build = |b: redguard::Builder| b.url(url).build().expect("redguard client");
-    (
-        build(
-            Client::builder().connection_mode(redguard::ConnectionMode::Combining { connections }),
-        ),
-        build(Client::builder()),
-    )
+    let other = match mode {
+        redguard::ConnectionMode::Combining { connections }
+        | redguard::ConnectionMode::Duplex { connections }
+            if b_combining =>
+        {
+            Client::builder().connection_mode(redguard::ConnectionMode::Combining { connections })
+        }
+        _ => Client::builder(),
+    };
+    (build(Client::builder().connection_mode(mode)), build(other))
+}
+
+/// What the "b" side of a combining A/B is.
+fn b_name(b_combining: bool, connections: usize) -> String {
+    if b_combining {
+        format!("redguard, combining in turns on {connections} connections")
+    } else {
+        "redguard, exclusive connections".to_owned()
+    }
 }

@@ -113,13 +113,13 @@ enum SlotState {
     Abandoned,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Each thread keeps to one lane (threads are spread over the lanes in the
 /// order they first send), so that a thread's commands stay in order.
-fn lane_of_thread(lanes: usize) -> usize {
+pub(super) fn lane_of_thread(lanes: usize) -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -129,7 +129,7 @@ fn lane_of_thread(lanes: usize) -> usize {
 
 /// The error of a command that waited for its lane past its deadline and
 /// was taken back unsent: nothing ran.
-fn not_sent(waited: Duration) -> RedisError {
+pub(super) fn not_sent(waited: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
@@ -142,7 +142,7 @@ fn not_sent(waited: Duration) -> RedisError {
 
 /// The error of a command sent, whose reply did not come by its deadline:
 /// its outcome is unknown.
-fn no_reply(waited: Duration) -> RedisError {
+pub(super) fn no_reply(waited: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!("no reply within {} on a shared connection", Human(waited)),
@@ -661,7 +661,7 @@ fn dropped() -> RedisError {
 
 /// A failure to connect in redis-rs's terms, for the commands that were to
 /// use the connection (their callers get the typed error).
-fn connect_cause(e: &Error) -> RedisError {
+pub(super) fn connect_cause(e: &Error) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,
         e.to_string(),
@@ -927,7 +927,7 @@ mod tests {
     clippy::disallowed_methods,
     reason = "a late reply is the scenario: the server sleeps before it answers"
 )]
-mod delivery_tests {
+pub(super) mod delivery_tests {
     //! Every caller gets its own reply or an error, never another's: a
     //! loopback server that echoes each command's last argument answers
     //! some commands late (past the callers' deadlines) and cuts some
@@ -941,7 +941,7 @@ mod delivery_tests {
 
     /// What the server does with one command.
     #[derive(Clone, Copy)]
-    enum Act {
+    pub(in crate::connection) enum Act {
         Answer,
         /// Answers after this pause (the commands after it wait too, as
         /// on a slow server).
@@ -1028,7 +1028,7 @@ mod delivery_tests {
     /// An echo server; `plan(connection index, command index)`. It accepts
     /// `connections` connections, then closes its port (a reconnect is
     /// refused).
-    fn echo_server(
+    pub(in crate::connection) fn echo_server(
         connections: usize,
         plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
     ) -> SocketAddr {

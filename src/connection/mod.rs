@@ -4,6 +4,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod combine;
+pub(crate) mod duplex;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod server;
@@ -162,6 +163,15 @@ pub(crate) enum Source {
 /// same server can share one round trip.
 pub(crate) type NodeId = usize;
 
+/// Shared connections: how many, and whether a command is written while
+/// the replies of earlier ones are read ([`duplex`]) or in turns
+/// ([`combine`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sharing {
+    pub(crate) connections: usize,
+    pub(crate) duplex: bool,
+}
+
 /// How a [`Source`]'s connections are made, whatever the deployment.
 #[derive(Clone)]
 pub(crate) struct ConnectOptions {
@@ -170,7 +180,7 @@ pub(crate) struct ConnectOptions {
     pub(crate) tls: Tls,
     pub(crate) pool_size: usize,
     /// Shared connections for combining, `None` for exclusive ones.
-    pub(crate) combining: Option<usize>,
+    pub(crate) combining: Option<Sharing>,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
 }

@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::connection::Tls;
 use crate::connection::combine::Combiner;
+use crate::connection::duplex::{Duplex, Link};
 use crate::connection::server::{self, Server};
+use crate::connection::{Sharing, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
@@ -64,6 +65,9 @@ pub(crate) struct Pool {
     name: Option<std::sync::Arc<str>>,
     /// Shared connections, when lock calls combine.
     combiner: Option<Combiner>,
+    /// Shared connections written and read at once, when lock calls
+    /// combine that way.
+    duplex: Option<Duplex>,
 }
 
 struct State {
@@ -122,6 +126,7 @@ impl Pool {
             server: OnceLock::new(),
             name: None,
             combiner: None,
+            duplex: None,
         })
     }
 
@@ -178,20 +183,34 @@ impl Pool {
             .map_err(Error::redis)?;
         conn.set_write_timeout(Some(setup_timeout))
             .map_err(Error::redis)?;
+        self.prepare(&mut conn, &addr)?;
+        if setup_timeout != self.response_timeout {
+            conn.set_read_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
+            conn.set_write_timeout(Some(self.response_timeout))
+                .map_err(Error::redis)?;
+        }
+        Ok(conn)
+    }
+
+    /// The pool's setup of a new connection, after redis-rs's (`AUTH`,
+    /// `SELECT`): learns what the server is (first connection only),
+    /// checks that it is a master when it must be, names the connection.
+    fn prepare(&self, conn: &mut dyn redis::ConnectionLike, addr: &str) -> Result<()> {
         if self.server.get().is_none() {
             // The first round trip: over TLS it also completes the
             // handshake, so a plaintext port shows here.
-            let found = server::probe(&mut conn)
-                .map_err(|e| self.connect_error(e, &addr, self.response_timeout))?;
+            let found = server::probe(conn)
+                .map_err(|e| self.connect_error(e, addr, self.response_timeout))?;
             if let Some(server) = &found {
-                server.check(&addr)?;
+                server.check(addr)?;
             }
             let _ = self.server.set(found);
         }
         if self.master_only {
-            let role: redis::Role = redis::cmd("ROLE").query(&mut conn).map_err(Error::redis)?;
+            let role: redis::Role = redis::cmd("ROLE").query(conn).map_err(Error::redis)?;
             if !matches!(role, redis::Role::Primary { .. }) {
-                return Err(not_master(&addr));
+                return Err(not_master(addr));
             }
         }
         if let Some(name) = &self.name {
@@ -201,20 +220,67 @@ impl Pool {
             let named = redis::cmd("CLIENT")
                 .arg("SETNAME")
                 .arg(&**name)
-                .query::<()>(&mut conn)
+                .query::<()>(conn)
                 .map_err(Error::redis);
             match named {
                 Ok(()) | Err(Error::Permission(_) | Error::Redis(_)) => {}
-                Err(e) => return Err(e.at(&addr)),
+                Err(e) => return Err(e.at(addr)),
             }
         }
-        if setup_timeout != self.response_timeout {
-            conn.set_read_timeout(Some(self.response_timeout))
-                .map_err(Error::redis)?;
-            conn.set_write_timeout(Some(self.response_timeout))
-                .map_err(Error::redis)?;
+        Ok(())
+    }
+
+    /// A plain TCP connection for duplex combining (see
+    /// [`Pool::connect_within`]), set up here as redis-rs sets up its own:
+    /// `AUTH` when there is a password, `SELECT` when the database is not 0.
+    fn connect_link_within(&self, limit: Option<Duration>) -> Result<Link> {
+        let addr = self.addr();
+        let until = limit.map(|l| Instant::now() + l);
+        let left = |full: Duration| match until {
+            Some(until) => full
+                .min(until.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => full,
+        };
+        let info = self.client.get_connection_info();
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return Err(Error::invalid(format!(
+                "{addr}: duplex combining needs a plain TCP connection"
+            )));
+        };
+        let connect_timeout = left(self.connect_timeout);
+        let stream = connect_tcp(host, *port, connect_timeout).map_err(|e| {
+            self.connect_error(
+                Error::redis(redis::RedisError::from(e)),
+                &addr,
+                connect_timeout,
+            )
+        })?;
+        let setup_timeout = left(self.response_timeout);
+        let mut link = Link::new(stream, setup_timeout)
+            .map_err(|e| Error::redis(redis::RedisError::from(e)))?;
+        let settings = info.redis_settings();
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password)
+                .query::<()>(&mut link)
+                .map_err(|e| self.connect_error(Error::redis(e), &addr, setup_timeout))?;
         }
-        Ok(conn)
+        if settings.db() != 0 {
+            redis::cmd("SELECT")
+                .arg(settings.db())
+                .query::<()>(&mut link)
+                .map_err(|e| Error::redis(e).at(&addr))?;
+        }
+        self.prepare(&mut link, &addr)?;
+        if setup_timeout != self.response_timeout {
+            link.set_timeouts(self.response_timeout)
+                .map_err(|e| Error::redis(redis::RedisError::from(e)))?;
+        }
+        Ok(link)
     }
 
     /// What the server is, once a connection of this pool learned it;
@@ -264,17 +330,45 @@ impl Pool {
         }
     }
 
-    /// Makes lock calls combine on `connections` shared connections
-    /// (`None`: exclusive connections).
-    pub(crate) fn combining(mut self, connections: Option<usize>) -> Pool {
-        self.combiner =
-            connections.map(|n| Combiner::new(n, self.response_timeout, self.connect_timeout));
+    /// Makes lock calls combine on shared connections (`None`: exclusive
+    /// connections). Duplex combining needs a plain TCP connection with
+    /// RESP2 (see [`super::duplex`]); others combine in turns.
+    pub(crate) fn combining(mut self, sharing: Option<Sharing>) -> Pool {
+        let plain = matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::Tcp(..)
+        ) && !self
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .protocol()
+            .supports_resp3();
+        match sharing {
+            Some(Sharing {
+                connections,
+                duplex: true,
+            }) if plain => {
+                self.duplex = Some(Duplex::new(
+                    connections,
+                    self.response_timeout,
+                    self.connect_timeout,
+                ));
+            }
+            Some(Sharing { connections, .. }) => {
+                self.combiner = Some(Combiner::new(
+                    connections,
+                    self.response_timeout,
+                    self.connect_timeout,
+                ));
+            }
+            None => {}
+        }
         self
     }
 
     /// `true` when lock calls combine on shared connections.
     pub(crate) fn combines(&self) -> bool {
-        self.combiner.is_some()
+        self.combiner.is_some() || self.duplex.is_some()
     }
 
     /// Runs `op` on a shared connection when the pool combines, else on a
@@ -283,6 +377,9 @@ impl Pool {
         &self,
         mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
+        if let Some(duplex) = &self.duplex {
+            return duplex.with_conn(&|limit| self.connect_link_within(limit), op);
+        }
         match &self.combiner {
             Some(combiner) => combiner.with_conn(&|limit| self.connect_within(limit), op),
             None => self.with_conn(|conn| op(conn)),
@@ -421,11 +518,16 @@ impl Pool {
         if let Some(combiner) = &self.combiner {
             combiner.flush();
         }
+        if let Some(duplex) = &self.duplex {
+            duplex.flush();
+        }
     }
 
     /// Connections currently open (idle or in use).
     pub(crate) fn open_connections(&self) -> usize {
-        self.state().open + self.combiner.as_ref().map_or(0, Combiner::open_connections)
+        self.state().open
+            + self.combiner.as_ref().map_or(0, Combiner::open_connections)
+            + self.duplex.as_ref().map_or(0, Duplex::open_connections)
     }
 }
 
@@ -450,6 +552,25 @@ pub(crate) fn is_not_master(err: &Error) -> bool {
             if cause.code() == Some("READONLY")
                 || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
     )
+}
+
+/// A TCP connection to `host:port` within `timeout` for each address the
+/// name resolves to, tried in turn, as redis-rs connects.
+fn connect_tcp(host: &str, port: u16, timeout: Duration) -> std::io::Result<std::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{host} has no address"),
+        )
+    }))
 }
 
 #[cfg(test)]

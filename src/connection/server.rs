@@ -80,7 +80,7 @@ impl Server {
 /// # Errors
 ///
 /// A failure of the connection itself (timeout, I/O, authentication).
-pub(crate) fn probe(conn: &mut redis::Connection) -> Result<Option<Server>> {
+pub(crate) fn probe(conn: &mut dyn redis::ConnectionLike) -> Result<Option<Server>> {
     match redis::cmd("INFO").arg("server").query::<String>(conn) {
         Ok(info) => Ok(Server::parse(&info)),
         Err(e) => match Error::redis(e) {

@@ -93,6 +93,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     f1_manual_failover(&bed);
     f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
     f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
+    f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
     f2_automatic_failover(&mut bed);
     f5_release_across_a_failover(&mut bed);
     cli_exec_on_cluster(&bed);

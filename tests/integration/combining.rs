@@ -12,11 +12,18 @@ use crate::support::{
     test_builder, unique_name, wait_until,
 };
 
-fn combining(url: &str, connections: usize) -> redguard::Client {
-    test_builder(url)
-        .connection_mode(ConnectionMode::Combining { connections })
-        .build()
-        .unwrap()
+fn shared(url: &str, mode: ConnectionMode) -> redguard::Client {
+    test_builder(url).connection_mode(mode).build().unwrap()
+}
+
+/// Combining in turns (`ConnectionMode::Combining`).
+fn in_turns(connections: usize) -> ConnectionMode {
+    ConnectionMode::Combining { connections }
+}
+
+/// Duplex combining (`ConnectionMode::Duplex`).
+fn duplex(connections: usize) -> ConnectionMode {
+    ConnectionMode::Duplex { connections }
 }
 
 /// 16 threads on 2 shared connections, four names with four threads each:
@@ -25,8 +32,18 @@ fn combining(url: &str, connections: usize) -> redguard::Client {
 /// threads.
 #[test]
 fn shared_connections_keep_mutual_exclusion() {
+    keep_mutual_exclusion(in_turns(2));
+}
+
+/// The same with duplex combining.
+#[test]
+fn duplex_connections_keep_mutual_exclusion() {
+    keep_mutual_exclusion(duplex(2));
+}
+
+fn keep_mutual_exclusion(mode: ConnectionMode) {
     let server = RedisServer::start();
-    let client = combining(&server.url(), 2);
+    let client = shared(&server.url(), mode);
     let prefix = unique_name("comb-mx");
     let (threads, rounds) = (16, 60);
     let start = Arc::new(Barrier::new(threads));
@@ -61,6 +78,20 @@ fn shared_connections_keep_mutual_exclusion() {
 /// left behind); the calls of other pipelines are not failed.
 #[test]
 fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
+    reply_lost_mid_pipeline(in_turns(1));
+}
+
+/// The same with duplex combining: the 8 acquires are written one by one
+/// while the first is in flight, in the order the threads come, so those
+/// whose replies came before the cut get them; the cut one and those after
+/// it fail and are undone.
+#[test]
+fn duplex_a_reply_lost_mid_pipeline_fails_the_calls_in_flight_and_undoes_them() {
+    reply_lost_mid_pipeline(duplex(1));
+}
+
+fn reply_lost_mid_pipeline(mode: ConnectionMode) {
+    let in_turns = matches!(mode, ConnectionMode::Combining { .. });
     crate::support::capture_logs();
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
@@ -69,7 +100,7 @@ fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
     let client = test_builder(&proxy.url())
         .response_timeout(Duration::from_secs(1))
         .watchdog_timeout(Duration::from_secs(3))
-        .connection_mode(ConnectionMode::Combining { connections: 1 })
+        .connection_mode(mode)
         .build()
         .unwrap();
     let prefix = unique_name("comb-cut");
@@ -110,13 +141,27 @@ fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
         .collect();
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     proxy.set_mode(Mode::Pass);
+    let first = first.join().unwrap();
+    // In turns, the first acquire's reply is read before the 8 go out; in
+    // duplex they are in flight with it, and its reply may come in the
+    // same cut segment as t4's.
     assert!(
-        first.join().unwrap().is_ok(),
+        first.is_ok() || !in_turns,
         "the pipeline before is not failed"
     );
-    assert_eq!(proxy.reply_faults_done(), 2);
+    if let Err(e) = &first {
+        assert!(e.is_transient(), "{e:?}");
+        assert!(!server.exists(format!("{prefix}:first")));
+    }
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert_eq!(failed.len(), 8, "{results:?}");
+    if in_turns {
+        assert_eq!(proxy.reply_faults_done(), 2);
+        assert_eq!(failed.len(), 8, "{results:?}");
+    } else {
+        // Tried once more only when no reply came after its write.
+        assert!((1..=2).contains(&proxy.reply_faults_done()));
+        assert!(results[4].is_err(), "{results:?}");
+    }
     for e in failed {
         assert!(
             e.is_transient() && (e.is_connection() || e.is_timeout()),
@@ -137,8 +182,18 @@ fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
 /// undo of an unknown outcome), not after the calls queued before it.
 #[test]
 fn a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
+    frozen_server_64_threads(in_turns(1));
+}
+
+/// The same with duplex combining (the calls are written, not queued).
+#[test]
+fn duplex_a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
+    frozen_server_64_threads(duplex(1));
+}
+
+fn frozen_server_64_threads(mode: ConnectionMode) {
     let server = RedisServer::start();
-    let client = combining(&server.url(), 1);
+    let client = shared(&server.url(), mode);
     let prefix = unique_name("comb-frozen");
     client
         .lock(format!("{prefix}:warm"))
@@ -188,8 +243,18 @@ fn a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
 /// ever hold a name at once, and once the load stops no lock is left.
 #[test]
 fn kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
+    kill_9_under_load(in_turns(2));
+}
+
+/// The same with duplex combining.
+#[test]
+fn duplex_kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
+    kill_9_under_load(duplex(2));
+}
+
+fn kill_9_under_load(mode: ConnectionMode) {
     let mut server = RedisServer::start();
-    let client = combining(&server.url(), 2);
+    let client = shared(&server.url(), mode);
     let prefix = unique_name("comb-kill");
     let held: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
     let (doubles, cycles, stop) = (
@@ -255,14 +320,51 @@ fn kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
 /// No shared connection is no mode: refused when built, with the bounds.
 #[test]
 fn combining_on_zero_connections_is_refused() {
-    let err = redguard::Client::builder()
-        .url("redis://127.0.0.1:1/")
-        .connection_mode(ConnectionMode::Combining { connections: 0 })
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(err, redguard::Error::InvalidArgument(_)),
-        "{err:?}"
+    for mode in [in_turns(0), duplex(0)] {
+        let err = redguard::Client::builder()
+            .url("redis://127.0.0.1:1/")
+            .connection_mode(mode)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::InvalidArgument(_)),
+            "{mode:?}: {err:?}"
+        );
+        assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+    }
+}
+
+/// Duplex connections are set up by redguard, not redis-rs: the URL's user
+/// and password (`AUTH`) and database (`SELECT`) are used, and the
+/// connection is named as a pooled one is; a wrong password is
+/// `Error::Auth`.
+#[test]
+fn duplex_connections_authenticate_select_the_database_and_are_named() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER", b"dup", b"on", b">dup-pw", b"~*", b"&*", b"+@all",
+        ],
     );
-    assert!(err.to_string().contains("1 ..= 4096"), "{err}");
+    let url = format!("redis://dup:dup-pw@127.0.0.1:{}/3", server.port());
+    let client = shared(&url, duplex(1));
+    let name = unique_name("dup-auth");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(!server.exists(&name), "the lock is not in database 0");
+    let list: String = server.cmd("CLIENT", &[b"LIST"]);
+    let short = &client.id().to_string()[..8];
+    assert!(
+        list.lines()
+            .any(|l| l.contains(" db=3 ") && l.contains(" user=dup ") && l.contains(short)),
+        "{list}"
+    );
+    guard.unlock().unwrap();
+
+    let wrong = format!("redis://dup:wrong@127.0.0.1:{}/", server.port());
+    let err = shared(&wrong, duplex(1))
+        .lock(&name)
+        .try_lock()
+        .unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
 }

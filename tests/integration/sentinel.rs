@@ -1035,9 +1035,10 @@ type DualMasters = (Duration, Vec<u16>);
 /// Stress (not part of the suite; run with `--ignored`): E1's contention
 /// across `REDGUARD_E1_ROUNDS` failovers (default 10), with one client per
 /// letter of `REDGUARD_E1_CLIENTS` (default `xc`: `x` exclusive, `c`
-/// combining on 1 shared connection), two threads each. Every round kills
-/// the master, keeps the threads going until 3 s after the first
-/// `+switch-master`, and prints the switches it heard and any overlap.
+/// combining on 1 shared connection, `d` duplex combining on 1), two
+/// threads each. Every round kills the master, keeps the threads going
+/// until 3 s after the first `+switch-master`, and prints the switches it
+/// heard and any overlap.
 ///
 /// `cargo test --test integration sentinel_failover_overlap_stress -- --ignored --nocapture`
 #[test]
@@ -1057,10 +1058,10 @@ fn sentinel_failover_overlap_stress() {
             .chars()
             .map(|c| {
                 let b = builder(&bed);
-                let b = if c == 'c' {
-                    b.connection_mode(ConnectionMode::Combining { connections: 1 })
-                } else {
-                    b
+                let b = match c {
+                    'c' => b.connection_mode(ConnectionMode::Combining { connections: 1 }),
+                    'd' => b.connection_mode(ConnectionMode::Duplex { connections: 1 }),
+                    _ => b,
                 };
                 b.build().unwrap()
             })
