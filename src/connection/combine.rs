@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
+use super::lane_conn::{self, Requests};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 
@@ -55,7 +56,7 @@ impl std::fmt::Debug for Combiner {
 
 /// One shared connection and the commands waiting for it.
 #[derive(Default)]
-struct Lane {
+pub(crate) struct Lane {
     state: Mutex<LaneState>,
 }
 
@@ -228,17 +229,8 @@ impl Combiner {
         connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
         op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = Combined {
-            combiner: self,
-            lane: &self.lanes[lane_of_thread(self.lanes.len())],
-            connect,
-            connect_error: None,
-        };
-        let result = op(&mut conn);
-        match (result, conn.connect_error.take()) {
-            (Err(_), Some(e)) => Err(e),
-            (result, _) => result,
-        }
+        let lane = &self.lanes[lane_of_thread(self.lanes.len())];
+        lane_conn::with_conn(self, lane, connect, op)
     }
 
     /// Sends `bytes` (`replies` commands) on `lane` and waits for the
@@ -697,6 +689,22 @@ fn read_replies(
     Ok(())
 }
 
+impl Requests for Combiner {
+    type Lane = Lane;
+    type Link = redis::Connection;
+
+    fn request(
+        &self,
+        lane: &Lane,
+        connect: &dyn Fn(Option<Duration>) -> Result<redis::Connection>,
+        connect_error: &mut Option<Error>,
+        bytes: &[u8],
+        replies: usize,
+    ) -> RedisResult<Vec<Value>> {
+        Combiner::request(self, lane, connect, connect_error, bytes, replies)
+    }
+}
+
 fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
     slot.set(SlotState::Done(result));
 }
@@ -704,58 +712,6 @@ fn deliver(slot: &Slot, result: RedisResult<Vec<Value>>) {
 fn deliver_err(batch: &[Arc<Slot>], err: &RedisError) {
     for slot in batch {
         deliver(slot, Err(err.clone()));
-    }
-}
-
-/// A connection whose commands go through a lane.
-struct Combined<'a> {
-    combiner: &'a Combiner,
-    lane: &'a Lane,
-    connect: &'a dyn Fn(Option<Duration>) -> Result<redis::Connection>,
-    /// A failure to connect, kept typed for the caller (redis-rs's
-    /// interface carries only its own error type).
-    connect_error: Option<Error>,
-}
-
-impl redis::ConnectionLike for Combined<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let mut replies =
-            self.combiner
-                .request(self.lane, self.connect, &mut self.connect_error, cmd, 1)?;
-        replies.pop().unwrap_or(Value::Nil).extract_error()
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        let replies = self.combiner.request(
-            self.lane,
-            self.connect,
-            &mut self.connect_error,
-            cmd,
-            offset + count,
-        )?;
-        let mut out = Vec::with_capacity(count);
-        for value in replies.into_iter().skip(offset) {
-            out.push(value.extract_error()?);
-        }
-        Ok(out)
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.req_packed_command(&redis::cmd("PING").get_packed_command())
-            .is_ok()
-    }
-
-    fn is_open(&self) -> bool {
-        true
     }
 }
 

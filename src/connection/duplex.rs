@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult, Value};
 
 use super::combine::{connect_cause, lane_of_thread, lock, no_reply, not_sent};
+use super::lane_conn::{self, Requests};
 use crate::error::{Error, Result};
 
 /// A plain TCP connection to Redis whose socket can be read and written
@@ -213,7 +214,7 @@ impl std::fmt::Debug for Duplex {
 }
 
 #[derive(Default)]
-struct Lane {
+pub(crate) struct Lane {
     state: Mutex<LaneState>,
 }
 
@@ -378,17 +379,8 @@ impl Duplex {
         connect: &dyn Fn(Option<Duration>) -> Result<Link>,
         op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = Shared {
-            duplex: self,
-            lane: &self.lanes[lane_of_thread(self.lanes.len())],
-            connect,
-            connect_error: None,
-        };
-        let result = op(&mut conn);
-        match (result, conn.connect_error.take()) {
-            (Err(_), Some(e)) => Err(e),
-            (result, _) => result,
-        }
+        let lane = &self.lanes[lane_of_thread(self.lanes.len())];
+        lane_conn::with_conn(self, lane, connect, op)
     }
 
     /// Sends `bytes` (`replies` commands) on `lane` and waits for the
@@ -870,54 +862,19 @@ fn give_up(slot: &Slot, sent: Instant) -> Outcome {
     }
 }
 
-/// A connection whose commands go through a duplex lane.
-struct Shared<'a> {
-    duplex: &'a Duplex,
-    lane: &'a Lane,
-    connect: &'a dyn Fn(Option<Duration>) -> Result<Link>,
-    /// A failure to connect, kept typed for the caller.
-    connect_error: Option<Error>,
-}
+impl Requests for Duplex {
+    type Lane = Lane;
+    type Link = Link;
 
-impl redis::ConnectionLike for Shared<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let mut replies =
-            self.duplex
-                .request(self.lane, self.connect, &mut self.connect_error, cmd, 1)?;
-        replies.pop().unwrap_or(Value::Nil).extract_error()
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
+    fn request(
+        &self,
+        lane: &Lane,
+        connect: &dyn Fn(Option<Duration>) -> Result<Link>,
+        connect_error: &mut Option<Error>,
+        bytes: &[u8],
+        replies: usize,
     ) -> RedisResult<Vec<Value>> {
-        let replies = self.duplex.request(
-            self.lane,
-            self.connect,
-            &mut self.connect_error,
-            cmd,
-            offset + count,
-        )?;
-        let mut out = Vec::with_capacity(count);
-        for value in replies.into_iter().skip(offset) {
-            out.push(value.extract_error()?);
-        }
-        Ok(out)
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.req_packed_command(&redis::cmd("PING").get_packed_command())
-            .is_ok()
-    }
-
-    fn is_open(&self) -> bool {
-        true
+        Duplex::request(self, lane, connect, connect_error, bytes, replies)
     }
 }
 
