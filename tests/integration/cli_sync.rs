@@ -175,6 +175,17 @@ fn latch_counts_waits_and_refuses_a_second_count(ctx: &TestContext) {
     assert_eq!(out.code, Some(75));
     assert!(out.stderr.contains("still at 2"), "{}", out.stderr);
     let mut waiter = Proc::spawn(latch(&["--wait", "20s"]));
+    // The waiter must be waiting (subscribed to the latch's channel) before
+    // the latch opens: one that starts after the opening finds it deleted,
+    // as missing as one never set (65), which is the documented behaviour.
+    let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let numsub: (String, i64) = ctx.server.cmd("PUBSUB", &[b"NUMSUB", channel.as_bytes()]);
+            numsub.1 >= 1
+        }),
+        "the waiter never subscribed"
+    );
     let out = run(latch(&["--count-down"]));
     assert_eq!(
         (out.code, out.stdout.trim()),
