@@ -167,12 +167,7 @@ impl Pool {
     pub(crate) fn connect_within(&self, limit: Option<Duration>) -> Result<redis::Connection> {
         let addr = self.addr();
         let until = limit.map(|l| Instant::now() + l);
-        let left = |full: Duration| match until {
-            Some(until) => full
-                .min(until.saturating_duration_since(Instant::now()))
-                .max(Duration::from_millis(1)),
-            None => full,
-        };
+        let left = |full: Duration| step_budget(until, full);
         let connect_timeout = left(self.connect_timeout);
         let mut conn = self
             .client
@@ -236,12 +231,7 @@ impl Pool {
     fn connect_link_within(&self, limit: Option<Duration>) -> Result<Link> {
         let addr = self.addr();
         let until = limit.map(|l| Instant::now() + l);
-        let left = |full: Duration| match until {
-            Some(until) => full
-                .min(until.saturating_duration_since(Instant::now()))
-                .max(Duration::from_millis(1)),
-            None => full,
-        };
+        let left = |full: Duration| step_budget(until, full);
         let info = self.client.get_connection_info();
         let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
             return Err(Error::invalid(format!(
@@ -528,6 +518,18 @@ impl Pool {
         self.state().open
             + self.combiner.as_ref().map_or(0, Combiner::open_connections)
             + self.duplex.as_ref().map_or(0, Duplex::open_connections)
+    }
+}
+
+/// How long one step of a connect may take: `full`, or what is left until
+/// `until` when that is sooner, but at least 1 ms (a socket refuses a zero
+/// timeout).
+fn step_budget(until: Option<Instant>, full: Duration) -> Duration {
+    match until {
+        Some(until) => full
+            .min(until.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1)),
+        None => full,
     }
 }
 
