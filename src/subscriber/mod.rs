@@ -480,3 +480,88 @@ fn subscribe_failed(channel: &[u8], err: &redis::RedisError) {
         log::debug!("redguard subscriber: subscribe failed: {err}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::{ConnectOptions, Deployment, Tls};
+
+    /// A subscriber whose server refuses every connection: nothing confirms
+    /// or delivers by itself, so each message is the test's own.
+    fn offline() -> Subscriber {
+        // Port 1 on loopback: refused at once, and the thread backs off.
+        let deployment = Deployment::parse("redis://127.0.0.1:1/").unwrap();
+        let options = ConnectOptions {
+            name: None,
+            tls: Tls::default(),
+            pool_size: 1,
+            combining: None,
+            connect_timeout: Duration::from_millis(200),
+            response_timeout: Duration::from_millis(200),
+        };
+        let source = Arc::new(Source::open(&deployment, &options).unwrap());
+        Subscriber::start(source, Duration::from_millis(200)).unwrap()
+    }
+
+    fn unlock(subscriber: &Subscriber, channel: &[u8]) {
+        dispatch(&subscriber.shared, channel, crate::keys::UNLOCK_MESSAGE);
+    }
+
+    const QUIET: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn a_waiter_leaving_with_an_unused_wake_up_passes_it_on() {
+        let subscriber = offline();
+        let first = subscriber.waiter(b"ch", Duration::ZERO);
+        let second = subscriber.waiter(b"ch", Duration::ZERO);
+        // The unlock reaches the longest waiting, which leaves (its
+        // deadline passed) without acting on it.
+        unlock(&subscriber, b"ch");
+        drop(first);
+        assert_eq!(second.wait(QUIET), Some(Event::Unlocked));
+        subscriber.shutdown();
+    }
+
+    #[test]
+    fn a_waiter_leaving_with_a_wake_up_it_took_or_none_wakes_no_one() {
+        let subscriber = offline();
+        let first = subscriber.waiter(b"ch", Duration::ZERO);
+        let second = subscriber.waiter(b"ch", Duration::ZERO);
+        let third = subscriber.waiter(b"ch", Duration::ZERO);
+        // Leaving with nothing received: the others stay asleep.
+        drop(first);
+        assert_eq!(second.wait(QUIET), None);
+        // Leaving after acting on its wake-up: it is not passed on.
+        unlock(&subscriber, b"ch");
+        assert_eq!(second.wait(QUIET), Some(Event::Unlocked));
+        drop(second);
+        assert_eq!(third.wait(QUIET), None);
+        subscriber.shutdown();
+    }
+
+    #[test]
+    fn a_wake_up_received_while_registering_is_passed_on_when_unused() {
+        let subscriber = offline();
+        let first = subscriber.waiter(b"ch", Duration::ZERO);
+        // The first is woken already; the next unlock reaches the second
+        // while it still awaits the channel's confirmation, and is kept
+        // for its next wait.
+        unlock(&subscriber, b"ch");
+        let second = std::thread::scope(|s| {
+            let registering = s.spawn(|| subscriber.waiter(b"ch", Duration::from_secs(5)));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while subscriber.waiters() < 2 && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            unlock(&subscriber, b"ch");
+            registering.join().unwrap()
+        });
+        let third = subscriber.waiter(b"ch", Duration::ZERO);
+        assert_eq!(first.wait(QUIET), Some(Event::Unlocked));
+        drop(first);
+        // The second leaves without a wait: its kept wake-up goes on.
+        drop(second);
+        assert_eq!(third.wait(QUIET), Some(Event::Unlocked));
+        subscriber.shutdown();
+    }
+}
