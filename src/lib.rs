@@ -138,6 +138,7 @@ mod subscriber;
 mod sync_info;
 mod token;
 mod transaction;
+mod undo;
 mod watchdog;
 
 pub use client::{Client, Stats};

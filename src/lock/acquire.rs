@@ -445,7 +445,9 @@ impl Lock {
     /// attempt's error reaches the caller. It must not run later: by then
     /// the same thread may have acquired again under the same holder id,
     /// and a late undo would delete that grant while its guard lives (two
-    /// owners). It costs the failing call at most one more round trip.
+    /// owners). It costs the failing call one more round trip, or two when
+    /// the first one's connection broke or its reply was unreadable
+    /// ([`crate::undo`]).
     fn release_unknown(&self, holder: &Arc<str>) {
         let field = match self.holder_field(holder) {
             std::borrow::Cow::Owned(field) => Arc::from(field),
@@ -453,23 +455,25 @@ impl Lock {
         };
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
-        let released = self.inner.client.with_shared_conn(key, |conn| match &sync {
-            Some(hold) => scripts::release_sync_hold(
-                conn,
-                self.inner.client.publish(key),
-                hold,
-                key,
-                channel,
-                &field,
-            ),
-            None => scripts::release_holder(
-                conn,
-                self.inner.client.publish(key),
-                key,
-                channel,
-                self.queue_key(),
-                &field,
-            ),
+        let released = crate::undo::give_back(|| {
+            self.inner.client.with_shared_conn(key, |conn| match &sync {
+                Some(hold) => scripts::release_sync_hold(
+                    conn,
+                    self.inner.client.publish(key),
+                    hold,
+                    key,
+                    channel,
+                    &field,
+                ),
+                None => scripts::release_holder(
+                    conn,
+                    self.inner.client.publish(key),
+                    key,
+                    channel,
+                    self.queue_key(),
+                    &field,
+                ),
+            })
         });
         match released {
             Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),

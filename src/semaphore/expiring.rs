@@ -388,7 +388,7 @@ impl ExpiringSemaphore {
                 if sent_script && e.breaks_connection() {
                     // The permit may have been taken: give it back rather
                     // than leave it unusable for a whole lease.
-                    let _ = self.release(&id);
+                    let _ = crate::undo::give_back(|| self.release(&id));
                 }
                 return Err(e);
             }

@@ -101,6 +101,61 @@ fn c3_a_lost_grant_is_undone_before_the_call_returns_for_every_kind() {
     );
 }
 
+/// C3 when the undo meets a fault too: the acquire's reply is garbled
+/// (the grant is made), then the undo is lost on its way (its connection
+/// breaks; the server never runs it). Its outcome unknown, the undo goes
+/// once more on a fresh connection before the call returns, and nothing of
+/// the grant is left (the lease is 30 s): a grant left to its lease would
+/// still be there. Holder records are off, so that no other request names
+/// the lock between the two.
+#[test]
+fn c3_an_undo_whose_own_reply_is_lost_goes_once_more_for_every_kind() {
+    const EACH: usize = 2;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let prefix = unique_name("c3u");
+    let mut not_undone = Vec::new();
+    for kind in KINDS {
+        let names: Vec<String> = (0..=EACH)
+            .map(|trial| format!("{prefix}-{kind:?}-{trial}"))
+            .collect();
+        if let Kind::Permit = kind {
+            for name in &names {
+                let sem = client.expiring_semaphore(name);
+                assert!(sem.try_set_permits(PERMITS).unwrap());
+            }
+        }
+        assert!(acquire(&client, kind, &names[EACH]).unwrap());
+        for name in &names[..EACH] {
+            let cut = proxy.reply_faults_done();
+            proxy.fault_replies_in_turn(
+                name.as_bytes(),
+                &[ReplyFault::Garbage, ReplyFault::LostRequest],
+            );
+            let err = acquire(&client, kind, name).unwrap_err();
+            assert!(
+                matches!(err, redguard::Error::Protocol(_)),
+                "{kind:?}: {err:?}"
+            );
+            // Both faults were spent: on the acquire and on the first undo.
+            assert_eq!(proxy.reply_faults_done(), cut + 2, "{kind:?}");
+            let left = grant_left(&server, name);
+            if !left.is_empty() {
+                not_undone.push(format!("{kind:?}: {left:?}"));
+            }
+        }
+    }
+    assert!(
+        not_undone.is_empty(),
+        "grants whose undo lost its reply were left: {not_undone:#?}"
+    );
+}
+
 /// A lost reply to a busy attempt: the script ran and found the lock held
 /// by B, the reply was garbled, and the undo of a grant that did not happen
 /// leaves B's lock (its fields, its expiry, the queue, the permits) as it

@@ -54,17 +54,20 @@ pub enum ReplyFault {
     Cut,
     /// The reply is replaced by bytes that are not RESP (I9).
     Garbage,
+    /// The request is lost on its way: it is not forwarded, and both
+    /// sockets are shut down instead. The client cannot tell this from
+    /// [`ReplyFault::Cut`]; the server never ran the request.
+    LostRequest,
 }
 
 /// The bytes [`ReplyFault::Garbage`] sends instead of a reply.
 pub const GARBAGE: &[u8] = b"?!garbage\x00\xff\r\n";
 
-/// A pending reply fault: requests containing `pattern` arm it, `left`
-/// more times.
+/// Pending reply faults: each request containing `pattern` takes the
+/// next one, until none is left.
 struct ReplyFaultPlan {
     pattern: Vec<u8>,
-    fault: ReplyFault,
-    left: usize,
+    faults: std::collections::VecDeque<ReplyFault>,
 }
 
 /// A TCP proxy on `127.0.0.1:<port>` forwarding to `127.0.0.1:<target>`,
@@ -250,14 +253,20 @@ impl FaultProxy {
     /// that contain `pattern` are forwarded, and the reply to each is
     /// subjected to `fault`. Replaces any plan still pending.
     pub fn fault_replies_to(&self, pattern: &[u8], fault: ReplyFault, times: usize) {
+        self.fault_replies_in_turn(pattern, &vec![fault; times]);
+    }
+
+    /// As [`FaultProxy::fault_replies_to`], the next request that contains
+    /// `pattern` suffering `faults[0]`, the one after it `faults[1]`, and
+    /// so on.
+    pub fn fault_replies_in_turn(&self, pattern: &[u8], faults: &[ReplyFault]) {
         *lock(&self.shared.reply_fault) = Some(ReplyFaultPlan {
             pattern: pattern.to_vec(),
-            fault,
-            left: times,
+            faults: faults.iter().copied().collect(),
         });
     }
 
-    /// How many replies were cut or garbled so far.
+    /// How many replies were cut or garbled (or requests lost) so far.
     pub fn reply_faults_done(&self) -> usize {
         self.shared.reply_faults_done.load(Ordering::SeqCst)
     }
@@ -460,16 +469,26 @@ fn run_connection(
     shared.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Arms `armed` when `chunk` (a request) matches the pending reply fault.
-fn arm_reply_fault(shared: &Shared, chunk: &[u8], armed: &Mutex<Option<ReplyFault>>) {
+/// Arms `armed` when `chunk` (a request) matches the pending reply fault;
+/// `true` when the request is to be lost instead of forwarded.
+fn arm_reply_fault(shared: &Shared, chunk: &[u8], armed: &Mutex<Option<ReplyFault>>) -> bool {
     let mut plan = lock(&shared.reply_fault);
-    let Some(p) = plan.as_mut() else { return };
-    if p.left == 0 || p.pattern.is_empty() {
-        return;
+    let Some(p) = plan.as_mut() else { return false };
+    if p.faults.is_empty() || p.pattern.is_empty() {
+        return false;
     }
-    if chunk.windows(p.pattern.len()).any(|w| w == p.pattern) {
-        p.left -= 1;
-        *lock(armed) = Some(p.fault);
+    if !chunk.windows(p.pattern.len()).any(|w| w == p.pattern) {
+        return false;
+    }
+    match p.faults.pop_front() {
+        Some(ReplyFault::LostRequest) => {
+            shared.reply_faults_done.fetch_add(1, Ordering::SeqCst);
+            true
+        }
+        fault => {
+            *lock(armed) = fault;
+            false
+        }
     }
 }
 
@@ -507,7 +526,11 @@ fn pump(
         }
         let mut chunk = &buf[..n];
         match direction {
-            Direction::Up => arm_reply_fault(shared, chunk, armed),
+            Direction::Up => {
+                if arm_reply_fault(shared, chunk, armed) {
+                    break;
+                }
+            }
             Direction::Down => match lock(armed).take() {
                 Some(ReplyFault::Cut) => {
                     shared.reply_faults_done.fetch_add(1, Ordering::SeqCst);
@@ -517,7 +540,7 @@ fn pump(
                     shared.reply_faults_done.fetch_add(1, Ordering::SeqCst);
                     chunk = GARBAGE;
                 }
-                None => {}
+                Some(ReplyFault::LostRequest) | None => {}
             },
         }
         if write_all(shared, &mut to, chunk).is_err() {
