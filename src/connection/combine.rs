@@ -893,7 +893,8 @@ pub(super) mod delivery_tests {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
 
-    const RESPONSE: Duration = Duration::from_millis(150);
+    /// The response timeout of the lanes in these scenarios.
+    pub(in crate::connection) const RESPONSE: Duration = Duration::from_millis(150);
 
     /// What the server does with one command.
     #[derive(Clone, Copy)]
@@ -1015,30 +1016,39 @@ pub(super) mod delivery_tests {
         })
     }
 
+    /// `ECHO token` through a shared lane of some kind, to the echo server
+    /// at the address, with the response timeout given; a fresh
+    /// connection is made when the lane needs one.
+    pub(in crate::connection) type EchoThrough<L> =
+        fn(&L, SocketAddr, Duration, &str) -> Result<String>;
+
     /// Eight threads send 40 `ECHO`s each, one unique token per call, on
-    /// one shared connection. The server answers one command in 9 late
-    /// (past the deadline of every command queued behind it), sends half
-    /// of another reply and the rest too late, and cuts one connection in
-    /// 3 at its fifth command. No call ever gets another call's token; some
-    /// get their own, some fail.
-    #[test]
-    fn each_caller_gets_its_own_reply_or_an_error() {
+    /// one connection of `lane` (response timeout [`RESPONSE`]). The server
+    /// answers one command in 9 late (past the deadline of every command
+    /// queued behind it), sends half of another reply and the rest too
+    /// late, and cuts one connection in 3 at its fifth command. No call
+    /// ever gets another call's token; some get their own, some fail.
+    pub(in crate::connection) fn every_caller_gets_its_own_reply_or_an_error<L>(
+        lane: L,
+        echo: EchoThrough<L>,
+    ) where
+        L: Send + Sync + 'static,
+    {
         let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
             (0, _) if i == 5 => Act::Cut,
             (_, 4) => Act::Late(RESPONSE * 2),
             (_, 7) => Act::Split(RESPONSE * 2),
             _ => Act::Answer,
         });
-        let combiner = Arc::new(Combiner::new(1, RESPONSE, Duration::from_secs(1)));
+        let lane = Arc::new(lane);
         let handles: Vec<_> = (0..8)
             .map(|t| {
-                let combiner = combiner.clone();
+                let lane = lane.clone();
                 std::thread::spawn(move || {
-                    let connect = test_connector(addr, RESPONSE, false);
                     let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
                     for i in 0..40 {
                         let token = format!("t{t}-{i}");
-                        match echo(&combiner, &connect, &token) {
+                        match echo(&lane, addr, RESPONSE, &token) {
                             Ok(reply) if reply == token => own += 1,
                             Ok(reply) => foreign.push((token, reply)),
                             Err(_) => failed += 1,
@@ -1058,24 +1068,49 @@ pub(super) mod delivery_tests {
         assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
     }
 
-    /// A command written on a reused shared connection whose server then
-    /// drops it unanswered may have run: its caller is not told "refused"
-    /// (which a Sentinel or Cluster source reads as never sent, and sends
-    /// again elsewhere) when the reconnect is refused.
-    #[test]
-    fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
+    /// A command written on a reused shared connection of `lane` whose
+    /// server then drops it unanswered may have run: its caller is not told
+    /// "refused" (which a Sentinel or Cluster source reads as never sent,
+    /// and sends again elsewhere) when the reconnect is refused.
+    pub(in crate::connection) fn a_command_lost_with_a_reused_connection_is_not_refused<L>(
+        lane: L,
+        echo: EchoThrough<L>,
+    ) {
         // One connection: the first command is answered, the second cut;
         // then the port is closed.
         let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
-        let combiner = Combiner::new(1, RESPONSE, Duration::from_secs(1));
-        let connect = test_connector(addr, RESPONSE, false);
-        assert_eq!(echo(&combiner, &connect, "warm").unwrap(), "warm");
-        let err = echo(&combiner, &connect, "lost").unwrap_err();
+        assert_eq!(echo(&lane, addr, RESPONSE, "warm").unwrap(), "warm");
+        let err = echo(&lane, addr, RESPONSE, "lost").unwrap_err();
         let refused = err
             .redis_error()
             .is_some_and(RedisError::is_connection_refusal);
         assert!(!refused, "reported as refused: {err}");
         assert!(err.is_connection(), "{err}");
+    }
+
+    fn echo_in_turns(
+        combiner: &Combiner,
+        addr: SocketAddr,
+        response: Duration,
+        token: &str,
+    ) -> Result<String> {
+        echo(combiner, &test_connector(addr, response, false), token)
+    }
+
+    #[test]
+    fn each_caller_gets_its_own_reply_or_an_error() {
+        every_caller_gets_its_own_reply_or_an_error(
+            Combiner::new(1, RESPONSE, Duration::from_secs(1)),
+            echo_in_turns,
+        );
+    }
+
+    #[test]
+    fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
+        a_command_lost_with_a_reused_connection_is_not_refused(
+            Combiner::new(1, RESPONSE, Duration::from_secs(1)),
+            echo_in_turns,
+        );
     }
 
     /// The same for a pipeline of several threads' commands: the first

@@ -890,7 +890,7 @@ mod tests {
     //! returns by its own deadline.
 
     use super::*;
-    use crate::connection::combine::delivery_tests::{Act, echo_server};
+    use crate::connection::combine::delivery_tests::{self, Act, echo_server};
     use std::net::SocketAddr;
 
     /// Connects to `addr` with `response` as read and write timeout.
@@ -944,45 +944,21 @@ mod tests {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     }
 
-    /// Eight threads send 40 `ECHO`s each on one duplex connection; the
-    /// server answers one command in 9 late, half of another late, and
-    /// cuts one connection in 3. No call gets another's reply.
+    fn echo_duplex(
+        duplex: &Duplex,
+        addr: SocketAddr,
+        response: Duration,
+        token: &str,
+    ) -> Result<String> {
+        echo(duplex, &connector(addr, response), token)
+    }
+
     #[test]
     fn each_caller_gets_its_own_reply_or_an_error() {
-        const RESPONSE: Duration = Duration::from_millis(150);
-        let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
-            (0, _) if i == 5 => Act::Cut,
-            (_, 4) => Act::Late(RESPONSE * 2),
-            (_, 7) => Act::Split(RESPONSE * 2),
-            _ => Act::Answer,
-        });
-        let duplex = Arc::new(Duplex::new(1, RESPONSE, Duration::from_secs(1)));
-        let handles: Vec<_> = (0..8)
-            .map(|t| {
-                let duplex = duplex.clone();
-                std::thread::spawn(move || {
-                    let connect = connector(addr, RESPONSE);
-                    let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
-                    for i in 0..40 {
-                        let token = format!("t{t}-{i}");
-                        match echo(&duplex, &connect, &token) {
-                            Ok(reply) if reply == token => own += 1,
-                            Ok(reply) => foreign.push((token, reply)),
-                            Err(_) => failed += 1,
-                        }
-                    }
-                    (own, failed, foreign)
-                })
-            })
-            .collect();
-        let (mut own, mut failed) = (0, 0);
-        for h in handles {
-            let (o, f, foreign) = h.join().unwrap();
-            assert!(foreign.is_empty(), "replies of other calls: {foreign:?}");
-            own += o;
-            failed += f;
-        }
-        assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
+        delivery_tests::every_caller_gets_its_own_reply_or_an_error(
+            Duplex::new(1, delivery_tests::RESPONSE, Duration::from_secs(1)),
+            echo_duplex,
+        );
     }
 
     /// 32 threads, 300 calls each, on one connection of a server that
@@ -1213,22 +1189,12 @@ mod tests {
         }
     }
 
-    /// A command written on a reused connection whose server then drops it
-    /// unanswered may have run: its caller is not told "refused" when the
-    /// reconnect is refused.
     #[test]
     fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
-        const RESPONSE: Duration = Duration::from_millis(150);
-        let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
-        let duplex = Duplex::new(1, RESPONSE, Duration::from_secs(1));
-        let connect = connector(addr, RESPONSE);
-        assert_eq!(echo(&duplex, &connect, "warm").unwrap(), "warm");
-        let err = echo(&duplex, &connect, "lost").unwrap_err();
-        let refused = err
-            .redis_error()
-            .is_some_and(RedisError::is_connection_refusal);
-        assert!(!refused, "reported as refused: {err}");
-        assert!(err.is_connection(), "{err}");
+        delivery_tests::a_command_lost_with_a_reused_connection_is_not_refused(
+            Duplex::new(1, delivery_tests::RESPONSE, Duration::from_secs(1)),
+            echo_duplex,
+        );
     }
 
     /// A reused connection that the server dropped (it restarted) before
