@@ -1037,9 +1037,15 @@ mod selftest {
         assert_eq!(value.as_deref(), Some("v"), "a replicated write survives");
 
         let healed_at = Instant::now();
+        // Healed: one master, every other node its replica. Not
+        // necessarily `new`: sentinels sometimes fail a just promoted
+        // master over once more (`QUIET_AFTER_SWITCH`), and the restarted
+        // old node may then be the one promoted.
         let master = bed.heal();
-        assert_ne!(master, old);
-        assert_eq!(bed.role_of(old).as_deref(), Some("slave"));
+        for port in bed.node_ports() {
+            let role = if port == master { "master" } else { "slave" };
+            assert_eq!(bed.role_of(port).as_deref(), Some(role), "node {port}");
+        }
         eprintln!(
             "sentinel bed: up in {up:?}; promotion (+switch-master after kill -9) {promotion:?}; \
              healed in {:?}",
