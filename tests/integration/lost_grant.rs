@@ -35,6 +35,24 @@ fn acquire(client: &Client, kind: Kind, name: &str) -> redguard::Result<bool> {
     Ok(lock.try_lock()?.is_some())
 }
 
+/// `each` + 1 names of `kind` under `prefix` (a semaphore's permits set
+/// at each), the last one acquired and released once: the connection and
+/// the kind's scripts are then loaded, and the first `each` are the
+/// trials'.
+fn trial_names(client: &Client, prefix: &str, kind: Kind, each: usize) -> Vec<String> {
+    let names: Vec<String> = (0..=each)
+        .map(|trial| format!("{prefix}-{kind:?}-{trial}"))
+        .collect();
+    if let Kind::Permit = kind {
+        for name in &names {
+            let sem = client.expiring_semaphore(name);
+            assert!(sem.try_set_permits(PERMITS).unwrap());
+        }
+    }
+    assert!(acquire(client, kind, &names[each]).unwrap());
+    names
+}
+
 /// What is left at `name` of a grant: every key but those that outlive
 /// grants by design (a fencing-token counter; a permit counter holding
 /// all its permits).
@@ -66,17 +84,7 @@ fn c3_a_lost_grant_is_undone_before_the_call_returns_for_every_kind() {
     let mut report = Vec::new();
     let mut not_undone = Vec::new();
     for kind in KINDS {
-        let names: Vec<String> = (0..=EACH)
-            .map(|trial| format!("{prefix}-{kind:?}-{trial}"))
-            .collect();
-        if let Kind::Permit = kind {
-            for name in &names {
-                let sem = client.expiring_semaphore(name);
-                assert!(sem.try_set_permits(PERMITS).unwrap());
-            }
-        }
-        // Warm: the connection and the kind's scripts are loaded.
-        assert!(acquire(&client, kind, &names[EACH]).unwrap());
+        let names = trial_names(&client, &prefix, kind, EACH);
         let mut left = Vec::new();
         for name in &names[..EACH] {
             let cut = proxy.reply_faults_done();
@@ -121,16 +129,7 @@ fn c3_an_undo_whose_own_reply_is_lost_goes_once_more_for_every_kind() {
     let prefix = unique_name("c3u");
     let mut not_undone = Vec::new();
     for kind in KINDS {
-        let names: Vec<String> = (0..=EACH)
-            .map(|trial| format!("{prefix}-{kind:?}-{trial}"))
-            .collect();
-        if let Kind::Permit = kind {
-            for name in &names {
-                let sem = client.expiring_semaphore(name);
-                assert!(sem.try_set_permits(PERMITS).unwrap());
-            }
-        }
-        assert!(acquire(&client, kind, &names[EACH]).unwrap());
+        let names = trial_names(&client, &prefix, kind, EACH);
         for name in &names[..EACH] {
             let cut = proxy.reply_faults_done();
             proxy.fault_replies_in_turn(
