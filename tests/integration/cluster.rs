@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use redguard::{ClassicPublish, Client, ConnectionMode, Error};
 
+mod sharded;
+
 use crate::support::{
     Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_lacks, child_env,
     child_role, logged_lines, ms, say, unique_name, wait_until,
@@ -88,6 +90,9 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     }
     if !case_lacks(Cap::Spublish, "D moving") {
         d_unlock_while_the_subscription_moves(&bed);
+    }
+    if !case_lacks(Cap::Spublish, "D sharded upkeep") {
+        sharded::sharded_upkeep(&bed);
     }
     w1_on_cluster(&bed);
     f1_manual_failover(&bed);
