@@ -130,7 +130,7 @@ fn a_broken_sharded_connection_is_subscribed_again(bed: &RedisCluster, master: u
     sleep(Duration::from_secs(1));
     let quiet = connections_received(owner) - before - 1;
 
-    // Kill the sharded connection alone (the classic one may be on this
+    // Kill the sharded connections alone (the classic one may be on this
     // node too: its reconnect would subscribe the channel again by itself).
     let list: String = owner.cmd("CLIENT", &[b"LIST", b"TYPE", b"pubsub"]);
     let ids: Vec<String> = list
@@ -139,9 +139,12 @@ fn a_broken_sharded_connection_is_subscribed_again(bed: &RedisCluster, master: u
         .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
         .map(str::to_owned)
         .collect();
-    assert_eq!(ids.len(), 1, "one sharded connection expected: {list}");
+    // Another client's, closing as it is dropped, may still be listed.
+    assert!(!ids.is_empty(), "no sharded connection: {list}");
     let killed = Instant::now();
-    let _: i64 = owner.cmd("CLIENT", &[b"KILL", b"ID", ids[0].as_bytes()]);
+    for id in &ids {
+        let _: i64 = owner.cmd("CLIENT", &[b"KILL", b"ID", id.as_bytes()]);
+    }
     let mut again = None;
     for _ in 0..2_000 {
         if shard_subscribers(owner, &channel) == 1 {
