@@ -325,3 +325,43 @@ fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
     assert_eq!(lost.kind, HoldKind::Read);
     assert!(guard.is_lost());
 }
+
+/// A fixed read hold is looked up every third of the watchdog timeout
+/// (here 500 ms), not back to back: over 1.6 s of a 2 s hold the server
+/// sees about 20 commands (the look-ups and the holder record's), where a
+/// next look-up set in the past (`now - every`) would send one per round
+/// trip, thousands. The worker's looks at its watch connection (an
+/// `UNSUBSCRIBE` and a `PUNSUBSCRIBE` every 100 ms) and this count's own
+/// `INFO`s are left out. The hold is not reported lost meanwhile.
+#[test]
+fn a_fixed_read_hold_is_looked_up_at_its_pace() {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let client = losses
+        .attach(test_builder(&ctx.server.url()))
+        .watchdog_timeout(ms(1_500))
+        .build()
+        .unwrap();
+    let name = unique_name("fixed-read-pace");
+    let guard = client
+        .read_write_lock(&name)
+        .read()
+        .with_lease(Duration::from_secs(2))
+        .lock()
+        .unwrap();
+    let before = ctx.server.commandstats();
+    crate::support::sleep(ms(1_600));
+    let after = ctx.server.commandstats();
+    let sent: Vec<(String, u64)> = after
+        .iter()
+        .filter(|(c, _)| !["info", "unsubscribe", "punsubscribe"].contains(&c.as_str()))
+        .map(|(c, s)| (c.clone(), s.calls - before.get(c).map_or(0, |b| b.calls)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let commands: u64 = sent.iter().map(|(_, n)| n).sum();
+    eprintln!("a fixed read hold held 1.6 s: {commands} commands: {sent:?}");
+    assert!(commands <= 40, "{commands} commands in 1.6 s: {sent:?}");
+    guard.check().unwrap();
+    assert_eq!(losses.of(&name), Vec::new());
+    guard.unlock().unwrap();
+}

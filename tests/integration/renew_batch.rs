@@ -36,6 +36,46 @@ fn b2_many_locks_stay_renewed_in_batches() {
     );
 }
 
+/// Renewals due close together go out together: 30 locks taken about
+/// 1.5 ms apart (45 ms from the first to the last, within the window of an
+/// eighth of the renewal interval: 62 ms for L = 1.5 s) are renewed in one
+/// round trip a round, not one each (with no window, dispatched only when
+/// due, they went in about one round trip per lock).
+#[test]
+fn renewals_due_close_together_share_a_round_trip() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_millis(1_500))
+        .build()
+        .unwrap();
+    let locks: Vec<_> = (0..30)
+        .map(|_| client.lock(unique_name("window")))
+        .collect();
+    let mut guards = Vec::new();
+    for lock in &locks {
+        guards.push(lock.lock().unwrap());
+        crate::support::sleep(Duration::from_millis(1));
+    }
+    let renewed = |n: u64, base: u64| {
+        assert!(
+            wait_until(Duration::from_secs(5), || client.stats().renewals
+                >= base + n),
+            "not renewed"
+        );
+        client.stats()
+    };
+    // The first round, then two more, counted from round to round.
+    let first = renewed(30, client.stats().renewals);
+    let third = renewed(60, first.renewals);
+    let trips = third.renewal_round_trips - first.renewal_round_trips;
+    eprintln!("30 locks taken 1.5 ms apart: 2 renewal rounds in {trips} round trips");
+    assert!(
+        trips <= 4,
+        "2 rounds of 30 renewals took {trips} round trips"
+    );
+    assert!(guards.iter().all(|g| !g.is_lost()));
+}
+
 #[test]
 fn i7_wrong_type_in_a_batch_loses_only_that_lock() {
     let ctx = TestContext::new();
