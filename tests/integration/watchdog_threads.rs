@@ -497,3 +497,63 @@ fn w7_an_idle_renewal_worker_sleeps() {
         "the worker of a server with nothing held did not sleep: {line}"
     );
 }
+
+/// W8: short holds taken while the watchdog thread sleeps (a 30 s watchdog
+/// timeout: 10 s until the one long hold's renewal) are left in its pending
+/// list and wake it once per 1,024 of them, not once each: 3,000
+/// lock/unlock cycles cost the thread a handful of blocking waits, where a
+/// wake-up per hold costs thousands. Counted in a child process, whose
+/// only watchdog thread is this client's.
+#[test]
+fn w8_short_holds_wake_the_watchdog_in_batches() {
+    /// Blocking waits of the watchdog thread over the 3,000 cycles: about
+    /// 3 (one per 1,024 holds) as it is.
+    const WAKES: u64 = 30;
+    let mut child = ChildTest::spawn("watchdog_threads::w8_child_short_holds", "run", &[]);
+    let line = child.expect_line("W8 ", Duration::from_secs(60));
+    assert!(
+        child.wait_success(Duration::from_secs(20)),
+        "child failed: {line}"
+    );
+    eprintln!("W8: {line}");
+    let wakes: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("wakes="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no wakes= in {line}"));
+    assert!(
+        wakes <= WAKES,
+        "3,000 short holds woke the watchdog thread {wakes} times"
+    );
+}
+
+/// The child half of W8.
+#[test]
+#[ignore = "child process of w8_short_holds_wake_the_watchdog_in_batches"]
+fn w8_child_short_holds() {
+    let Some(_) = child_role() else { return };
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = client.lock(unique_name("w8-held")).lock().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || client
+        .stats()
+        .watchdog_entries
+        == 1));
+    // The kernel keeps 15 bytes of a thread's name.
+    let tid = thread_id("redguard-watchd").expect("the watchdog thread");
+    // The thread goes to sleep a moment after taking the hold in.
+    crate::support::sleep(ms(100));
+    let before = thread_sleeps(&tid);
+    let prefix = unique_name("w8");
+    for i in 0..3_000 {
+        let lock = client.lock(format!("{prefix}-{i}"));
+        lock.lock().unwrap().unlock().unwrap();
+    }
+    let wakes = thread_sleeps(&tid) - before;
+    held.check().unwrap();
+    say(&format!("W8 wakes={wakes}"));
+    held.unlock().unwrap();
+}
