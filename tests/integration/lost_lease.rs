@@ -56,17 +56,26 @@ impl Losses {
     }
 }
 
+/// A server, a recorder and a client of the server with the test timings
+/// (the watchdog timeout `watchdog` when given) whose lost-lease callback
+/// is the recorder.
+fn recorded(watchdog: Option<Duration>) -> (TestContext, Losses, redguard::Client) {
+    let ctx = TestContext::new();
+    let losses = Losses::default();
+    let mut builder = losses.attach(test_builder(&ctx.server.url()));
+    if let Some(timeout) = watchdog {
+        builder = builder.watchdog_timeout(timeout);
+    }
+    let client = builder.build().unwrap();
+    (ctx, losses, client)
+}
+
 /// A key deleted under its holder (`force_unlock`): one call, reason
 /// `RenewalRefused`, with the lock's name, kind and holder id; the guard
 /// says the same.
 #[test]
 fn a_deleted_lock_is_reported_once_as_refused() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .build()
-        .unwrap();
+    let (ctx, losses, client) = recorded(None);
     let name = unique_name("lost-refused");
     let guard = client.fair_lock(&name).lock().unwrap();
     let before = std::time::SystemTime::now();
@@ -88,12 +97,7 @@ fn a_deleted_lock_is_reported_once_as_refused() {
 /// under way silences only the loss it may itself cause).
 #[test]
 fn an_inner_release_leaves_the_outer_holds_loss_reported() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .build()
-        .unwrap();
+    let (ctx, losses, client) = recorded(None);
     let name = unique_name("lost-inner");
     let lock = client.lock(&name);
     let outer = lock.lock().unwrap();
@@ -108,12 +112,7 @@ fn an_inner_release_leaves_the_outer_holds_loss_reported() {
 /// (the key exists, with another holder).
 #[test]
 fn a_lock_taken_over_is_reported_as_refused() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .build()
-        .unwrap();
+    let (ctx, losses, client) = recorded(None);
     let name = unique_name("lost-taken");
     let guard = client.read_write_lock(&name).write().lock().unwrap();
     let other = ctx.other_client();
@@ -129,12 +128,7 @@ fn a_lock_taken_over_is_reported_as_refused() {
 /// A fixed lease that runs out while its guard lives: `DeadlinePassed`.
 #[test]
 fn a_fixed_lease_that_runs_out_is_reported_as_deadline_passed() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .build()
-        .unwrap();
+    let (_server, losses, client) = recorded(None);
     let name = unique_name("lost-fixed");
     let guard = client.lock(&name).with_lease(ms(200)).lock().unwrap();
     let lost = losses.exactly(&name, 1, ms(300)).remove(0);
@@ -263,12 +257,7 @@ fn a_panicking_callback_stops_nothing() {
 /// once, as `DeadlinePassed`.
 #[test]
 fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .build()
-        .unwrap();
+    let (ctx, losses, client) = recorded(None);
     let renewed = client
         .lock(unique_name("lost-extended-neighbour"))
         .lock()
@@ -299,13 +288,7 @@ fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
 /// (the watchdog timeout is 6 s here: a look-up every 2 s). `DeadlinePassed`.
 #[test]
 fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .watchdog_timeout(Duration::from_secs(6))
-        .build()
-        .unwrap();
+    let (_server, losses, client) = recorded(Some(Duration::from_secs(6)));
     let name = unique_name("lost-fixed-read");
     let start = std::time::Instant::now();
     let guard = client
@@ -335,13 +318,7 @@ fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
 /// `INFO`s are left out. The hold is not reported lost meanwhile.
 #[test]
 fn a_fixed_read_hold_is_looked_up_at_its_pace() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .watchdog_timeout(ms(1_500))
-        .build()
-        .unwrap();
+    let (ctx, losses, client) = recorded(Some(ms(1_500)));
     let name = unique_name("fixed-read-pace");
     let guard = client
         .read_write_lock(&name)
@@ -373,13 +350,7 @@ fn a_fixed_read_hold_is_looked_up_at_its_pace() {
 /// (within 1 s), not at that wake-up.
 #[test]
 fn a_lease_due_before_the_next_wake_up_wakes_the_watchdog() {
-    let ctx = TestContext::new();
-    let losses = Losses::default();
-    let client = losses
-        .attach(test_builder(&ctx.server.url()))
-        .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let (_server, losses, client) = recorded(Some(Duration::from_secs(30)));
     let renewed = client.lock(unique_name("wake-renewed")).lock().unwrap();
     // The thread takes the first lock in, then goes to sleep until its
     // renewal (a moment after: the window below).
