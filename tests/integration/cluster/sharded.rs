@@ -61,6 +61,36 @@ fn waiters(url: &str) -> Client {
         .unwrap()
 }
 
+/// A waiter of `client` on a fresh foreign hold on `master` (see
+/// [`foreign_hold`]), waiting up to `wait`, returned once its channel is
+/// `SSUBSCRIBE`d there: the lock's name and the waiter's thread, which
+/// answers when it got the lock (and released it), or `None`.
+fn sharded_waiter(
+    bed: &RedisCluster,
+    client: &Client,
+    master: usize,
+    prefix: &str,
+    wait: Duration,
+) -> (String, std::thread::JoinHandle<Option<Instant>>) {
+    let name = foreign_hold(bed, master, prefix);
+    let lock = client.lock(&name);
+    let waiter = std::thread::spawn(move || {
+        let guard = lock.try_lock_for(wait).unwrap()?;
+        let at = Instant::now();
+        guard.unlock().unwrap();
+        Some(at)
+    });
+    let channel = channel_of(&name);
+    assert!(
+        wait_until(Duration::from_secs(5), || shard_subscribers(
+            bed.node(master),
+            &channel
+        ) == 1),
+        "never SSUBSCRIBEd"
+    );
+    (name, waiter)
+}
+
 pub(super) fn sharded_upkeep(bed: &RedisCluster) {
     let master = bed.masters()[0];
     unsubscribed_when_the_last_waiter_leaves(bed, master);
@@ -74,17 +104,12 @@ pub(super) fn sharded_upkeep(bed: &RedisCluster) {
 /// back to 0.
 fn unsubscribed_when_the_last_waiter_leaves(bed: &RedisCluster, master: usize) {
     let client = waiters(&bed.url());
-    let name = foreign_hold(bed, master, "sh-unsub");
+    let (name, waiter) = sharded_waiter(bed, &client, master, "sh-unsub", ms(1_500));
     let (owner, channel) = (bed.node(master), channel_of(&name));
-    let lock = client.lock(&name);
-    let t = std::thread::spawn(move || lock.try_lock_for(ms(1_500)).unwrap().is_none());
     assert!(
-        wait_until(Duration::from_secs(5), || shard_subscribers(
-            owner, &channel
-        ) == 1),
-        "never SSUBSCRIBEd"
+        waiter.join().unwrap().is_none(),
+        "the foreign hold was taken"
     );
-    assert!(t.join().unwrap(), "the foreign hold was taken");
     let left = Instant::now();
     let gone = wait_until(Duration::from_secs(3), || {
         shard_subscribers(owner, &channel) == 0
@@ -108,21 +133,8 @@ fn unsubscribed_when_the_last_waiter_leaves(bed: &RedisCluster, master: usize) {
 /// (every 5 ms) is not a broken connection.
 fn a_broken_sharded_connection_is_subscribed_again(bed: &RedisCluster, master: usize) {
     let client = waiters(&bed.url());
-    let name = foreign_hold(bed, master, "sh-broken");
+    let (name, waiter) = sharded_waiter(bed, &client, master, "sh-broken", ms(20_000));
     let (owner, channel) = (bed.node(master), channel_of(&name));
-    let lock = client.lock(&name);
-    let t = std::thread::spawn(move || {
-        let g = lock.try_lock_for(Duration::from_secs(20)).unwrap();
-        let at = Instant::now();
-        g.expect("not woken").unlock().unwrap();
-        at
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || shard_subscribers(
-            owner, &channel
-        ) == 1),
-        "never SSUBSCRIBEd"
-    );
 
     // A quiet second: no new connection to the slot's master but the one
     // the second reading comes on.
@@ -160,7 +172,11 @@ fn a_broken_sharded_connection_is_subscribed_again(bed: &RedisCluster, master: u
     }
     let released = Instant::now();
     foreign_release(owner, &name);
-    let woken = t.join().unwrap().saturating_duration_since(released);
+    let woken = waiter
+        .join()
+        .unwrap()
+        .expect("not woken")
+        .saturating_duration_since(released);
     eprintln!(
         "sharded: connection killed, subscribed again after {again:?}; woken {woken:?} after a SPUBLISH-only release"
     );
@@ -235,24 +251,24 @@ fn a_refused_ssubscribe_is_retried_with_a_growing_pause(bed: &RedisCluster, mast
 /// of each pair waking it whichever its kind.
 fn one_unlock_heard_on_both_kinds_wakes_once(bed: &RedisCluster, master: usize) {
     let client = waiters(&bed.url());
-    let name = foreign_hold(bed, master, "sh-pair");
+    let (name, waiter) = sharded_waiter(bed, &client, master, "sh-pair", ms(30_000));
     let (owner, channel) = (bed.node(master), channel_of(&name));
-    let lock = client.lock(&name);
-    let t = std::thread::spawn(move || {
-        let g = lock.try_lock_for(Duration::from_secs(30)).unwrap();
-        g.expect("not woken").unlock().unwrap();
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || shard_subscribers(
-            owner, &channel
-        ) == 1),
-        "never SSUBSCRIBEd"
-    );
     assert!(wait_until(Duration::from_secs(5), || client
         .stats()
         .waiters
         == 1));
     let attempts = || calls(bed, master, "evalsha") + calls(bed, master, "eval");
+    // Once subscribed the waiter attempts once more (an unlock may have
+    // raced its subscription): that attempt must not count as a wake-up.
+    let mut seen = attempts();
+    for _ in 0..20 {
+        sleep(ms(250));
+        let now = attempts();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
     let publish = |kind: &str| {
         let _: i64 = owner.cmd(kind, &[channel.as_bytes(), b"0"]);
     };
@@ -273,7 +289,7 @@ fn one_unlock_heard_on_both_kinds_wakes_once(bed: &RedisCluster, master: usize) 
         per_pair.push((first, woke, attempts() - before));
     }
     foreign_release(owner, &name);
-    t.join().unwrap();
+    assert!(waiter.join().unwrap().is_some(), "not woken");
     eprintln!("sharded: acquire attempts per unlock heard on both kinds: {per_pair:?}");
     for (first, woke, n) in per_pair {
         assert!(woke, "a {first} did not wake the waiter");
