@@ -25,12 +25,54 @@ fn sem1_sem2_semaphore_bed() {
     let _heavy = crate::support::cpu_heavy();
     let ctx = TestContext::new();
     layout_and_messages(&ctx);
+    handles_name_themselves(&ctx);
     bad_input_is_refused_and_counters_stay_intact(&ctx);
     expiring_layout_lost_permits_and_fixed_leases(&ctx);
     interop_foreign_permit_holder_wakes_our_waiter(&ctx);
     interop_foreign_expiring_permit_comes_back_at_its_lease_end(&ctx);
     sem2_sigkilled_holders(&ctx);
     sem1_two_processes_three_permits(&ctx);
+}
+
+/// The handles' `Debug` names the semaphore (and a guard its permits, a
+/// permit guard its id and state); a permit id reads as its 32 hex digits
+/// and parses back.
+fn handles_name_themselves(ctx: &TestContext) {
+    let name = unique_name("sem-debug");
+    let sem = ctx.client.semaphore(&name);
+    assert_eq!(
+        format!("{sem:?}"),
+        format!("Semaphore {{ name: {name:?}, .. }}")
+    );
+    assert!(sem.try_set_permits(3).unwrap());
+    let guard = sem.acquire(2).unwrap();
+    assert_eq!(
+        format!("{guard:?}"),
+        format!("SemaphoreGuard {{ semaphore: {name:?}, permits: 2 }}")
+    );
+    guard.release().unwrap();
+
+    // Both kinds keep their permits at the name: another one.
+    let name = unique_name("sem-debug-expiring");
+    let expiring = ctx.client.expiring_semaphore(&name).with_lease(ms(5_000));
+    assert_eq!(
+        format!("{expiring:?}"),
+        format!("ExpiringSemaphore {{ name: {name:?}, lease: Some(5s), .. }}")
+    );
+    assert!(expiring.try_set_permits(1).unwrap());
+    let permit = expiring.acquire().unwrap();
+    let id = permit.id().to_string();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    assert_eq!(id.parse::<redguard::PermitId>().unwrap(), *permit.id());
+    assert_eq!(format!("{:?}", permit.id()), format!("PermitId({id})"));
+    assert_eq!(
+        format!("{permit:?}"),
+        format!(
+            "PermitGuard {{ semaphore: {name:?}, id: PermitId({id}), watchdog: false, lost: false }}"
+        )
+    );
+    permit.release().unwrap();
 }
 
 fn layout_and_messages(ctx: &TestContext) {
