@@ -55,12 +55,14 @@ fn handles_name_themselves(ctx: &TestContext) {
     // Both kinds keep their permits at the name: another one.
     let name = unique_name("sem-debug-expiring");
     let expiring = ctx.client.expiring_semaphore(&name).with_lease(ms(5_000));
+    assert_eq!(expiring.name(), name.as_bytes());
     assert_eq!(
         format!("{expiring:?}"),
         format!("ExpiringSemaphore {{ name: {name:?}, lease: Some(5s), .. }}")
     );
     assert!(expiring.try_set_permits(1).unwrap());
     let permit = expiring.acquire().unwrap();
+    assert_eq!(permit.semaphore().name(), name.as_bytes());
     let id = permit.id().to_string();
     assert_eq!(id.len(), 32, "{id}");
     assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
