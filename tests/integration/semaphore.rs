@@ -40,12 +40,15 @@ fn sem1_sem2_semaphore_bed() {
 fn handles_name_themselves(ctx: &TestContext) {
     let name = unique_name("sem-debug");
     let sem = ctx.client.semaphore(&name);
+    assert_eq!(sem.name(), name.as_bytes());
     assert_eq!(
         format!("{sem:?}"),
         format!("Semaphore {{ name: {name:?}, .. }}")
     );
     assert!(sem.try_set_permits(3).unwrap());
     let guard = sem.acquire(2).unwrap();
+    assert_eq!(guard.semaphore().name(), name.as_bytes());
+    assert_eq!(guard.permits(), 2);
     assert_eq!(
         format!("{guard:?}"),
         format!("SemaphoreGuard {{ semaphore: {name:?}, permits: 2 }}")
