@@ -34,9 +34,9 @@ fn sem1_sem2_semaphore_bed() {
     sem1_two_processes_three_permits(&ctx);
 }
 
-/// The handles' `Debug` names the semaphore (and a guard its permits, a
-/// permit guard its id and state); a permit id reads as its 32 hex digits
-/// and parses back.
+/// The handles' names and `Debug` (a guard's permits, a permit guard's id
+/// and state); a permit id reads as its 32 hex digits and parses back; an
+/// expiring semaphore's `add_permits` and `try_acquire_until`.
 fn handles_name_themselves(ctx: &TestContext) {
     let name = unique_name("sem-debug");
     let sem = ctx.client.semaphore(&name);
@@ -64,6 +64,15 @@ fn handles_name_themselves(ctx: &TestContext) {
         format!("ExpiringSemaphore {{ name: {name:?}, lease: Some(5s), .. }}")
     );
     assert!(expiring.try_set_permits(1).unwrap());
+    expiring.add_permits(2).unwrap();
+    assert_eq!(expiring.available_permits().unwrap(), 3);
+    let until = expiring
+        .try_acquire_until(Instant::now() + ms(500))
+        .unwrap()
+        .expect("3 permits free");
+    assert_eq!(expiring.available_permits().unwrap(), 2);
+    until.release().unwrap();
+    expiring.add_permits(-2).unwrap();
     let permit = expiring.acquire().unwrap();
     assert_eq!(permit.semaphore().name(), name.as_bytes());
     let id = permit.id().to_string();
