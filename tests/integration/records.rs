@@ -177,6 +177,38 @@ fn records_follow_holds_go_at_shutdown_and_can_be_off() {
     );
 }
 
+/// A fixed lease is not renewed, so no renewal carries the record: it is
+/// written on its own while the lease is held, and 3 s into a 3.6 s fixed
+/// lease (over 3 lifetimes: the record lives the watchdog timeout, 900 ms)
+/// it is still there. Once the lease is over, nothing is held and the
+/// client is not used: the record is no longer written and goes within
+/// about one lifetime.
+#[test]
+fn a_record_lives_while_a_fixed_lease_is_held_and_goes_once_idle() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url()).build().unwrap();
+    let key = record_key(&client);
+    let taken = Instant::now();
+    let guard = client
+        .lock(unique_name("rec-fixed"))
+        .with_lease(ms(3_600))
+        .lock()
+        .unwrap();
+    assert!(wait_until(TEST_WATCHDOG, || ctx.server.exists(&key)));
+    crate::support::sleep(ms(3_000).saturating_sub(taken.elapsed()));
+    assert!(
+        ctx.server.exists(&key),
+        "the record ran out while a fixed lease was held"
+    );
+    guard.unlock().unwrap();
+    let gone = wait_until(TEST_WATCHDOG * 4, || !ctx.server.exists(&key));
+    eprintln!(
+        "record of an idle client: gone {gone} {:?} after the fixed lease was taken",
+        taken.elapsed()
+    );
+    assert!(gone, "the record of an idle client stayed");
+}
+
 /// Refreshes ride on renewal round trips: 200 locks renewed for 4 periods
 /// cost no round trip of the record's own beyond its first write (and the
 /// start times of the holds that the first write did not carry).
