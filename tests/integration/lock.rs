@@ -20,7 +20,7 @@ fn lock_and_unlock_round_trip() {
 
 /// Each handle says what kind of lock it is: `is_fair` and `is_fenced`,
 /// and its `Debug` names the lock, its kind (a fair lock's wait timeout
-/// too) and its lease.
+/// too) and its lease; a read-write lock's name and `Debug` too.
 #[test]
 fn handles_say_what_they_are() {
     let ctx = TestContext::new();
@@ -47,4 +47,9 @@ fn handles_say_what_they_are() {
     assert!(fair.contains("wait_timeout: "), "{fair}");
     let leased = format!("{:?}", c.lock("kinds-leased").with_lease(ms(1_500)));
     assert!(leased.contains("lease: Some(1.5s)"), "{leased}");
+    assert_eq!(rw.name(), b"kinds-rw");
+    assert_eq!(
+        format!("{:?}", rw.with_lease(ms(2_000))),
+        "ReadWriteLock { name: \"kinds-rw\", lease: Some(2s), .. }"
+    );
 }

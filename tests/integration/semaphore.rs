@@ -72,6 +72,11 @@ fn handles_name_themselves(ctx: &TestContext) {
         .expect("3 permits free");
     assert_eq!(expiring.available_permits().unwrap(), 2);
     until.release().unwrap();
+    // A permit guard dropped gives its permit back at once.
+    let dropped = expiring.acquire().unwrap();
+    assert_eq!(expiring.available_permits().unwrap(), 2);
+    drop(dropped);
+    assert_eq!(expiring.available_permits().unwrap(), 3);
     expiring.add_permits(-2).unwrap();
     let permit = expiring.acquire().unwrap();
     assert_eq!(permit.semaphore().name(), name.as_bytes());
