@@ -734,24 +734,32 @@ impl Watchdog {
     }
 
     /// What became of a holder-record write. A record found gone gets every
-    /// live hold on the server again, for the next write to rebuild it.
+    /// live hold on the server again, for the next write to rebuild it:
+    /// scheduled ones, and those at the worker or waiting for it. A write
+    /// that rides on a renewal round trip is reported before the renewals,
+    /// so the holds that round trip renewed are still at the worker here.
     fn recorded(&mut self, server: Server, write: RecordWrite, result: crate::error::Result<bool>) {
-        let Some(record) = self
-            .servers
-            .get_mut(&server)
-            .and_then(|s| s.record.as_mut())
-        else {
+        let schedule = &self.schedule;
+        let Some(state) = self.servers.get_mut(&server) else {
+            return;
+        };
+        let Some(record) = state.record.as_mut() else {
             return;
         };
         if !record.settle(write, result) {
             return;
         }
-        for entry in self.schedule.iter() {
-            if entry.server() == server && !entry.finished() {
-                record.hold(
-                    record::hold_field(&entry.holder, &entry.key),
-                    entry.state.clone(),
-                );
+        let scheduled = schedule
+            .iter()
+            .filter(|e| e.server() == server)
+            .map(|e| (&e.holder, &e.key, &e.state));
+        let sent = state.sent.iter().map(|s| (&s.holder, &s.key, &s.state));
+        let waiting = (state.busy.iter().flatten())
+            .chain(state.retry.iter().flat_map(|r| r.entries.iter()))
+            .map(|e| (&e.holder, &e.key, &e.state));
+        for (holder, key, lease) in scheduled.chain(sent).chain(waiting) {
+            if !lease.is_over() {
+                record.hold(record::hold_field(holder, key), lease.clone());
             }
         }
     }

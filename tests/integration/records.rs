@@ -209,6 +209,57 @@ fn a_record_lives_while_a_fixed_lease_is_held_and_goes_once_idle() {
     assert!(gone, "the record of an idle client stayed");
 }
 
+/// A record found gone (deleted by hand here; evicted, or lost in a
+/// restart) is rebuilt with every live hold on its server, and only
+/// those: the fields of a renewed lock (whose renewal may be the very
+/// round trip that found the record gone) and of a fixed-lease lock come
+/// back; the field of a fixed-lease lock released just before (whose entry
+/// the watchdog keeps until its lease's end) does not, nor does a hold of
+/// another client on another server.
+#[test]
+fn a_record_found_gone_is_rebuilt_with_the_live_holds() {
+    let ctx = TestContext::new();
+    let other = TestContext::new();
+    let client = test_builder(&ctx.server.url()).build().unwrap();
+    let key = record_key(&client);
+    let names = ["rec-kept", "rec-fixed", "rec-released", "rec-other"].map(unique_name);
+    let kept = client.lock(&names[0]).lock().unwrap();
+    let fixed = |name: &str, client: &redguard::Client| {
+        client
+            .lock(name)
+            .with_lease(Duration::from_secs(10))
+            .lock()
+            .unwrap()
+    };
+    let (held, released) = (fixed(&names[1], &client), fixed(&names[2], &client));
+    let elsewhere = fixed(&names[3], &other.client);
+    let field = |name: &str, holder: &redguard::HolderId| format!("hold:{holder}|{name}");
+    let fields = [
+        field(&names[0], kept.holder_id()),
+        field(&names[1], held.holder_id()),
+        field(&names[2], released.holder_id()),
+        field(&names[3], elsewhere.holder_id()),
+    ];
+    let hexists = |f: &str| -> bool { ctx.server.cmd("HEXISTS", &[key.as_bytes(), f.as_bytes()]) };
+    assert!(wait_until(TEST_WATCHDOG * 2, || fields[..3]
+        .iter()
+        .all(|f| hexists(f))));
+    released.unlock().unwrap();
+    let _: i64 = ctx.server.cmd("DEL", &[key.as_bytes()]);
+    let rebuilt = wait_until(TEST_WATCHDOG * 3, || {
+        hexists(&fields[0]) && hexists(&fields[1])
+    });
+    let present: Vec<bool> = fields.iter().map(|f| hexists(f)).collect();
+    eprintln!("record rebuilt: {rebuilt}; kept, fixed, released, other's: {present:?}");
+    assert!(
+        rebuilt,
+        "the record was not rebuilt with the live holds: {present:?}"
+    );
+    // The rebuild's own write has landed: the others are not in it.
+    assert_eq!(present, [true, true, false, false]);
+    drop((kept, held, elsewhere));
+}
+
 /// Refreshes ride on renewal round trips: 200 locks renewed for 4 periods
 /// cost no round trip of the record's own beyond its first write (and the
 /// start times of the holds that the first write did not carry).
