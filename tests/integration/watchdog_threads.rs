@@ -557,3 +557,38 @@ fn w8_child_short_holds() {
     say(&format!("W8 wakes={wakes}"));
     held.unlock().unwrap();
 }
+
+/// Renewals that failed for a while (the server unreachable for 700 ms of
+/// a 1.5 s lease) and then go through again are said to succeed again, in
+/// a warning after the one that said they were failing, and the lease is
+/// kept. The watchdog knows it from a round trip answered without a
+/// failure, which also starts the retry pause small again.
+#[test]
+fn renewals_that_succeed_again_after_failing_say_so() {
+    capture_logs();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url())
+        .watchdog_timeout(ms(1_500))
+        .build()
+        .unwrap();
+    let guard = client.lock(unique_name("recovered")).lock().unwrap();
+    let count = |text: &str| logged_lines().iter().filter(|l| l.contains(text)).count();
+    let (failing, again) = (
+        "lease renewals failing",
+        "lease renewals succeed again after failing",
+    );
+    let before = (count(failing), count(again));
+    proxy.set_mode(Mode::ResetAll);
+    proxy.set_mode(Mode::Refuse);
+    let failed = wait_until(Duration::from_secs(3), || count(failing) > before.0);
+    crate::support::sleep(ms(200));
+    proxy.set_mode(Mode::Pass);
+    assert!(failed, "no renewal failed while the server was unreachable");
+    assert!(
+        wait_until(Duration::from_secs(3), || count(again) > before.1),
+        "renewals went through again and nobody said so"
+    );
+    guard.check().unwrap();
+    guard.unlock().unwrap();
+}
