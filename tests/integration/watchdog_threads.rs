@@ -558,10 +558,10 @@ fn w8_child_short_holds() {
     held.unlock().unwrap();
 }
 
-/// Renewals that failed for a while (the server unreachable for 700 ms of
-/// a 1.5 s lease) and then go through again are said to succeed again, in
-/// a warning after the one that said they were failing, and the lease is
-/// kept. The watchdog knows it from a round trip answered without a
+/// Renewals that failed for a while (the server unreachable until a
+/// renewal failed, and 200 ms more, within a 1.5 s lease) and then go
+/// through again are said to succeed again, in a warning after the one
+/// that said they were failing, and the lease is kept. The watchdog knows it from a round trip answered without a
 /// failure, which also starts the retry pause small again.
 #[test]
 fn renewals_that_succeed_again_after_failing_say_so() {
