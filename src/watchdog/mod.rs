@@ -757,10 +757,16 @@ impl Watchdog {
         let waiting = (state.busy.iter().flatten())
             .chain(state.retry.iter().flat_map(|r| r.entries.iter()))
             .map(|e| (&e.holder, &e.key, &e.state));
+        // A job of several round trips puts the entries of its first ones
+        // back in the schedule before `sent` is cleared: one field each.
+        let mut live = HashMap::new();
         for (holder, key, lease) in scheduled.chain(sent).chain(waiting) {
             if !lease.is_over() {
-                record.hold(record::hold_field(holder, key), lease.clone());
+                live.insert(record::hold_field(holder, key), lease);
             }
+        }
+        for (field, lease) in live {
+            record.hold(field, lease.clone());
         }
     }
 
