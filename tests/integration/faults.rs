@@ -285,6 +285,37 @@ fn c1_a_lone_partitioned_holder_is_told_at_its_deadline() {
     );
 }
 
+/// A shutdown releases the client's locks (`release_on_shutdown`, the
+/// default): the keys are gone once it returns, and the watchdog's hand-over
+/// of the releases to its worker logs no warning (that line is for a
+/// hand-over that failed).
+#[test]
+fn shutdown_releases_the_locks_without_a_warning() {
+    capture_logs();
+    let server = RedisServer::start();
+    let client = test_builder(&server.url()).build().unwrap();
+    let names: Vec<String> = (0..3).map(|_| unique_name("shutdown-released")).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let warning = "cannot release a departed client's locks";
+    let warned = || {
+        logged_lines()
+            .iter()
+            .filter(|l| l.contains(warning))
+            .count()
+    };
+    let before = warned();
+    client.shutdown();
+    assert!(
+        names.iter().all(|n| !server.exists(n)),
+        "a lock outlived the shutdown"
+    );
+    assert_eq!(warned(), before, "a warning for releases that went out");
+    drop(guards);
+}
+
 /// `release_on_shutdown(false)`: a shutdown leaves the client's locks to
 /// their lease. The keys are still there, with their holder, once the
 /// shutdown returns, and are no longer renewed: gone within the lease.
