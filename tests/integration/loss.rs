@@ -175,6 +175,47 @@ fn b5_locks_are_kept_across_a_mere_reconnect() {
     guard.unlock().unwrap();
 }
 
+/// After a suspicion (the subscriber's pub/sub connection killed: every
+/// lease on the server is checked at once), renewals go back to their pace:
+/// a lock with a 900 ms lease is renewed about 3 times a second, not once
+/// per round trip (the suspicion's instant stays recorded, and only
+/// renewals sent before it may be checked again at once).
+#[test]
+fn b5_after_a_check_renewals_keep_their_pace() {
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(ms(900))
+        .build()
+        .unwrap();
+    let guard = client.lock(unique_name("b5-pace")).lock().unwrap();
+    // A thread of the client waits on a lock someone else holds: the
+    // subscriber has a pub/sub connection to lose.
+    let other = long_lease_client(&server.url());
+    let busy = unique_name("b5-pace-busy");
+    let busy_guard = other.lock(&busy).lock().unwrap();
+    let waiter = std::thread::spawn({
+        let lock = client.lock(&busy);
+        move || lock.try_lock_for(Duration::from_secs(3)).unwrap().is_none()
+    });
+    assert!(wait_until(Duration::from_secs(2), || client
+        .stats()
+        .pubsub_connections
+        == 1
+        && client.stats().waiters == 1));
+    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
+    // The check goes at once; then a second of ordinary renewals.
+    crate::support::sleep(ms(200));
+    let before = client.stats().renewals;
+    crate::support::sleep(Duration::from_secs(1));
+    let renewals = client.stats().renewals - before;
+    eprintln!("renewals of one 900 ms lease in the second after a check: {renewals}");
+    assert!(renewals <= 8, "{renewals} renewals in a second");
+    guard.check().unwrap();
+    assert!(waiter.join().unwrap());
+    drop(busy_guard);
+    guard.unlock().unwrap();
+}
+
 /// B5 for fixed leases: a fixed-lease lock, read hold and expiring permit
 /// (30 s) across a mere reconnect. The check that follows looks each one up
 /// with its own kind's command (a permit in its lease set with `ZSCORE`)
