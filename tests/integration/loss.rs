@@ -126,6 +126,34 @@ fn b5_locks_still_there_after_an_aof_restart_are_kept() {
     assert_eq!(server.pttl(&name), -2);
 }
 
+/// A thread of `client` waiting (3 s) on a lock another client holds,
+/// returned once it waits: the subscriber then has a pub/sub connection to
+/// lose. The thread answers whether its wait ran out; the other client and
+/// its guard are returned with it, to be dropped after it.
+fn waiting_on_a_held_lock(
+    server: &RedisServer,
+    client: &redguard::Client,
+    prefix: &str,
+) -> (
+    std::thread::JoinHandle<bool>,
+    redguard::LockGuard,
+    redguard::Client,
+) {
+    let other = long_lease_client(&server.url());
+    let busy = unique_name(prefix);
+    let busy_guard = other.lock(&busy).lock().unwrap();
+    let waiter = std::thread::spawn({
+        let lock = client.lock(&busy);
+        move || lock.try_lock_for(Duration::from_secs(3)).unwrap().is_none()
+    });
+    assert!(wait_until(Duration::from_secs(2), || client
+        .stats()
+        .pubsub_connections
+        == 1
+        && client.stats().waiters == 1));
+    (waiter, busy_guard, other)
+}
+
 #[test]
 fn b5_locks_are_kept_across_a_mere_reconnect() {
     let server = RedisServer::start();
@@ -144,18 +172,7 @@ fn b5_locks_are_kept_across_a_mere_reconnect() {
 
     // The subscriber's pub/sub connection goes: a thread of the same
     // client waits on a lock someone else holds.
-    let other = long_lease_client(&server.url());
-    let busy = unique_name("b5-busy");
-    let busy_guard = other.lock(&busy).lock().unwrap();
-    let waiter = std::thread::spawn({
-        let lock = client.lock(&busy);
-        move || lock.try_lock_for(Duration::from_secs(3)).unwrap().is_none()
-    });
-    assert!(wait_until(Duration::from_secs(2), || client
-        .stats()
-        .pubsub_connections
-        == 1
-        && client.stats().waiters == 1));
+    let (waiter, busy_guard, _other) = waiting_on_a_held_lock(&server, &client, "b5-busy");
     let before = client.stats().renewals;
     let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
     assert!(
@@ -188,20 +205,7 @@ fn b5_after_a_check_renewals_keep_their_pace() {
         .build()
         .unwrap();
     let guard = client.lock(unique_name("b5-pace")).lock().unwrap();
-    // A thread of the client waits on a lock someone else holds: the
-    // subscriber has a pub/sub connection to lose.
-    let other = long_lease_client(&server.url());
-    let busy = unique_name("b5-pace-busy");
-    let busy_guard = other.lock(&busy).lock().unwrap();
-    let waiter = std::thread::spawn({
-        let lock = client.lock(&busy);
-        move || lock.try_lock_for(Duration::from_secs(3)).unwrap().is_none()
-    });
-    assert!(wait_until(Duration::from_secs(2), || client
-        .stats()
-        .pubsub_connections
-        == 1
-        && client.stats().waiters == 1));
+    let (waiter, busy_guard, _other) = waiting_on_a_held_lock(&server, &client, "b5-pace-busy");
     let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"pubsub"]);
     // The check goes at once; then a second of ordinary renewals.
     crate::support::sleep(ms(200));
