@@ -40,6 +40,11 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
     out
 }
 
+/// A hold's field in its holder's record: `hold:{holder id}|{lock name}`.
+fn hold_field(name: &str, holder: &redguard::HolderId) -> String {
+    format!("hold:{holder}|{name}")
+}
+
 fn record_key(client: &redguard::Client) -> String {
     format!("redguard:client:{{{}}}", client.id())
 }
@@ -129,8 +134,10 @@ fn records_follow_holds_go_at_shutdown_and_can_be_off() {
     let b = unique_name("rec-b");
     let ga = client.lock(&a).lock().unwrap();
     let gb = client.fair_lock(&b).lock().unwrap();
-    let field = |name: &str, holder: &redguard::HolderId| format!("hold:{holder}|{name}");
-    let (fa, fb) = (field(&a, ga.holder_id()), field(&b, gb.holder_id()));
+    let (fa, fb) = (
+        hold_field(&a, ga.holder_id()),
+        hold_field(&b, gb.holder_id()),
+    );
     let hexists = |f: &str| -> bool { ctx.server.cmd("HEXISTS", &[key.as_bytes(), f.as_bytes()]) };
     assert!(wait_until(TEST_WATCHDOG, || hexists(&fa) && hexists(&fb)));
     drop(ga);
@@ -233,12 +240,11 @@ fn a_record_found_gone_is_rebuilt_with_the_live_holds() {
     };
     let (held, released) = (fixed(&names[1], &client), fixed(&names[2], &client));
     let elsewhere = fixed(&names[3], &other.client);
-    let field = |name: &str, holder: &redguard::HolderId| format!("hold:{holder}|{name}");
     let fields = [
-        field(&names[0], kept.holder_id()),
-        field(&names[1], held.holder_id()),
-        field(&names[2], released.holder_id()),
-        field(&names[3], elsewhere.holder_id()),
+        hold_field(&names[0], kept.holder_id()),
+        hold_field(&names[1], held.holder_id()),
+        hold_field(&names[2], released.holder_id()),
+        hold_field(&names[3], elsewhere.holder_id()),
     ];
     let hexists = |f: &str| -> bool { ctx.server.cmd("HEXISTS", &[key.as_bytes(), f.as_bytes()]) };
     assert!(wait_until(TEST_WATCHDOG * 2, || fields[..3]
