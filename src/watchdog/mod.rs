@@ -393,6 +393,23 @@ struct ServerState {
 }
 
 impl ServerState {
+    /// The state of a server whose worker was just started: nothing at it.
+    fn new(jobs: Sender<Job>, source: Weak<Source>) -> ServerState {
+        ServerState {
+            jobs,
+            source,
+            entries: 0,
+            busy: None,
+            sent: Vec::new(),
+            held_until: None,
+            suspect_at: None,
+            retry: None,
+            backoff: None,
+            failing: false,
+            record: None,
+        }
+    }
+
     /// The renewal job at the worker is over (done, or never sent): what
     /// the thread kept of its entries goes, and the entries that waited
     /// for it are handed back.
@@ -854,22 +871,8 @@ impl Watchdog {
         if !live {
             match worker::spawn(server, source, self.reports_tx.clone()) {
                 Ok(jobs) => {
-                    self.servers.insert(
-                        server,
-                        ServerState {
-                            jobs,
-                            source: Arc::downgrade(source),
-                            entries: 0,
-                            busy: None,
-                            sent: Vec::new(),
-                            held_until: None,
-                            suspect_at: None,
-                            retry: None,
-                            backoff: None,
-                            failing: false,
-                            record: None,
-                        },
-                    );
+                    self.servers
+                        .insert(server, ServerState::new(jobs, Arc::downgrade(source)));
                 }
                 Err(e) => {
                     log::error!("redguard watchdog: cannot start a renewal thread: {e}");
@@ -1397,5 +1400,42 @@ impl Watchdog {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watchdog() -> Watchdog {
+        let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
+        Watchdog {
+            shared: &WATCHDOG,
+            schedule: Schedule::default(),
+            servers: HashMap::new(),
+            reports_tx,
+            reports_rx,
+        }
+    }
+
+    /// A process that makes and drops clients while another client lives
+    /// keeps the thread running: the states of the gone clients' servers
+    /// must go with them, or the map grows by one per dropped client's
+    /// server. A state whose worker still has a job stays until the job's
+    /// report.
+    #[test]
+    fn a_gone_clients_servers_are_forgotten_unless_their_worker_has_a_job() {
+        let mut dog = watchdog();
+        let (jobs, _worker) = crossbeam_channel::unbounded();
+        dog.servers
+            .insert((1, 0), ServerState::new(jobs.clone(), Weak::new()));
+        dog.servers
+            .insert((2, 0), ServerState::new(jobs.clone(), Weak::new()));
+        let mut at_work = ServerState::new(jobs, Weak::new());
+        at_work.busy = Some(Vec::new());
+        dog.servers.insert((3, 0), at_work);
+        dog.drop_client(&Arc::new(Counters::default()), None);
+        let left: Vec<Server> = dog.servers.keys().copied().collect();
+        assert_eq!(left, [(3, 0)]);
     }
 }

@@ -1,6 +1,7 @@
 //! The holder's wall clock (RELIABILITY H2): leases are timed on the
 //! monotonic clock, so a holder whose wall clock is an hour ahead keeps its
-//! lock and renews on time.
+//! lock and renews on time, and its holder record's times are on the
+//! server's clock.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,7 +26,7 @@ fn h2_child_holder() {
     let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     say(&format!("WALL {}", wall.as_secs()));
     let guard = client.lock(child_env("RG_NAME")).lock().unwrap();
-    say("HELD");
+    say(&format!("HELD {} {}", client.id(), guard.holder_id()));
     assert_eq!(hear(), "CHECK");
     say(&format!(
         "LOST {} RENEWALS {}",
@@ -41,7 +42,9 @@ fn h2_child_holder() {
 /// every 10 ms, jumps back up every L/3: the median period within ± 10 %
 /// (500 ± 50 ms), and no period shorter than that or longer than L/2 (one
 /// renewal held up by a loaded machine makes a single period long, which
-/// is not what this case is about).
+/// is not what this case is about). Its holder record's start times, which
+/// the client puts on the server's clock by measuring the offset, read as
+/// seconds ago, not an hour ahead.
 #[test]
 fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
     let server = RedisServer::start();
@@ -70,7 +73,8 @@ fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
         (3590..=3610).contains(&ahead),
         "the child's wall clock is {ahead} s ahead, not an hour: is faketime working?"
     );
-    child.expect_line("HELD", Duration::from_secs(10));
+    let held = child.expect_line("HELD ", Duration::from_secs(10));
+    let (client_id, holder) = held.split_once(' ').unwrap();
     let mut conn = server.conn();
     let mut renewed_at = Vec::new();
     let mut last = i64::MAX;
@@ -86,6 +90,20 @@ fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
         last = p;
         crate::support::sleep(ms(10));
     }
+    // The holder record's times are on the server's clock: the child's
+    // measured offset (an hour behind) is applied, so they read as now.
+    let record = format!("redguard:client:{{{client_id}}}");
+    let field = format!("hold:{holder}|{name}");
+    let times: (Option<String>, Option<String>) = redis::pipe()
+        .cmd("HGET")
+        .arg(&record)
+        .arg("started")
+        .cmd("HGET")
+        .arg(&record)
+        .arg(&field)
+        .query(&mut conn)
+        .unwrap();
+    let (server_s, _): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
     child.send_line("CHECK");
     let report = child.expect_line("LOST ", Duration::from_secs(5));
     assert!(child.wait_success(Duration::from_secs(10)));
@@ -94,6 +112,23 @@ fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
         "H2: wall clock {ahead} s ahead; child says LOST {report}; renewal periods {periods:?}; lowest PTTL {lowest} ms"
     );
     assert!(report.starts_with("false"), "{report}");
+    let ms_ago =
+        |text: &str| server_s * 1000 - text.split(' ').next().unwrap().parse::<i64>().unwrap();
+    let started = ms_ago(times.0.as_deref().expect("the record has no start time"));
+    let since = ms_ago(
+        times
+            .1
+            .as_deref()
+            .expect("the record has no field for the hold"),
+    );
+    eprintln!("H2: the record says the client started {started} ms ago, the hold {since} ms ago");
+    // The child has lived for seconds: an hour's error either way is far out.
+    for ago in [started, since] {
+        assert!(
+            (-1_000..60_000).contains(&ago),
+            "a record time {ago} ms before the server's clock: {times:?}"
+        );
+    }
     assert!(periods.len() >= 6, "too few renewals seen: {periods:?}");
     let (low, high) = (LEASE / 3 - LEASE / 30, LEASE / 3 + LEASE / 30);
     let mut sorted = periods.clone();

@@ -95,6 +95,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
         sharded::sharded_upkeep(&bed);
     }
     w1_on_cluster(&bed);
+    refused_renewals_are_not_tried_one_by_one(&bed);
     f1_manual_failover(&bed);
     f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
     f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
@@ -1028,6 +1029,73 @@ fn w1_on_cluster(bed: &RedisCluster) {
     // test asserts that no lease ran out.
     assert!(min_pttl > 0, "{min_pttl}");
     assert_eq!(client.stats().held_locks, 0);
+}
+
+/// Renewals that a node refuses for a reason other than a redirect (here
+/// the user's ACL loses `EVALSHA` and `EVAL` while it holds 20 locks of one
+/// slot) wait for the server's next attempt, one script call each time:
+/// only redirected renewals are tried again one by one through the
+/// cluster's routing. Over one lease (1.5 s, renewals every 500 ms) that is
+/// a handful of refused calls on the slot's master; trying each refused
+/// renewal again on its own would add 20 per attempt.
+fn refused_renewals_are_not_tried_one_by_one(bed: &RedisCluster) {
+    const LOCKS: usize = 20;
+    let master = bed.masters()[0];
+    let user = |rules: &[&[u8]]| {
+        for i in 0..6 {
+            let node = bed.node(i);
+            if node.is_running() {
+                let () = node.cmd(
+                    "ACL",
+                    &[&[b"SETUSER".as_slice(), b"norenew"], rules].concat(),
+                );
+            }
+        }
+    };
+    user(&[b"on", b">norenew-pw", b"~*", b"&*", b"+@all"]);
+    let url = bed
+        .url()
+        .replace("redis+cluster://", "redis+cluster://norenew:norenew-pw@");
+    let client = builder(&url).build().unwrap();
+    let tag = name_on(bed, master, "refused");
+    let guards: Vec<_> = (0..LOCKS)
+        .map(|i| client.lock(format!("{{{tag}}}-{i}")).lock().unwrap())
+        .collect();
+    let owner = bed.node(master);
+    let refused = || {
+        let stats = owner.commandstats();
+        ["evalsha", "eval"]
+            .iter()
+            .filter_map(|c| stats.get(*c))
+            .map(|s| s.rejected)
+            .sum::<u64>()
+    };
+    let before = refused();
+    user(&[b"-evalsha", b"-eval"]);
+    let lost = wait_until(Duration::from_secs(5), || {
+        guards.iter().all(|g| g.is_lost())
+    });
+    let calls = refused() - before;
+    eprintln!("refused renewals: {calls} refused script calls for {LOCKS} locks over one lease");
+    for i in 0..6 {
+        if bed.node(i).is_running() {
+            let _: i64 = bed.node(i).cmd("ACL", &[b"DELUSER", b"norenew"]);
+        }
+    }
+    drop(guards);
+    drop(client);
+    let mut conn = admin(bed);
+    for i in 0..LOCKS {
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("{{{tag}}}-{i}"))
+            .query(&mut conn)
+            .unwrap();
+    }
+    assert!(lost, "the leases outlived renewals refused for 5 s");
+    assert!(
+        (1..=10).contains(&calls),
+        "{calls} refused script calls for {LOCKS} locks over one lease"
+    );
 }
 
 fn renewal_failures(name: &str) -> usize {

@@ -266,6 +266,67 @@ fn a_record_found_gone_is_rebuilt_with_the_live_holds() {
     drop((kept, held, elsewhere));
 }
 
+/// A record found gone while renewals wait behind the round trip that
+/// found it is rebuilt with the waiting holds too. Five locks with a 3 s
+/// lease, taken 200 ms apart, are renewed every second in round trips of
+/// their own (the early-renewal window is 125 ms); the server is paused
+/// for 600 ms right after the record's deletion, in one transaction. The
+/// first round trip after it carries the write that finds the record gone,
+/// and at least one other renewal falls due while it waits.
+#[test]
+fn a_record_found_gone_is_rebuilt_with_the_holds_waiting_for_a_round_trip() {
+    let ctx = TestContext::new();
+    let client = test_builder(&ctx.server.url())
+        .watchdog_timeout(ms(3_000))
+        .response_timeout(ms(1_000))
+        .build()
+        .unwrap();
+    let key = record_key(&client);
+    let names: Vec<String> = (0..5)
+        .map(|i| unique_name(&format!("rec-busy-{i}")))
+        .collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|name| {
+            // Spreads the renewals over the period; not a synchronisation.
+            crate::support::sleep(ms(200));
+            client.lock(name).lock().unwrap()
+        })
+        .collect();
+    let fields: Vec<String> = names
+        .iter()
+        .zip(&guards)
+        .map(|(name, guard)| hold_field(name, guard.holder_id()))
+        .collect();
+    let hexists = |f: &str| -> bool { ctx.server.cmd("HEXISTS", &[key.as_bytes(), f.as_bytes()]) };
+    assert!(wait_until(ms(3_000), || fields.iter().all(|f| hexists(f))));
+    let mut conn = ctx.server.conn();
+    let () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(&key)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    let paused = Instant::now();
+    let rebuilt = wait_until(ms(3_000), || fields.iter().all(|f| hexists(f)));
+    let present: Vec<bool> = fields.iter().map(|f| hexists(f)).collect();
+    eprintln!(
+        "record rebuilt: {rebuilt} {:?} after the pause began; fields {present:?}",
+        paused.elapsed()
+    );
+    assert!(
+        rebuilt,
+        "the record was not rebuilt with every hold: {present:?}"
+    );
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    drop(guards);
+}
+
 /// Refreshes ride on renewal round trips: 200 locks renewed for 4 periods
 /// cost no round trip of the record's own beyond its first write (and the
 /// start times of the holds that the first write did not carry).
