@@ -13,7 +13,7 @@ mod sharded;
 
 use crate::support::{
     Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_lacks, child_env,
-    child_role, logged_lines, ms, say, unique_name, wait_until,
+    child_role, logged_lines, ms, say, timed_case, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -31,11 +31,15 @@ fn builder(url: &str) -> redguard::Builder {
         .connect_timeout(Duration::from_secs(1))
 }
 
+/// The hash slot of `key`, by redis-rs's rule. Its `Slot` has no getter:
+/// the numbers come from a table built once (F3 looks up tens of
+/// thousands of names, and a search of the 16,384 slots for each took
+/// seconds).
 fn slot(key: &[u8]) -> u16 {
-    let slot = redis::cluster_routing::Slot::for_key(key);
-    (0..16_384)
-        .find(|&s| redis::cluster_routing::Slot::new(s) == Some(slot))
-        .unwrap()
+    use redis::cluster_routing::Slot;
+    static NUMBERS: std::sync::LazyLock<std::collections::HashMap<Slot, u16>> =
+        std::sync::LazyLock::new(|| (0..16_384).map(|s| (Slot::new(s).unwrap(), s)).collect());
+    NUMBERS[&Slot::for_key(key)]
 }
 
 /// A fresh lock name served by master `master` of `bed`.
@@ -78,31 +82,47 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     let started = Instant::now();
     let mut bed = RedisCluster::start();
     eprintln!("cluster up in {:?}", started.elapsed());
-    bed_selftest(&bed);
-    f4_live(&bed);
-    kinds_on_cluster(&bed);
-    records_on_cluster(&bed);
-    classic_listeners_on_a_replica(&bed);
-    a1_on_cluster(&bed);
-    d_on_cluster(&bed);
+    timed_case("bed_selftest", || bed_selftest(&bed));
+    timed_case("f4_live", || f4_live(&bed));
+    timed_case("kinds_on_cluster", || kinds_on_cluster(&bed));
+    timed_case("records_on_cluster", || records_on_cluster(&bed));
+    timed_case("classic_listeners_on_a_replica", || {
+        classic_listeners_on_a_replica(&bed)
+    });
+    timed_case("a1_on_cluster", || a1_on_cluster(&bed));
+    timed_case("d_on_cluster", || d_on_cluster(&bed));
     if !case_lacks(Cap::Spublish, "D follow") {
-        d_subscriptions_follow_slots(&bed);
+        timed_case("d_subscriptions_follow_slots", || {
+            d_subscriptions_follow_slots(&bed)
+        });
     }
     if !case_lacks(Cap::Spublish, "D moving") {
-        d_unlock_while_the_subscription_moves(&bed);
+        timed_case("d_unlock_while_the_subscription_moves", || {
+            d_unlock_while_the_subscription_moves(&bed)
+        });
     }
     if !case_lacks(Cap::Spublish, "D sharded upkeep") {
-        sharded::sharded_upkeep(&bed);
+        timed_case("sharded_upkeep", || sharded::sharded_upkeep(&bed));
     }
-    w1_on_cluster(&bed);
-    refused_renewals_are_not_tried_one_by_one(&bed);
-    f1_manual_failover(&bed);
-    f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
-    f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
-    f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
-    f2_automatic_failover(&mut bed);
-    f5_release_across_a_failover(&mut bed);
-    cli_exec_on_cluster(&bed);
+    timed_case("w1_on_cluster", || w1_on_cluster(&bed));
+    timed_case("refused_renewals_are_not_tried_one_by_one", || {
+        refused_renewals_are_not_tried_one_by_one(&bed)
+    });
+    timed_case("f1_manual_failover", || f1_manual_failover(&bed));
+    timed_case("f3 Exclusive", || {
+        f3_slot_migration(&bed, ConnectionMode::Exclusive, 1)
+    });
+    timed_case("f3 Combining", || {
+        f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4)
+    });
+    timed_case("f3 Duplex", || {
+        f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4)
+    });
+    timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
+    timed_case("f5_release_across_a_failover", || {
+        f5_release_across_a_failover(&mut bed)
+    });
+    timed_case("cli_exec_on_cluster", || cli_exec_on_cluster(&bed));
     eprintln!("cluster cases done in {:?}", started.elapsed());
 }
 

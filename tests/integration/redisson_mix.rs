@@ -456,18 +456,45 @@ fn java_ahead_of_a_renewed_permit(server: &RedisServer, client: &redguard::Clien
 /// (`permit_clock_skew` 0) both directions let two holders share the one
 /// permit (for about 2 s); with the skew the README recommends for mixed
 /// deployments (at least the clocks' offset, here 2.5 s) neither does.
+/// The six runs (two settings, three cases) wait out leases, not CPU: they
+/// run side by side, each with its own permit and Java child.
 #[test]
 fn permits_stamped_by_a_clock_two_seconds_off() {
     let _heavy = crate::support::cpu_heavy();
     let server = RedisServer::start();
-    for skew in [Duration::ZERO, TOLERATED_SKEW] {
-        let client = test_builder(&server.url())
-            .permit_clock_skew(skew)
-            .build()
-            .unwrap();
-        let (behind, rust_waited) = java_behind(&server, &client);
-        let (ahead, java_waited) = java_ahead(&server, &client);
-        let renewed = java_ahead_of_a_renewed_permit(&server, &client);
+    fn joined<T>(run: std::thread::ScopedJoinHandle<'_, T>) -> T {
+        run.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+    let outcomes = std::thread::scope(|scope| {
+        let runs: Vec<_> = [Duration::ZERO, TOLERATED_SKEW]
+            .into_iter()
+            .map(|skew| {
+                let client = test_builder(&server.url())
+                    .permit_clock_skew(skew)
+                    .build()
+                    .unwrap();
+                let client = std::sync::Arc::new(client);
+                let server = &server;
+                let behind = scope.spawn({
+                    let client = client.clone();
+                    move || java_behind(server, &client)
+                });
+                let ahead = scope.spawn({
+                    let client = client.clone();
+                    move || java_ahead(server, &client)
+                });
+                let renewed = scope.spawn(move || java_ahead_of_a_renewed_permit(server, &client));
+                (skew, behind, ahead, renewed)
+            })
+            .collect();
+        runs.into_iter()
+            .map(|(skew, behind, ahead, renewed)| {
+                (skew, joined(behind), joined(ahead), joined(renewed))
+            })
+            .collect::<Vec<_>>()
+    });
+    for (skew, (behind, rust_waited), (ahead, java_waited), renewed) in outcomes {
         eprintln!(
             "permit clock skew {skew:?}: Java 2 s behind: Rust took the permit after \
              {rust_waited:?} (Java lease {PERMIT_LEASE:?}), two holders: {behind}; Java 2 s \

@@ -11,7 +11,7 @@ use redguard::ConnectionMode;
 
 use crate::support::{
     BedOptions, Contention, SentinelBed, TEST_WATCHDOG, capture_logs, logged_lines, ms,
-    test_builder, unique_name, wait_until,
+    test_builder, timed_case, unique_name, wait_until,
 };
 
 const DATA_PW: &str = "data-pw-E4-d47a";
@@ -39,16 +39,30 @@ fn sentinel_e1_e2_e3_e4_e5_h5_j1_cli_on_one_bed() {
     let _heavy = crate::support::cpu_heavy();
     capture_logs();
     let mut bed = bed();
-    e4_discovery_with_separate_passwords(&bed);
-    j1_readme_acl_user_through_sentinel(&bed);
-    e2_unacknowledged_extensions_do_not_count(&mut bed);
-    e1_failover_under_contention(&mut bed);
-    bed.heal();
-    e2_h5_lost_through_async_replication(&mut bed);
-    bed.heal();
-    e3_demoted_old_master(&mut bed);
-    e5_release_across_failovers(&mut bed);
-    e4_no_password_in_logs_debug_or_errors(&bed);
+    timed_case("e4_discovery_with_separate_passwords", || {
+        e4_discovery_with_separate_passwords(&bed)
+    });
+    timed_case("j1_readme_acl_user_through_sentinel", || {
+        j1_readme_acl_user_through_sentinel(&bed)
+    });
+    timed_case("e2_unacknowledged_extensions_do_not_count", || {
+        e2_unacknowledged_extensions_do_not_count(&mut bed)
+    });
+    timed_case("e1_failover_under_contention", || {
+        e1_failover_under_contention(&mut bed)
+    });
+    timed_case("heal", || bed.heal());
+    timed_case("e2_h5_lost_through_async_replication", || {
+        e2_h5_lost_through_async_replication(&mut bed)
+    });
+    timed_case("heal", || bed.heal());
+    timed_case("e3_demoted_old_master", || e3_demoted_old_master(&mut bed));
+    timed_case("e5_release_across_failovers", || {
+        e5_release_across_failovers(&mut bed)
+    });
+    timed_case("e4_no_password_in_logs_debug_or_errors", || {
+        e4_no_password_in_logs_debug_or_errors(&bed)
+    });
 }
 
 /// How many failovers E5 runs (`REDGUARD_E5_TRIES`, default 3).
@@ -72,8 +86,8 @@ fn e5_release_across_failovers(bed: &mut SentinelBed) {
     let tries = e5_tries();
     let mut freed_after = Vec::new();
     for round in 1..=tries {
-        freed_after.push(e5_one_failover(bed, round));
-        bed.heal();
+        freed_after.push(timed_case("e5 failover", || e5_one_failover(bed, round)));
+        timed_case("e5 heal", || bed.heal());
     }
     let worst = freed_after.iter().max().copied().unwrap_or_default();
     eprintln!(

@@ -92,6 +92,16 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}-{n}", process::id())
 }
 
+/// Runs one case of a test bed and prints how long it took (shown with
+/// the test's output, or with `--nocapture`), so that a slow bed says
+/// which of its cases is slow.
+pub fn timed_case<T>(name: &str, case: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = case();
+    eprintln!("case {name}: {:.2?}", started.elapsed());
+    out
+}
+
 /// Polls `cond` about every 5 ms until it returns `true` or `timeout` has
 /// passed. Returns whether the condition became true.
 ///
