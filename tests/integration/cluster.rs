@@ -87,18 +87,18 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     timed_case("kinds_on_cluster", || kinds_on_cluster(&bed));
     timed_case("records_on_cluster", || records_on_cluster(&bed));
     timed_case("classic_listeners_on_a_replica", || {
-        classic_listeners_on_a_replica(&bed)
+        classic_listeners_on_a_replica(&bed);
     });
     timed_case("a1_on_cluster", || a1_on_cluster(&bed));
     timed_case("d_on_cluster", || d_on_cluster(&bed));
     if !case_lacks(Cap::Spublish, "D follow") {
         timed_case("d_subscriptions_follow_slots", || {
-            d_subscriptions_follow_slots(&bed)
+            d_subscriptions_follow_slots(&bed);
         });
     }
     if !case_lacks(Cap::Spublish, "D moving") {
         timed_case("d_unlock_while_the_subscription_moves", || {
-            d_unlock_while_the_subscription_moves(&bed)
+            d_unlock_while_the_subscription_moves(&bed);
         });
     }
     if !case_lacks(Cap::Spublish, "D sharded upkeep") {
@@ -106,21 +106,21 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     }
     timed_case("w1_on_cluster", || w1_on_cluster(&bed));
     timed_case("refused_renewals_are_not_tried_one_by_one", || {
-        refused_renewals_are_not_tried_one_by_one(&bed)
+        refused_renewals_are_not_tried_one_by_one(&bed);
     });
     timed_case("f1_manual_failover", || f1_manual_failover(&bed));
     timed_case("f3 Exclusive", || {
-        f3_slot_migration(&bed, ConnectionMode::Exclusive, 1)
+        f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
     });
     timed_case("f3 Combining", || {
-        f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4)
+        f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
     });
     timed_case("f3 Duplex", || {
-        f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4)
+        f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
     });
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
     timed_case("f5_release_across_a_failover", || {
-        f5_release_across_a_failover(&mut bed)
+        f5_release_across_a_failover(&mut bed);
     });
     timed_case("cli_exec_on_cluster", || cli_exec_on_cluster(&bed));
     eprintln!("cluster cases done in {:?}", started.elapsed());

@@ -40,28 +40,28 @@ fn sentinel_e1_e2_e3_e4_e5_h5_j1_cli_on_one_bed() {
     capture_logs();
     let mut bed = bed();
     timed_case("e4_discovery_with_separate_passwords", || {
-        e4_discovery_with_separate_passwords(&bed)
+        e4_discovery_with_separate_passwords(&bed);
     });
     timed_case("j1_readme_acl_user_through_sentinel", || {
-        j1_readme_acl_user_through_sentinel(&bed)
+        j1_readme_acl_user_through_sentinel(&bed);
     });
     timed_case("e2_unacknowledged_extensions_do_not_count", || {
-        e2_unacknowledged_extensions_do_not_count(&mut bed)
+        e2_unacknowledged_extensions_do_not_count(&mut bed);
     });
     timed_case("e1_failover_under_contention", || {
-        e1_failover_under_contention(&mut bed)
+        e1_failover_under_contention(&mut bed);
     });
     timed_case("heal", || bed.heal());
     timed_case("e2_h5_lost_through_async_replication", || {
-        e2_h5_lost_through_async_replication(&mut bed)
+        e2_h5_lost_through_async_replication(&mut bed);
     });
     timed_case("heal", || bed.heal());
     timed_case("e3_demoted_old_master", || e3_demoted_old_master(&mut bed));
     timed_case("e5_release_across_failovers", || {
-        e5_release_across_failovers(&mut bed)
+        e5_release_across_failovers(&mut bed);
     });
     timed_case("e4_no_password_in_logs_debug_or_errors", || {
-        e4_no_password_in_logs_debug_or_errors(&bed)
+        e4_no_password_in_logs_debug_or_errors(&bed);
     });
 }
 
