@@ -12,8 +12,8 @@ use redguard::{ClassicPublish, Client, ConnectionMode, Error};
 mod sharded;
 
 use crate::support::{
-    Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_lacks, child_env,
-    child_role, logged_lines, ms, say, timed_case, unique_name, wait_until,
+    Cap, ChildTest, Contention, RedisCluster, caps, capture_logs, case_client_side, case_lacks,
+    child_env, child_role, logged_lines, ms, say, timed_case, unique_name, wait_until,
 };
 
 /// Threads per process in A1.
@@ -101,23 +101,29 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
             d_unlock_while_the_subscription_moves(&bed);
         });
     }
-    if !case_lacks(Cap::Spublish, "D sharded upkeep") {
+    if !case_lacks(Cap::Spublish, "D sharded upkeep") && !case_client_side("D sharded upkeep") {
         timed_case("sharded_upkeep", || sharded::sharded_upkeep(&bed));
     }
-    timed_case("w1_on_cluster", || w1_on_cluster(&bed));
-    timed_case("refused_renewals_are_not_tried_one_by_one", || {
-        refused_renewals_are_not_tried_one_by_one(&bed);
-    });
+    if !case_client_side("W1") {
+        timed_case("w1_on_cluster", || w1_on_cluster(&bed));
+    }
+    if !case_client_side("refused renewals") {
+        timed_case("refused_renewals_are_not_tried_one_by_one", || {
+            refused_renewals_are_not_tried_one_by_one(&bed);
+        });
+    }
     timed_case("f1_manual_failover", || f1_manual_failover(&bed));
     timed_case("f3 Exclusive", || {
         f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
     });
-    timed_case("f3 Combining", || {
-        f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
-    });
-    timed_case("f3 Duplex", || {
-        f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
-    });
+    if !case_client_side("F3 combining and duplex") {
+        timed_case("f3 Combining", || {
+            f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
+        });
+        timed_case("f3 Duplex", || {
+            f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
+        });
+    }
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
     timed_case("f5_release_across_a_failover", || {
         f5_release_across_a_failover(&mut bed);

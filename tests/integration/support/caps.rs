@@ -100,17 +100,38 @@ fn skip_unless(cap: Cap, case: Option<&str>) -> bool {
     if caps.has(cap) {
         return false;
     }
+    say_skip(case, &format!("{} lacks {cap}", caps.server));
+    true
+}
+
+/// The variable `scripts/test` sets, on the sections of every server but
+/// the reference one, to the reference server's name (`redis-7.0`).
+pub const REFERENCE_ENV: &str = "REDGUARD_REFERENCE_SERVER";
+
+/// For one case of a test bed that exercises the client's own mechanisms
+/// (scale, pacing of retries, connection modes, repetitions of a case the
+/// bed has just run once): `true`, printing `SKIP <test> (<case>):
+/// client-side only; runs on <reference>`, on a section whose server is
+/// not the reference one. Outside `scripts/test` every case runs.
+pub fn case_client_side(case: &str) -> bool {
+    let reference = std::env::var(REFERENCE_ENV).unwrap_or_default();
+    if reference.is_empty() {
+        return false;
+    }
+    say_skip(
+        Some(case),
+        &format!("client-side only; runs on {reference}"),
+    );
+    true
+}
+
+/// `SKIP <test>[ (<case>)]: <why>`, straight to the stream: libtest
+/// captures `eprintln!`, and a skip must be seen.
+fn say_skip(case: Option<&str>, why: &str) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("<unnamed test>");
     let case = case.map_or_else(String::new, |c| format!(" ({c})"));
-    // Straight to the stream: libtest captures `eprintln!`, and a skip
-    // must be seen.
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIP {test}{case}: {} lacks {cap}",
-        caps.server
-    );
-    true
+    let _ = writeln!(std::io::stderr().lock(), "SKIP {test}{case}: {why}");
 }
 
 fn probe() -> Caps {
