@@ -410,6 +410,12 @@ impl ServerState {
         }
     }
 
+    /// When the holder record here needs a write of its own, if it does
+    /// (it lives while the client holds something on the server).
+    fn record_due_at(&self, now: Instant) -> Option<Instant> {
+        self.record.as_ref()?.due_at(self.entries > 0, now)
+    }
+
     /// The renewal job at the worker is over (done, or never sent): what
     /// the thread kept of its entries goes, and the entries that waited
     /// for it are handed back.
@@ -699,12 +705,7 @@ impl Watchdog {
         let due: Vec<Server> = self
             .servers
             .iter()
-            .filter(|(_, s)| {
-                s.record
-                    .as_ref()
-                    .and_then(|r| r.due_at(s.entries > 0, now))
-                    .is_some_and(|at| at <= now)
-            })
+            .filter(|(_, s)| s.record_due_at(now).is_some_and(|at| at <= now))
             .map(|(server, _)| *server)
             .collect();
         for server in due {
@@ -746,7 +747,7 @@ impl Watchdog {
     fn next_record(&self, now: Instant) -> Option<Instant> {
         self.servers
             .values()
-            .filter_map(|s| s.record.as_ref()?.due_at(s.entries > 0, now))
+            .filter_map(|s| s.record_due_at(now))
             .min()
     }
 
