@@ -1067,18 +1067,21 @@ fn w1_on_cluster(bed: &RedisCluster) {
 fn refused_renewals_are_not_tried_one_by_one(bed: &RedisCluster) {
     const LOCKS: usize = 20;
     let master = bed.masters()[0];
-    let user = |rules: &[&[u8]]| {
-        for i in 0..6 {
-            let node = bed.node(i);
-            if node.is_running() {
-                let () = node.cmd(
-                    "ACL",
-                    &[&[b"SETUSER".as_slice(), b"norenew"], rules].concat(),
-                );
-            }
+    // ACL users are per node: every running one gets the same change.
+    let acl = |args: &[&[u8]]| {
+        for node in (0..6).map(|i| bed.node(i)).filter(|n| n.is_running()) {
+            let _: redis::Value = node.cmd("ACL", args);
         }
     };
-    user(&[b"on", b">norenew-pw", b"~*", b"&*", b"+@all"]);
+    acl(&[
+        b"SETUSER",
+        b"norenew",
+        b"on",
+        b">norenew-pw",
+        b"~*",
+        b"&*",
+        b"+@all",
+    ]);
     let url = bed
         .url()
         .replace("redis+cluster://", "redis+cluster://norenew:norenew-pw@");
@@ -1097,17 +1100,13 @@ fn refused_renewals_are_not_tried_one_by_one(bed: &RedisCluster) {
             .sum::<u64>()
     };
     let before = refused();
-    user(&[b"-evalsha", b"-eval"]);
+    acl(&[b"SETUSER", b"norenew", b"-evalsha", b"-eval"]);
     let lost = wait_until(Duration::from_secs(5), || {
         guards.iter().all(|g| g.is_lost())
     });
     let calls = refused() - before;
     eprintln!("refused renewals: {calls} refused script calls for {LOCKS} locks over one lease");
-    for i in 0..6 {
-        if bed.node(i).is_running() {
-            let _: i64 = bed.node(i).cmd("ACL", &[b"DELUSER", b"norenew"]);
-        }
-    }
+    acl(&[b"DELUSER", b"norenew"]);
     drop(guards);
     drop(client);
     let mut conn = admin(bed);

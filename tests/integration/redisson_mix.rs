@@ -474,7 +474,6 @@ fn permits_stamped_by_a_clock_two_seconds_off() {
                     .permit_clock_skew(skew)
                     .build()
                     .unwrap();
-                let client = std::sync::Arc::new(client);
                 let server = &server;
                 let behind = scope.spawn({
                     let client = client.clone();

@@ -868,7 +868,7 @@ fn sentinel_conf(
 ///   to a promoted master sends its first `PING` one period after the link
 ///   was made: with the bed's 1 s `down-after-milliseconds`, a 1 s period
 ///   flags the new master down now and then, and a second failover
-///   follows (with its 5–10 s of settling).
+///   follows (with its 8–12 s of settling).
 fn fast_periods(port: u16, password: Option<&str>) {
     if let Ok(mut conn) = admin_conn(port, password) {
         let _: redis::RedisResult<()> = redis::cmd("SENTINEL")
