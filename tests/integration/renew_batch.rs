@@ -1,7 +1,7 @@
 //! The watchdog renews many leases per script call and per round trip, and
 //! each lock of a batch keeps its own outcome.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::{TestContext, test_builder, unique_name, wait_until};
 
@@ -40,7 +40,14 @@ fn b2_many_locks_stay_renewed_in_batches() {
 /// 1.5 ms apart (45 ms from the first to the last, within the window of an
 /// eighth of the renewal interval: 62 ms for L = 1.5 s) are renewed in one
 /// round trip a round, not one each (with no window, dispatched only when
-/// due, they went in about one round trip per lock).
+/// due, they went in about one round trip per lock: 60 for two rounds).
+///
+/// On a loaded machine the 30 acquires can spread over more than one
+/// window (the test failed once in a fresh clone at load 3-8, on Redis
+/// 6.2, with the bound fixed at 4): the renewals of each window's worth of
+/// locks then go as one trip, so the bound is two trips a round for every
+/// window the acquires actually spread over, plus one for a round split at
+/// a window's edge. Unloaded that is 4; the one-by-one renewals give 60.
 #[test]
 fn renewals_due_close_together_share_a_round_trip() {
     let ctx = TestContext::new();
@@ -52,10 +59,15 @@ fn renewals_due_close_together_share_a_round_trip() {
         .map(|_| client.lock(unique_name("window")))
         .collect();
     let mut guards = Vec::new();
+    let started = Instant::now();
     for lock in &locks {
         guards.push(lock.lock().unwrap());
         crate::support::sleep(Duration::from_millis(1));
     }
+    let spread = started.elapsed();
+    // An eighth of the renewal interval (L/3).
+    let window = Duration::from_millis(1_500) / 3 / 8;
+    let windows = (spread.as_millis() / window.as_millis()) as u64 + 1;
     let renewed = |n: u64, base: u64| {
         assert!(
             wait_until(Duration::from_secs(5), || client.stats().renewals
@@ -68,10 +80,12 @@ fn renewals_due_close_together_share_a_round_trip() {
     let first = renewed(30, client.stats().renewals);
     let third = renewed(60, first.renewals);
     let trips = third.renewal_round_trips - first.renewal_round_trips;
-    eprintln!("30 locks taken 1.5 ms apart: 2 renewal rounds in {trips} round trips");
+    eprintln!(
+        "30 locks taken over {spread:?} ({windows} window(s)): 2 renewal rounds in {trips} round trips"
+    );
     assert!(
-        trips <= 4,
-        "2 rounds of 30 renewals took {trips} round trips"
+        trips <= 2 * (windows + 1),
+        "2 rounds of 30 renewals taken over {spread:?} took {trips} round trips"
     );
     assert!(guards.iter().all(|g| !g.is_lost()));
 }
