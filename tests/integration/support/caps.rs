@@ -215,9 +215,13 @@ fn probe() -> Caps {
 /// without TLS rejects the directive (Redis 6.2) or finds no TLS
 /// connection type (Valkey 8). It exits either way.
 fn tls_built_in() -> bool {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = tempfile::Builder::new()
+        .prefix("redguard-probe-")
+        .tempdir()
+        .expect("a temporary directory");
     let log = dir.path().join("probe.log");
-    let child = Command::new(redis_server_bin())
+    let mut probe = Command::new(redis_server_bin());
+    probe
         .args(["--port", "0", "--tls-port", "1", "--save", ""])
         .args(["--tls-cert-file", "/nonexistent/redguard-probe.crt"])
         .args(["--tls-key-file", "/nonexistent/redguard-probe.key"])
@@ -227,9 +231,8 @@ fn tls_built_in() -> bool {
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
+        .stderr(Stdio::piped());
+    let Ok(mut child) = super::spawn_owned(probe, dir.path()) else {
         return false;
     };
     // It exits at once either way; a server that started after all is

@@ -4,6 +4,8 @@
 //! * [`RedisServer`] spawns `redis-server` on a free loopback port, restarts
 //!   it on the same port, freezes it (`SIGSTOP`) and kills it on drop.
 //!   [`RedisServer::start_tls`] is the same with TLS only.
+//! * [`spawn_owned`] starts a server process that dies with the test
+//!   process, however that ends.
 //! * [`ChildTest`] runs the `#[ignore]`d half of a test in another process.
 //! * [`FaultProxy`] sits between a client and a server on loopback and can
 //!   delay, blackhole, reset or refuse traffic at runtime.
@@ -37,6 +39,7 @@ mod contention;
 mod context;
 mod kinds;
 mod logs;
+mod owned;
 mod proxy;
 mod sentinel;
 mod server;
@@ -62,6 +65,7 @@ pub use context::{
 };
 pub use kinds::{KINDS, Kind};
 pub use logs::{capture_logs, logged_lines};
+pub use owned::{OWNER_FILE, owner_of, spawn_owned, sweep_leftovers};
 #[allow(
     unused_imports,
     reason = "benches `#[path]`-include this module and may not use every re-export"

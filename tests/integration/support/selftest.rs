@@ -532,3 +532,92 @@ fn proxy_cuts_or_garbles_the_reply_to_a_matching_request() {
     assert!(server.exists("marker-2"));
     assert_eq!(proxy.reply_faults_done(), 2);
 }
+
+/// The child half of [`servers_die_with_a_killed_test_process`]: starts a
+/// server from a thread that ends at once (the parent-death signal is tied
+/// to the forking thread, so this is the case that needs the spawner
+/// thread), prints its pid, and waits to be killed.
+#[test]
+#[ignore = "child half of servers_die_with_a_killed_test_process"]
+fn owned_server_child() {
+    let Some(_) = super::child_role() else { return };
+    let server = std::thread::spawn(RedisServer::start).join().unwrap();
+    super::say(&format!("SERVER {}", server.pid()));
+    // Killed by the parent long before this ends.
+    super::sleep(Duration::from_secs(60));
+    drop(server);
+}
+
+/// A test process killed with `SIGKILL` runs no `Drop`: its servers must
+/// still go, and nothing else of the run's own may be left.
+#[test]
+fn servers_die_with_a_killed_test_process() {
+    let mut child = super::ChildTest::spawn("support::selftest::owned_server_child", "owner", &[]);
+    let pid: libc::pid_t = child
+        .expect_line("SERVER ", Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    assert_eq!(
+        super::owner_of(pid),
+        Some(child.pid() as u32),
+        "the server names its test process as its owner"
+    );
+    child.kill();
+    let gone = wait_until(Duration::from_secs(5), || {
+        // A zombie waiting for its reaper counts as gone: it runs nothing.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    });
+    assert!(gone, "redis-server {pid} outlived its killed test process");
+}
+
+/// The sweep finds a server whose owner is gone (as a run killed before
+/// servers died with their owner left them) and kills it; a server whose
+/// owner lives is left alone.
+#[test]
+fn the_sweep_kills_servers_of_a_gone_owner_only() {
+    // A pid that is surely gone: a child that has exited and been reaped.
+    let mut done = std::process::Command::new("true").spawn().unwrap();
+    done.wait().unwrap();
+    let gone_owner = done.id();
+    let start = |owner: u32| {
+        let dir = tempfile::Builder::new()
+            .prefix("redguard-sweep-")
+            .tempdir()
+            .unwrap();
+        fs::write(dir.path().join(super::OWNER_FILE), owner.to_string()).unwrap();
+        // Started by hand, not owned: it would outlive this process.
+        let child = std::process::Command::new(super::redis_server_bin())
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        (dir, child)
+    };
+    let (_orphan_dir, mut orphan) = start(gone_owner);
+    let (_kept_dir, mut kept) = start(std::process::id());
+    let pid = orphan.id() as libc::pid_t;
+    assert!(
+        wait_until(Duration::from_secs(5), || super::owner_of(pid)
+            == Some(gone_owner)),
+        "the hand-started server never showed its owner"
+    );
+    // Another test's first spawn may sweep it first: either way it goes.
+    super::sweep_leftovers();
+    let status = orphan.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(
+        matches!(kept.try_wait(), Ok(None)),
+        "a server whose owner lives was killed"
+    );
+    let _ = kept.kill();
+    let _ = kept.wait();
+}

@@ -736,20 +736,20 @@ fn spawn_sentinel_conf(conf: &str, dir: &Path) -> Child {
     let conf_path = dir.join("sentinel.conf");
     fs::write(&conf_path, conf).expect("write sentinel.conf");
     let bin = redis_sentinel_bin();
-    Command::new(&bin)
+    let mut command = Command::new(&bin);
+    command
         .arg(&conf_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot spawn redis-sentinel `{bin}`: {e}. The Sentinel tests need a real \
+        .stderr(Stdio::null());
+    super::spawn_owned(command, dir).unwrap_or_else(|e| {
+        panic!(
+            "cannot spawn redis-sentinel `{bin}`: {e}. The Sentinel tests need a real \
                  redis-sentinel: install the Debian package `redis-sentinel` or set \
                  ${REDIS_SENTINEL_ENV} to its path. (Not skipping: a missing binary is a \
                  failure.)"
-            )
-        })
+        )
+    })
 }
 
 /// Spawns one sentinel on `port` (on a fresh port if it loses that one)

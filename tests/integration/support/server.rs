@@ -585,7 +585,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        command.spawn().unwrap_or_else(|e| {
+        super::spawn_owned(command, self.dir.path()).unwrap_or_else(|e| {
             panic!(
                 "cannot spawn redis-server `{bin}`: {e}. The integration tests need a real \
                  redis-server: install the Debian package `redis-server` or set \
