@@ -8,7 +8,10 @@
 //!   ([`SentinelSpec::sentinel_username`], `sentinel_password`) are used
 //!   for them, the data nodes' credentials for the master.
 //! * **`ROLE` on every new connection** to the master: a node that
-//!   answers as a replica is refused before anything is sent to it.
+//!   answers as a replica is refused before anything is sent to it (a
+//!   demoted master with `replica-read-only no` would take writes that no
+//!   other client sees), and the sentinel that named it is no longer asked
+//!   first: a stale sentinel that keeps naming it is passed over.
 //! * **Rediscovery**: a call that meets `READONLY`, a replica where the
 //!   master was, or a refused connection forgets the master's pool and
 //!   asks the sentinels again, retrying within the connect timeout (the
@@ -418,6 +421,9 @@ struct Master {
     pool: Arc<Pool>,
     /// Bumped on every change of master.
     generation: u64,
+    /// The sentinel (its index) whose answer named this master; `None`
+    /// when a `+switch-master` announcement did.
+    named_by: Option<usize>,
 }
 
 struct Inner {
@@ -621,12 +627,19 @@ impl Inner {
         if self.spec.switch_listener {
             self.start_listener();
         }
-        let addr = self.discover()?;
-        self.install(addr)
+        let (addr, sentinel) = self.discover()?;
+        self.install_named(addr, Some(sentinel))
     }
 
-    /// Makes `addr` the master, unless it already is.
+    /// Makes `addr` the master, unless it already is (a `+switch-master`
+    /// announcement).
     fn install(&self, addr: (String, u16)) -> Result<Arc<Master>> {
+        self.install_named(addr, None)
+    }
+
+    /// Makes `addr`, as sentinel `named_by` answered, the master, unless it
+    /// already is.
+    fn install_named(&self, addr: (String, u16), named_by: Option<usize>) -> Result<Arc<Master>> {
         let mut slot = self.master.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(current) = slot.as_ref()
             && current.addr == addr
@@ -666,6 +679,7 @@ impl Inner {
             addr,
             pool,
             generation,
+            named_by,
         });
         *slot = Some(master.clone());
         Ok(master)
@@ -687,11 +701,28 @@ impl Inner {
             *slot = None;
             self.generation.fetch_add(1, Ordering::AcqRel);
             master.pool.flush();
+            // The node named is a replica (its ROLE, or READONLY): the
+            // sentinel that named it has a stale view (partitioned, or not
+            // yet told of a failover). Ask the next one first, or a
+            // sentinel that keeps giving that answer would be believed on
+            // every retry.
+            if let Some(stale) = master.named_by
+                && is_not_master(err)
+            {
+                let next = (stale + 1) % self.sentinels.len();
+                let _ = self.preferred.compare_exchange(
+                    stale,
+                    next,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
         }
     }
 
-    /// Asks the sentinels, preferred one first, for the master's address.
-    fn discover(&self) -> Result<(String, u16)> {
+    /// Asks the sentinels, preferred one first, for the master's address;
+    /// returns it with the index of the sentinel that gave it.
+    fn discover(&self) -> Result<((String, u16), usize)> {
         let n = self.sentinels.len();
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut auth_error = None;
@@ -703,7 +734,7 @@ impl Inner {
             match self.ask(label, client) {
                 Ok(Some(addr)) => {
                     self.preferred.store(index, Ordering::Relaxed);
-                    return Ok(addr);
+                    return Ok((addr, index));
                 }
                 Ok(None) => unknown += 1,
                 Err(e) => {

@@ -41,6 +41,7 @@ mod scale;
 mod script_cache;
 mod semaphore;
 mod sentinel;
+mod stale_sentinel;
 mod storm;
 mod waiters;
 mod watchdog;
