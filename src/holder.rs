@@ -47,11 +47,35 @@ fn current_thread_id() -> u64 {
     ID.with(|id| *id)
 }
 
-/// Marks a guard `!Send` but `Sync`, as `std::sync::MutexGuard` is: a
+/// The marker that makes every lock guard ([`LockGuard`](crate::LockGuard),
+/// [`MultiLockGuard`](crate::MultiLockGuard),
+/// [`RedLockGuard`](crate::RedLockGuard)) `!Send` but `Sync`, as
+/// `std::sync::MutexGuard` is (lock_api names its own the same way): a
 /// guard's holds belong to the thread that took them (its holder id names
-/// the thread), but another thread may look at a borrowed guard
-/// (`check()`, `is_lost()`, the fencing token).
-pub(crate) type NotSend = PhantomData<std::sync::MutexGuard<'static, ()>>;
+/// the thread, as Redisson's does), but another thread may look at a
+/// borrowed guard (`check()`, `is_lost()`, the fencing token).
+///
+/// It has no value of its own to use: it exists so that the compiler's
+/// error for a guard moved into another thread names it ("required because
+/// it appears within the type `GuardNoSend`"). To hand work to another
+/// thread, take the lock there.
+///
+/// ```compile_fail,E0277
+/// let client = redguard::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.lock("job").lock()?;
+/// std::thread::spawn(move || drop(guard)); // a guard is not `Send`
+/// # Ok::<(), redguard::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct GuardNoSend(PhantomData<*mut ()>);
+
+// SAFETY: `GuardNoSend` holds nothing and is never constructed (it is
+// only ever named in `PhantomData`); sharing a reference to it across
+// threads touches no data.
+unsafe impl Sync for GuardNoSend {}
+
+/// The field type that carries [`GuardNoSend`] in a guard.
+pub(crate) type NotSend = PhantomData<GuardNoSend>;
 
 /// A holder id, `"<client uuid>:<thread id>"`: the hash field under which a
 /// lock's hold count is stored (Redisson's `getLockName(threadId)`).

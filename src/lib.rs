@@ -145,7 +145,7 @@ pub use client::{Client, Stats};
 pub use config::{Builder, ConnectionMode};
 pub use error::{Error, RedisCause, Result};
 pub use fencing::FencedWrite;
-pub use holder::{ClientId, HolderId};
+pub use holder::{ClientId, GuardNoSend, HolderId};
 pub use interop::ClassicPublish;
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
