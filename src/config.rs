@@ -389,7 +389,7 @@ impl Builder {
         mut self,
         callback: impl Fn(&LostLease) + Send + Sync + 'static,
     ) -> Builder {
-        self.on_lease_lost = Some(Arc::new(callback));
+        self.on_lease_lost = Some(LostCallback::new(callback));
         self
     }
 

@@ -203,3 +203,26 @@ mod guard_auto_traits {
         sync::<crate::PermitGuard>();
     }
 }
+
+/// `Client`, its builder and every handle are `UnwindSafe` and
+/// `RefUnwindSafe`, so that `catch_unwind(|| client.lock(..).lock())`
+/// compiles, as it does for `std::sync::Mutex`.
+#[cfg(test)]
+mod unwind_auto_traits {
+    use std::panic::{RefUnwindSafe, UnwindSafe};
+
+    fn unwind_safe<T: UnwindSafe + RefUnwindSafe>() {}
+
+    #[test]
+    fn the_client_and_its_handles_are_unwind_safe() {
+        unwind_safe::<crate::Client>();
+        unwind_safe::<crate::Builder>();
+        unwind_safe::<crate::Lock>();
+        unwind_safe::<crate::ReadWriteLock>();
+        unwind_safe::<crate::MultiLock>();
+        unwind_safe::<crate::RedLock>();
+        unwind_safe::<crate::Semaphore>();
+        unwind_safe::<crate::ExpiringSemaphore>();
+        unwind_safe::<crate::CountDownLatch>();
+    }
+}

@@ -146,12 +146,28 @@ impl LostLease {
 }
 
 /// The callback of [`Builder::on_lease_lost`](crate::Builder::on_lease_lost).
-pub(crate) type LostCallback = Arc<dyn Fn(&LostLease) + Send + Sync + 'static>;
+///
+/// Unwind-safe whatever it captures, so that `Client` and every handle stay
+/// `UnwindSafe` and `RefUnwindSafe` (a `catch_unwind(|| client.lock(..)…)`
+/// compiles): the callback runs only in [`notify`], inside `catch_unwind`,
+/// on the watchdog's thread; a panic there is logged and leaves nothing of
+/// the client half-changed, and no caller's `catch_unwind` ever sees it.
+#[derive(Clone)]
+pub(crate) struct LostCallback(Arc<dyn Fn(&LostLease) + Send + Sync + 'static>);
+
+impl LostCallback {
+    pub(crate) fn new(callback: impl Fn(&LostLease) + Send + Sync + 'static) -> LostCallback {
+        LostCallback(Arc::new(callback))
+    }
+}
+
+impl std::panic::UnwindSafe for LostCallback {}
+impl std::panic::RefUnwindSafe for LostCallback {}
 
 /// Calls `callback` with `lost`; a panic in it is caught and logged, so
 /// that it cannot stop the watchdog.
 pub(crate) fn notify(callback: &LostCallback, lost: &LostLease) {
-    let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(lost)));
+    let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (callback.0)(lost)));
     if call.is_err() {
         log::error!(
             "redguard: the on_lease_lost callback panicked for lock {:?}",
@@ -179,7 +195,7 @@ mod tests {
     fn a_panicking_callback_is_contained() {
         let calls = Arc::new(AtomicUsize::new(0));
         let seen = calls.clone();
-        let callback: LostCallback = Arc::new(move |_| {
+        let callback = LostCallback::new(move |_| {
             seen.fetch_add(1, Ordering::SeqCst);
             panic!("user code");
         });
