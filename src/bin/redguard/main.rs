@@ -59,7 +59,7 @@ fn run() -> Result<ExitCode, Failure> {
         Ok(cli) => cli,
         Err(err) => return cli::parse_error(err),
     };
-    logging::init(cli.verbose);
+    logging::init(cli.verbose, subject(&cli.command));
     let conn = connect::connect(&cli.conn, &program(&cli.command))?;
     log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
@@ -71,6 +71,20 @@ fn run() -> Result<ExitCode, Failure> {
         Command::List(args) => list::list(args, &conn),
         Command::Who(args) => who::who(args, &conn),
     }
+}
+
+/// The lock or key the command works on, for the log lines.
+fn subject(command: &Command) -> Option<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = match command {
+        Command::Exec(args) => &args.name,
+        Command::Once(args) => &args.key,
+        Command::Status(args) => &args.name,
+        Command::Unlock(args) => &args.name,
+        Command::Latch(args) => &args.name,
+        Command::List(_) | Command::Who(_) => return None,
+    };
+    Some(name.as_bytes())
 }
 
 /// What the holder record says this process runs: the command line of

@@ -148,6 +148,23 @@ fn verbosity_flags_and_log_variables_turn_logging_on() {
     assert_eq!(exec(&[], None), "", "quiet by default");
     let info = exec(&["-v"], None);
     assert!(info.contains("[INFO] redguard: holding lock"), "{info}");
+    // Each line: UTC time with milliseconds, the pid, the lock.
+    for line in info.lines() {
+        let (time, rest) = line.split_once(' ').unwrap_or_default();
+        let parsed = humantime::parse_rfc3339(time);
+        assert!(
+            parsed.is_ok() && time.ends_with('Z') && time.len() == "2026-01-01T00:00:00.000Z".len(),
+            "no UTC millisecond time first: {line}"
+        );
+        let pid = rest
+            .strip_prefix("pid=")
+            .and_then(|r| r.split_once(' '))
+            .map(|(pid, r)| (pid.parse::<u32>().is_ok(), r));
+        assert!(
+            matches!(pid, Some((true, r)) if r.starts_with(&format!("lock=\"{name}\" ["))),
+            "no pid and lock: {line}"
+        );
+    }
     assert!(!info.contains("[DEBUG]"), "{info}");
     let debug = exec(&["-vv"], None);
     assert!(
