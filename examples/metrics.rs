@@ -17,9 +17,21 @@ use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+/// Bucket bounds, in seconds, for `redguard_wait_seconds` and
+/// `redguard_hold_seconds`: from a millisecond to an hour. With buckets the
+/// exporter writes histograms (`_bucket` series), which Prometheus can add
+/// up across instances (`histogram_quantile(0.99, sum by (le)
+/// (rate(redguard_wait_seconds_bucket[5m])))`); without, it writes
+/// summaries, whose quantiles cannot be combined.
+pub(crate) const BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0,
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = common::redis_url()?;
-    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    let prometheus = PrometheusBuilder::new()
+        .set_buckets(BUCKETS)?
+        .install_recorder()?;
     exercise(&url)?;
     println!("{}", prometheus.render());
     Ok(())

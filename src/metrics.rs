@@ -41,7 +41,10 @@ pub(crate) struct Labels<'a> {
 #[cfg(feature = "metrics")]
 mod imp {
     use super::*;
-    use metrics::{Label, counter, gauge, histogram};
+    use metrics::{
+        Label, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+        histogram,
+    };
 
     fn labels(l: Labels<'_>) -> Vec<Label> {
         let mut out = vec![Label::new("kind", l.kind.as_str())];
@@ -98,7 +101,56 @@ mod imp {
         gauge!("redguard_pending_renewals").set(n as f64);
     }
 
+    /// Describes every series (a recorder turns it into Prometheus's
+    /// `# HELP` and `# TYPE` lines, with the unit) and makes the unlabeled
+    /// ones exist at 0. Called at each client's start: a recorder
+    /// installed before the first client sees it.
     pub(crate) fn register() {
+        let counters = [
+            ("redguard_acquisitions_total", "Holds granted, by kind"),
+            (
+                "redguard_timeouts_total",
+                "Acquisitions given up: still busy at the caller's deadline",
+            ),
+            ("redguard_releases_total", "Holds released by their holder"),
+            (
+                "redguard_leases_lost_total",
+                "Holds whose lease was lost while held, by reason",
+            ),
+            (
+                "redguard_renewals_total",
+                "Lease renewals sent by the watchdog",
+            ),
+            (
+                "redguard_renewal_failures_total",
+                "Lease renewals that got no answer",
+            ),
+            ("redguard_reconnects_total", "Broken connections replaced"),
+        ];
+        for (name, help) in counters {
+            describe_counter!(name, Unit::Count, help);
+        }
+        describe_histogram!(
+            "redguard_wait_seconds",
+            Unit::Seconds,
+            "Time from the acquire call to the grant"
+        );
+        describe_histogram!(
+            "redguard_hold_seconds",
+            Unit::Seconds,
+            "Time a hold was held, from grant to release"
+        );
+        describe_gauge!("redguard_held_locks", Unit::Count, "Holds held now");
+        describe_gauge!(
+            "redguard_waiting_threads",
+            Unit::Count,
+            "Threads inside an acquire that found the lock busy"
+        );
+        describe_gauge!(
+            "redguard_pending_renewals",
+            Unit::Count,
+            "Leases in the watchdog's schedule"
+        );
         counter!("redguard_renewals_total").increment(0);
         counter!("redguard_renewal_failures_total").increment(0);
         counter!("redguard_reconnects_total").increment(0);
