@@ -460,7 +460,8 @@ pub(crate) enum SortBy {
 
 #[derive(Debug, Args)]
 pub(crate) struct WhoArgs {
-    /// The client id (a UUID), as in holder ids `<client id>:<thread>`.
+    /// The client id (a UUID), or a holder id as `status` prints it
+    /// (`<client id>:<thread>`): then only that holder's holds are shown.
     #[arg(value_name = "CLIENT")]
     pub(crate) client: String,
 

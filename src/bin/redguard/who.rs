@@ -1,5 +1,7 @@
 //! `redguard who CLIENT`: what one client holds, from its holder records
-//! (`Client::holder_records`).
+//! (`Client::holder_records`). CLIENT is a client id, or a holder id as
+//! `status` prints it (`<client id>:<thread>`, a write hold's `:write`
+//! too): then only that holder's holds are shown.
 
 use std::process::ExitCode;
 
@@ -15,10 +17,22 @@ const NO_RECORD: u8 = 1;
 
 /// `redguard who`.
 pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure> {
-    let records = conn
+    // A client id has no ':'; a holder id is the client id, ':' and more.
+    let (client, holder) = match args.client.split_once(':') {
+        Some((client, _)) => (client, Some(args.client.as_str())),
+        None => (args.client.as_str(), None),
+    };
+    let mut records = conn
         .client
-        .holder_records(&args.client)
+        .holder_records(client)
         .map_err(|e| Failure::from_lib(&e, &conn.server))?;
+    if let Some(holder) = holder {
+        for record in &mut records {
+            record
+                .holds
+                .retain(|h| is_hold_of(h.holder.as_str(), holder));
+        }
+    }
     // "Held for" counts from the server's clock.
     let now = conn.client.server_time().ok();
     if args.json {
@@ -43,12 +57,13 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
                 })
             })
             .collect();
-        println!("{}", json!({"client": args.client, "records": all}));
+        let mut out = json!({"client": client, "records": all});
+        if let Some(holder) = holder {
+            out["holder"] = json!(holder);
+        }
+        println!("{out}");
     } else if records.is_empty() {
-        println!(
-            "client {}: no record (not a redguard client, records off, or gone)",
-            args.client
-        );
+        println!("client {client}: no record (not a redguard client, records off, or gone)");
     } else {
         for r in &records {
             let pid = r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
@@ -77,4 +92,26 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
     } else {
         0
     }))
+}
+
+/// Whether a hold recorded under `recorded` is one of `holder`'s: the same
+/// holder id, or its write hold (`<holder id>:write`), whichever was given.
+fn is_hold_of(recorded: &str, holder: &str) -> bool {
+    let base = |id: &str| id.strip_suffix(":write").unwrap_or(id).to_owned();
+    base(recorded) == base(holder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_id_picks_its_own_holds_and_its_write_hold() {
+        let id = "6f1c1a8e-0000-4000-8000-000000000001";
+        assert!(is_hold_of(&format!("{id}:1"), &format!("{id}:1")));
+        assert!(is_hold_of(&format!("{id}:1:write"), &format!("{id}:1")));
+        assert!(is_hold_of(&format!("{id}:1"), &format!("{id}:1:write")));
+        assert!(!is_hold_of(&format!("{id}:12"), &format!("{id}:1")));
+        assert!(!is_hold_of(&format!("{id}:2"), &format!("{id}:1")));
+    }
 }

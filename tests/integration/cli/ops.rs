@@ -506,3 +506,58 @@ fn list_shows_fair_waiters_deadlines() {
     held.unlock().unwrap();
     assert!(waiter.join().unwrap());
 }
+
+/// `who` takes a holder id as `status` prints it, not only a client id:
+/// it shows that holder's holds, and not another thread's of its client.
+#[test]
+fn who_takes_a_holder_id_as_status_prints_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // A short lease: later holds reach the record within a renewal period.
+    let client = crate::support::test_client(&url);
+    let (mine, other) = (unique_name("who-mine"), unique_name("who-other"));
+    let _guard = client.lock(&mine).lock().unwrap();
+    let other_thread = {
+        let lock = client.lock(&other);
+        let (held, hold) = std::sync::mpsc::channel();
+        let (_release, released) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let guard = lock.lock().unwrap();
+            held.send(()).unwrap();
+            let _ = released.recv_timeout(std::time::Duration::from_secs(30));
+            drop(guard);
+        });
+        hold.recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
+        (thread, _release)
+    };
+    // The records are written shortly after the grant.
+    let holder = client.lock(&mine).holders().unwrap()[0].0.to_string();
+    let shown = |id: &str| {
+        let mut cmd = redguard(&url);
+        cmd.args(["who", "--json", id]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["records"][0]["holds"]
+            .as_array()
+            .map(|holds| {
+                holds
+                    .iter()
+                    .map(|h| h["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let both = crate::support::wait_until(std::time::Duration::from_secs(5), || {
+        names(&shown(&client.id().to_string())).len() == 2
+    });
+    assert!(both, "the client's record never listed both holds");
+    let v = shown(&holder);
+    assert_eq!(names(&v), [mine.clone()], "{v}");
+    assert_eq!(v["holder"], holder.as_str(), "{v}");
+    assert_eq!(v["client"], client.id().to_string().as_str(), "{v}");
+    drop(other_thread);
+}
