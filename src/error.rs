@@ -104,6 +104,30 @@ pub enum Error {
         /// [`Builder::min_replica_acks`]: crate::Builder::min_replica_acks
         wanted: u64,
     },
+    /// A release ([`LockGuard::unlock`](crate::LockGuard::unlock),
+    /// [`PermitGuard::release`](crate::PermitGuard::release)) could not be
+    /// confirmed: Redis did not answer (down, restarting, paused, failing
+    /// over) and had not answered within one response timeout of the
+    /// retry either. The release is not given up: the watchdog keeps
+    /// retrying it, with backoff, until it goes through or the lease ends
+    /// (the key then expires by itself);
+    /// [`Client::await_releases`](crate::Client::await_releases) waits for
+    /// that. A process about to exit should call it, or the lock stays
+    /// held until its lease ends. The hold is no longer this thread's
+    /// either way.
+    #[error(
+        "the release of lock {name:?} is not confirmed ({cause}); it is retried until it goes          through or the lease ends in {left:?}"
+    )]
+    ReleasePending {
+        /// The lock name (lossy UTF-8).
+        name: String,
+        /// How long the retry may still take: the lease left on this
+        /// client's clock when the error was returned.
+        left: std::time::Duration,
+        /// Why the release was not confirmed: the failure that handed it
+        /// to the retry.
+        cause: String,
+    },
     /// The operating system's random number generator failed (drawing a
     /// one-use [`Token`](crate::Token)). Nothing was stored.
     #[error("the OS random number generator failed: {0}")]

@@ -12,6 +12,7 @@ use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::{FencingToken, Lock, holds};
 use crate::scripts::Release;
+use crate::watchdog::retry::Handle;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
 ///
@@ -64,6 +65,9 @@ pub struct LockGuard {
     acquired_at: Instant,
     token: Option<FencingToken>,
     done: bool,
+    /// The retry of a release that met an unreachable or changing server,
+    /// with that failure, for [`LockGuard::unlock`] to wait on.
+    retry: Option<(Handle, String)>,
     _not_send: NotSend,
 }
 
@@ -98,6 +102,7 @@ impl LockGuard {
             acquired_at,
             token: token.map(FencingToken::new),
             done: false,
+            retry: None,
             _not_send: PhantomData,
         }
     }
@@ -261,15 +266,40 @@ impl LockGuard {
     /// not touched), and connection, timeout and server errors (the lease
     /// then expires by itself: the watchdog stops renewing it).
     ///
-    /// A release that fails because the master is gone or changing (a
-    /// failover or a restart) is not an error: it returns `Ok(())` and the
-    /// watchdog retries it against the new master until it goes through or
-    /// the lease runs out (see
-    /// [`Client::await_releases`](crate::Client::await_releases), which
-    /// waits for it). This thread's next acquire of the lock waits for
-    /// that retry first.
+    /// `Ok(())` only when Redis confirmed the release. A release that
+    /// fails because the server is unreachable or changing (down, paused,
+    /// restarting, failing over) is handed to the watchdog, which retries
+    /// it against the (new) master until it goes through or the lease runs
+    /// out; `unlock` waits for that retry for at most one
+    /// [`response_timeout`](crate::Builder::response_timeout), and returns
+    /// [`Error::ReleasePending`] when it has not gone through by then (it
+    /// goes on in the background:
+    /// [`Client::await_releases`](crate::Client::await_releases) waits for
+    /// it). This thread's next acquire of the lock waits for that retry
+    /// first. A guard's drop hands the release over the same way without
+    /// waiting.
+    ///
+    /// # Errors
+    ///
+    /// As above, and [`Error::ReleasePending`] when the release was not
+    /// confirmed within one response timeout of its retry.
     pub fn unlock(mut self) -> Result<()> {
-        self.release()
+        let outcome = self.release();
+        let Some((retry, cause)) = self.retry.take() else {
+            return outcome;
+        };
+        let response = self.lock.client().config().response_timeout;
+        if retry.wait_until(Some(Instant::now() + response)) {
+            return retry.take_outcome().unwrap_or(Ok(()));
+        }
+        Err(Error::ReleasePending {
+            name: String::from_utf8_lossy(self.lock.name()).into_owned(),
+            left: self
+                .state
+                .valid_until()
+                .saturating_duration_since(Instant::now()),
+            cause,
+        })
     }
 
     /// Ends this hold with `script` instead of the lock's release script
@@ -365,7 +395,8 @@ impl LockGuard {
     /// (`err`), to the watchdog: it drops every hold of this holder,
     /// which is safe to repeat, until that goes through or the lease runs
     /// out at `until`. This thread's next acquire of the lock waits for it.
-    fn retry_release(&self, until: Instant, err: Error) {
+    fn retry_release(&mut self, until: Instant, err: Error) {
+        let cause = err.to_string();
         let (lock, holder) = (self.lock.clone(), self.holder.clone());
         let retry = self.lock.submit_retry(
             format!(
@@ -380,8 +411,9 @@ impl LockGuard {
         holds::releasing(
             self.lock.client().id().as_u128(),
             self.lock.hold_key(),
-            retry,
+            retry.clone(),
         );
+        self.retry = Some((retry, cause));
     }
 }
 
