@@ -85,22 +85,25 @@ pub enum LossReason {
     /// The lock key was gone and the server evicted keys since the lease was
     /// last renewed (`maxmemory` with an evicting policy).
     Evicted,
-    /// No renewal succeeded before the lease ran out on this client's clock
-    /// (Redis unreachable or too slow for a whole lease, a partition), or a
-    /// fixed lease ([`Lock::with_lease`](crate::Lock::with_lease)) ended
-    /// while its guard was alive.
+    /// No renewal succeeded before the watchdog-renewed lease ran out on
+    /// this client's clock (Redis unreachable or too slow for a whole
+    /// lease, a partition).
     DeadlinePassed,
+    /// A fixed lease ([`Lock::with_lease`](crate::Lock::with_lease), never
+    /// renewed) ran out at its end while its guard was alive.
+    LeaseEnded,
 }
 
 impl LossReason {
     /// A short lowercase name: `renewal_refused`, `restart`, `evicted`,
-    /// `deadline_passed`.
+    /// `deadline_passed`, `lease_ended`.
     pub fn as_str(self) -> &'static str {
         match self {
             LossReason::RenewalRefused => "renewal_refused",
             LossReason::Restart => "restart",
             LossReason::Evicted => "evicted",
             LossReason::DeadlinePassed => "deadline_passed",
+            LossReason::LeaseEnded => "lease_ended",
         }
     }
 }
@@ -112,6 +115,7 @@ impl fmt::Display for LossReason {
             LossReason::Restart => "the server restarted without it",
             LossReason::Evicted => "the server evicted it",
             LossReason::DeadlinePassed => "no renewal succeeded before it ran out",
+            LossReason::LeaseEnded => "the fixed lease ran out at its end",
         })
     }
 }

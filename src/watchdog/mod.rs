@@ -1015,7 +1015,12 @@ impl Watchdog {
         match entry.state.lapse(now) {
             Lapse::Extended => self.schedule.insert(now, entry),
             Lapse::Lost(told) => {
-                self.tell_and_forget(entry, told, LossReason::DeadlinePassed, detail);
+                let reason = if entry.renew {
+                    LossReason::DeadlinePassed
+                } else {
+                    LossReason::LeaseEnded
+                };
+                self.tell_and_forget(entry, told, reason, detail);
             }
         }
     }

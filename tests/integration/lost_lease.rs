@@ -125,14 +125,19 @@ fn a_lock_taken_over_is_reported_as_refused() {
     drop(guard);
 }
 
-/// A fixed lease that runs out while its guard lives: `DeadlinePassed`.
+/// A fixed lease that runs out while its guard lives: `LeaseEnded`,
+/// worded as a fixed lease's end (it was never to be renewed).
 #[test]
-fn a_fixed_lease_that_runs_out_is_reported_as_deadline_passed() {
+fn a_fixed_lease_that_runs_out_is_reported_as_ended() {
     let (_server, losses, client) = recorded(None);
     let name = unique_name("lost-fixed");
     let guard = client.lock(&name).with_lease(ms(200)).lock().unwrap();
     let lost = losses.exactly(&name, 1, ms(300)).remove(0);
-    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert_eq!(lost.reason, LossReason::LeaseEnded);
+    assert_eq!(
+        lost.reason.to_string(),
+        "the fixed lease ran out at its end"
+    );
     assert!(guard.is_lost());
 }
 
@@ -254,7 +259,7 @@ fn a_panicking_callback_stops_nothing() {
 /// again then: no loss reported 1 s past the first end (500 ms), while
 /// its other work goes on (a renewed lock of the same client, lease
 /// 900 ms, keeps its lease); at the new end (2.5 s) it reports the loss,
-/// once, as `DeadlinePassed`.
+/// once, as `LeaseEnded`.
 #[test]
 fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
     let (ctx, losses, client) = recorded(None);
@@ -273,7 +278,7 @@ fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
     let pttl: i64 = ctx.server.cmd("PTTL", &[name.as_bytes()]);
     assert!(pttl > 500, "the key's lease: {pttl} ms");
     let calls = losses.exactly(&name, 1, ms(300));
-    assert_eq!(calls[0].reason, LossReason::DeadlinePassed);
+    assert_eq!(calls[0].reason, LossReason::LeaseEnded);
     assert!(
         start.elapsed() >= ms(2400),
         "reported {:?} after the start",
@@ -285,7 +290,7 @@ fn a_fixed_lease_extended_is_reported_lost_at_its_new_end_only() {
 /// A fixed read hold, which the watchdog also looks up every third of the
 /// watchdog timeout before its end (a Redisson read-lock watchdog may cut
 /// it), is reported lost at its end (300 ms), not at the look-up after it
-/// (the watchdog timeout is 6 s here: a look-up every 2 s). `DeadlinePassed`.
+/// (the watchdog timeout is 6 s here: a look-up every 2 s). `LeaseEnded`.
 #[test]
 fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
     let (_server, losses, client) = recorded(Some(Duration::from_secs(6)));
@@ -304,7 +309,7 @@ fn a_fixed_read_hold_that_runs_out_is_reported_at_its_end() {
     let reported = start.elapsed();
     assert!(reported < ms(1300), "reported {reported:?} after the start");
     let lost = losses.exactly(&name, 1, ms(300)).remove(0);
-    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert_eq!(lost.reason, LossReason::LeaseEnded);
     assert_eq!(lost.kind, HoldKind::Read);
     assert!(guard.is_lost());
 }
@@ -387,7 +392,7 @@ fn a_lease_due_before_the_next_wake_up_wakes_the_watchdog() {
         );
         assert_eq!(
             losses.exactly(&name, 1, ms(100))[0].reason,
-            LossReason::DeadlinePassed
+            LossReason::LeaseEnded
         );
         assert!(fixed.is_lost());
     }
