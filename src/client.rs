@@ -404,7 +404,7 @@ impl Client {
         watchdog::client_gone(
             &self.shared.counters,
             self.shared.config.release_on_shutdown,
-            Some(self.shared.config.response_timeout * 2),
+            Some(self.shared.config.response_timeout),
         );
     }
 
@@ -521,12 +521,26 @@ impl Builder {
 }
 
 impl Drop for Shared {
+    /// The last handle went: shut down as [`Client::shutdown`] does, and
+    /// wait, for at most one response timeout in all, for the releases at
+    /// work (the held locks', and those being retried): the process may be
+    /// about to end, which would take them along.
     fn drop(&mut self) {
+        let response = self.config.response_timeout;
+        let started = std::time::Instant::now();
         if !self.shut_down.load(Ordering::Acquire) {
             if let Some(Some(sub)) = self.subscriber.get() {
                 sub.shutdown();
             }
-            watchdog::client_gone(&self.counters, self.config.release_on_shutdown, None);
+            watchdog::client_gone(
+                &self.counters,
+                self.config.release_on_shutdown,
+                Some(response),
+            );
         }
+        let _ = self
+            .counters
+            .retries
+            .wait_none(response.saturating_sub(started.elapsed()));
     }
 }

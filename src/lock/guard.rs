@@ -151,9 +151,11 @@ impl LockGuard {
     }
 
     /// `true` when the lease is known to be lost, or its validity on this
-    /// client's clock ran out (no renewal succeeded in time).
+    /// client's clock ran out (no renewal succeeded in time), or the client
+    /// was shut down ([`Client::shutdown`](crate::Client::shutdown): it
+    /// released the lock, or stopped renewing it).
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost_at(Instant::now())
+        self.lock.client().is_shut_down() || self.state.is_lost_at(Instant::now())
     }
 
     /// How much longer the lease is known to be valid on this client's
@@ -172,6 +174,11 @@ impl LockGuard {
     /// or when the client was shut down and released it. Purely local: no
     /// round trip.
     pub fn check(&self) -> Result<()> {
+        // From the moment `shutdown` begins: it releases the lock (or stops
+        // renewing it) whatever its round trips still do.
+        if self.lock.client().is_shut_down() {
+            return Err(Error::lost(self.lock.name()));
+        }
         self.state.check(self.lock.name())
     }
 

@@ -10,7 +10,7 @@ use rand::Rng;
 
 use crate::support::{
     FaultProxy, Mode, RedisServer, ReplyFault, TestContext, capture_logs, logged_lines, ms,
-    test_builder, unique_name, wait_until,
+    test_builder, test_client, unique_name, wait_until,
 };
 
 #[test]
@@ -698,4 +698,64 @@ fn a_shutdown_release_wakes_the_waiters_of_other_clients() {
     assert!(got, "never acquired");
     let woken = at.saturating_duration_since(shut);
     assert!(woken < ms(500), "woken {woken:?} after the shutdown");
+}
+
+/// `shutdown` on a paused server (`SIGSTOP`) keeps its word: it returns
+/// after about one response timeout (it waited two), and every guard
+/// reports `LockLost` as soon as it returns (one did only about 2 s later,
+/// when the release at the paused server gave up).
+#[test]
+fn shutdown_on_a_paused_server_takes_one_response_timeout_and_loses_the_guards() {
+    let server = RedisServer::start();
+    let response = Duration::from_secs(1);
+    let client = test_builder(&server.url())
+        .response_timeout(response)
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..3)
+        .map(|_| client.lock(unique_name("paused-shutdown")).lock().unwrap())
+        .collect();
+    server.sigstop();
+    let started = Instant::now();
+    client.shutdown();
+    let took = started.elapsed();
+    let checks: Vec<_> = guards.iter().map(redguard::LockGuard::check).collect();
+    server.sigcont();
+    eprintln!("shutdown on a paused server: {took:?}");
+    assert!(
+        took < response + ms(500),
+        "shutdown took {took:?}, the response timeout is {response:?}"
+    );
+    for check in checks {
+        assert!(
+            matches!(check, Err(ref e) if e.is_lock_lost()),
+            "a guard's check right after shutdown: {check:?}"
+        );
+    }
+    drop(guards);
+}
+
+/// The last `Client` handle dropped (no `shutdown`; a guard holds a handle
+/// too, so it goes first): its holder record is gone within a second.
+#[test]
+fn the_last_drop_removes_the_record_at_once() {
+    let server = RedisServer::start();
+    let client = test_client(&server.url());
+    let name = unique_name("last-drop");
+    let guard = client.lock(&name).lock().unwrap();
+    let record = format!("redguard:client:{{{}}}", client.id());
+    assert!(
+        wait_until(Duration::from_secs(3), || server.exists(&record)),
+        "no record to begin with"
+    );
+    drop(guard);
+    assert!(!server.exists(&name), "the lock outlived its guard");
+    let dropped = Instant::now();
+    drop(client);
+    assert!(
+        wait_until(Duration::from_secs(1), || !server.exists(&record)),
+        "the record outlived the last drop by a second"
+    );
+    eprintln!("record gone {:?} after the last drop", dropped.elapsed());
 }
