@@ -35,6 +35,7 @@ mod help;
 mod ops;
 mod readme;
 mod status;
+mod stop_cont;
 mod unlock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redguard");
