@@ -240,11 +240,15 @@ impl Error {
     /// (signal(7)). The server is not at fault: a command already written
     /// runs, and its reply is still on its way.
     pub(crate) fn is_interrupted(&self) -> bool {
-        self.redis_error().is_some_and(|e| {
-            std::error::Error::source(e)
-                .and_then(|s| s.downcast_ref::<io::Error>())
-                .is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
-        })
+        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+        self.redis_error()
+            .and_then(std::error::Error::source)
+            .and_then(|source| match source.downcast_ref::<Shared>() {
+                // redis-rs keeps its cause behind an `Arc`.
+                Some(shared) => shared.downcast_ref::<io::Error>(),
+                None => source.downcast_ref::<io::Error>(),
+            })
+            .is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
     }
 
     /// `true` when the error means the connection it happened on must not be

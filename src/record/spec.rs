@@ -30,8 +30,14 @@ pub(crate) struct RecordSpec {
 
 impl RecordSpec {
     /// The record of client `id`: this host and process, `program` (or
-    /// `argv[0]`), made now, living `ttl` unless refreshed.
-    pub(crate) fn new(id: &ClientId, program: Option<&str>, ttl: Duration) -> RecordSpec {
+    /// `argv[0]`) as `how` keeps it, made now, living `ttl` unless
+    /// refreshed.
+    pub(crate) fn new(
+        id: &ClientId,
+        program: Option<&str>,
+        how: super::RecordCommand,
+        ttl: Duration,
+    ) -> RecordSpec {
         let program = match program {
             Some(p) => p.to_owned(),
             None => std::env::args_os()
@@ -43,7 +49,8 @@ impl RecordSpec {
             client: super::client_text(id),
             host: gethostname::gethostname().to_string_lossy().into_owned(),
             pid: std::process::id(),
-            program: truncate(&program, MAX_PROGRAM),
+            // Masked before it is cut: a cut never shows more.
+            program: truncate(&super::mask::recorded(&program, how), MAX_PROGRAM),
             started: Instant::now(),
             ttl,
         }
