@@ -82,15 +82,20 @@ pub(crate) fn recorded(text: &str, how: RecordCommand) -> String {
     }
 }
 
-/// `text` split into words at white space outside quotes.
+/// `text` split into words at white space outside quotes (a backslash
+/// outside quotes escapes the next character). A quote left open splits
+/// the whole text at every white space instead: one open quote must not
+/// make the rest of the line one word that no rule looks into.
 fn words(text: &str) -> Vec<&str> {
     let mut words = Vec::new();
     let mut start = None;
     let mut quote = None;
+    let mut escaped = false;
     for (i, c) in text.char_indices() {
         match quote {
             Some(q) if c == q => quote = None,
             Some(_) => {}
+            None if std::mem::take(&mut escaped) => {}
             None if c.is_whitespace() => {
                 if let Some(s) = start.take() {
                     words.push(&text[s..i]);
@@ -98,11 +103,16 @@ fn words(text: &str) -> Vec<&str> {
             }
             None => {
                 start.get_or_insert(i);
-                if c == '\'' || c == '"' {
-                    quote = Some(c);
+                match c {
+                    '\'' | '"' => quote = Some(c),
+                    '\\' => escaped = true,
+                    _ => {}
                 }
             }
         }
+    }
+    if quote.is_some() {
+        return text.split_whitespace().collect();
     }
     if let Some(s) = start {
         words.push(&text[s..]);
@@ -265,6 +275,9 @@ mod tests {
             // Quoted words are one word.
             ("job --password 'a b c' after", "job --password *** after"),
             ("sh -c 'sleep 2' --token=\"x y\"", "sh -c 'sleep 2' --token=***"),
+            // An escaped quote opens nothing; an open quote splits at spaces.
+            ("echo 'it'\\''s' --token t", "echo 'it'\\''s' --token ***"),
+            ("echo 'open --token t", "echo 'open --token ***"),
             // Nothing secret: unchanged.
             ("redguard exec nightly -- backup.sh --full", "redguard exec nightly -- backup.sh --full"),
             ("", ""),

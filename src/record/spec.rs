@@ -201,11 +201,37 @@ mod tests {
         assert!(long.starts_with(&cut));
     }
 
+    /// The record holds the program as the client's `RecordCommand` keeps
+    /// it: masked by default.
+    #[test]
+    fn the_recorded_program_is_masked_before_it_is_cut() {
+        let id = ClientId::new_random();
+        let ttl = Duration::from_secs(30);
+        let text = format!("job {} --token=abc123TOKEN", "x".repeat(300));
+        let masked = RecordSpec::new(&id, Some(&text), super::super::RecordCommand::Masked, ttl);
+        assert!(!masked.program.contains("abc"), "{}", masked.program);
+        let spec = RecordSpec::new(
+            &id,
+            Some("job --token=abc123TOKEN"),
+            super::super::RecordCommand::Masked,
+            ttl,
+        );
+        assert_eq!(spec.program, "job --token=***");
+        let full = RecordSpec::new(
+            &id,
+            Some("job --token=abc123TOKEN"),
+            super::super::RecordCommand::Full,
+            ttl,
+        );
+        assert_eq!(full.program, "job --token=abc123TOKEN");
+    }
+
     #[test]
     fn a_refresh_is_one_pexpire_and_a_write_ends_with_one() {
         let spec = Arc::new(RecordSpec::new(
             &ClientId::new_random(),
             Some("job.sh --x"),
+            super::super::RecordCommand::Masked,
             Duration::from_secs(30),
         ));
         let mut write = RecordWrite {

@@ -60,7 +60,7 @@ fn run() -> Result<ExitCode, Failure> {
         Err(err) => return cli::parse_error(err),
     };
     logging::init(cli.verbose);
-    let conn = connect::connect(&cli.conn, &program(&cli.command))?;
+    let conn = connect::connect(&cli.conn, &program(&cli.command), record_command(&cli.command))?;
     log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),
@@ -73,21 +73,35 @@ fn run() -> Result<ExitCode, Failure> {
     }
 }
 
+/// How much of [`program`] the holder record keeps: `--record-command` of
+/// `exec` and `once`; masked for the others (their text holds no CMD).
+fn record_command(command: &Command) -> redguard::RecordCommand {
+    match command {
+        Command::Exec(args) => args.record_command.into(),
+        Command::Once(args) => args.record_command.into(),
+        _ => redguard::RecordCommand::Masked,
+    }
+}
+
 /// What the holder record says this process runs: the command line of
 /// `exec` and `once` (their CMD included: the arguments only, never the
-/// environment), else the subcommand.
+/// environment), else the subcommand. The library masks it as
+/// [`record_command`] says. A word with white space or quotes in it is
+/// quoted as a shell would, so that the record reads as one command line
+/// and the masking sees the word whole.
 fn program(command: &Command) -> String {
     let line = |words: &[&std::ffi::OsStr]| {
         words
             .iter()
-            .map(|w| w.to_string_lossy().into_owned())
+            .map(|w| shell_word(&w.to_string_lossy()))
             .collect::<Vec<_>>()
             .join(" ")
     };
     match command {
         Command::Exec(args) => {
             let mut words = vec![
-                std::ffi::OsStr::new("redguard exec"),
+                std::ffi::OsStr::new("redguard"),
+                "exec".as_ref(),
                 &args.name,
                 "--".as_ref(),
             ];
@@ -96,7 +110,8 @@ fn program(command: &Command) -> String {
         }
         Command::Once(args) => {
             let mut words = vec![
-                std::ffi::OsStr::new("redguard once"),
+                std::ffi::OsStr::new("redguard"),
+                "once".as_ref(),
                 &args.key,
                 "--".as_ref(),
             ];
@@ -108,5 +123,19 @@ fn program(command: &Command) -> String {
         Command::Latch(_) => "redguard latch".to_owned(),
         Command::List(_) => "redguard list".to_owned(),
         Command::Who(_) => "redguard who".to_owned(),
+    }
+}
+
+/// `word` as a shell reads it back: as it is when it has no white space,
+/// quote or backslash (and is not empty), else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && !word
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '\'' | '"' | '\\'));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
