@@ -34,6 +34,7 @@ mod exec_tree;
 mod help;
 mod ops;
 mod readme;
+mod record_secrets;
 mod status;
 mod stop_cont;
 mod unlock;
