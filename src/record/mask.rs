@@ -174,7 +174,9 @@ fn is_joined_password(word: &str) -> bool {
 /// `true` for a shell variable's name: letters, digits and `_`, not
 /// starting with a digit.
 fn is_variable_name(name: &str) -> bool {
-    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -245,21 +247,42 @@ mod tests {
                 "psql postgres://app:DbPa55word@db/x",
                 "psql postgres://app:***@db/x",
             ),
-            ("redis-cli -u redis://:pw@h:6379/0", "redis-cli -u redis://:***@h:6379/0"),
-            ("git clone https://ghp_T0KEN@github.com/o/r", "git clone https://***@github.com/o/r"),
-            ("curl https://example.com/a@b", "curl https://example.com/a@b"),
+            (
+                "redis-cli -u redis://:pw@h:6379/0",
+                "redis-cli -u redis://:***@h:6379/0",
+            ),
+            (
+                "git clone https://ghp_T0KEN@github.com/o/r",
+                "git clone https://***@github.com/o/r",
+            ),
+            (
+                "curl https://example.com/a@b",
+                "curl https://example.com/a@b",
+            ),
             (
                 "sync --url=postgres://u:p%40ss@h:5432/db?sslmode=require",
                 "sync --url=postgres://u:***@h:5432/db?sslmode=require",
             ),
-            ("a http://x:y@h b http://z@h", "a http://x:***@h b http://***@h"),
+            (
+                "a http://x:y@h b http://z@h",
+                "a http://x:***@h b http://***@h",
+            ),
             // Secret flags, joined and separate.
             ("job --token=abc123TOKEN", "job --token=***"),
             ("job --password abc next", "job --password *** next"),
-            ("job --db-password=x --verbose", "job --db-password=*** --verbose"),
-            ("job --api-key K --client_secret S", "job --api-key *** --client_secret ***"),
+            (
+                "job --db-password=x --verbose",
+                "job --db-password=*** --verbose",
+            ),
+            (
+                "job --api-key K --client_secret S",
+                "job --api-key *** --client_secret ***",
+            ),
             ("java -Dx=1 -password=hunter2", "java -Dx=1 -password=***"),
-            ("job --apikey=k --authToken=t", "job --apikey=*** --authToken=***"),
+            (
+                "job --apikey=k --authToken=t",
+                "job --apikey=*** --authToken=***",
+            ),
             ("job --credentials c.json", "job --credentials ***"),
             // A flag's value never swallows the next flag.
             ("job --token --verbose", "job --token --verbose"),
@@ -269,17 +292,29 @@ mod tests {
             ("mysql -p S3cret db", "mysql -p *** db"),
             ("find . -prune -print", "find . -prune -print"),
             // Variables.
-            ("env DB_PASSWORD=x PGPASSWORD=y run", "env DB_PASSWORD=*** PGPASSWORD=*** run"),
-            ("AWS_SECRET_ACCESS_KEY=abc aws s3 ls", "AWS_SECRET_ACCESS_KEY=*** aws s3 ls"),
+            (
+                "env DB_PASSWORD=x PGPASSWORD=y run",
+                "env DB_PASSWORD=*** PGPASSWORD=*** run",
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY=abc aws s3 ls",
+                "AWS_SECRET_ACCESS_KEY=*** aws s3 ls",
+            ),
             ("env MODE=fast run", "env MODE=fast run"),
             // Quoted words are one word.
             ("job --password 'a b c' after", "job --password *** after"),
-            ("sh -c 'sleep 2' --token=\"x y\"", "sh -c 'sleep 2' --token=***"),
+            (
+                "sh -c 'sleep 2' --token=\"x y\"",
+                "sh -c 'sleep 2' --token=***",
+            ),
             // An escaped quote opens nothing; an open quote splits at spaces.
             ("echo 'it'\\''s' --token t", "echo 'it'\\''s' --token ***"),
             ("echo 'open --token t", "echo 'open --token ***"),
             // Nothing secret: unchanged.
-            ("redguard exec nightly -- backup.sh --full", "redguard exec nightly -- backup.sh --full"),
+            (
+                "redguard exec nightly -- backup.sh --full",
+                "redguard exec nightly -- backup.sh --full",
+            ),
             ("", ""),
         ];
         for (text, want) in cases {
@@ -323,8 +358,15 @@ mod tests {
     #[test]
     fn secret_names_are_recognised_by_their_parts() {
         for name in [
-            "password", "PGPASSWORD", "db-pass", "api_key", "apikey", "x.secret", "authToken",
-            "pwd", "auth",
+            "password",
+            "PGPASSWORD",
+            "db-pass",
+            "api_key",
+            "apikey",
+            "x.secret",
+            "authToken",
+            "pwd",
+            "auth",
         ] {
             assert!(names_secret(name), "{name}");
         }

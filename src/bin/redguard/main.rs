@@ -60,7 +60,11 @@ fn run() -> Result<ExitCode, Failure> {
         Err(err) => return cli::parse_error(err),
     };
     logging::init(cli.verbose);
-    let conn = connect::connect(&cli.conn, &program(&cli.command), record_command(&cli.command))?;
+    let conn = connect::connect(
+        &cli.conn,
+        &program(&cli.command),
+        record_command(&cli.command),
+    )?;
     log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),

@@ -60,7 +60,8 @@ fn shown(server: &RedisServer, how: Option<&str>) -> String {
         text.push_str(&out.stdout);
         text.push_str(&out.stderr);
     }
-    let record: Vec<String> = server.cmd("HGETALL", &[format!("redguard:client:{{{id}}}").as_bytes()]);
+    let record: Vec<String> =
+        server.cmd("HGETALL", &[format!("redguard:client:{{{id}}}").as_bytes()]);
     assert!(record.iter().any(|f| f == "program"), "{record:?}");
     text.push_str(&record.join("\n"));
     holder.signal(libc::SIGTERM);
@@ -90,7 +91,10 @@ fn a_holder_record_keeps_no_password_or_token_by_default() {
     }
 
     let name = shown(&server, Some("name"));
-    assert!(!name.contains("postgres") && !name.contains("--token"), "{name}");
+    assert!(
+        !name.contains("postgres") && !name.contains("--token"),
+        "{name}"
+    );
     assert!(name.contains(" -- sh"), "{name}");
 
     let none = shown(&server, Some("none"));
