@@ -99,6 +99,9 @@ fn an_interrupted_unlock_is_sent_once_and_succeeds() {
     let unlocked = worker.join().unwrap();
     proxy.set_mode(Mode::Pass);
     assert!(unlocked.is_ok(), "unlock: {unlocked:?}");
+    // Settled at once, not handed to the watchdog to send again.
+    assert_eq!(client.stats().pending_releases, 0, "a release retry runs");
+    assert!(client.await_releases(Duration::from_secs(5)));
     assert!(!server.exists(&name), "released");
     // The read that settled the outcome is no script: one unlock ran.
     assert_eq!(scripts(), before + 1, "the unlock ran more than once");
