@@ -185,7 +185,8 @@ mod tests {
         assert_eq!(client.read_timeout().unwrap(), Some(Duration::from_secs(5)));
     }
 
-    /// Interruptions never stretch a read past its timeout.
+    /// Interruptions never stretch a read past its timeout: the retries get
+    /// what is left of it, not a whole one each.
     #[test]
     #[allow(
         clippy::disallowed_methods,
@@ -196,7 +197,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let _server = listener.accept().unwrap();
-        let timeout = Duration::from_millis(300);
+        let timeout = Duration::from_millis(400);
         client.set_read_timeout(Some(timeout)).unwrap();
         let (tx, rx) = mpsc::channel();
         let reader = {
@@ -210,9 +211,9 @@ mod tests {
             })
         };
         let thread = rx.recv().unwrap();
-        // Every 50 ms: each would restart a whole timeout without the
-        // accounting, and the read would never end while they come.
-        for _ in 0..10 {
+        // Every 50 ms for 350 ms: were each retry given a whole timeout,
+        // the read would end 400 ms after the last signal (750 ms).
+        for _ in 0..7 {
             std::thread::sleep(Duration::from_millis(50));
             // SAFETY: the thread is joined only below, so its id stays
             // valid even once it has ended.
@@ -221,6 +222,7 @@ mod tests {
         let (read, took) = reader.join().unwrap();
         assert_eq!(read.unwrap_err().kind(), io::ErrorKind::WouldBlock);
         assert!(took < timeout + Duration::from_millis(200), "{took:?}");
+        assert!(took >= timeout, "{took:?}");
         assert_eq!(client.read_timeout().unwrap(), Some(timeout));
     }
 }
