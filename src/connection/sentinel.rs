@@ -543,7 +543,9 @@ impl Sentinel {
                 Err(e) => e,
             };
             let wrong_node = is_not_master(&err);
-            if wrong_node || err.is_connection() {
+            // An interrupted call (a stopped and continued process) says
+            // nothing about the master.
+            if wrong_node || (err.is_connection() && !err.is_interrupted()) {
                 inner.forget(&master, &err);
             }
             // READONLY: the command was refused, so repeating it is safe.
