@@ -242,7 +242,7 @@ pub(crate) enum RecordCommandArg {
     Masked,
     /// CMD's name only, without its arguments.
     Name,
-    /// Nothing of CMD: `redguard exec NAME`.
+    /// Nothing of CMD: `redguard exec NAME` (`redguard once KEY`).
     None,
 }
 
@@ -356,9 +356,9 @@ pub(crate) struct ExecArgs {
     pub(crate) quiet: bool,
 
     /// What the holder record (seen by `status`, `list`, `who` and anyone
-    /// who can read the lock's keys) keeps of CMD's command line: all of
-    /// it, with passwords, tokens and keys masked, CMD's name only, or
-    /// nothing of CMD.
+    /// who can read the lock's keys) keeps of CMD's command line: the
+    /// whole line, the line with passwords, tokens and keys masked (the
+    /// default), CMD's name only, or nothing of CMD.
     #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCommandArg::Masked)]
     pub(crate) record_command: RecordCommandArg,
 
@@ -432,9 +432,9 @@ pub(crate) struct OnceArgs {
     pub(crate) forget: bool,
 
     /// What the holder record (seen by `status`, `list`, `who` and anyone
-    /// who can read the lock's keys) keeps of CMD's command line: all of
-    /// it, with passwords, tokens and keys masked, CMD's name only, or
-    /// nothing of CMD.
+    /// who can read the lock's keys) keeps of CMD's command line: the
+    /// whole line, the line with passwords, tokens and keys masked (the
+    /// default), CMD's name only, or nothing of CMD.
     #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCommandArg::Masked)]
     pub(crate) record_command: RecordCommandArg,
 
