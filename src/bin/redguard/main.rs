@@ -143,3 +143,19 @@ fn shell_word(word: &str) -> String {
         format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CMD's words read back as a shell would: the record's masking then
+    /// sees a quoted password as one word.
+    #[test]
+    fn words_are_quoted_as_a_shell_reads_them() {
+        assert_eq!(shell_word("plain"), "plain");
+        assert_eq!(shell_word("sleep 2"), "'sleep 2'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word(r"a\b"), r"'a\b'");
+    }
+}
