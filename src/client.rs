@@ -169,6 +169,7 @@ impl Client {
                 Arc::new(RecordSpec::new(
                     &id,
                     config.program.as_deref(),
+                    config.record_command,
                     config.watchdog_timeout,
                 ))
             }),

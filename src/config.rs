@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
+use crate::record::RecordCommand;
 use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).
@@ -150,6 +151,7 @@ pub enum ConnectionMode {
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`record_command`](Builder::record_command) | [`Masked`](crate::RecordCommand::Masked) | |
 /// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
@@ -170,6 +172,7 @@ pub struct Builder {
     on_lease_lost: Option<LostCallback>,
     holder_record: bool,
     program: Option<String>,
+    record_command: RecordCommand,
     metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
@@ -198,6 +201,7 @@ impl fmt::Debug for Builder {
             .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("holder_record", &self.holder_record)
             .field("program", &self.program)
+            .field("record_command", &self.record_command)
             .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
@@ -225,6 +229,7 @@ impl Default for Builder {
             on_lease_lost: None,
             holder_record: true,
             program: None,
+            record_command: RecordCommand::Masked,
             metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
@@ -424,11 +429,27 @@ impl Builder {
     }
 
     /// What the holder record says this client runs. Default: the
-    /// process's `argv[0]`. Cut to 256 bytes; say what helps an operator
-    /// (a job's name, a command line without secrets). The `redguard`
-    /// tool puts the command it runs there.
+    /// process's `argv[0]`. Kept as [`record_command`](Builder::record_command)
+    /// says (by default with credentials masked), then cut to 256 bytes;
+    /// say what helps an operator (a job's name, a command line). The
+    /// `redguard` tool puts the command it runs there. Redisson keeps no
+    /// such record.
     pub fn program(mut self, program: impl Into<String>) -> Builder {
         self.program = Some(program.into());
+        self
+    }
+
+    /// How much of the [`program`](Builder::program) text the holder
+    /// record keeps: all of it, with credentials masked (the default),
+    /// the program's name only, or nothing. See [`RecordCommand`] for what
+    /// is masked. Anyone who can read the lock's keys on the server can
+    /// read the record (`HGETALL redguard:client:{<client id>}`), so a
+    /// password passed on a command line must not reach it.
+    ///
+    /// Redisson keeps no holder record; this changes nothing in the
+    /// locks' layout.
+    pub fn record_command(mut self, how: RecordCommand) -> Builder {
+        self.record_command = how;
         self
     }
 
@@ -557,6 +578,7 @@ impl Builder {
             on_lease_lost: self.on_lease_lost,
             holder_record: self.holder_record,
             program: self.program,
+            record_command: self.record_command,
             metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
@@ -581,6 +603,7 @@ pub(crate) struct Config {
     pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) holder_record: bool,
     pub(crate) program: Option<String>,
+    pub(crate) record_command: RecordCommand,
     pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,

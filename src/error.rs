@@ -258,6 +258,23 @@ impl Error {
         }
     }
 
+    /// `true` for a socket call interrupted by a signal (EINTR): on Linux a
+    /// read or write with a timeout fails so when the process is stopped
+    /// (`SIGSTOP`, `SIGTSTP`) and continued, even without a signal handler
+    /// (signal(7)). The server is not at fault: a command already written
+    /// runs, and its reply is still on its way.
+    pub(crate) fn is_interrupted(&self) -> bool {
+        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+        self.redis_error()
+            .and_then(std::error::Error::source)
+            .and_then(|source| match source.downcast_ref::<Shared>() {
+                // redis-rs keeps its cause behind an `Arc`.
+                Some(shared) => shared.downcast_ref::<io::Error>(),
+                None => source.downcast_ref::<io::Error>(),
+            })
+            .is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
+    }
+
     /// `true` when the error means the connection it happened on must not be
     /// reused: its state (a reply still in flight, a dead socket) is unknown.
     pub(crate) fn breaks_connection(&self) -> bool {
@@ -533,6 +550,15 @@ mod tests {
             assert!(err.is_transient());
             assert!(err.breaks_connection());
         }
+    }
+
+    #[test]
+    fn interrupted_calls_are_told_apart() {
+        let err = Error::io(io::Error::from(io::ErrorKind::Interrupted));
+        assert!(err.is_interrupted(), "{err:?}");
+        assert!(err.is_connection(), "{err:?}");
+        let reset = Error::io(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(!reset.is_interrupted(), "{reset:?}");
     }
 
     #[test]

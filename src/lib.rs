@@ -154,7 +154,7 @@ pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, 
 pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
-pub use record::{HolderRecord, RecordedHold};
+pub use record::{HolderRecord, RecordCommand, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

@@ -47,6 +47,7 @@ use redis::{RedisError, RedisResult, Value};
 
 use super::combine::{connect_cause, lane_of_thread, lock, no_reply, not_sent};
 use super::lane_conn::{self, Requests};
+use super::patient::Patient;
 use crate::error::{Error, Result};
 
 /// A plain TCP connection to Redis whose socket can be read and written
@@ -91,13 +92,13 @@ impl Link {
     }
 
     fn recv(&mut self) -> RedisResult<Value> {
-        self.parser.parse_value(&*self.stream)
+        self.parser.parse_value(Patient(&self.stream))
     }
 }
 
 impl redis::ConnectionLike for Link {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        (&*self.stream).write_all(cmd)?;
+        Patient(&self.stream).write_all(cmd)?;
         self.recv()?.extract_error()
     }
 
@@ -107,7 +108,7 @@ impl redis::ConnectionLike for Link {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        (&*self.stream).write_all(cmd)?;
+        Patient(&self.stream).write_all(cmd)?;
         let mut out = Vec::with_capacity(count);
         for i in 0..offset + count {
             let value = self.recv()?;
@@ -158,8 +159,7 @@ impl Read for Feed<'_> {
             self.starved = true;
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let mut stream = self.stream;
-        stream.read(buf)
+        Patient(self.stream).read(buf)
     }
 }
 
@@ -563,7 +563,7 @@ impl Duplex {
             for q in expired {
                 q.finish(Err(not_sent(self.response_timeout)), false);
             }
-            let written = (&*stream).write_all(data);
+            let written = Patient(&stream).write_all(data);
             st = lock(&lane.state);
             if let Err(e) = written {
                 drop(st);

@@ -6,6 +6,7 @@ pub(crate) mod cluster;
 pub(crate) mod combine;
 pub(crate) mod duplex;
 mod lane_conn;
+mod patient;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod server;

@@ -165,8 +165,44 @@ impl Pool {
     /// its steps bounded by what is left of it): a shared connection made
     /// for commands whose deadlines are near.
     pub(crate) fn connect_within(&self, limit: Option<Duration>) -> Result<redis::Connection> {
+        self.setting_up(limit, |until| self.connect_until(until))
+    }
+
+    /// Runs `attempt` (one connect and set-up, within what is left until
+    /// its deadline) again while it fails on an interrupted socket call: a
+    /// stopped and continued process (EINTR) says nothing about the server,
+    /// and every set-up command (`AUTH`, `SELECT`, `INFO`, `ROLE`,
+    /// `CLIENT SETNAME`) may simply be sent again on a new connection. The
+    /// attempts share one deadline: `limit`, or the connect and response
+    /// timeouts together.
+    fn setting_up<C>(
+        &self,
+        limit: Option<Duration>,
+        attempt: impl Fn(Option<Instant>) -> Result<C>,
+    ) -> Result<C> {
+        let start = Instant::now();
+        let budget =
+            limit.unwrap_or_else(|| self.connect_timeout.saturating_add(self.response_timeout));
+        let deadline = start.checked_add(budget);
+        let until = limit.and_then(|l| start.checked_add(l));
+        let mut tries = 0;
+        loop {
+            match attempt(until) {
+                Err(e)
+                    if e.is_interrupted()
+                        && tries < MAX_INTERRUPTED_SETUPS
+                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    tries += 1;
+                    log::debug!("redguard: connection set-up interrupted ({e}); connecting again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn connect_until(&self, until: Option<Instant>) -> Result<redis::Connection> {
         let addr = self.addr();
-        let until = limit.map(|l| Instant::now() + l);
         let left = |full: Duration| step_budget(until, full);
         let connect_timeout = left(self.connect_timeout);
         let mut conn = self
@@ -229,8 +265,11 @@ impl Pool {
     /// [`Pool::connect_within`]), set up here as redis-rs sets up its own:
     /// `AUTH` when there is a password, `SELECT` when the database is not 0.
     fn connect_link_within(&self, limit: Option<Duration>) -> Result<Link> {
+        self.setting_up(limit, |until| self.connect_link_until(until))
+    }
+
+    fn connect_link_until(&self, until: Option<Instant>) -> Result<Link> {
         let addr = self.addr();
-        let until = limit.map(|l| Instant::now() + l);
         let left = |full: Duration| step_budget(until, full);
         let info = self.client.get_connection_info();
         let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
@@ -392,7 +431,9 @@ impl Pool {
         match result {
             Err(e) if e.breaks_connection() => {
                 self.discard(conn);
-                if reused && e.is_connection() {
+                // An interrupted call (EINTR) met a live server: `op` ran,
+                // or runs, there. Sending it again would run it twice.
+                if reused && e.is_connection() && !e.is_interrupted() {
                     crate::metrics::reconnect();
                     self.flush();
                     // `op` may have run on the dead connection: a refused
@@ -520,6 +561,11 @@ impl Pool {
             + self.duplex.as_ref().map_or(0, Duplex::open_connections)
     }
 }
+
+/// How many times one connect starts over after an interrupted socket
+/// call (see [`Pool::connect_within`]): a process stopped and continued
+/// again and again still gets its connection, a bounded number of times.
+const MAX_INTERRUPTED_SETUPS: u32 = 16;
 
 /// How long one step of a connect may take: `full`, or what is left until
 /// `until` when that is sooner, but at least 1 ms (a socket refuses a zero

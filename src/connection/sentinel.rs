@@ -549,7 +549,9 @@ impl Sentinel {
                 Err(e) => e,
             };
             let wrong_node = is_not_master(&err);
-            if wrong_node || err.is_connection() {
+            // An interrupted call (a stopped and continued process) says
+            // nothing about the master.
+            if wrong_node || (err.is_connection() && !err.is_interrupted()) {
                 inner.forget(&master, &err);
             }
             // READONLY: the command was refused, so repeating it is safe.
@@ -761,7 +763,20 @@ impl Inner {
         Err(last_error.unwrap_or_else(|| Error::invalid("no sentinel configured")))
     }
 
+    /// Asks one sentinel for the master's address; again, on a new
+    /// connection, when a stopped and continued process interrupted the
+    /// question (a read: it may be asked twice).
     fn ask(&self, label: &str, client: &redis::Client) -> Result<Option<(String, u16)>> {
+        let mut tries = 0;
+        loop {
+            match self.ask_once(label, client) {
+                Err(e) if e.is_interrupted() && tries < 3 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn ask_once(&self, label: &str, client: &redis::Client) -> Result<Option<(String, u16)>> {
         let mut conn = client
             .get_connection_with_timeout(self.settings.connect_timeout)
             .map_err(|e| Error::redis(e).at(label))?;

@@ -312,10 +312,29 @@ impl Lock {
         renew: bool,
         enqueue: bool,
     ) -> Result<Attempt<Granted>> {
-        let sent = Instant::now();
-        let mut sent_script = false;
-        let mut short_acks = None;
-        let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
+        let mut interrupted = 0;
+        let (reply, sent, sent_script, short_acks) = loop {
+            let sent = Instant::now();
+            let mut sent_script = false;
+            let mut short_acks = None;
+            let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
+            // A stopped and continued process (EINTR) lost the reply of a
+            // script that ran on a live server: give back what it may have
+            // granted, as for any lost reply, and ask once more rather than
+            // fail the call. Not for a thread that holds the lock already:
+            // its grant cannot be told from its earlier holds.
+            if let Err(e) = &reply
+                && e.is_interrupted()
+                && sent_script
+                && interrupted < MAX_INTERRUPTED_ATTEMPTS
+                && holds::current(self.inner.client.id().as_u128(), self.hold_key()).is_none()
+            {
+                interrupted += 1;
+                self.release_unknown(holder);
+                continue;
+            }
+            break (reply, sent, sent_script, short_acks);
+        };
         if let (Ok(Acquire::Acquired { .. }), Some(acked)) = (&reply, short_acks) {
             // Too few replicas have the grant: a failover could hand the
             // lock (or the fencing token) to someone else. Undo it, as
@@ -487,6 +506,10 @@ impl Lock {
         }
     }
 }
+
+/// How many times one acquisition attempt is made again after its reply
+/// was lost to an interrupted socket call (see [`Lock::attempt`]).
+const MAX_INTERRUPTED_ATTEMPTS: u32 = 3;
 
 /// Logs (debug) how an acquisition of `lock` that began at `started`
 /// ended: granted after how long a wait, or not granted in time. Contention

@@ -648,6 +648,53 @@ impl Lock {
             })
     }
 
+    /// What became of a release of `holder` whose reply an interrupted
+    /// socket call lost (see [`Error::is_interrupted`]): it was written
+    /// whole, so it ran, and sending it again would release a second hold
+    /// or find the lock gone. One read of the hold tells: still counted is
+    /// [`Release::StillHeld`]; gone is [`Release::Released`] when the lease
+    /// was `valid` when the release was sent (this release ended it), else
+    /// [`Release::NotHeld`]. `None` for a read-write lock, whose holds this
+    /// read does not show, and when the read fails too.
+    pub(crate) fn settle_interrupted_release(
+        &self,
+        holder: &HolderId,
+        valid: bool,
+    ) -> Option<Release> {
+        if self.is_read_write() {
+            return None;
+        }
+        let field = self.holder_field(holder.as_str());
+        let mut tries = 0;
+        loop {
+            let read = self.inner.client.with_conn(&self.inner.name, |conn| {
+                redis::cmd("HGET")
+                    .arg(&self.inner.name[..])
+                    .arg(&*field)
+                    .query::<Option<u64>>(conn)
+                    .map_err(|e| Error::from_redis(e, &self.inner.name))
+            });
+            return match read {
+                Ok(Some(count)) if count > 0 => Some(Release::StillHeld),
+                Ok(_) if valid => Some(Release::Released),
+                Ok(_) => Some(Release::NotHeld),
+                // A read may be sent again: it changes nothing.
+                Err(e) if e.is_interrupted() && tries < 3 => {
+                    tries += 1;
+                    continue;
+                }
+                Err(e) => {
+                    log::debug!(
+                        "redguard: could not learn what became of an interrupted release of \
+                         {:?}: {e}",
+                        String::from_utf8_lossy(&self.inner.name)
+                    );
+                    None
+                }
+            };
+        }
+    }
+
     /// Drops every hold of `holder`.
     pub(crate) fn release_all(&self, holder: &HolderId) -> Result<bool> {
         self.release_all_str(holder.as_str())

@@ -22,6 +22,7 @@
 //! a read is parsed. The watchdog decides when to write (`watchdog::records`).
 
 mod find;
+mod mask;
 mod read;
 mod spec;
 
@@ -35,6 +36,7 @@ use crate::lease::Ttl;
 use crate::lost::HoldKind;
 
 pub(crate) use find::holding;
+pub use mask::RecordCommand;
 pub(crate) use read::{add_classic_elsewhere, around, clients_of, on_node, records_of};
 pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
 

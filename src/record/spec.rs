@@ -30,8 +30,14 @@ pub(crate) struct RecordSpec {
 
 impl RecordSpec {
     /// The record of client `id`: this host and process, `program` (or
-    /// `argv[0]`), made now, living `ttl` unless refreshed.
-    pub(crate) fn new(id: &ClientId, program: Option<&str>, ttl: Duration) -> RecordSpec {
+    /// `argv[0]`) as `how` keeps it, made now, living `ttl` unless
+    /// refreshed.
+    pub(crate) fn new(
+        id: &ClientId,
+        program: Option<&str>,
+        how: super::RecordCommand,
+        ttl: Duration,
+    ) -> RecordSpec {
         let program = match program {
             Some(p) => p.to_owned(),
             None => std::env::args_os()
@@ -43,7 +49,8 @@ impl RecordSpec {
             client: super::client_text(id),
             host: gethostname::gethostname().to_string_lossy().into_owned(),
             pid: std::process::id(),
-            program: truncate(&program, MAX_PROGRAM),
+            // Masked before it is cut: a cut never shows more.
+            program: truncate(&super::mask::recorded(&program, how), MAX_PROGRAM),
             started: Instant::now(),
             ttl,
         }
@@ -194,11 +201,37 @@ mod tests {
         assert!(long.starts_with(&cut));
     }
 
+    /// The record holds the program as the client's `RecordCommand` keeps
+    /// it: masked by default.
+    #[test]
+    fn the_recorded_program_is_masked_before_it_is_cut() {
+        let id = ClientId::new_random();
+        let ttl = Duration::from_secs(30);
+        let text = format!("job {} --token=abc123TOKEN", "x".repeat(300));
+        let masked = RecordSpec::new(&id, Some(&text), super::super::RecordCommand::Masked, ttl);
+        assert!(!masked.program.contains("abc"), "{}", masked.program);
+        let spec = RecordSpec::new(
+            &id,
+            Some("job --token=abc123TOKEN"),
+            super::super::RecordCommand::Masked,
+            ttl,
+        );
+        assert_eq!(spec.program, "job --token=***");
+        let full = RecordSpec::new(
+            &id,
+            Some("job --token=abc123TOKEN"),
+            super::super::RecordCommand::Full,
+            ttl,
+        );
+        assert_eq!(full.program, "job --token=abc123TOKEN");
+    }
+
     #[test]
     fn a_refresh_is_one_pexpire_and_a_write_ends_with_one() {
         let spec = Arc::new(RecordSpec::new(
             &ClientId::new_random(),
             Some("job.sh --x"),
+            super::super::RecordCommand::Masked,
             Duration::from_secs(30),
         ));
         let mut write = RecordWrite {

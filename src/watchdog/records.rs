@@ -216,6 +216,7 @@ mod tests {
         let spec = Arc::new(RecordSpec::new(
             &ClientId::new_random(),
             None,
+            crate::RecordCommand::Masked,
             Duration::from_secs(30),
         ));
         RecordState::new(spec, Arc::new(Counters::default()), now)
@@ -274,6 +275,7 @@ mod tests {
         let spec = Arc::new(RecordSpec::new(
             &ClientId::new_random(),
             None,
+            crate::RecordCommand::Masked,
             Duration::from_secs(3),
         ));
         let mut r = RecordState::new(spec, Arc::new(Counters::default()), now);

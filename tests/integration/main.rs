@@ -15,6 +15,7 @@ mod fenced_lock;
 mod foreign;
 mod holder_checks;
 mod identity;
+mod interrupted;
 mod latch;
 mod layout;
 mod local_fairness;

@@ -257,17 +257,18 @@ pub(crate) fn preflight(program: &OsStr) -> Result<(), Failure> {
 }
 
 /// Before the process exits (and takes the watchdog with it): waits for a
-/// release that met a failover and is being retried against the new
-/// master, at most `lease` (the retry ends by then anyway). Without this,
-/// a lock replicated to the new master would block every waiter until its
-/// lease ran out.
+/// release that failed on a connection error or a failover and is being
+/// retried (against the new master, after a failover), at most `lease`
+/// (the retry ends by then anyway). Without this, a lock replicated to a
+/// new master would block every waiter until its lease ran out. The
+/// warning names no failover: on a single server there is none.
 pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
     if client.stats().pending_releases == 0 {
         return;
     }
     if !quiet {
         out::warn(&format!(
-            "the release of {what} met a failover; retrying it against the new master \
+            "the release of {what} did not go through at once; retrying it \
              (for at most {})",
             humantime::format_duration(lease)
         ));

@@ -232,6 +232,31 @@ pub(crate) enum Command {
     Who(WhoArgs),
 }
 
+/// `--record-command`: [`redguard::RecordCommand`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RecordCommandArg {
+    /// CMD's whole command line, secrets included.
+    Full,
+    /// The command line with URL passwords and the values of password,
+    /// token, secret and key flags and variables masked (***).
+    Masked,
+    /// CMD's name only, without its arguments.
+    Name,
+    /// Nothing of CMD: `redguard exec NAME` (`redguard once KEY`).
+    None,
+}
+
+impl From<RecordCommandArg> for redguard::RecordCommand {
+    fn from(arg: RecordCommandArg) -> redguard::RecordCommand {
+        match arg {
+            RecordCommandArg::Full => redguard::RecordCommand::Full,
+            RecordCommandArg::Masked => redguard::RecordCommand::Masked,
+            RecordCommandArg::Name => redguard::RecordCommand::Name,
+            RecordCommandArg::None => redguard::RecordCommand::None,
+        }
+    }
+}
+
 /// What to do when the lease is lost while CMD runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OnLost {
@@ -330,6 +355,13 @@ pub(crate) struct ExecArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
+    /// What the holder record (seen by `status`, `list`, `who` and anyone
+    /// who can read the lock's keys) keeps of CMD's command line: the
+    /// whole line, the line with passwords, tokens and keys masked (the
+    /// default), CMD's name only, or nothing of CMD.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCommandArg::Masked)]
+    pub(crate) record_command: RecordCommandArg,
+
     /// The command to run, with its arguments (after `--`, or after NAME
     /// and the options).
     #[arg(
@@ -398,6 +430,13 @@ pub(crate) struct OnceArgs {
     /// run in progress is left alone); run nothing.
     #[arg(long, conflicts_with_all = ["wait", "record_failure", "command"])]
     pub(crate) forget: bool,
+
+    /// What the holder record (seen by `status`, `list`, `who` and anyone
+    /// who can read the lock's keys) keeps of CMD's command line: the
+    /// whole line, the line with passwords, tokens and keys masked (the
+    /// default), CMD's name only, or nothing of CMD.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCommandArg::Masked)]
+    pub(crate) record_command: RecordCommandArg,
 
     /// The command to run, with its arguments (after `--`, or after KEY
     /// and the options).

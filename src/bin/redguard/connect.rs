@@ -22,7 +22,11 @@ pub(crate) struct Connection {
 
 /// Builds the client. Nothing is sent to Redis yet.
 /// `program` goes into the client's holder record.
-pub(crate) fn connect(args: &ConnArgs, program: &str) -> Result<Connection, Failure> {
+pub(crate) fn connect(
+    args: &ConnArgs,
+    program: &str,
+    record_command: redguard::RecordCommand,
+) -> Result<Connection, Failure> {
     let url = args
         .url
         .as_deref()
@@ -51,7 +55,10 @@ pub(crate) fn connect(args: &ConnArgs, program: &str) -> Result<Connection, Fail
         }
     }
 
-    let mut builder = redguard::Client::builder().url(url).program(program);
+    let mut builder = redguard::Client::builder()
+        .url(url)
+        .program(program)
+        .record_command(record_command);
     if let Some(pw) = &args.sentinel_password {
         builder = builder.sentinel_password(pw);
     }

@@ -60,7 +60,11 @@ fn run() -> Result<ExitCode, Failure> {
         Err(err) => return cli::parse_error(err),
     };
     logging::init(cli.verbose, subject(&cli.command));
-    let conn = connect::connect(&cli.conn, &program(&cli.command))?;
+    let conn = connect::connect(
+        &cli.conn,
+        &program(&cli.command),
+        record_command(&cli.command),
+    )?;
     log::debug!("redguard: Redis at {}", conn.server);
     match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),
@@ -87,21 +91,35 @@ fn subject(command: &Command) -> Option<&[u8]> {
     Some(name.as_bytes())
 }
 
+/// How much of [`program`] the holder record keeps: `--record-command` of
+/// `exec` and `once`; masked for the others (their text holds no CMD).
+fn record_command(command: &Command) -> redguard::RecordCommand {
+    match command {
+        Command::Exec(args) => args.record_command.into(),
+        Command::Once(args) => args.record_command.into(),
+        _ => redguard::RecordCommand::Masked,
+    }
+}
+
 /// What the holder record says this process runs: the command line of
 /// `exec` and `once` (their CMD included: the arguments only, never the
-/// environment), else the subcommand.
+/// environment), else the subcommand. The library masks it as
+/// [`record_command`] says. A word with white space or quotes in it is
+/// quoted as a shell would, so that the record reads as one command line
+/// and the masking sees the word whole.
 fn program(command: &Command) -> String {
     let line = |words: &[&std::ffi::OsStr]| {
         words
             .iter()
-            .map(|w| w.to_string_lossy().into_owned())
+            .map(|w| shell_word(&w.to_string_lossy()))
             .collect::<Vec<_>>()
             .join(" ")
     };
     match command {
         Command::Exec(args) => {
             let mut words = vec![
-                std::ffi::OsStr::new("redguard exec"),
+                std::ffi::OsStr::new("redguard"),
+                "exec".as_ref(),
                 &args.name,
                 "--".as_ref(),
             ];
@@ -110,7 +128,8 @@ fn program(command: &Command) -> String {
         }
         Command::Once(args) => {
             let mut words = vec![
-                std::ffi::OsStr::new("redguard once"),
+                std::ffi::OsStr::new("redguard"),
+                "once".as_ref(),
                 &args.key,
                 "--".as_ref(),
             ];
@@ -122,5 +141,35 @@ fn program(command: &Command) -> String {
         Command::Latch(_) => "redguard latch".to_owned(),
         Command::List(_) => "redguard list".to_owned(),
         Command::Who(_) => "redguard who".to_owned(),
+    }
+}
+
+/// `word` as a shell reads it back: as it is when it has no white space,
+/// quote or backslash (and is not empty), else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && !word
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '\'' | '"' | '\\'));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CMD's words read back as a shell would: the record's masking then
+    /// sees a quoted password as one word.
+    #[test]
+    fn words_are_quoted_as_a_shell_reads_them() {
+        assert_eq!(shell_word("plain"), "plain");
+        assert_eq!(shell_word("sleep 2"), "'sleep 2'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word(r"a\b"), r"'a\b'");
     }
 }

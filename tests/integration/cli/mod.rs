@@ -34,7 +34,9 @@ mod exec_tree;
 mod help;
 mod ops;
 mod readme;
+mod record_secrets;
 mod status;
+mod stop_cont;
 mod unlock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redguard");
