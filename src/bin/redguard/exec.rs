@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use redguard::{Lock, LockGuard};
 
-use crate::child::{CmdEnd, OnLoss, lost_reason, preflight, run_cmd, signal_exit, signal_name};
+use crate::child::{
+    CmdEnd, OnLoss, exec_kill_grace, lost_reason, preflight, run_cmd, signal_exit, signal_name,
+};
 use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
@@ -24,10 +26,12 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         .command
         .split_first()
         .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
-    // A typo in CMD is reported at once, not after waiting for the lock.
+    // A typo in CMD is reported at once, not after waiting for the lock;
+    // so is a lease too short to stop CMD within.
     preflight(program)?;
+    let kill_grace = exec_kill_grace(args, conn.client.watchdog_timeout())?;
     if let Some(permits) = args.permits {
-        return crate::permits::exec_with_permit(args, conn, &name, permits);
+        return crate::permits::exec_with_permit(args, conn, &name, permits, kill_grace);
     }
 
     let lock = if args.fair {
@@ -98,11 +102,12 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     let why = lost_reason(args);
     let loss = OnLoss {
         action: args.on_lost,
-        kill_grace: args.kill_grace,
+        kill_grace,
         why: &why,
         subject: format!("lock {}", show::name(&name)),
+        fixed: args.lease.is_some(),
     };
-    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
+    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.valid_for(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };

@@ -23,6 +23,7 @@ pub(crate) fn exec_with_permit(
     conn: &Connection,
     name: &[u8],
     permits: u32,
+    kill_grace: Duration,
 ) -> Result<ExitCode, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     let (program, cmd_args) = args
@@ -81,11 +82,12 @@ pub(crate) fn exec_with_permit(
     let why = lost_reason(args);
     let loss = OnLoss {
         action: args.on_lost,
-        kill_grace: args.kill_grace,
+        kill_grace,
         why: &why,
         subject: format!("permit {id} of semaphore {}", show::name(name)),
+        fixed: args.lease.is_some(),
     };
-    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.is_lost(), &loss)? {
+    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.valid_for(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
