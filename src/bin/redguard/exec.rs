@@ -123,13 +123,28 @@ fn finish(
     lost: bool,
 ) -> Result<ExitCode, Failure> {
     if lost {
-        // The lease is gone: there is nothing of ours to release, and the
-        // key may be someone else's by now. A release attempt would only be
-        // a refused round trip, and against an unresponsive Redis (the
-        // usual cause of a loss) it would hold up the exit by a connect and
-        // a response timeout; the process ends right after, taking its
-        // watchdog entry with it.
-        std::mem::forget(guard);
+        if guard.is_lost() {
+            // The lease is gone: there is nothing of ours to release, and
+            // the key may be someone else's by now. A release attempt would
+            // only be a refused round trip, and against an unresponsive
+            // Redis (the usual cause of a loss) it would hold up the exit by
+            // a connect and a response timeout.
+            std::mem::forget(guard);
+        } else {
+            // CMD was stopped while the lease was running low, and a
+            // renewal came through after all (or the lease is still
+            // running out): the lock is still ours, so it is given back
+            // rather than left to block the next holder until it expires.
+            let client = guard.lock().client().clone();
+            let _ = guard.unlock();
+            let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+            crate::child::await_release(
+                &client,
+                &format!("lock {}", show::name(name)),
+                lease,
+                true,
+            );
+        }
         return Ok(match args.on_lost {
             OnLost::Kill => ExitCode::from(code::SOFTWARE),
             OnLost::Warn => ExitCode::from(cmd_code),
@@ -151,14 +166,17 @@ fn finish(
             match args.on_lost {
                 OnLost::Kill => {
                     out::error(&format!(
-                        "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
+                        "{why} of lock {} after CMD ended: CMD exited with {cmd_code} while the \
+                         lease was valid on this host's clock, but the release found the lock no \
+                         longer held ({e})",
                         show::name(name)
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
                     out::warn(&format!(
-                        "{why} of lock {} before CMD ended",
+                        "{why} of lock {} after CMD ended (CMD ran within the lease; the \
+                         release found the lock no longer held)",
                         show::name(name)
                     ));
                     Ok(ExitCode::from(cmd_code))

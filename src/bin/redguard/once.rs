@@ -122,8 +122,20 @@ fn run_once(
         CmdEnd::Ended { code, lost } => (code, lost),
     };
     if lost {
-        // Nothing of ours is left to release or record; see `exec`.
-        std::mem::forget(run);
+        if run.is_lost() {
+            // Nothing of ours is left to release or record; see `exec`.
+            std::mem::forget(run);
+        } else {
+            // Still ours (CMD was stopped while its lease ran low): the run
+            // is given up, so that the next caller runs CMD at once.
+            let _ = run.abandon();
+            crate::child::await_release(
+                &conn.client,
+                &format!("run-once key {}", show::name(key)),
+                conn.client.watchdog_timeout(),
+                true,
+            );
+        }
         out::error(&format!(
             "nothing recorded for {}: the next caller runs CMD again",
             show::name(key)

@@ -134,8 +134,16 @@ fn finish(
     lost: bool,
 ) -> Result<ExitCode, Failure> {
     if lost {
-        // Nothing of ours to give back (see `exec::finish`).
-        std::mem::forget(permit);
+        if permit.is_lost() {
+            // Nothing of ours to give back (see `exec::finish`).
+            std::mem::forget(permit);
+        } else {
+            // Still ours (CMD was stopped while its lease ran low): given
+            // back.
+            let _ = permit.release();
+            let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+            crate::child::await_release(client, "a permit", lease, true);
+        }
         return Ok(match args.on_lost {
             OnLost::Kill => ExitCode::from(code::SOFTWARE),
             OnLost::Warn => ExitCode::from(cmd_code),
@@ -158,12 +166,16 @@ fn finish(
             match args.on_lost {
                 OnLost::Kill => {
                     out::error(&format!(
-                        "{what} before CMD ended (CMD exited with {cmd_code})"
+                        "{what} after CMD ended: CMD exited with {cmd_code} while the lease was \
+                         valid on this host's clock, but the release found the permit no longer held"
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
-                    out::warn(&format!("{what} before CMD ended"));
+                    out::warn(&format!(
+                        "{what} after CMD ended (CMD ran within the lease; the release found \
+                         the permit no longer held)"
+                    ));
                     Ok(ExitCode::from(cmd_code))
                 }
             }
