@@ -449,7 +449,10 @@ fn sigstop_of_redguard_ends_the_whole_tree_before_the_lease_ends() {
         .unwrap()
         .expect("the lock frees itself when the lease ends");
     let left = living(&name, &recorded);
-    assert!(left.is_empty(), "the waiter holds the lock while {left:?} run");
+    assert!(
+        left.is_empty(),
+        "the waiter holds the lock while {left:?} run"
+    );
     drop(guard);
 
     p.signal(libc::SIGCONT);
@@ -502,7 +505,16 @@ fn blackholed_run(server: &RedisServer, prefix: &str) -> Duration {
         path_str(&pidfile)
     );
     let mut cmd = redguard_timed(&proxy.url(), "2s", "600ms");
-    cmd.args(["exec", "--kill-grace", "300ms", &name, "--", "sh", "-c", &body]);
+    cmd.args([
+        "exec",
+        "--kill-grace",
+        "300ms",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        &body,
+    ]);
     let mut p = Proc::spawn(cmd);
     let cmd_pid = read_pid(&pidfile);
     proxy.set_mode(crate::support::Mode::Blackhole);
@@ -511,7 +523,13 @@ fn blackholed_run(server: &RedisServer, prefix: &str) -> Duration {
     let gap = watch_key_end(
         server,
         &name,
-        &|| if alive(cmd_pid) { vec![cmd_pid] } else { Vec::new() },
+        &|| {
+            if alive(cmd_pid) {
+                vec![cmd_pid]
+            } else {
+                Vec::new()
+            }
+        },
         Duration::from_secs(6),
     );
     let left = marked(&name);
