@@ -345,6 +345,9 @@ pub(crate) fn client_gone(counters: &Arc<Counters>, release: bool, wait: Option<
             counters: counters.clone(),
             done,
         });
+    } else {
+        // Nothing to wait for: the wait below ends at once.
+        drop(done);
     }
     {
         let mut life = shared.life();
