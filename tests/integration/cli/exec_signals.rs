@@ -55,7 +55,10 @@ fn assert_nothing_held(server: &RedisServer, name: &str, client: Option<&str>, c
 fn client_of(file: &Path) -> String {
     let holder = fs::read_to_string(file).unwrap();
     let holder = holder.trim();
-    holder.rsplit_once(':').map_or(holder, |(c, _)| c).to_owned()
+    holder
+        .rsplit_once(':')
+        .map_or(holder, |(c, _)| c)
+        .to_owned()
 }
 
 /// A CMD that writes its holder id to `file`, then runs `tail`.
@@ -127,7 +130,11 @@ fn every_terminating_signal_while_waiting_ends_the_wait_and_nothing_stays_held()
         p.signal(signal);
         let out = p.wait(RUN_TIMEOUT);
         assert_eq!(out.code, Some(128 + signal), "{shown}: {out:?}");
-        assert!(out.stderr.contains("while waiting"), "{shown}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("while waiting"),
+            "{shown}: {}",
+            out.stderr
+        );
         drop(guard);
         assert!(!marker.exists(), "{shown}: CMD ran");
         assert_nothing_held(&server, &name, None, shown);
@@ -140,7 +147,9 @@ fn every_terminating_signal_while_waiting_ends_the_wait_and_nothing_stays_held()
     let mut cmd = redguard(&server.url());
     cmd.args(["exec", &name, "--", "touch", path_str(&marker)]);
     let mut p = Proc::spawn(cmd);
-    assert!(wait_until(Duration::from_secs(5), || waiters(&server, &name) >= 1));
+    assert!(wait_until(Duration::from_secs(5), || waiters(
+        &server, &name
+    ) >= 1));
     p.signal(libc::SIGPIPE);
     crate::support::sleep(ms(100));
     drop(guard);

@@ -538,3 +538,113 @@ fn blackholed_run(server: &RedisServer, prefix: &str) -> Duration {
     assert_eq!(out.code, Some(70), "{out:?}");
     gap
 }
+
+/// The same for `once` and `exec --permits`: a stopped redguard's CMD is
+/// gone before its run-once key or its permit can expire, and nobody runs
+/// (or gets the permit) while it lives.
+#[test]
+fn sigstop_of_redguard_ends_cmd_before_the_lease_ends_for_once_and_permits() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let body = |file: &Path| {
+        format!(
+            "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+            path_str(file)
+        )
+    };
+
+    // once: the run-once key is held as a lock until the run ends.
+    let key = unique_name("once-stopped");
+    let _cleanup = KillTree(key.clone());
+    let pidfile = dir.path().join("once");
+    let mut cmd = redguard_timed(&server.url(), "2s", "600ms");
+    cmd.args([
+        "once",
+        "--ttl",
+        "1h",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        &body(&pidfile),
+    ]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&pidfile);
+    p.signal(libc::SIGSTOP);
+    let gap = watch_key_end(
+        &server,
+        &key,
+        &|| {
+            if alive(cmd_pid) {
+                vec![cmd_pid]
+            } else {
+                Vec::new()
+            }
+        },
+        Duration::from_secs(6),
+    );
+    eprintln!("stopped once: CMD gone {gap:?} before the key");
+    let left = marked_once(&key);
+    assert!(left.is_empty(), "{key} expired while {left:?} ran");
+    p.signal(libc::SIGCONT);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+
+    // --permits: a waiter on the one permit gets it only once CMD is gone.
+    let name = unique_name("permit-stopped");
+    let _cleanup = KillTree(name.clone());
+    let pidfile = dir.path().join("permit");
+    let mut cmd = redguard_timed(&server.url(), "2s", "600ms");
+    cmd.args(["exec", "--permits", "1", "--kill-grace", "300ms", &name])
+        .args(["--", "sh", "-c", &body(&pidfile)]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&pidfile);
+    p.signal(libc::SIGSTOP);
+    let waiter = test_builder(&server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let semaphore = waiter.expiring_semaphore(&name);
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut last_alive = Instant::now();
+    let permit = loop {
+        // The permit is asked for first, CMD looked at after: a permit
+        // granted while CMD lived shows CMD alive.
+        if let Some(permit) = semaphore.try_acquire().unwrap() {
+            break permit;
+        }
+        if alive(cmd_pid) {
+            last_alive = Instant::now();
+        }
+        assert!(Instant::now() < deadline, "the permit never came back");
+        crate::support::sleep(ms(2));
+    };
+    let left = marked(&name);
+    assert!(
+        left.is_empty(),
+        "the permit went to a waiter while {left:?} ran"
+    );
+    eprintln!(
+        "stopped permit holder: CMD gone {:?} before the permit came back",
+        last_alive.elapsed()
+    );
+    drop(permit);
+    p.signal(libc::SIGCONT);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+}
+
+/// Live processes of a `once` run of `key` (their environment names it).
+fn marked_once(key: &str) -> Vec<i32> {
+    let needle = format!("REDGUARD_ONCE_KEY={key}");
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+                && alive(pid)
+        })
+        .collect()
+}
