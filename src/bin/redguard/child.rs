@@ -198,12 +198,17 @@ pub(crate) fn run_cmd(
     // The lock is released only after this: nothing of CMD's is left.
     kill_leftovers();
     if lost_at.is_none() && link.as_mut().is_some_and(|l| l.supervisor_stopping()) {
-        // Redguard was not running (stopped or starved) when the
-        // supervisor stopped CMD at the lease's end.
+        // The supervisor stopped CMD at the lease's end before redguard
+        // saw it do so: redguard was stopped or starved, or CMD ended at
+        // once on SIGTERM.
         lost_at = Some(Instant::now());
+        let cause = if loss.fixed {
+            ""
+        } else {
+            ": no renewal came through in time (Redis unreachable, or redguard stopped or starved)"
+        };
         out::error(&format!(
-            "{} of {} while redguard was stopped or starved: no renewal came through, \
-             and CMD's supervisor stopped CMD before the lease ended",
+            "{} of {}{cause}; CMD was stopped before the lease ended",
             loss.why, loss.subject
         ));
     } else if let (true, false, Some(signal)) = (cfg!(target_os = "linux"), killed, status.signal())
