@@ -317,7 +317,7 @@ pub(crate) struct ExecArgs {
 
     /// With --on-lost kill: time between SIGTERM and SIGKILL [default: a
     /// quarter of the lease, at most 10s]. When renewals stop, SIGTERM
-    /// goes this long plus 100ms before the lease ends, so it must fit in
+    /// goes this long plus 250ms before the lease ends, so it must fit in
     /// half the lease.
     #[arg(
         long,

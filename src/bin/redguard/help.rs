@@ -19,7 +19,7 @@ Exit status:
   128+N      CMD (or its supervisor) was killed by signal N, or redguard
              got signal N while waiting (CMD not run)
   64         bad usage: unknown option, bad duration, bad URL, no CMD, a
-             lease too short for the kill grace (2 × (grace + 100ms))
+             lease too short for the kill grace (2 × (grace + 250ms))
   65         NAME holds a value that is not a lock (left untouched); with
              --permits, the semaphore has another count
   69         Redis unreachable, too slow, or answering with an error; with

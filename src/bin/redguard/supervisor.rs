@@ -85,8 +85,9 @@ use crate::tree;
 pub(crate) const ENV: &str = "REDGUARD_SUPERVISOR";
 
 /// How often the tree is looked at again while it is being stopped: an
-/// orphan adopted by the subreaper raises no event to wait on.
-const STOP_POLL: Duration = Duration::from_millis(10);
+/// orphan adopted by the subreaper raises no event to wait on. Each look
+/// is a /proc scan, so not too often on a loaded host.
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// What redguard tells its supervisor.
 #[derive(Debug, PartialEq)]
@@ -151,9 +152,11 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Tells the supervisor the lease's local deadline, when it moved.
+    /// Tells the supervisor the lease's local deadline, when it moved by
+    /// more than a millisecond (the two clock reads behind `at` differ by
+    /// a little every time; a deadline kept a little early is safe).
     pub(crate) fn deadline(&mut self, at: u64) {
-        if at != self.sent {
+        if at.abs_diff(self.sent) > 1_000_000 {
             self.sent = at;
             let _ = writeln!(self.stream, "D {at}");
         }
@@ -280,7 +283,12 @@ impl Lease {
         while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=end).collect();
             match line.as_slice() {
-                [b'T', ..] => self.stopping = true,
+                [b'T', ..] => {
+                    // Redguard sent SIGTERM to CMD (to its group, or to us
+                    // to pass on): not sent again to those it reached.
+                    self.stopping = true;
+                    self.asked = tree::children();
+                }
                 [b'D', b' ', rest @ ..] => {
                     if let Some(at) = std::str::from_utf8(rest)
                         .ok()
@@ -409,6 +417,11 @@ fn run(spec: &OsStr) -> Result<u8, Failure> {
         let now = monotonic_ns();
         if lease.kill_at().is_some_and(|at| now >= at) {
             // The lease is about to end: nothing of the tree may be left.
+            // CMD first, without waiting for a /proc scan.
+            // SAFETY: kill(2) on our child, not reaped yet.
+            unsafe {
+                libc::kill(cmd_pid, libc::SIGKILL);
+            }
             lease.tell(b"S\n");
             tree::kill_all_children();
             return Ok(code::SIGNAL_BASE + libc::SIGKILL as u8);

@@ -28,11 +28,11 @@ fn a_fixed_lease_is_not_renewed_and_running_past_it_counts_as_lost() {
     assert!(!server.exists(&name));
 
     // Running past the lease: CMD is stopped before the lease ends (SIGTERM
-    // a kill grace and a 100 ms margin before it), and redguard exits 70.
+    // a kill grace and a 250 ms margin before it), and redguard exits 70.
     let ready2 = dir.path().join("ready2");
     let body = format!("echo $$ > {}; exec sleep 30", path_str(&ready2));
     let mut cmd = redguard(&server.url());
-    cmd.args(["exec", "--lease", "1s", "--kill-grace", "300ms", &name])
+    cmd.args(["exec", "--lease", "1s", "--kill-grace", "200ms", &name])
         .args(["--", "sh", "-c", &body]);
     let mut p = Proc::spawn(cmd);
     let cmd_pid = read_pid(&ready2);
@@ -49,7 +49,7 @@ fn a_fixed_lease_is_not_renewed_and_running_past_it_counts_as_lost() {
     assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
 }
 
-/// The kill grace and a 100 ms margin must fit in half the lease, whether
+/// The kill grace and a 250 ms margin must fit in half the lease, whether
 /// it is fixed or the watchdog's: a usage error (64) before anything is
 /// taken, naming the shortest lease that fits.
 #[test]
@@ -59,10 +59,10 @@ fn a_lease_too_short_for_the_kill_grace_is_a_usage_error() {
     for (args, shortest) in [
         (
             &["exec", "--lease", "500ms", "--kill-grace", "1s"][..],
-            "2s 200ms",
+            "2s 500ms",
         ),
-        (&["exec", "--lease", "300ms"][..], "400ms"),
-        (&["exec", "--kill-grace", "2s"][..], "4s 200ms"),
+        (&["exec", "--lease", "300ms"][..], "500ms"),
+        (&["exec", "--kill-grace", "2s"][..], "4s 500ms"),
     ] {
         let mut cmd = redguard(&server.url());
         cmd.args(args).args([&name, "--", "true"]);
@@ -83,7 +83,7 @@ fn a_lease_too_short_for_the_kill_grace_is_a_usage_error() {
         "--lease",
         "1s",
         "--kill-grace",
-        "400ms",
+        "250ms",
         &name,
         "--",
         "true",
@@ -158,7 +158,7 @@ fn b4_redis_restarted_empty_stops_cmd_and_exits_70() {
     cmd.args([
         "exec",
         "--kill-grace",
-        "200ms",
+        "50ms",
         &name,
         "--",
         "sh",
@@ -271,7 +271,7 @@ fn c4_slow_redis_keeps_the_lock_and_a_freeze_past_the_lease_is_reported() {
     cmd.args([
         "exec",
         "--kill-grace",
-        "100ms",
+        "50ms",
         &name,
         "--",
         "sh",
