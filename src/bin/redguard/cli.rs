@@ -315,10 +315,10 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Kill)]
     pub(crate) on_lost: OnLost,
 
-    /// With --on-lost kill: time between SIGTERM and SIGKILL [default: a
-    /// quarter of the lease, at most 10s]. When renewals stop, SIGTERM
-    /// goes this long plus 250ms before the lease ends, so it must fit in
-    /// half the lease.
+    /// With --on-lost kill: time between SIGTERM and SIGKILL [default:
+    /// what is left of the lease's last third after 250ms and 1% + 2ms,
+    /// at most 10s]. When renewals stop, SIGTERM goes this long plus 250ms
+    /// before the lease ends, so it must fit in half the lease.
     #[arg(
         long,
         value_name = "DUR",

@@ -23,9 +23,12 @@
 //! `kill grace + STOP_MARGIN ≤ lease / 2`. Renewals go every third of the
 //! lease, so a renewal has a sixth of it to come through before CMD is
 //! stopped. Hence the shortest lease `exec` accepts: `2 × (kill grace +
-//! STOP_MARGIN)`. Without `--kill-grace` the grace is a quarter of the
-//! lease, at most 10 s, and less where half the lease leaves less; the
-//! shortest lease is then 500 ms (with no grace: SIGKILL at once).
+//! STOP_MARGIN)`. Without `--kill-grace`, SIGTERM goes two thirds of a
+//! lease after the last renewal (a renewal then has a third of the lease,
+//! as long as a Redis pause the watchdog rides out, to come through): the
+//! grace is what is left until the SIGKILL, `lease / 3 − STOP_MARGIN −
+//! drift`, at most 10 s, and none below a lease of about 790 ms, so the
+//! shortest lease is 500 ms (SIGKILL with no SIGTERM before it).
 
 use std::time::Duration;
 
@@ -40,10 +43,10 @@ pub(crate) const STOP_MARGIN: Duration = Duration::from_millis(250);
 pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// The kill grace for `lease`: `asked` (`--kill-grace`) when the lease
-/// leaves room for it; by default a quarter of the lease, at most
-/// [`DEFAULT_KILL_GRACE`] and at most what half the lease leaves after
-/// [`STOP_MARGIN`]. `option` names where the lease came from, for the
-/// message (`--lease 2s`).
+/// leaves room for it; by default what is left of the lease's last third
+/// after [`STOP_MARGIN`] and the clock-drift allowance, at most
+/// [`DEFAULT_KILL_GRACE`]. `option` names where the lease came from, for
+/// the message (`--lease 2s`).
 ///
 /// # Errors
 ///
@@ -54,9 +57,9 @@ pub(crate) fn kill_grace(
     option: &str,
 ) -> Result<Duration, Failure> {
     let grace = asked.unwrap_or_else(|| {
-        (lease / 4)
+        (lease / 3)
+            .saturating_sub(STOP_MARGIN + clock_drift(lease))
             .min(DEFAULT_KILL_GRACE)
-            .min((lease / 2).saturating_sub(STOP_MARGIN))
     });
     if (grace + STOP_MARGIN).saturating_mul(2) <= lease {
         return Ok(grace);
@@ -79,6 +82,12 @@ pub(crate) fn kill_grace(
             show(STOP_MARGIN)
         ),
     ))
+}
+
+/// The library's clock-drift allowance, taken off every lease to make the
+/// local deadline: 1 % + 2 ms.
+fn clock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock `Instant` reads on
@@ -112,10 +121,13 @@ mod tests {
     fn the_grace_must_leave_half_the_lease() {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        assert_eq!(kill_grace(None, s(30), "x").unwrap(), ms(7_500));
+        assert_eq!(kill_grace(None, s(30), "x").unwrap(), ms(9_448));
         assert_eq!(kill_grace(None, s(60), "x").unwrap(), s(10));
-        assert_eq!(kill_grace(None, s(2), "x").unwrap(), ms(500));
-        assert_eq!(kill_grace(None, ms(600), "x").unwrap(), ms(50));
+        assert_eq!(
+            kill_grace(None, s(2), "x").unwrap(),
+            Duration::from_nanos(394_666_666)
+        );
+        assert_eq!(kill_grace(None, ms(600), "x").unwrap(), ms(0));
         assert_eq!(kill_grace(None, ms(500), "x").unwrap(), ms(0));
         let e = kill_grace(None, ms(499), "x").unwrap_err();
         assert!(e.message.contains("at least 500ms"), "{}", e.message);
