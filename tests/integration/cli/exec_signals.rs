@@ -190,6 +190,33 @@ fn every_exit_path_releases_the_lock_and_deletes_the_holder_record() {
     assert_eq!(out.code, Some(70), "{out:?}");
     assert_nothing_held(&server, &name, Some(&client_of(&file)), "70");
 
+    // 70 after CMD ended: the key deleted just before CMD exits (a renewal
+    // is a second away), so the release finds it gone; the message says
+    // CMD ran within the lease.
+    let name = unique_name("exit-70-after");
+    let file = dir.path().join(&name);
+    let go = dir.path().join(format!("{name}.go"));
+    let tail = format!(
+        "while [ ! -e {} ]; do sleep 0.01; done; exit 6",
+        path_str(&go)
+    );
+    let mut cmd = redguard(&server.url());
+    cmd.args(["exec", &name, "--", "sh", "-c"])
+        .arg(cmd_writing_holder(&file, &tail));
+    let mut p = Proc::spawn(cmd);
+    wait_for_file(&file);
+    let _: i64 = server.cmd("DEL", &[name.as_bytes()]);
+    fs::write(&go, "").unwrap();
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("after CMD ended: CMD exited with 6 while the lease was valid"),
+        "{}",
+        out.stderr
+    );
+    assert_nothing_held(&server, &name, Some(&client_of(&file)), "70 after");
+
     // 75: held by another; --no-wait.
     let holder = test_builder(&server.url())
         .holder_record(false)
