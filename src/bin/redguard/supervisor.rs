@@ -438,7 +438,9 @@ fn run(spec: &OsStr) -> Result<u8, Failure> {
                     }
                 }
             }
-            terminate_new_children(&mut lease.asked);
+            if let Some(status) = terminate_new_children(&mut lease.asked, cmd_pid) {
+                break status;
+            }
         }
         let wake_in = match (lease.stopping, lease.stop_at(), lease.kill_at()) {
             (_, None, _) | (_, _, None) => None,
@@ -460,9 +462,15 @@ fn run(spec: &OsStr) -> Result<u8, Failure> {
 }
 
 /// Sends SIGTERM to each child not asked yet (CMD, and orphans of its tree
-/// as they are adopted).
-fn terminate_new_children(asked: &mut Vec<libc::pid_t>) {
-    tree::reap(0);
+/// as they are adopted). Reaps what ended first: CMD's status when CMD was
+/// among them (then nothing is sent: its pid is free for reuse).
+fn terminate_new_children(
+    asked: &mut Vec<libc::pid_t>,
+    cmd_pid: libc::pid_t,
+) -> Option<std::process::ExitStatus> {
+    if let Some(status) = tree::reap(cmd_pid) {
+        return Some(status);
+    }
     let children = tree::children();
     asked.retain(|pid| children.contains(pid));
     for pid in children {
@@ -474,6 +482,7 @@ fn terminate_new_children(asked: &mut Vec<libc::pid_t>) {
             asked.push(pid);
         }
     }
+    None
 }
 
 /// Waits until a signal arrives (through `wake`), redguard writes on
