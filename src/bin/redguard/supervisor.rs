@@ -550,6 +550,73 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_and_stops_are_read_across_partial_lines() {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let mut lease = Lease {
+            link: Some(theirs),
+            partial: Vec::new(),
+            deadline: Some(5_000_000_000),
+            grace: 1_000_000_000,
+            stopping: false,
+            asked: Vec::new(),
+        };
+        assert_eq!(lease.kill_at(), Some(5_000_000_000 - ns(STOP_MARGIN)));
+        assert_eq!(lease.stop_at(), Some(4_000_000_000 - ns(STOP_MARGIN)));
+        ours.write_all(b"D 7000000000\nD 80").unwrap();
+        lease.read();
+        assert_eq!(lease.deadline, Some(7_000_000_000));
+        ours.write_all(b"00000000\nx\n").unwrap();
+        lease.read();
+        assert_eq!(lease.deadline, Some(8_000_000_000));
+        assert!(!lease.stopping);
+        ours.write_all(b"T\n").unwrap();
+        lease.read();
+        assert!(lease.stopping);
+        // Redguard gone: the last deadline stays.
+        drop(ours);
+        lease.read();
+        assert!(lease.link.is_none());
+        assert_eq!(lease.deadline, Some(8_000_000_000));
+
+        // No deadline (--on-lost warn): none is taken later either.
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let mut warn = Lease {
+            link: Some(theirs),
+            partial: Vec::new(),
+            deadline: None,
+            grace: 0,
+            stopping: false,
+            asked: Vec::new(),
+        };
+        ours.write_all(b"D 1\n").unwrap();
+        warn.read();
+        assert_eq!(
+            (warn.deadline, warn.kill_at(), warn.stop_at()),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn redguard_sends_a_deadline_only_when_it_moved() {
+        let cmd = Command::new("true");
+        let (_supervisor, mut link, theirs) =
+            command(&cmd, true, Duration::ZERO, Some(1_000_000_000)).unwrap();
+        let mut theirs = UnixStream::from(theirs);
+        theirs.set_nonblocking(true).unwrap();
+        link.deadline(1_000_500_000);
+        link.deadline(3_000_000_000);
+        link.deadline(3_000_000_001);
+        let mut got = String::new();
+        let _ = theirs.read_to_string(&mut got);
+        assert_eq!(got, "D 3000000000\n");
+        theirs.write_all(b"S\n").unwrap();
+        assert!(link.supervisor_stopping());
+        assert!(link.supervisor_stopping());
+    }
+
+    #[test]
     fn the_supervisor_command_carries_cmd_and_its_environment() {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "true"]).env("REDGUARD_LOCK", "x");
