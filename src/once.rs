@@ -233,6 +233,16 @@ impl OnceGuard {
         self.guard.is_lost()
     }
 
+    /// How much longer the runner's lease is known to be valid on this
+    /// client's clock, as [`LockGuard::valid_for`]: the send time of the
+    /// last grant or renewal that succeeded + the lease − drift (1 % +
+    /// 2 ms), minus now. Zero once lost. Purely local: no round trip. A
+    /// supervisor can stop the run's work before this runs out (Redisson's
+    /// `RLock.remainTimeToLive` is the server's view, a round trip).
+    pub fn valid_for(&self) -> Duration {
+        self.guard.valid_for()
+    }
+
     /// `Ok(())` while the lease is held. Purely local: no round trip.
     ///
     /// # Errors

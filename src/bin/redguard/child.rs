@@ -19,13 +19,21 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{ExecArgs, OnLost};
 use crate::fail::{Failure, code, exit_status_code};
+use crate::margins::{STOP_MARGIN, monotonic_ns, ns};
 use crate::out;
 use crate::relay::Relay;
 
 /// How often CMD's state and the lease are checked while CMD runs. The
 /// lease check is local (no round trip), so this only bounds how late a
-/// lost lease or CMD's end is noticed.
+/// lost lease or CMD's end is noticed, and how late a renewal's new
+/// deadline reaches the supervisor; near the time CMD would be stopped,
+/// [`SUPERVISE_CLOSE`] is used instead.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(50);
+
+/// The check period when SIGTERM is less than [`CLOSE_TO_STOP`] away: a
+/// renewal that lands then reaches the supervisor within it.
+const SUPERVISE_CLOSE: Duration = Duration::from_millis(5);
+const CLOSE_TO_STOP: Duration = Duration::from_millis(100);
 
 /// How a CMD run under a lease ended.
 pub(crate) enum CmdEnd {
@@ -33,8 +41,8 @@ pub(crate) enum CmdEnd {
     /// (the message is printed); exit with this status.
     NotStarted(ExitCode),
     /// CMD ended with `code` (its exit status as a shell reports it);
-    /// `lost`: the lease was lost while it ran, and CMD was dealt with as
-    /// the [`OnLoss`] said.
+    /// `lost`: the lease was lost, or ran so low that CMD was stopped,
+    /// while it ran, and CMD was dealt with as the [`OnLoss`] said.
     Ended { code: u8, lost: bool },
 }
 
@@ -42,21 +50,48 @@ pub(crate) enum CmdEnd {
 /// say so.
 pub(crate) struct OnLoss<'a> {
     pub(crate) action: OnLost,
+    /// Between SIGTERM and SIGKILL; fits the lease ([`crate::margins`]).
     pub(crate) kill_grace: Duration,
     /// What happened, e.g. "lost the lease".
     pub(crate) why: &'a str,
     /// Of what, e.g. `lock "nightly"`.
     pub(crate) subject: String,
+    /// The lease is a fixed one (`--lease`), never renewed.
+    pub(crate) fixed: bool,
+}
+
+impl OnLoss<'_> {
+    /// The message when CMD is stopped because the lease is about to end
+    /// (`left` from now) with no renewal in sight.
+    fn running_out(&self, left: Duration) -> String {
+        let (why, subject) = (self.why, &self.subject);
+        let left = humantime::format_duration(Duration::from_millis(left.as_millis() as u64));
+        let grace = humantime::format_duration(self.kill_grace);
+        if self.fixed {
+            format!(
+                "{why} of {subject}: it ends in {left}; stopping CMD before it does \
+                 (SIGTERM now, SIGKILL in {grace})"
+            )
+        } else {
+            format!(
+                "{why} of {subject}: no renewal came through, and it ends in {left}; \
+                 stopping CMD before it does (SIGTERM now, SIGKILL in {grace})"
+            )
+        }
+    }
 }
 
 /// Starts CMD (unless a signal already arrived) and waits for it while
-/// watching the lease with `is_lost`. Signals to redguard go to CMD
-/// meanwhile (the relay).
+/// watching the lease with `valid_for` (how much longer it is known valid
+/// on this host's clock; zero once lost). Signals to redguard go to CMD
+/// meanwhile (the relay). With `--on-lost kill`, CMD's tree is gone before
+/// the lease's local deadline whatever stops the renewals, redguard
+/// stopped included: see [`crate::margins`] and [`crate::supervisor`].
 pub(crate) fn run_cmd(
     cmd: Command,
     program: &OsStr,
     relay: &Relay,
-    is_lost: &dyn Fn() -> bool,
+    valid_for: &dyn Fn() -> Duration,
     loss: &OnLoss<'_>,
 ) -> Result<CmdEnd, Failure> {
     // Interactive use (redguard in the terminal's foreground group): CMD
@@ -66,14 +101,24 @@ pub(crate) fn run_cmd(
     // forwarded signals and a kill on a lost lease reach everything CMD
     // started.
     let own_group = !in_terminal_foreground();
-    let mut cmd = supervised(cmd, own_group, loss.kill_grace)?;
+    let enforce = matches!(loss.action, OnLost::Kill);
+    // Read before the lease: a deadline only ever errs early.
+    let deadline_now = || {
+        let now = monotonic_ns();
+        now.saturating_add(ns(valid_for()))
+    };
+    let (mut cmd, mut link, theirs) =
+        supervised(cmd, own_group, loss.kill_grace, enforce.then(deadline_now))?;
     if own_group {
         cmd.process_group(0);
     }
 
     // Spawned from this (the main) thread: the supervisor's parent-death
     // signal fires when the spawning thread ends.
-    match relay.start_child(own_group, || cmd.spawn()) {
+    let spawned = relay.start_child(own_group, || cmd.spawn());
+    // The supervisor has its end of the link now (or never will).
+    drop(theirs);
+    match spawned {
         Ok(Some(_pid)) => {}
         Ok(None) => {
             let signal = relay.interrupted().unwrap_or(libc::SIGTERM);
@@ -86,6 +131,7 @@ pub(crate) fn run_cmd(
         Err(e) => return Err(start_failure(program, &e)),
     }
 
+    let stop_before = loss.kill_grace + STOP_MARGIN;
     let mut lost_at: Option<Instant> = None;
     let mut killed = false;
     let status: ExitStatus = loop {
@@ -101,33 +147,73 @@ pub(crate) fn run_cmd(
                 ));
             }
         }
-        if lost_at.is_none() && is_lost() {
-            lost_at = Some(Instant::now());
-            let (why, subject) = (loss.why, &loss.subject);
-            match loss.action {
-                OnLost::Kill => {
-                    out::error(&format!(
-                        "{why} of {subject} while CMD ran; stopping CMD (SIGTERM now, SIGKILL in {})",
-                        humantime::format_duration(loss.kill_grace)
-                    ));
+        let left = valid_for();
+        let mut pause = SUPERVISE_EVERY;
+        if lost_at.is_none() {
+            let supervisor_stopping = link.as_mut().is_some_and(|l| l.supervisor_stopping());
+            // Without a supervisor (not Linux), redguard keeps the
+            // deadline itself.
+            let running_out = enforce && link.is_none() && left <= stop_before;
+            if supervisor_stopping || (running_out && !left.is_zero()) {
+                lost_at = Some(Instant::now());
+                out::error(&loss.running_out(left));
+                if !supervisor_stopping {
                     relay.signal_child(libc::SIGTERM);
                 }
-                OnLost::Warn => out::warn(&format!(
-                    "{why} of {subject} while CMD runs; CMD goes on (--on-lost warn)"
-                )),
+            } else if left.is_zero() {
+                lost_at = Some(Instant::now());
+                let (why, subject) = (loss.why, &loss.subject);
+                match loss.action {
+                    OnLost::Kill => {
+                        out::error(&format!(
+                            "{why} of {subject} while CMD ran; stopping CMD (SIGTERM now, SIGKILL in {})",
+                            humantime::format_duration(loss.kill_grace)
+                        ));
+                        if let Some(link) = link.as_mut() {
+                            link.stopping_cmd();
+                        }
+                        relay.signal_child(libc::SIGTERM);
+                    }
+                    OnLost::Warn => out::warn(&format!(
+                        "{why} of {subject} while CMD runs; CMD goes on (--on-lost warn)"
+                    )),
+                }
+            } else if enforce {
+                if let Some(link) = link.as_mut() {
+                    link.deadline(deadline_now());
+                }
+                if left.saturating_sub(stop_before) < CLOSE_TO_STOP {
+                    pause = SUPERVISE_CLOSE;
+                }
             }
         }
         if let (Some(at), OnLost::Kill, false) = (lost_at, loss.action, killed)
-            && at.elapsed() >= loss.kill_grace
+            && (at.elapsed() >= loss.kill_grace || (link.is_none() && left <= STOP_MARGIN))
         {
             relay.signal_child(libc::SIGKILL);
             killed = true;
         }
-        thread::park_timeout(SUPERVISE_EVERY);
+        thread::park_timeout(pause);
     };
     // The lock is released only after this: nothing of CMD's is left.
     kill_leftovers();
-    if let (true, false, Some(signal)) = (cfg!(target_os = "linux"), killed, status.signal()) {
+    if lost_at.is_none() && link.as_mut().is_some_and(|l| l.supervisor_stopping()) {
+        // The supervisor stopped CMD at the lease's end before redguard
+        // saw it do so: redguard was stopped or starved, or CMD ended at
+        // once on SIGTERM.
+        lost_at = Some(Instant::now());
+        let cause = if loss.fixed {
+            ""
+        } else {
+            ": no renewal came through in time (Redis unreachable, or redguard stopped or starved)"
+        };
+        out::error(&format!(
+            "{} of {}{cause}; CMD was stopped before the lease ended",
+            loss.why, loss.subject
+        ));
+    } else if let (true, false, Some(signal)) = (cfg!(target_os = "linux"), killed, status.signal())
+        && lost_at.is_none()
+    {
         out::warn(&format!(
             "CMD's supervisor was killed by {}; CMD and all it started were killed",
             signal_name(signal)
@@ -137,6 +223,35 @@ pub(crate) fn run_cmd(
         code: exit_status_code(status),
         lost: lost_at.is_some(),
     })
+}
+
+/// The kill grace `exec` uses with `args`' lease (`--lease`, else the
+/// watchdog's, `watchdog`): see [`crate::margins::kill_grace`]. Unchecked
+/// with `--on-lost warn`, which never kills.
+///
+/// # Errors
+///
+/// A usage error when the lease is too short for the grace.
+pub(crate) fn exec_kill_grace(args: &ExecArgs, watchdog: Duration) -> Result<Duration, Failure> {
+    let (lease, option) = match args.lease {
+        Some(lease) => (
+            lease,
+            format!("--lease {}", humantime::format_duration(lease)),
+        ),
+        None => (
+            watchdog,
+            format!(
+                "the watchdog lease (--watchdog-timeout {})",
+                humantime::format_duration(watchdog)
+            ),
+        ),
+    };
+    match args.on_lost {
+        OnLost::Kill => crate::margins::kill_grace(args.kill_grace, lease, &option),
+        OnLost::Warn => Ok(args
+            .kill_grace
+            .unwrap_or(crate::margins::DEFAULT_KILL_GRACE)),
+    }
 }
 
 pub(crate) fn lost_reason(args: &ExecArgs) -> String {
@@ -154,13 +269,29 @@ pub(crate) fn signal_exit(signal: i32) -> ExitCode {
 }
 
 pub(crate) fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        libc::SIGQUIT => "SIGQUIT".into(),
-        libc::SIGKILL => "SIGKILL".into(),
-        n => format!("signal {n}"),
+    let known = [
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGIO, "SIGIO"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        (libc::SIGPWR, "SIGPWR"),
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+    ];
+    match known.iter().find(|(n, _)| *n == signal) {
+        Some((_, name)) => (*name).to_owned(),
+        None => format!("signal {signal}"),
     }
 }
 
@@ -175,25 +306,55 @@ fn in_terminal_foreground() -> bool {
         .any(|fd| unsafe { libc::tcgetpgrp(fd) } == own)
 }
 
+/// Redguard's end of the link to CMD's supervisor.
+#[cfg(target_os = "linux")]
+type Link = crate::supervisor::Link;
+
+/// No supervisor elsewhere: nothing to link to.
+#[cfg(not(target_os = "linux"))]
+struct Link;
+
+#[cfg(not(target_os = "linux"))]
+impl Link {
+    fn deadline(&mut self, _at: u64) {}
+    fn stopping_cmd(&mut self) {}
+    fn supervisor_stopping(&mut self) -> bool {
+        false
+    }
+}
+
 /// On Linux, `cmd` run by a supervisor (see [`crate::supervisor`]), with
 /// redguard a child subreaper so that it inherits the tree if the
-/// supervisor dies.
+/// supervisor dies, and the link that keeps the supervisor told of the
+/// lease's deadline (`None`: CMD may outlive the lease), and the
+/// supervisor's end of it, to be closed here once the supervisor is
+/// spawned.
 #[cfg(target_os = "linux")]
-fn supervised(cmd: Command, own_group: bool, grace: Duration) -> Result<Command, Failure> {
-    crate::tree::become_subreaper().map_err(|e| {
-        Failure::new(
-            code::OSERR,
-            format!("cannot supervise CMD: child subreaper: {e}"),
-        )
-    })?;
-    Ok(crate::supervisor::command(&cmd, own_group, grace))
+fn supervised(
+    cmd: Command,
+    own_group: bool,
+    grace: Duration,
+    deadline: Option<u64>,
+) -> Result<(Command, Option<Link>, Option<std::os::fd::OwnedFd>), Failure> {
+    let failure = |what: &str, e: io::Error| {
+        Failure::new(code::OSERR, format!("cannot supervise CMD: {what}: {e}"))
+    };
+    crate::tree::become_subreaper().map_err(|e| failure("child subreaper", e))?;
+    let (supervisor, link, theirs) = crate::supervisor::command(&cmd, own_group, grace, deadline)
+        .map_err(|e| failure("socket pair", e))?;
+    Ok((supervisor, Some(link), Some(theirs)))
 }
 
 /// Elsewhere CMD runs as redguard's child: if redguard is killed, CMD and
-/// what it started go on running.
+/// what it started go on running, and redguard keeps the deadline itself.
 #[cfg(not(target_os = "linux"))]
-fn supervised(cmd: Command, _own_group: bool, _grace: Duration) -> Result<Command, Failure> {
-    Ok(cmd)
+fn supervised(
+    cmd: Command,
+    _own_group: bool,
+    _grace: Duration,
+    _deadline: Option<u64>,
+) -> Result<(Command, Option<Link>, Option<std::os::fd::OwnedFd>), Failure> {
+    Ok((cmd, None, None))
 }
 
 /// Kills whatever is left of CMD's tree once the supervisor has ended

@@ -340,15 +340,17 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Kill)]
     pub(crate) on_lost: OnLost,
 
-    /// With --on-lost kill: time between SIGTERM and SIGKILL.
+    /// With --on-lost kill: time between SIGTERM and SIGKILL [default:
+    /// what is left of the lease's last third after 250ms and 1% + 2ms,
+    /// at most 10s]. When renewals stop, SIGTERM goes this long plus 250ms
+    /// before the lease ends, so it must fit in half the lease.
     #[arg(
         long,
         value_name = "DUR",
         value_parser = durations::any,
-        allow_hyphen_values = true,
-        default_value = "10s"
+        allow_hyphen_values = true
     )]
-    pub(crate) kill_grace: Duration,
+    pub(crate) kill_grace: Option<Duration>,
 
     /// No spinner while waiting and no message when the lock is busy (the
     /// exit status says it); errors are still printed.

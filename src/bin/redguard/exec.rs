@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use redguard::{Lock, LockGuard};
 
-use crate::child::{CmdEnd, OnLoss, lost_reason, preflight, run_cmd, signal_exit, signal_name};
+use crate::child::{
+    CmdEnd, OnLoss, exec_kill_grace, lost_reason, preflight, run_cmd, signal_exit, signal_name,
+};
 use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
@@ -24,10 +26,12 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         .command
         .split_first()
         .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
-    // A typo in CMD is reported at once, not after waiting for the lock.
+    // A typo in CMD is reported at once, not after waiting for the lock;
+    // so is a lease too short to stop CMD within.
     preflight(program)?;
+    let kill_grace = exec_kill_grace(args, conn.client.watchdog_timeout())?;
     if let Some(permits) = args.permits {
-        return crate::permits::exec_with_permit(args, conn, &name, permits);
+        return crate::permits::exec_with_permit(args, conn, &name, permits, kill_grace);
     }
 
     let lock = if args.fair {
@@ -98,11 +102,12 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     let why = lost_reason(args);
     let loss = OnLoss {
         action: args.on_lost,
-        kill_grace: args.kill_grace,
+        kill_grace,
         why: &why,
         subject: format!("lock {}", show::name(&name)),
+        fixed: args.lease.is_some(),
     };
-    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.is_lost(), &loss)? {
+    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.valid_for(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
@@ -118,13 +123,28 @@ fn finish(
     lost: bool,
 ) -> Result<ExitCode, Failure> {
     if lost {
-        // The lease is gone: there is nothing of ours to release, and the
-        // key may be someone else's by now. A release attempt would only be
-        // a refused round trip, and against an unresponsive Redis (the
-        // usual cause of a loss) it would hold up the exit by a connect and
-        // a response timeout; the process ends right after, taking its
-        // watchdog entry with it.
-        std::mem::forget(guard);
+        if guard.is_lost() {
+            // The lease is gone: there is nothing of ours to release, and
+            // the key may be someone else's by now. A release attempt would
+            // only be a refused round trip, and against an unresponsive
+            // Redis (the usual cause of a loss) it would hold up the exit by
+            // a connect and a response timeout.
+            std::mem::forget(guard);
+        } else {
+            // CMD was stopped while the lease was running low, and a
+            // renewal came through after all (or the lease is still
+            // running out): the lock is still ours, so it is given back
+            // rather than left to block the next holder until it expires.
+            let client = guard.lock().client().clone();
+            let _ = guard.unlock();
+            let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+            crate::child::await_release(
+                &client,
+                &format!("lock {}", show::name(name)),
+                lease,
+                true,
+            );
+        }
         return Ok(match args.on_lost {
             OnLost::Kill => ExitCode::from(code::SOFTWARE),
             OnLost::Warn => ExitCode::from(cmd_code),
@@ -146,14 +166,17 @@ fn finish(
             match args.on_lost {
                 OnLost::Kill => {
                     out::error(&format!(
-                        "{why} of lock {} before CMD ended (CMD exited with {cmd_code}; {e})",
+                        "{why} of lock {} after CMD ended: CMD exited with {cmd_code} while the \
+                         lease was valid on this host's clock, but the release found the lock no \
+                         longer held ({e})",
                         show::name(name)
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
                     out::warn(&format!(
-                        "{why} of lock {} before CMD ended",
+                        "{why} of lock {} after CMD ended (CMD ran within the lease; the \
+                         release found the lock no longer held)",
                         show::name(name)
                     ));
                     Ok(ExitCode::from(cmd_code))

@@ -18,12 +18,15 @@ Exit status:
   N          CMD ran and exited with N: its own status passes through
   128+N      CMD (or its supervisor) was killed by signal N, or redguard
              got signal N while waiting (CMD not run)
-  64         bad usage: unknown option, bad duration, bad URL, no CMD
+  64         bad usage: unknown option, bad duration, bad URL, no CMD, a
+             lease too short for the kill grace (2 × (grace + 250ms))
   65         NAME holds a value that is not a lock (left untouched); with
              --permits, the semaphore has another count
   69         Redis unreachable, too slow, or answering with an error; with
              --min-replica-acks, too few replicas acknowledged the grant
-  70         the lease was lost while CMD ran (--on-lost kill)
+  70         the lease was lost while CMD ran, or ran low with no renewal
+             and CMD was stopped before it ended (--on-lost kill), or the
+             release after CMD found it lost
   71         the OS refused something redguard needs (signal handlers,
              supervising CMD)
   75         the lock could not be had in time (--conflict-exit-code)

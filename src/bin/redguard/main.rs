@@ -14,6 +14,7 @@ mod help;
 mod latch;
 mod list;
 mod logging;
+mod margins;
 mod once;
 mod out;
 mod permits;
@@ -66,7 +67,7 @@ fn run() -> Result<ExitCode, Failure> {
         record_command(&cli.command),
     )?;
     log::debug!("redguard: Redis at {}", conn.server);
-    match &cli.command {
+    let result = match &cli.command {
         Command::Exec(args) => exec::exec(args, &conn),
         Command::Status(args) => status::status(args, &conn),
         Command::Unlock(args) => unlock::unlock(args, &conn),
@@ -74,7 +75,14 @@ fn run() -> Result<ExitCode, Failure> {
         Command::Latch(args) => latch::latch(args, &conn),
         Command::List(args) => list::list(args, &conn),
         Command::Who(args) => who::who(args, &conn),
-    }
+    };
+    // Whatever the outcome: releases what is still held and deletes this
+    // client's holder record, waiting for both (at most two response
+    // timeouts), so that nothing of this run is left in Redis (`who`, a
+    // lock held until its lease ends). Dropping the client would leave it
+    // to a thread that the exit cuts short.
+    conn.client.shutdown();
+    result
 }
 
 /// The lock or key the command works on, for the log lines.

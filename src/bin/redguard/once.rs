@@ -22,10 +22,6 @@ use crate::relay::Relay;
 use crate::show;
 use crate::spinner::Spinner;
 
-/// Time between SIGTERM and SIGKILL when the lease is lost while CMD runs
-/// (as `redguard exec`'s default `--kill-grace`).
-const KILL_GRACE: Duration = Duration::from_secs(10);
-
 /// Runs `redguard once`.
 pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let key = name_bytes(&args.key)?;
@@ -39,8 +35,11 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
         .command
         .split_first()
         .ok_or_else(|| Failure::new(code::USAGE, "CMD is missing"))?;
-    // A typo in CMD is reported at once, not after waiting for a runner.
+    // A typo in CMD is reported at once, not after waiting for a runner;
+    // so is a lease too short to stop CMD within (`exec`'s default kill
+    // grace, a quarter of the lease).
     preflight(program)?;
+    kill_grace(conn)?;
 
     let relay = Relay::start(conn.client.clone())
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
@@ -113,17 +112,30 @@ fn run_once(
         .env("REDGUARD_FENCING_TOKEN", run.fencing_token().to_string());
     let loss = OnLoss {
         action: OnLost::Kill,
-        kill_grace: KILL_GRACE,
+        kill_grace: kill_grace(conn)?,
         why: "lost the lease",
         subject: format!("run-once key {}", show::name(key)),
+        fixed: false,
     };
-    let (status, lost) = match run_cmd(cmd, program, relay, &|| run.is_lost(), &loss)? {
+    let (status, lost) = match run_cmd(cmd, program, relay, &|| run.valid_for(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
     if lost {
-        // Nothing of ours is left to release or record; see `exec`.
-        std::mem::forget(run);
+        if run.is_lost() {
+            // Nothing of ours is left to release or record; see `exec`.
+            std::mem::forget(run);
+        } else {
+            // Still ours (CMD was stopped while its lease ran low): the run
+            // is given up, so that the next caller runs CMD at once.
+            let _ = run.abandon();
+            crate::child::await_release(
+                &conn.client,
+                &format!("run-once key {}", show::name(key)),
+                conn.client.watchdog_timeout(),
+                true,
+            );
+        }
         out::error(&format!(
             "nothing recorded for {}: the next caller runs CMD again",
             show::name(key)
@@ -175,6 +187,24 @@ fn run_once(
             ))
         }
     }
+}
+
+/// The kill grace for the runner's (watchdog) lease: `exec`'s default, a
+/// quarter of the lease, at most 10 s.
+///
+/// # Errors
+///
+/// A usage error when the lease is too short (see [`crate::margins`]).
+fn kill_grace(conn: &Connection) -> Result<Duration, Failure> {
+    let lease = conn.client.watchdog_timeout();
+    crate::margins::kill_grace(
+        None,
+        lease,
+        &format!(
+            "the watchdog lease (--watchdog-timeout {})",
+            humantime::format_duration(lease)
+        ),
+    )
 }
 
 /// `redguard once --status KEY [--json]`: one line (or one JSON object)

@@ -23,6 +23,7 @@ pub(crate) fn exec_with_permit(
     conn: &Connection,
     name: &[u8],
     permits: u32,
+    kill_grace: Duration,
 ) -> Result<ExitCode, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     let (program, cmd_args) = args
@@ -81,11 +82,12 @@ pub(crate) fn exec_with_permit(
     let why = lost_reason(args);
     let loss = OnLoss {
         action: args.on_lost,
-        kill_grace: args.kill_grace,
+        kill_grace,
         why: &why,
         subject: format!("permit {id} of semaphore {}", show::name(name)),
+        fixed: args.lease.is_some(),
     };
-    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.is_lost(), &loss)? {
+    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.valid_for(), &loss)? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost } => (code, lost),
     };
@@ -132,8 +134,16 @@ fn finish(
     lost: bool,
 ) -> Result<ExitCode, Failure> {
     if lost {
-        // Nothing of ours to give back (see `exec::finish`).
-        std::mem::forget(permit);
+        if permit.is_lost() {
+            // Nothing of ours to give back (see `exec::finish`).
+            std::mem::forget(permit);
+        } else {
+            // Still ours (CMD was stopped while its lease ran low): given
+            // back.
+            let _ = permit.release();
+            let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+            crate::child::await_release(client, "a permit", lease, true);
+        }
         return Ok(match args.on_lost {
             OnLost::Kill => ExitCode::from(code::SOFTWARE),
             OnLost::Warn => ExitCode::from(cmd_code),
@@ -156,12 +166,16 @@ fn finish(
             match args.on_lost {
                 OnLost::Kill => {
                     out::error(&format!(
-                        "{what} before CMD ended (CMD exited with {cmd_code})"
+                        "{what} after CMD ended: CMD exited with {cmd_code} while the lease was \
+                         valid on this host's clock, but the release found the permit no longer held"
                     ));
                     Ok(ExitCode::from(code::SOFTWARE))
                 }
                 OnLost::Warn => {
-                    out::warn(&format!("{what} before CMD ended"));
+                    out::warn(&format!(
+                        "{what} after CMD ended (CMD ran within the lease; the release found \
+                         the permit no longer held)"
+                    ));
                     Ok(ExitCode::from(cmd_code))
                 }
             }

@@ -1,4 +1,22 @@
-//! Signals received by redguard: SIGINT, SIGTERM, SIGHUP and SIGQUIT.
+//! Signals received by redguard: every catchable signal whose default
+//! action ends the process ([`caught`]), so that no signal ends redguard
+//! while it holds a lock (the lock would stay held until its lease ran
+//! out, and its holder record with it).
+//!
+//! Caught and forwarded: SIGINT, SIGTERM, SIGHUP, SIGQUIT (the terminal's
+//! and the service managers'), SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+//! SIGPROF, SIGIO (SIGPOLL), SIGPWR, SIGXCPU, SIGXFSZ, SIGSTKFLT and the
+//! real-time signals. Of the last eleven, only those sent by a process
+//! (`kill`, `sigqueue`) are forwarded: the kernel sends them about
+//! redguard itself (its own timers, CPU or file-size limit), not about CMD.
+//!
+//! Not caught: SIGPIPE, which Rust's runtime ignores (a closed stdout or
+//! stderr of redguard's must not end the job: its writes fail with EPIPE
+//! instead); SIGKILL and SIGSTOP, which cannot be; and SIGSEGV, SIGBUS,
+//! SIGILL, SIGFPE, SIGSYS, SIGTRAP and SIGABRT, which report a fault of
+//! redguard itself (or a debugger's trap) that it cannot carry on after.
+//! When one of those ends redguard, the supervisor kills CMD's tree (its
+//! parent-death signal) and the lock frees itself when its lease ends.
 //!
 //! One thread ("redguard-signals") reads them (signal-hook's self-pipe
 //! iterator, so nothing runs inside a signal handler) and acts according to
@@ -36,8 +54,36 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
 
-/// The signals redguard catches and forwards.
-const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// The signals the terminal and service managers send to stop a job.
+pub(crate) const TERMINAL: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+
+/// Every signal redguard (and its supervisor) catches: see [the
+/// module](self).
+pub(crate) fn caught() -> Vec<i32> {
+    let mut signals = TERMINAL.to_vec();
+    signals.extend([
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+    ]);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    signals.extend([libc::SIGPWR, libc::SIGSTKFLT]);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    signals.extend(libc::SIGRTMIN()..=libc::SIGRTMAX());
+    signals
+}
+
+/// Whether a caught signal is passed on to CMD: the terminal's always
+/// (but see [`Relay`] for those that reached CMD already), the others only
+/// when a process sent them.
+pub(crate) fn is_for_cmd(signal: i32, from_kernel: bool) -> bool {
+    TERMINAL.contains(&signal) || !from_kernel
+}
 
 enum Phase {
     Waiting(redguard::Client),
@@ -76,7 +122,7 @@ impl Relay {
                 interrupted: None,
             })),
         };
-        let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED)?;
+        let mut signals = SignalsInfo::<WithOrigin>::new(caught())?;
         signals.add_signal(SIGCHLD)?;
         let worker = relay.clone();
         thread::Builder::new()
@@ -108,7 +154,9 @@ impl Relay {
                 client.shutdown();
             }
             Phase::Running { child, own_group } => {
-                if *own_group {
+                if !is_for_cmd(signal, from_kernel) {
+                    // About redguard itself; it carries on.
+                } else if *own_group {
                     send(-pid_of(child), signal);
                 } else if !from_kernel {
                     send(pid_of(child), signal);

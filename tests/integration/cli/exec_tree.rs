@@ -378,3 +378,273 @@ fn in_a_terminal_signals_reach_cmd_through_the_supervisor() {
     assert_eq!(lines(), "int\nterm\n", "each signal reached CMD once");
     assert!(!server.exists(&name));
 }
+
+/// Watches a running tree until the lock's key is gone (at most `timeout`):
+/// at every look the key is read first, then the tree, so a key seen gone
+/// with a process of the tree seen alive afterwards is an overlap. Returns
+/// how long before the key was seen gone the tree was last seen alive
+/// (`None`: the key went with no process of the tree seen since).
+fn watch_key_end(
+    server: &RedisServer,
+    name: &str,
+    alive_now: &dyn Fn() -> Vec<i32>,
+    timeout: Duration,
+) -> Duration {
+    let start = Instant::now();
+    let mut last_alive = start;
+    loop {
+        let held = server.exists(name);
+        let left = alive_now();
+        if !held {
+            assert!(
+                left.is_empty(),
+                "lock {name} expired while the old tree's {left:?} ran"
+            );
+            return last_alive.elapsed();
+        }
+        if !left.is_empty() {
+            last_alive = Instant::now();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "lock {name} still held after {timeout:?}"
+        );
+        crate::support::sleep(ms(5));
+    }
+}
+
+/// Part of issue 32: `kill -STOP` of redguard (a hung or starved process)
+/// stops its renewals. The supervisor, which keeps the lease's deadline on
+/// its own, ends the whole tree (the setsid daemon included) before the
+/// key expires; a waiter gets the lock only then; redguard, continued,
+/// exits 70 and says why.
+#[test]
+fn sigstop_of_redguard_ends_the_whole_tree_before_the_lease_ends() {
+    let server = RedisServer::start();
+    let name = unique_name("tree-stopped");
+    let _cleanup = KillTree(name.clone());
+    let tree = Tree::write();
+    // A 2 s lease (default kill grace: 500 ms), renewed every 667 ms.
+    let mut cmd = redguard_timed(&server.url(), "2s", "600ms");
+    cmd.args(["exec", &name, "--"]).args(tree.command());
+    let mut p = Proc::spawn(cmd);
+    let recorded = tree.pids();
+    p.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let gap = watch_key_end(
+        &server,
+        &name,
+        &|| living(&name, &recorded),
+        Duration::from_secs(6),
+    );
+    let key_gone = stopped.elapsed();
+    eprintln!("stopped redguard: tree gone {gap:?} before the key ({key_gone:?} after the stop)");
+    let waiter = test_builder(&server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let guard = waiter
+        .lock(&name)
+        .try_lock_for(Duration::from_secs(5))
+        .unwrap()
+        .expect("the lock frees itself when the lease ends");
+    let left = living(&name, &recorded);
+    assert!(
+        left.is_empty(),
+        "the waiter holds the lock while {left:?} run"
+    );
+    drop(guard);
+
+    p.signal(libc::SIGCONT);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    assert!(out.stderr.contains("stopped or starved"), "{}", out.stderr);
+}
+
+/// Part of issue 32: a blackholed connection at a 2 s lease, with a CMD
+/// that ignores SIGTERM, 50 times (5 at a time, each on its own lock and
+/// proxy): the SIGKILL that follows the kill grace lands before the key
+/// can expire, every time. Redguard exits 70.
+#[test]
+fn blackholed_renewals_end_a_sigterm_ignoring_cmd_before_the_lease_ends_50_times() {
+    const LANES: usize = 5;
+    const ROUNDS: usize = 10;
+    let server = RedisServer::start();
+    let gaps = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for lane in 0..LANES {
+            let (server, gaps) = (&server, &gaps);
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    let gap = blackholed_run(server, &format!("bh{lane}-{round}"));
+                    gaps.lock().unwrap().push(gap);
+                }
+            });
+        }
+    });
+    let mut gaps = gaps.into_inner().unwrap();
+    gaps.sort();
+    assert_eq!(gaps.len(), LANES * ROUNDS);
+    eprintln!(
+        "blackholed: CMD gone before the key by {:?} (least), {:?} (median)",
+        gaps[0],
+        gaps[gaps.len() / 2]
+    );
+}
+
+/// One run of the blackhole case; how long before the key's end CMD was
+/// last seen alive.
+fn blackholed_run(server: &RedisServer, prefix: &str) -> Duration {
+    let name = unique_name(prefix);
+    let _cleanup = KillTree(name.clone());
+    let proxy = crate::support::FaultProxy::start(server.port());
+    let dir = scratch();
+    let pidfile = dir.path().join("pid");
+    let body = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.2; done",
+        path_str(&pidfile)
+    );
+    let mut cmd = redguard_timed(&proxy.url(), "2s", "600ms");
+    cmd.args([
+        "exec",
+        "--kill-grace",
+        "300ms",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        &body,
+    ]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&pidfile);
+    proxy.set_mode(crate::support::Mode::Blackhole);
+    // The shell is what outlives SIGTERM; its short-lived sleeps are
+    // checked too, once, when the key is gone.
+    let gap = watch_key_end(
+        server,
+        &name,
+        &|| {
+            if alive(cmd_pid) {
+                vec![cmd_pid]
+            } else {
+                Vec::new()
+            }
+        },
+        Duration::from_secs(6),
+    );
+    let left = marked(&name);
+    assert!(left.is_empty(), "{name} expired while {left:?} ran");
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+    gap
+}
+
+/// The same for `once` and `exec --permits`: a stopped redguard's CMD is
+/// gone before its run-once key or its permit can expire, and nobody runs
+/// (or gets the permit) while it lives.
+#[test]
+fn sigstop_of_redguard_ends_cmd_before_the_lease_ends_for_once_and_permits() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let body = |file: &Path| {
+        format!(
+            "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+            path_str(file)
+        )
+    };
+
+    // once: the run-once key is held as a lock until the run ends.
+    let key = unique_name("once-stopped");
+    let _cleanup = KillTree(key.clone());
+    let pidfile = dir.path().join("once");
+    let mut cmd = redguard_timed(&server.url(), "2s", "600ms");
+    cmd.args([
+        "once",
+        "--ttl",
+        "1h",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        &body(&pidfile),
+    ]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&pidfile);
+    p.signal(libc::SIGSTOP);
+    let gap = watch_key_end(
+        &server,
+        &key,
+        &|| {
+            if alive(cmd_pid) {
+                vec![cmd_pid]
+            } else {
+                Vec::new()
+            }
+        },
+        Duration::from_secs(6),
+    );
+    eprintln!("stopped once: CMD gone {gap:?} before the key");
+    let left = marked_once(&key);
+    assert!(left.is_empty(), "{key} expired while {left:?} ran");
+    p.signal(libc::SIGCONT);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+
+    // --permits: a waiter on the one permit gets it only once CMD is gone.
+    let name = unique_name("permit-stopped");
+    let _cleanup = KillTree(name.clone());
+    let pidfile = dir.path().join("permit");
+    let mut cmd = redguard_timed(&server.url(), "2s", "600ms");
+    cmd.args(["exec", "--permits", "1", "--kill-grace", "300ms", &name])
+        .args(["--", "sh", "-c", &body(&pidfile)]);
+    let mut p = Proc::spawn(cmd);
+    let cmd_pid = read_pid(&pidfile);
+    p.signal(libc::SIGSTOP);
+    let waiter = test_builder(&server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let semaphore = waiter.expiring_semaphore(&name);
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut last_alive = Instant::now();
+    let permit = loop {
+        // The permit is asked for first, CMD looked at after: a permit
+        // granted while CMD lived shows CMD alive.
+        if let Some(permit) = semaphore.try_acquire().unwrap() {
+            break permit;
+        }
+        if alive(cmd_pid) {
+            last_alive = Instant::now();
+        }
+        assert!(Instant::now() < deadline, "the permit never came back");
+        crate::support::sleep(ms(2));
+    };
+    let left = marked(&name);
+    assert!(
+        left.is_empty(),
+        "the permit went to a waiter while {left:?} ran"
+    );
+    eprintln!(
+        "stopped permit holder: CMD gone {:?} before the permit came back",
+        last_alive.elapsed()
+    );
+    drop(permit);
+    p.signal(libc::SIGCONT);
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(70), "{out:?}");
+}
+
+/// Live processes of a `once` run of `key` (their environment names it).
+fn marked_once(key: &str) -> Vec<i32> {
+    let needle = format!("REDGUARD_ONCE_KEY={key}");
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+                && alive(pid)
+        })
+        .collect()
+}
