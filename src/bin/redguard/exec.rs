@@ -161,6 +161,9 @@ fn finish(
     );
     match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
+        // Not confirmed at once, and waited for just above: it went
+        // through, or `await_release` said that it did not.
+        Err(redguard::Error::ReleasePending { .. }) => Ok(ExitCode::from(cmd_code)),
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
             match args.on_lost {
