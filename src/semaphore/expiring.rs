@@ -304,7 +304,13 @@ impl ExpiringSemaphore {
     /// when [`Builder::min_replica_acks`](crate::Builder::min_replica_acks)
     /// asks for more replicas than acknowledged the permit within the ack
     /// timeout (the permit was given back), connection, timeout and server
-    /// errors.
+    /// errors that retrying cannot fix. Errors retrying can fix
+    /// ([`Error::is_transient`]: a Redis restart, a freeze, a failover) are
+    /// retried with the waiters' backoff (10 ms doubling to 500 ms,
+    /// jittered) until the deadline (`acquire`: for as long as it takes),
+    /// then [`Error::Timeout`] names the last one. A permit whose reply was
+    /// lost is given back by its id before the next attempt; if that fails
+    /// too, it expires with its lease.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_until(None)?
             .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
