@@ -132,6 +132,8 @@ fn exists_within(
         if let Some(deadline) = deadline {
             pause = pause.min(deadline - now);
         }
-        std::thread::sleep(pause);
+        // Parking may wake early: the loop then reads again a little
+        // sooner, which costs one round trip.
+        std::thread::park_timeout(pause);
     }
 }
