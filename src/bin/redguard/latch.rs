@@ -46,7 +46,7 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
         .and_then(|timeout| std::time::Instant::now().checked_add(timeout));
     let waiting = args.wait.is_some() && !args.count_down;
     let present = if waiting {
-        exists_within(&latch, deadline)
+        crate::outage::within(deadline, || exists(&latch))
     } else {
         exists(&latch)
     };
@@ -90,50 +90,4 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
 /// zero is deleted).
 fn exists(latch: &CountDownLatch) -> redguard::Result<bool> {
     Ok(latch.count()? > 0)
-}
-
-/// [`exists`] for a waiter: what retrying can fix (a Redis restart, a
-/// freeze: [`redguard::Error::is_transient`]) is tried again, with pauses
-/// from 10 ms doubling to 500 ms (jittered, as the library's waits pause),
-/// until `deadline` (`None`: for as long as it takes). The last error is
-/// returned then, as a timeout naming it.
-fn exists_within(
-    latch: &CountDownLatch,
-    deadline: Option<std::time::Instant>,
-) -> redguard::Result<bool> {
-    use std::time::{Duration, Instant};
-    const FIRST: Duration = Duration::from_millis(10);
-    const CAP: Duration = Duration::from_millis(500);
-    let started = Instant::now();
-    let mut step = FIRST;
-    let mut failed = 0_u32;
-    // Bounded by the deadline; without one, by the outage (every turn
-    // pauses at least 5 ms).
-    loop {
-        let err = match exists(latch) {
-            Ok(present) => return Ok(present),
-            Err(e) if !e.is_transient() => return Err(e),
-            Err(e) => e,
-        };
-        failed += 1;
-        let now = Instant::now();
-        if deadline.is_some_and(|d| d <= now) {
-            return Err(redguard::Error::Timeout(format!(
-                "the wait ran out while Redis was unavailable ({failed} attempts over {:?} \
-                 failed; the last: {err})",
-                Duration::from_millis(now.duration_since(started).as_millis() as u64)
-            )));
-        }
-        log::debug!("redguard: reading latch failed ({err}); retrying");
-        let half = step / 2;
-        let jitter = Duration::from_millis(rand::random_range(0..=half.as_millis() as u64));
-        let mut pause = half + jitter;
-        step = (step * 2).min(CAP);
-        if let Some(deadline) = deadline {
-            pause = pause.min(deadline - now);
-        }
-        // Parking may wake early: the loop then reads again a little
-        // sooner, which costs one round trip.
-        std::thread::park_timeout(pause);
-    }
 }

@@ -16,6 +16,7 @@ mod list;
 mod logging;
 mod once;
 mod out;
+mod outage;
 mod permits;
 mod record_view;
 mod relay;

@@ -30,6 +30,7 @@ mod args;
 mod auth;
 mod exec;
 mod exec_lease;
+mod exec_outage;
 mod exec_tree;
 mod help;
 mod ops;
