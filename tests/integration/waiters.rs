@@ -640,11 +640,23 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     let client = test_builder(&server.url()).build().unwrap();
     let name = unique_name("fail-fast");
     let () = server.cmd("SET", &[name.as_bytes(), b"a string"]);
+    // A call that does not end within 3 s is stopped by shutting its
+    // client down (a wait without a deadline would never end).
     let at_once = |what: &str,
-                   call: &dyn Fn() -> redguard::Result<bool>,
+                   stop: &redguard::Client,
+                   call: &(dyn Fn() -> redguard::Result<bool> + Sync),
                    ok: fn(&redguard::Error) -> bool| {
         let started = Instant::now();
-        let got = call();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let got = std::thread::scope(|s| {
+            s.spawn(move || {
+                let _ = tx.send(call());
+            });
+            rx.recv_timeout(Duration::from_secs(3)).unwrap_or_else(|_| {
+                stop.shutdown();
+                panic!("{what}: still waiting after 3 s");
+            })
+        });
         let took = started.elapsed();
         assert!(
             got.as_ref().is_err_and(ok),
@@ -656,6 +668,7 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     let wrong_type = |e: &redguard::Error| matches!(e, redguard::Error::WrongType { .. });
     at_once(
         "wrong type, try_lock_for",
+        &client,
         &|| {
             Ok(client
                 .lock(&name)
@@ -666,6 +679,7 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     );
     at_once(
         "wrong type, lock",
+        &client,
         &|| client.lock(&name).lock().map(|_| true),
         wrong_type,
     );
@@ -694,6 +708,7 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     let permission = |e: &redguard::Error| matches!(e, redguard::Error::Permission(_));
     at_once(
         "ACL without EVALSHA, try_lock_for",
+        &noeval,
         &|| {
             Ok(noeval
                 .lock(&free)
@@ -704,6 +719,7 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     );
     at_once(
         "ACL without EVALSHA, lock",
+        &noeval,
         &|| noeval.lock(&free).lock().map(|_| true),
         permission,
     );
@@ -716,6 +732,7 @@ fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     .unwrap();
     at_once(
         "wrong password, try_lock_for",
+        &wrong,
         &|| {
             Ok(wrong
                 .lock(&free)
