@@ -217,3 +217,34 @@ fn a_wait_ends_at_once_on_what_retrying_cannot_fix() {
     assert!(out.stderr.contains("NOPERM"), "{out:?}");
     assert!(out.elapsed < Duration::from_secs(2), "{:?}", out.elapsed);
 }
+
+/// `exec` without `--wait` waits as long as it takes, an outage included:
+/// started while Redis is down, it is still trying 2 s later, and runs
+/// CMD (exit 0) once Redis is back.
+#[test]
+fn exec_without_wait_started_during_an_outage_runs_once_redis_is_back() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let dir = scratch();
+    let marker = dir.path().join("ran");
+    let name = unique_name("cli-no-wait-given");
+    let mut cmd = redguard(&url);
+    cmd.args(["exec", &name, "--", "touch", path_str(&marker)]);
+    let mut p = Proc::spawn(cmd);
+    assert!(
+        !wait_until(Duration::from_secs(2), || p.has_exited()),
+        "exec gave up while Redis was down"
+    );
+    server.start_again();
+    let back = Instant::now();
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(marker.exists(), "CMD did not run");
+    // The backoff's longest pause (500 ms) plus a connect and a round trip.
+    assert!(
+        back.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        back.elapsed()
+    );
+}
