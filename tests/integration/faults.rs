@@ -41,14 +41,11 @@ fn b6_redis_down_at_acquire_try_lock_fails_fast_and_waits_ride_it_out() {
     assert!(took >= ms(1000) && took < ms(2500), "{took:?}");
 
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let waiter = {
-        let lock = lock.clone();
-        std::thread::spawn(move || {
-            let got = lock.lock().map(|guard| guard.unlock());
-            tx.send(()).unwrap();
-            got
-        })
-    };
+    let waiter = std::thread::spawn(move || {
+        let got = lock.lock().map(|guard| guard.unlock());
+        tx.send(()).unwrap();
+        got
+    });
     assert!(
         rx.recv_timeout(ms(1500)).is_err(),
         "lock() gave up while Redis was down"
