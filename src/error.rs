@@ -191,14 +191,31 @@ impl Error {
 
     /// `true` when retrying later may succeed without any change by the
     /// caller: connection failures, timeouts and transient server states
-    /// (loading, failover in progress, read-only replica).
+    /// (`LOADING` after a restart, `READONLY`/`MASTERDOWN` during a
+    /// failover, `TRYAGAIN`/`CLUSTERDOWN` on a Cluster, `BUSY` while a
+    /// script runs too long, `NOREPLICAS` while too few replicas are
+    /// connected for `min-replicas-to-write`). The server ran nothing of a
+    /// call refused so. Waiting calls (`lock`, `try_lock_for`, a
+    /// semaphore's `acquire`, a latch's `wait`, ...) retry these until their
+    /// deadline, as Redisson retries a command within its `retryAttempts`;
+    /// every other error (credentials, ACL, wrong type, bad input,
+    /// shutdown, `OOM`, `MISCONF`) needs a change by someone and ends them
+    /// at once.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Connection(_) | Error::Timeout(_) => true,
             Error::Redis(e) => {
                 matches!(
                     e.code(),
-                    Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY")
+                    Some(
+                        "LOADING"
+                            | "TRYAGAIN"
+                            | "CLUSTERDOWN"
+                            | "MASTERDOWN"
+                            | "READONLY"
+                            | "BUSY"
+                            | "NOREPLICAS"
+                    )
                 ) || matches!(
                     e.kind(),
                     redis::ErrorKind::Server(
@@ -605,6 +622,28 @@ mod tests {
             Error::Auth(_)
         ));
         assert!(Error::redis(server_error(b"-READONLY replica\r\n")).is_transient());
+        for transient in [
+            &b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN \
+               NOSAVE.\r\n"[..],
+            b"-NOREPLICAS Not enough good replicas to write.\r\n",
+        ] {
+            let err = Error::redis(server_error(transient));
+            assert!(err.is_transient(), "{err:?}");
+        }
+        for lasting in [
+            &b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"[..],
+            b"-MISCONF Redis is configured to save RDB snapshots, but it's currently unable \
+              to persist to disk.\r\n",
+            b"-ERR unknown command\r\n",
+        ] {
+            let err = Error::redis(server_error(lasting));
+            assert!(!err.is_transient(), "{err:?}");
+        }
+        assert!(!Error::from_redis(wrongtype.clone(), b"k").is_transient());
+        assert!(!Error::redis(server_error(b"-NOPERM no\r\n")).is_transient());
+        assert!(!Error::redis(server_error(b"-WRONGPASS bad\r\n")).is_transient());
+        assert!(!Error::Shutdown.is_transient());
+        assert!(!Error::invalid("x").is_transient());
         for failover in [
             &b"-READONLY replica\r\n"[..],
             b"-MOVED 3999 127.0.0.1:7001\r\n",

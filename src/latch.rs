@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::outage::Outage;
 use crate::scripts::latch as script;
 use crate::subscriber::Event;
 
@@ -199,23 +200,30 @@ impl CountDownLatch {
         })
     }
 
-    /// Waits until the latch is open (Redisson's `await`).
+    /// Waits until the latch is open (Redisson's `await`). Reads that fail
+    /// with an error retrying can fix ([`Error::is_transient`]: a Redis
+    /// restart, a freeze, a failover) are tried again, with the watchdog's
+    /// backoff (10 ms doubling to 500 ms, jittered), for as long as it takes.
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`] when the client shuts down meanwhile, and as
-    /// [`CountDownLatch::count`].
+    /// [`Error::Shutdown`] when the client shuts down meanwhile, and the
+    /// errors of [`CountDownLatch::count`] that retrying cannot fix
+    /// ([`Error::WrongType`], [`Error::Permission`], [`Error::Auth`], ...),
+    /// at once.
     pub fn wait(&self) -> Result<()> {
         self.wait_deadline(None).map(|_| ())
     }
 
     /// Waits at most `timeout` until the latch is open (Redisson's
     /// `await(time, unit)`): `true` when it opened, `false` on timeout. A
-    /// timeout too large to represent waits forever.
+    /// timeout too large to represent waits forever. Failed reads are
+    /// retried until the timeout, as [`CountDownLatch::wait`] says.
     ///
     /// # Errors
     ///
-    /// As [`CountDownLatch::wait`].
+    /// As [`CountDownLatch::wait`]; and [`Error::Timeout`] naming the last
+    /// failure when the timeout ran out while Redis could not answer.
     pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
         self.wait_deadline(Instant::now().checked_add(timeout))
     }
@@ -231,32 +239,36 @@ impl CountDownLatch {
     }
 
     fn wait_deadline(&self, deadline: Option<Instant>) -> Result<bool> {
-        if self.count()? == 0 {
-            return Ok(true);
-        }
         let poll = self.client.config().poll_interval;
         let response = self.client.config().response_timeout;
         let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
-        let Some(sub) = self.client.subscriber() else {
-            // No subscriber thread: poll.
-            loop {
-                let now = Instant::now();
-                if left(now).is_some_and(|l| l.is_zero()) {
-                    return Ok(false);
-                }
-                std::thread::park_timeout(left(now).map_or(poll, |l| l.min(poll)));
-                if self.count()? == 0 {
-                    return Ok(true);
-                }
-            }
-        };
-        let confirm = left(Instant::now()).map_or(response, |l| l.min(response));
-        let waiter = sub.waiter_all(&self.channel, confirm);
-        self.client.check_open()?;
+        let mut waiter: Option<crate::subscriber::Waiter<'_>> = None;
+        let mut outage = Outage::new();
         loop {
-            // Checked after registering: a zero message sent after this
+            // Read again after registering: a zero message sent after this
             // read reaches the waiter.
-            if self.count()? == 0 {
+            let count = match self.count() {
+                Ok(count) => {
+                    outage.reset();
+                    count
+                }
+                // A restart, a freeze, a failover: tried again until the
+                // deadline, as a lock's waiter does.
+                Err(e) => {
+                    let pause = outage.next(e, deadline)?;
+                    match &waiter {
+                        Some(w) => {
+                            if w.wait(pause) == Some(Event::Shutdown) {
+                                return Err(Error::Shutdown);
+                            }
+                        }
+                        None => crate::backoff::pause_until(Instant::now() + pause),
+                    }
+                    self.client.check_open()?;
+                    continue;
+                }
+            };
+            if count == 0 {
                 return Ok(true);
             }
             let now = Instant::now();
@@ -265,8 +277,22 @@ impl CountDownLatch {
                 Some(l) => l.min(poll),
                 None => poll,
             };
-            if waiter.wait(sleep) == Some(Event::Shutdown) {
-                return Err(Error::Shutdown);
+            if waiter.is_none()
+                && let Some(sub) = self.client.subscriber()
+            {
+                let confirm = left(now).map_or(response, |l| l.min(response));
+                waiter = Some(sub.waiter_all(&self.channel, confirm));
+                self.client.check_open()?;
+                continue;
+            }
+            match &waiter {
+                Some(w) => {
+                    if w.wait(sleep) == Some(Event::Shutdown) {
+                        return Err(Error::Shutdown);
+                    }
+                }
+                // No subscriber thread: poll.
+                None => std::thread::park_timeout(sleep),
             }
             self.client.check_open()?;
         }

@@ -129,6 +129,7 @@ mod lost;
 mod metrics;
 mod multi;
 mod once;
+mod outage;
 mod pending;
 mod record;
 mod replicas;

@@ -415,8 +415,6 @@ enum Unclaimed {
     Running(String, Option<Duration>),
     /// The claim was granted after its lease had run out, and given back.
     GivenBack,
-    /// The attempt failed, and was to be tried again (a failover).
-    Failed(String),
 }
 
 impl Client {
@@ -458,9 +456,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::once`]; also [`Error::Timeout`] when `wait` ran out
-    /// while a failover (Sentinel) kept every attempt from being answered,
-    /// naming the last error.
+    /// As [`Client::once`], but errors retrying can fix
+    /// ([`Error::is_transient`]: a Redis restart, a freeze, a failover) are
+    /// retried with backoff until `wait` runs out: then [`Error::Timeout`]
+    /// naming the last of them. Errors retrying cannot fix (credentials,
+    /// ACL, wrong type, bad input, shutdown) end the wait at once.
     pub fn once_wait(&self, key: impl AsRef<[u8]>, ttl: Duration, wait: Duration) -> Result<Once> {
         self.claim_once(key.as_ref(), ttl, Instant::now().checked_add(wait))
     }
@@ -479,6 +479,9 @@ impl Client {
         let response_timeout = self.config().response_timeout;
         // What the last attempt met, for a wait that ends without a claim.
         let mut last = Unclaimed::Nothing;
+        // Whether a claim of this thread's own, left by an earlier attempt
+        // whose reply was lost, was given back (once per call).
+        let mut orphan_given_back = false;
         // This thread's release of the key may still be retried after a
         // failover (see `Lock::acquire`).
         if !crate::lock::holds::wait_released(self.id().as_u128(), lock.hold_key(), deadline) {
@@ -529,6 +532,20 @@ impl Client {
                     holder: runner,
                 }) => {
                     if *runner == *holder_str {
+                        if !orphan_given_back
+                            && crate::lock::holds::current(self.id().as_u128(), lock.hold_key())
+                                .is_none()
+                        {
+                            // This thread runs nothing here: the claim is
+                            // one of its own whose reply was lost and whose
+                            // undo failed (a freeze or an outage met while
+                            // retrying). Nobody runs the work; give it back
+                            // and claim again (a claim is not reentrant).
+                            orphan_given_back = true;
+                            lock.release_unknown(&holder_str);
+                            last = Unclaimed::Running(runner, pttl.expiry());
+                            return Ok(Attempt::Busy(Some(Duration::ZERO)));
+                        }
                         // Waiting for ourselves would only run out the clock.
                         return Ok(Attempt::Acquired(Once::Running {
                             holder: runner,
@@ -542,12 +559,10 @@ impl Client {
                 Ok(Claim::Free) => {
                     return Err(Error::Protocol("a claim reported a free key".into()));
                 }
-                Err(e) => {
-                    // A failover in progress is tried again until the
-                    // deadline; if it ends first, this is what it ended on.
-                    last = Unclaimed::Failed(e.to_string());
-                    (Err(e), 0)
-                }
+                // An outage (a restart, a freeze, a failover) is tried
+                // again until the deadline; the wait then ends with an
+                // error naming the last failure.
+                Err(e) => (Err(e), 0),
             };
             Ok(
                 match lock.settle(
@@ -565,6 +580,7 @@ impl Client {
                         ttl,
                         ttl_ms,
                     })),
+                    Attempt::Unknown(e) => Attempt::Unknown(e),
                     Attempt::Busy(hint) => {
                         // Granted after its lease ran out, and given back.
                         last = Unclaimed::GivenBack;
@@ -583,10 +599,6 @@ impl Client {
                  and was given back; nobody runs it",
                 String::from_utf8_lossy(key),
                 Human(lease)
-            ))),
-            (None, Unclaimed::Failed(e)) => Err(Error::Timeout(format!(
-                "run-once key {:?}: the wait ran out during a failover (last error: {e})",
-                String::from_utf8_lossy(key)
             ))),
             (None, Unclaimed::Nothing) => Err(Error::Timeout(format!(
                 "run-once key {:?}: the wait ran out before a claim was answered",

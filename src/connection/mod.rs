@@ -380,14 +380,6 @@ impl Source {
         }
     }
 
-    /// `true` when a connection failure may be a failover that the source
-    /// recovers from by itself (a new master found through Sentinel): a
-    /// call with a deadline then keeps trying until it. A Cluster promotes a
-    /// replica by itself too.
-    pub(crate) fn rides_out_failovers(&self) -> bool {
-        matches!(self, Source::Sentinel(_) | Source::Cluster(_))
-    }
-
     /// Changes whenever the node serving the deployment changes (a Sentinel
     /// failover): a long-lived connection (pub/sub) made under another
     /// value should reconnect. Always 0 for a single server.

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
 use crate::lock::{Kind, Lock, holds};
+use crate::outage::Outage;
 use crate::scripts::{self, Acquire, FairKeys, SyncHold};
 use crate::subscriber::Event;
 use crate::watchdog;
@@ -33,6 +33,16 @@ macro_rules! acquire_methods {
     ) => {
         /// Acquires it, waiting as long as it takes. A thread that already
         /// holds it re-enters at once (the hold count grows).
+        ///
+        /// The wait rides out what a holder rides out: an attempt that
+        /// fails with an error retrying can fix ([`Error::is_transient`]:
+        /// a Redis restart, a freeze, a failover, `LOADING`, `READONLY`)
+        /// is tried again after the watchdog's retry pause (10 ms doubling
+        /// to 500 ms, jittered), for as long as it takes, as Redisson's
+        /// `lock()` keeps retrying. Errors retrying cannot fix end it at
+        /// once.
+        ///
+        /// [`Error::is_transient`]: crate::Error::is_transient
         ///
         /// # Errors
         ///
@@ -82,6 +92,16 @@ macro_rules! acquire_methods {
         /// `Duration::MAX`) waits forever. The attempt in flight when the
         /// time runs out completes, so the call returns within `timeout`
         /// plus one response timeout.
+        ///
+        /// Attempts that fail with an error retrying can fix
+        /// ([`Error::is_transient`]: a Redis restart, a freeze, a failover)
+        /// are tried again, as [`lock`](Self::lock) does, until `timeout`:
+        /// if the last attempt failed then, the call returns
+        /// [`Error::Timeout`] naming that failure (a first attempt that
+        /// fails with no time left returns its own error).
+        ///
+        /// [`Error::is_transient`]: crate::Error::is_transient
+        /// [`Error::Timeout`]: crate::Error::Timeout
         ///
         /// # Errors
         ///
@@ -163,6 +183,10 @@ pub(crate) enum Attempt<T> {
     /// Busy: wait at most this long (the holder's remaining ttl; `None`
     /// when unknown or without expiry) before the next attempt.
     Busy(Option<Duration>),
+    /// Failed with an outcome that is unknown and cannot be undone (a
+    /// semaphore's permits taken by a script whose reply was lost): the
+    /// wait ends with this error, as another attempt might take them twice.
+    Unknown(Error),
 }
 
 impl Lock {
@@ -467,7 +491,7 @@ impl Lock {
     /// owners). It costs the failing call one more round trip, or two when
     /// the first one's connection broke or its reply was unreadable
     /// ([`crate::undo`]).
-    fn release_unknown(&self, holder: &Arc<str>) {
+    pub(crate) fn release_unknown(&self, holder: &Arc<str>) {
         let field = match self.holder_field(holder) {
             std::borrow::Cow::Owned(field) => Arc::from(field),
             std::borrow::Cow::Borrowed(_) => holder.clone(),
@@ -533,15 +557,22 @@ fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
     }
 }
 
-/// Pauses between two attempts of a call that met a failover: from 50 ms,
-/// doubling (with jitter) up to half a second.
-const FAILOVER_RETRY: Duration = Duration::from_millis(50);
-const FAILOVER_MAX_RETRY: Duration = Duration::from_millis(500);
-
 /// The waiter loop shared by every lock kind: attempt; when busy, register
 /// on `channel` (confirmed before the next attempt, so no unlock published
 /// after it is missed), then alternate attempts and waits of at most
 /// min(busy hint, poll interval, time left).
+///
+/// An attempt that fails with an error retrying can fix (a restart, a
+/// freeze, a failover: [`Error::is_transient`]) is tried again after the
+/// watchdog's retry pause ([`Outage`]) until `deadline` (`None`: for as
+/// long as it takes), so a waiter rides out what a holder rides out;
+/// any other error ends the wait at once. While attempts fail, no
+/// subscription is waited for (the pub/sub connection is down as well):
+/// a registered waiter sleeps out the pause, and is woken early when the
+/// subscriber reconnects. A grant whose reply was lost was undone before
+/// the attempt returned its error (see [`Lock::settle`]); one that could
+/// not be undone is this holder's, and the next attempt re-enters it
+/// (its extra hold is dropped by the guard's release).
 ///
 /// With `queue_first`, a caller that finds other threads of its client
 /// already waiting on `channel` joins the back of their queue and waits for
@@ -560,7 +591,7 @@ pub(crate) fn wait_loop<T>(
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
-    let mut failover = Backoff::new(FAILOVER_RETRY, FAILOVER_MAX_RETRY);
+    let mut outage = Outage::new();
     if queue_first && let Some(sub) = client.running_subscriber() {
         let now = Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -580,24 +611,23 @@ pub(crate) fn wait_loop<T>(
         let hint = match attempt() {
             Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
             Ok(Attempt::Busy(hint)) => {
-                failover.reset();
+                outage.reset();
                 hint
             }
-            // A failover in progress (Sentinel): the source asks for the
-            // new master on every try, so a call with a deadline keeps
-            // trying until it instead of failing in the middle.
-            Err(e)
-                if e.is_transient()
-                    && client.source().rides_out_failovers()
-                    && deadline.is_some_and(|d| Instant::now() + FAILOVER_RETRY < d) =>
-            {
-                let pause = failover.next_pause();
-                log::debug!(
-                    "redguard: attempt failed during a failover ({e}); retrying in {pause:?}"
-                );
-                Some(pause)
+            Ok(Attempt::Unknown(e)) => return Err(e),
+            Err(e) => {
+                let pause = outage.next(e, deadline)?;
+                match &waiter {
+                    Some(w) => {
+                        if w.wait(pause) == Some(Event::Shutdown) {
+                            return Err(Error::Shutdown);
+                        }
+                    }
+                    None => crate::backoff::pause_until(Instant::now() + pause),
+                }
+                client.check_open()?;
+                continue;
             }
-            Err(e) => return Err(e),
         };
         let now = Instant::now();
         let left = match deadline {

@@ -331,8 +331,12 @@ impl Lock {
         errors: "[`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`] \
                  (a value of another type is stored at the name, or at the fair queue's \
                  or fencing counter's key), [`Error::Shutdown`], and connection, \
-                 timeout and server errors. The wait itself never fails: a waiter \
-                 whose pub/sub connection broke keeps retrying.",
+                 timeout and server errors that retrying cannot fix, at once. Errors \
+                 retrying can fix (a Redis restart, a freeze, a failover) are retried \
+                 until the deadline, then [`Error::Timeout`] names the last one \
+                 (`lock` retries them for as long as it takes; `try_lock` returns its \
+                 one error as it is). A waiter whose pub/sub connection broke keeps \
+                 polling.",
     }
 
     /// `true` when someone holds the lock (any holder; any value at the key).

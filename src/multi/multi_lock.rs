@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
 use crate::multi::members::{Held, Member, canonical, check_members};
+use crate::outage::Outage;
 
 /// Several locks taken together: all of them or none (Redisson's
 /// `RedissonMultiLock`).
@@ -30,13 +31,15 @@ use crate::multi::members::{Held, Member, canonical, check_members};
 ///   while holding others, so no set of multi-locks can deadlock. The wait
 ///   budget (`try_lock_for`, `try_lock_until`) is shared by every wait of
 ///   the call.
-/// * **Errors.** With a finite budget (`try_lock_for`, `try_lock_until`), a
-///   transient error on one lock ([`Error::is_transient`]: connection
-///   failures, timeouts) fails the round like a busy lock: what was taken
-///   is released and the round is retried after a short random pause
-///   (10–100 ms) while the budget lasts; the last error is returned when it
-///   runs out. [`MultiLock::lock`] and [`MultiLock::try_lock`] return errors
-///   at once, as [`Lock::lock`] does.
+/// * **Errors.** A transient error on one lock ([`Error::is_transient`]:
+///   a Redis restart, a freeze, a failover) fails the round like a busy
+///   lock: what was taken is released and the round is retried after the
+///   waiters' backoff pause (10 ms doubling to 500 ms, jittered), while the
+///   budget lasts ([`MultiLock::lock`]: for as long as it takes); when it
+///   runs out, an [`Error::Timeout`] names the last error.
+///   [`MultiLock::try_lock`] returns its error at once, and errors retrying
+///   cannot fix (credentials, ACL, wrong type, bad input) end every call
+///   at once, as with [`Lock::lock`].
 /// * **Leases.** Each lock keeps its own lease: locks without an explicit
 ///   lease are renewed by the watchdog. Losing any one of them makes the
 ///   whole guard lost ([`MultiLockGuard::check`]).
@@ -114,11 +117,10 @@ impl MultiLock {
                  same lock on one server, or a bad name or lease; otherwise the first \
                  error met on any lock ([`Error::WrongType`], [`Error::Shutdown`], \
                  connection, timeout and server errors), after releasing the locks \
-                 taken so far. With a deadline (`try_lock_for`, `try_lock_until`), \
-                 transient errors are retried while the budget lasts and the last \
-                 one is returned when it runs out; without one (`lock`, `try_lock`) \
-                 errors are returned at once. When not every lock can be had, none \
-                 is held.",
+                 taken so far. Transient errors ([`Error::is_transient`]) are \
+                 retried while the budget lasts (`lock`: for as long as it takes), \
+                 then an [`Error::Timeout`] names the last one; `try_lock` returns \
+                 its error at once. When not every lock can be had, none is held.",
     }
 
     /// The one acquire path: rounds of non-blocking attempts over every
@@ -129,6 +131,7 @@ impl MultiLock {
         // the next round so that the wait is not wasted. Only non-blocking
         // attempts happen while it is held.
         let mut won: Option<LockGuard> = None;
+        let mut outage = Outage::new();
         // Bounded by the deadline: every round either succeeds, fails with
         // an error, or is followed by a wait that consumes the budget.
         loop {
@@ -152,9 +155,10 @@ impl MultiLock {
             drop(won.take());
             if let Some(e) = failed {
                 drop(guards);
-                retry_after_error(e, deadline)?;
+                retry_after_error(e, deadline, &mut outage)?;
                 continue;
             }
+            outage.reset();
             let Some(busy) = busy else {
                 return Ok(Some(MultiLockGuard {
                     multi: self.clone(),
@@ -174,30 +178,19 @@ impl MultiLock {
             match waited {
                 Ok(Some(guard)) => won = Some(guard),
                 Ok(None) => return Ok(None),
-                Err(e) => retry_after_error(e, deadline)?,
+                Err(e) => retry_after_error(e, deadline, &mut outage)?,
             }
         }
     }
 }
 
-/// Longest pause before retrying a round that failed with a transient
-/// error (a random part of it, so that contenders spread out).
-const ERROR_PAUSE: Duration = Duration::from_millis(100);
-
-/// Decides what a failed round does next: `Err(e)` when `e` is not
-/// transient or there is no finite budget left; otherwise pauses (at most
-/// [`ERROR_PAUSE`], never past the deadline) and returns `Ok(())` to retry.
-fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
-    let Some(deadline) = deadline else {
-        return Err(e);
-    };
-    let now = Instant::now();
-    if !e.is_transient() || now >= deadline {
-        return Err(e);
-    }
-    log::debug!("redguard: MultiLock round failed ({e}); retrying");
-    let pause = rand::Rng::random_range(&mut rand::rng(), ERROR_PAUSE / 10..=ERROR_PAUSE);
-    pause_until((now + pause).min(deadline));
+/// Decides what a round that failed with `e` does next: `Err` when
+/// retrying cannot fix `e` or the deadline passed (see [`Outage::next`]);
+/// otherwise pauses with the waiters' backoff (never past the deadline)
+/// and returns `Ok(())` to retry.
+fn retry_after_error(e: Error, deadline: Option<Instant>, outage: &mut Outage) -> Result<()> {
+    let pause = outage.next(e, deadline)?;
+    pause_until(Instant::now() + pause);
     Ok(())
 }
 

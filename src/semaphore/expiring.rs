@@ -304,7 +304,13 @@ impl ExpiringSemaphore {
     /// when [`Builder::min_replica_acks`](crate::Builder::min_replica_acks)
     /// asks for more replicas than acknowledged the permit within the ack
     /// timeout (the permit was given back), connection, timeout and server
-    /// errors.
+    /// errors that retrying cannot fix. Errors retrying can fix
+    /// ([`Error::is_transient`]: a Redis restart, a freeze, a failover) are
+    /// retried with the waiters' backoff (10 ms doubling to 500 ms,
+    /// jittered) until the deadline (`acquire`: for as long as it takes),
+    /// then [`Error::Timeout`] names the last one. A permit whose reply was
+    /// lost is given back by its id before the next attempt; if that fails
+    /// too, it expires with its lease.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_until(None)?
             .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
@@ -345,12 +351,33 @@ impl ExpiringSemaphore {
             None => (self.client.watchdog_timeout(), true),
         };
         let ms = lease_ms(lease)?;
+        // Permits of earlier attempts whose reply was lost and whose undo
+        // failed too: given back before the next attempt, so that a wait
+        // that rides out an outage leaves no permit taken by nobody.
+        let mut orphans: Vec<PermitId> = Vec::new();
         wait_loop(&self.client, &self.channel, deadline, false, || {
-            self.attempt(lease, ms, renew)
+            let mut failed = None;
+            orphans.retain(|id| match self.release(id) {
+                Ok(_) => false,
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            self.attempt(lease, ms, renew, &mut orphans)
         })
     }
 
-    fn attempt(&self, lease: Duration, ms: u64, renew: bool) -> Result<Attempt<PermitGuard>> {
+    fn attempt(
+        &self,
+        lease: Duration,
+        ms: u64,
+        renew: bool,
+        orphans: &mut Vec<PermitId>,
+    ) -> Result<Attempt<PermitGuard>> {
         let id = PermitId::random();
         let sent = Instant::now();
         let mut sent_script = false;
@@ -385,10 +412,14 @@ impl ExpiringSemaphore {
             Ok(PermitAcquire::Acquired) => {}
             Ok(PermitAcquire::Busy(hint)) => return Ok(Attempt::Busy(hint)),
             Err(e) => {
-                if sent_script && e.breaks_connection() {
+                if sent_script
+                    && e.breaks_connection()
+                    && crate::undo::give_back(|| self.release(&id)).is_err()
+                {
                     // The permit may have been taken: give it back rather
-                    // than leave it unusable for a whole lease.
-                    let _ = crate::undo::give_back(|| self.release(&id));
+                    // than leave it unusable for a whole lease; if that
+                    // fails too, before the next attempt.
+                    orphans.push(id);
                 }
                 return Err(e);
             }

@@ -245,9 +245,15 @@ impl Semaphore {
     ///
     /// [`Error::InvalidArgument`] for a bad name or more than
     /// [`MAX_PERMITS`], [`Error::WrongType`], [`Error::Shutdown`] (also
-    /// while waiting), connection, timeout and server errors. The wait
-    /// itself never fails: a waiter whose pub/sub connection broke keeps
-    /// retrying.
+    /// while waiting), connection, timeout and server errors. A call that
+    /// never reached the server (a refused or failed connect,
+    /// [`Error::is_transient`]) is tried again with the waiters' backoff
+    /// (10 ms doubling to 500 ms, jittered) until the deadline, then
+    /// [`Error::Timeout`] names the last failure. One whose reply was lost
+    /// ends the wait with its error: the permits may have been taken, and
+    /// a permit has no owner to give it back by (an [`ExpiringSemaphore`]
+    /// waiter retries that too: its permits are given back by id). A
+    /// waiter whose pub/sub connection broke keeps polling.
     pub fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
         self.acquire_until(permits, None)?
             .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
@@ -312,13 +318,19 @@ impl Semaphore {
             return Ok(Some(SemaphoreGuard::new(self.clone(), 0)));
         }
         let granted = wait_loop(&self.client, &self.channel, deadline, false, || {
+            let mut sent = false;
             let taken = self.client.with_conn(&self.name, |conn| {
+                sent = true;
                 script::acquire(conn, &self.name, permits)
-            })?;
-            Ok(if taken {
-                Attempt::Acquired(())
-            } else {
-                Attempt::Busy(None)
+            });
+            Ok(match taken {
+                Ok(true) => Attempt::Acquired(()),
+                Ok(false) => Attempt::Busy(None),
+                // The permits may have been taken, and a permit has no
+                // owner to give it back by: trying again could take them
+                // twice. A call that never reached the server is retried.
+                Err(e) if sent && e.breaks_connection() => Attempt::Unknown(e),
+                Err(e) => return Err(e),
             })
         })?;
         Ok(granted.map(|()| SemaphoreGuard::new(self.clone(), permits)))

@@ -269,3 +269,103 @@ fn c3_a_call_that_surely_failed_is_not_undone() {
     assert!(err.is_transient(), "{err:?}");
     assert_eq!(undo_tried(&unreachable), Vec::<String>::new());
 }
+
+/// One acquire of `kind` at `name` that waits up to `wait`, riding out
+/// failures: `Ok(true)` when granted (the guard is released at once, and
+/// `while_held` sees the server first), or the call's error.
+fn acquire_waiting(
+    client: &Client,
+    kind: Kind,
+    name: &str,
+    wait: Duration,
+    while_held: impl FnOnce(),
+) -> redguard::Result<bool> {
+    let lock = match kind {
+        Kind::Reentrant => client.lock(name),
+        Kind::Fair => client.fair_lock(name),
+        Kind::Fenced => client.fenced_lock(name),
+        Kind::Read => client.read_write_lock(name).read(),
+        Kind::Write => client.read_write_lock(name).write(),
+        Kind::Permit => {
+            let got = client.expiring_semaphore(name).try_acquire_for(wait)?;
+            if got.is_some() {
+                while_held();
+            }
+            return Ok(got.is_some());
+        }
+        Kind::Once => {
+            return Ok(
+                match client.once_wait(name, Duration::from_secs(60), wait)? {
+                    Once::Run(guard) => {
+                        while_held();
+                        drop(guard);
+                        true
+                    }
+                    _ => false,
+                },
+            );
+        }
+    };
+    let got = lock.try_lock_for(wait)?;
+    if got.is_some() {
+        while_held();
+    }
+    Ok(got.is_some())
+}
+
+/// Section 4 with C3: a waiting acquire whose grant's reply is lost (the
+/// connection is cut after the script ran) and whose undo is lost twice on
+/// its way (the grant stays on the server) rides that out: it tries again
+/// and gets the lock. Its retry may re-enter its own orphaned grant (a
+/// lock's hold count is then 2 on the server for 1 guard; a run-once claim
+/// is not reentrant and is given back first; a permit is given back by id
+/// before the next attempt); whichever way, once the guard is released
+/// nothing of any grant is left (the lease is 30 s).
+#[test]
+fn c3_a_waiter_rides_out_a_lost_grant_and_leaves_nothing_after_release_for_every_kind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = test_builder(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let prefix = unique_name("c3w");
+    let mut left_over = Vec::new();
+    let mut reentered = Vec::new();
+    for kind in KINDS {
+        let names = trial_names(&client, &prefix, kind, 1);
+        let name = &names[0];
+        let cut = proxy.reply_faults_done();
+        proxy.fault_replies_in_turn(
+            name.as_bytes(),
+            &[
+                ReplyFault::Cut,
+                ReplyFault::LostRequest,
+                ReplyFault::LostRequest,
+                ReplyFault::LostRequest,
+            ],
+        );
+        // What the server holds at `name` while the guard lives: a hash's
+        // fields and counts (a hold count of 2 is the re-entered orphan).
+        let mut while_held = String::new();
+        let got = acquire_waiting(&client, kind, name, Duration::from_secs(20), || {
+            let held: redis::RedisResult<redis::Value> =
+                redis::cmd("HGETALL").arg(name).query(&mut server.conn());
+            while_held = format!("{held:?}");
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: the wait did not ride out the lost grant: {e:?}"));
+        assert!(got, "{kind:?}: not acquired");
+        assert_eq!(proxy.reply_faults_done(), cut + 4, "{kind:?}");
+        reentered.push(format!("{kind:?}: {while_held}"));
+        let left = grant_left(&server, name);
+        if !left.is_empty() {
+            left_over.push(format!("{kind:?}: {left:?}"));
+        }
+    }
+    eprintln!("section 4 + C3: {reentered:?}");
+    assert!(
+        left_over.is_empty(),
+        "grants left after the release: {left_over:#?}"
+    );
+}

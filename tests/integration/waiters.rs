@@ -630,38 +630,366 @@ fn a_listener_on_a_replica_hears_every_unlock() {
     }
 }
 
-/// On one server there is no failover to ride out: an error ends a call
-/// with a deadline (3 s here) at once, whether the server refused the
-/// call (a value of another type at the key) or could not be reached,
-/// instead of the call trying again until its deadline.
+/// Section 4: an error that retrying cannot fix ends a wait at once, with
+/// a long deadline (30 s) and without one (`lock()`): a value of another
+/// type at the key, an ACL user without `EVALSHA`/`EVAL`, a wrong
+/// password.
 #[test]
-fn an_error_ends_a_wait_at_once_on_one_server() {
+fn an_error_retrying_cannot_fix_ends_a_wait_at_once() {
     let server = crate::support::RedisServer::start();
-    let proxy = crate::support::FaultProxy::start(server.port());
-    let client = test_builder(&proxy.url()).build().unwrap();
+    let client = test_builder(&server.url()).build().unwrap();
     let name = unique_name("fail-fast");
     let () = server.cmd("SET", &[name.as_bytes(), b"a string"]);
-    let started = Instant::now();
-    let refused = client.lock(&name).try_lock_for(Duration::from_secs(3));
-    let took = started.elapsed();
-    assert!(
-        matches!(refused, Err(redguard::Error::WrongType { .. })),
-        "after {took:?}: {refused:?}"
+    // A call that does not end within 3 s is stopped by shutting its
+    // client down (a wait without a deadline would never end).
+    let at_once = |what: &str,
+                   stop: &redguard::Client,
+                   call: &(dyn Fn() -> redguard::Result<bool> + Sync),
+                   ok: fn(&redguard::Error) -> bool| {
+        let started = Instant::now();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let got = std::thread::scope(|s| {
+            s.spawn(move || {
+                let _ = tx.send(call());
+            });
+            rx.recv_timeout(Duration::from_secs(3)).unwrap_or_else(|_| {
+                stop.shutdown();
+                panic!("{what}: still waiting after 3 s");
+            })
+        });
+        let took = started.elapsed();
+        assert!(
+            got.as_ref().is_err_and(ok),
+            "{what}: after {took:?}: {got:?}"
+        );
+        assert!(took < ms(1000), "{what}: refused after {took:?}");
+        eprintln!("{what}: {took:?}: {}", got.unwrap_err());
+    };
+    let wrong_type = |e: &redguard::Error| matches!(e, redguard::Error::WrongType { .. });
+    at_once(
+        "wrong type, try_lock_for",
+        &client,
+        &|| {
+            Ok(client
+                .lock(&name)
+                .try_lock_for(Duration::from_secs(30))?
+                .is_some())
+        },
+        wrong_type,
     );
-    assert!(took < ms(1000), "refused after {took:?}");
+    at_once(
+        "wrong type, lock",
+        &client,
+        &|| client.lock(&name).lock().map(|_| true),
+        wrong_type,
+    );
 
-    proxy.set_mode(crate::support::Mode::Refuse);
-    let _: i64 = server.cmd("CLIENT", &[b"KILL", b"TYPE", b"normal"]);
-    let started = Instant::now();
-    let unreachable = client
-        .lock(unique_name("fail-fast-unreachable"))
-        .try_lock_for(Duration::from_secs(3));
-    let took = started.elapsed();
-    assert!(
-        unreachable
-            .as_ref()
-            .is_err_and(redguard::Error::is_transient),
-        "after {took:?}: {unreachable:?}"
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            b"noeval",
+            b"on",
+            b">noeval-pw",
+            b"~*",
+            b"&*",
+            b"+@all",
+            b"-evalsha",
+            b"-eval",
+        ],
     );
-    assert!(took < ms(1000), "failed after {took:?}");
+    let noeval = test_builder(&format!(
+        "redis://noeval:noeval-pw@127.0.0.1:{}/",
+        server.port()
+    ))
+    .build()
+    .unwrap();
+    let free = unique_name("fail-fast-acl");
+    let permission = |e: &redguard::Error| matches!(e, redguard::Error::Permission(_));
+    at_once(
+        "ACL without EVALSHA, try_lock_for",
+        &noeval,
+        &|| {
+            Ok(noeval
+                .lock(&free)
+                .try_lock_for(Duration::from_secs(30))?
+                .is_some())
+        },
+        permission,
+    );
+    at_once(
+        "ACL without EVALSHA, lock",
+        &noeval,
+        &|| noeval.lock(&free).lock().map(|_| true),
+        permission,
+    );
+
+    let wrong = test_builder(&format!(
+        "redis://noeval:wrong@127.0.0.1:{}/",
+        server.port()
+    ))
+    .build()
+    .unwrap();
+    at_once(
+        "wrong password, try_lock_for",
+        &wrong,
+        &|| {
+            Ok(wrong
+                .lock(&free)
+                .try_lock_for(Duration::from_secs(30))?
+                .is_some())
+        },
+        |e| matches!(e, redguard::Error::Auth(_)),
+    );
+    assert!(!server.exists(&free));
+}
+
+/// Section 4: with Redis down for the whole wait, every kind of waiting
+/// call keeps trying until its deadline, not less, and then fails with a
+/// timeout naming the last failure (a refused connection). A `try_lock`
+/// (no time to wait) returns its one error as it is, at once.
+#[test]
+fn a_wait_with_redis_down_ends_at_its_deadline_naming_the_last_failure() {
+    let mut server = crate::support::RedisServer::start();
+    let client = test_builder(&server.url()).build().unwrap();
+    let name = unique_name("down-all-wait");
+    // The latch and the semaphore exist before the outage.
+    assert!(client.count_down_latch(&name).try_set_count(1).unwrap());
+    let sem = format!("{name}-sem");
+    assert!(client.expiring_semaphore(&sem).try_set_permits(1).unwrap());
+    server.kill();
+
+    let started = Instant::now();
+    let err = client.lock(&name).try_lock().unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(started.elapsed() < ms(1000), "{:?}", started.elapsed());
+
+    type Call<'a> = Box<dyn Fn(Duration) -> redguard::Result<bool> + 'a>;
+    let calls: Vec<(&str, Duration, Call<'_>)> = vec![
+        (
+            "lock",
+            Duration::from_secs(3),
+            Box::new(|d| Ok(client.lock(&name).try_lock_for(d)?.is_some())),
+        ),
+        (
+            "fair lock",
+            ms(1200),
+            Box::new(|d| Ok(client.fair_lock(&name).try_lock_for(d)?.is_some())),
+        ),
+        (
+            "write lock",
+            ms(1200),
+            Box::new(|d| {
+                Ok(client
+                    .read_write_lock(&name)
+                    .write()
+                    .try_lock_for(d)?
+                    .is_some())
+            }),
+        ),
+        (
+            "permit",
+            ms(1200),
+            Box::new(|d| {
+                Ok(client
+                    .expiring_semaphore(&sem)
+                    .try_acquire_for(d)?
+                    .is_some())
+            }),
+        ),
+        (
+            "latch",
+            ms(1200),
+            Box::new(|d| client.count_down_latch(&name).wait_for(d)),
+        ),
+        (
+            "run-once",
+            ms(1200),
+            Box::new(|d| {
+                Ok(matches!(
+                    client.once_wait(&name, Duration::from_secs(60), d)?,
+                    redguard::Once::Run(_)
+                ))
+            }),
+        ),
+        (
+            "multi-lock",
+            ms(1200),
+            Box::new(|d| {
+                Ok(
+                    redguard::MultiLock::new([client.lock(&name), client.lock(&sem)])
+                        .try_lock_for(d)?
+                        .is_some(),
+                )
+            }),
+        ),
+    ];
+    for (what, wait, call) in calls {
+        let started = Instant::now();
+        let got = call(wait);
+        let took = started.elapsed();
+        eprintln!("{what}: waited {took:?} of {wait:?}: {got:?}");
+        let err = got.expect_err(what);
+        assert!(err.is_timeout(), "{what}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("refused") && text.contains("attempts"),
+            "{what}: {text}"
+        );
+        assert!(took >= wait, "{what}: gave up after {took:?} of {wait:?}");
+        assert!(took < wait + ms(1500), "{what}: returned after {took:?}");
+    }
+}
+
+/// Section 4: while Redis is down, a waiter's retries cost almost
+/// nothing. A listener standing in on the dead server's port accepts and
+/// closes every connection (each is one attempt); a waiter without a
+/// deadline makes at most 25 in 3 s (the backoff: 10 ms doubling to
+/// 500 ms), and gets the lock once the server is back.
+#[test]
+fn a_waiter_on_a_down_server_retries_with_backoff_not_a_storm() {
+    use std::io::Read;
+    use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+    const WINDOW: Duration = Duration::from_secs(3);
+    let mut server = crate::support::RedisServer::start();
+    let client = test_builder(&server.url()).build().unwrap();
+    let name = unique_name("no-storm");
+    // One round trip, so the pool knows the server.
+    client.lock(&name).lock().unwrap().unlock().unwrap();
+    server.kill();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()));
+    let mut listener = None;
+    assert!(wait_until(Duration::from_secs(5), || {
+        listener = TcpListener::bind(addr).ok();
+        listener.is_some()
+    }));
+    let listener = listener.unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stand_in = {
+        let (accepted, stop) = (accepted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                if let Ok(mut conn) = conn {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    let _ = conn.set_nonblocking(true);
+                    let _ = conn.read(&mut [0; 512]);
+                }
+            }
+        })
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let waiter = {
+        let lock = client.lock(&name);
+        std::thread::spawn(move || {
+            let got = lock.lock().map(|guard| guard.unlock());
+            tx.send(()).unwrap();
+            got
+        })
+    };
+    crate::support::sleep(WINDOW);
+    let attempts = accepted.load(Ordering::Relaxed);
+    assert!(
+        rx.try_recv().is_err(),
+        "lock() gave up while Redis was down"
+    );
+    stop.store(true, Ordering::Release);
+    let _ = TcpStream::connect_timeout(&addr, ms(500));
+    stand_in.join().unwrap();
+    server.start_again();
+    eprintln!("{attempts} connection attempts in {WINDOW:?} while Redis was down");
+    assert!(
+        (3..=25).contains(&attempts),
+        "{attempts} connection attempts in {WINDOW:?}"
+    );
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("lock() did not get the lock once Redis was back");
+    waiter.join().unwrap().unwrap().unwrap();
+}
+
+/// Section 4 for `lock()` (no deadline) and `try_lock_for` with a holder:
+/// a restart of about 2 s (the data kept, AOF) and a 6 s freeze. The
+/// holder rides them out; so do the waiters, and each gets the lock once
+/// the holder releases it, never two at once.
+#[test]
+fn waiters_ride_out_a_restart_and_a_freeze_like_the_holder() {
+    let mut server = crate::support::RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]);
+    let holder = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiters = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .response_timeout(ms(1000))
+        .build()
+        .unwrap();
+    for outage in ["restart", "freeze"] {
+        let name = unique_name(&format!("ride-out-{outage}"));
+        let guard = holder.lock(&name).lock().unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let (lock, inside, tx) = (waiters.lock(&name), inside.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let got = if i == 0 {
+                        lock.lock().map(Some)
+                    } else {
+                        lock.try_lock_for(Duration::from_secs(60))
+                    };
+                    let outcome = got.map(|g| {
+                        let g = g.expect("not acquired within 60 s");
+                        let overlap = inside.fetch_add(1, Ordering::SeqCst) != 0;
+                        crate::support::sleep(ms(100));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        g.unlock().unwrap();
+                        overlap
+                    });
+                    tx.send(()).unwrap();
+                    outcome
+                })
+            })
+            .collect();
+        assert!(wait_until(Duration::from_secs(5), || waiters
+            .stats()
+            .waiters
+            == 2));
+        match outage {
+            "restart" => {
+                server.stop_keeping_data();
+                crate::support::sleep(Duration::from_secs(2));
+                server.start_keeping_data();
+            }
+            _ => {
+                server.sigstop();
+                crate::support::sleep(Duration::from_secs(6));
+                server.sigcont();
+            }
+        }
+        // Both still waiting, not failed, and the holder still holds.
+        assert!(
+            rx.recv_timeout(ms(1500)).is_err(),
+            "{outage}: a waiter ended while the lock was held"
+        );
+        guard
+            .check()
+            .unwrap_or_else(|e| panic!("{outage}: the holder lost: {e:?}"));
+        guard.unlock().unwrap();
+        for t in threads {
+            let overlap = t
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{outage}: {e:?}"));
+            assert!(!overlap, "{outage}: two waiters held the lock at once");
+        }
+        assert!(!server.exists(&name));
+    }
 }

@@ -38,7 +38,19 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
         ));
         return Ok(ExitCode::from(args.conflict_exit_code));
     }
-    if !args.allow_missing && !exists(&latch).map_err(fail)? {
+    // A waiter's deadline counts from the start: its first read rides out
+    // an outage as the wait does.
+    let deadline = args
+        .wait
+        .flatten()
+        .and_then(|timeout| std::time::Instant::now().checked_add(timeout));
+    let waiting = args.wait.is_some() && !args.count_down;
+    let present = if waiting {
+        crate::outage::within(deadline, || exists(&latch))
+    } else {
+        exists(&latch)
+    };
+    if !args.allow_missing && !present.map_err(fail)? {
         let what = if args.count_down {
             "nothing counted down"
         } else {
@@ -58,8 +70,8 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
         say(format!("latch {}: {left} left", show::name(&name)));
         return Ok(ExitCode::SUCCESS);
     }
-    let open = match args.wait.flatten() {
-        Some(timeout) => latch.wait_for(timeout).map_err(fail)?,
+    let open = match deadline {
+        Some(deadline) => latch.wait_until(deadline).map_err(fail)?,
         None => latch.wait().map(|()| true).map_err(fail)?,
     };
     if open {

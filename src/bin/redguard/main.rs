@@ -17,6 +17,7 @@ mod logging;
 mod margins;
 mod once;
 mod out;
+mod outage;
 mod permits;
 mod record_view;
 mod relay;

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, ExitCode};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redguard::{ExpiringSemaphore, PermitGuard};
 
@@ -35,19 +35,22 @@ pub(crate) fn exec_with_permit(
         Some(lease) => semaphore.with_lease(lease),
         None => semaphore,
     };
-    ensure_count(&semaphore, name, permits).map_err(|e| match e {
-        Mismatch::Lib(e) => fail(e),
-        Mismatch::Count(failure) => failure,
-    })?;
-    let relay = Relay::start(conn.client.clone())
-        .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
     let wait = if args.no_wait {
         Some(Duration::ZERO)
     } else {
         args.wait
     };
-    let acquired = match wait {
-        Some(wait) => semaphore.try_acquire_for(wait),
+    // The wait counts from here: the count check rides out an outage
+    // within it, as the wait itself does.
+    let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+    ensure_count(&semaphore, name, permits, deadline).map_err(|e| match e {
+        Mismatch::Lib(e) => fail(e),
+        Mismatch::Count(failure) => failure,
+    })?;
+    let relay = Relay::start(conn.client.clone())
+        .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
+    let acquired = match deadline {
+        Some(deadline) => semaphore.try_acquire_until(deadline),
         None => semaphore.acquire().map(Some),
     };
     if let Some(signal) = relay.interrupted() {
@@ -106,11 +109,18 @@ impl From<redguard::Error> for Mismatch {
 }
 
 /// The first caller sets the count; later callers must ask for the same.
-fn ensure_count(semaphore: &ExpiringSemaphore, name: &[u8], permits: u32) -> Result<(), Mismatch> {
-    if semaphore.try_set_permits(permits)? {
+/// Reads that fail with an error retrying can fix are retried until
+/// `deadline` (`None`: for as long as it takes).
+fn ensure_count(
+    semaphore: &ExpiringSemaphore,
+    name: &[u8],
+    permits: u32,
+    deadline: Option<Instant>,
+) -> Result<(), Mismatch> {
+    if crate::outage::within(deadline, || semaphore.try_set_permits(permits))? {
         return Ok(());
     }
-    let stored = semaphore.permits()?;
+    let stored = crate::outage::within(deadline, || semaphore.permits())?;
     if stored == i64::from(permits) {
         return Ok(());
     }

@@ -50,7 +50,9 @@ fn bad_arguments_and_failures_are_one_line_with_distinct_codes() {
     let gone_port = gone.port();
     gone.kill();
     let mut cmd = redguard(&gone_url);
-    cmd.args(["exec", "j", "--", "true"]);
+    // `--no-wait`: one attempt (a wait rides out an outage until its
+    // deadline, see `exec_outage`).
+    cmd.args(["exec", "--no-wait", "j", "--", "true"]);
     let out = run(cmd);
     assert_eq!(out.code, Some(69), "{out:?}");
     assert_one_line_error(&out);

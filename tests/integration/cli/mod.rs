@@ -31,6 +31,7 @@ mod auth;
 mod exec;
 mod exec_lease;
 mod exec_signals;
+mod exec_outage;
 mod exec_tree;
 mod help;
 mod ops;
