@@ -19,7 +19,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -27,6 +27,19 @@ fn env(name: &str, default: &str) -> String {
 
 fn number(name: &str, default: u64) -> u64 {
     env(name, "").parse().unwrap_or(default)
+}
+
+/// The section's own work, and the think time between sections: the time a
+/// critical section takes, not a wait for anything.
+fn pause(d: Duration) {
+    let end = Instant::now() + d;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::park_timeout(left);
+    }
 }
 
 /// One thread's line-based connection to the register.
@@ -83,7 +96,7 @@ fn section(
     let sid = reply.strip_prefix("OK ").unwrap_or("?").to_owned();
     let mut how = "ok";
     for _ in 0..2 {
-        std::thread::sleep(Duration::from_millis(30 + rng.below(120)));
+        pause(Duration::from_millis(30 + rng.below(120)));
         if let Err(e) = guard.check() {
             eprintln!("ERR check {name}: {e}");
             how = "lost";
@@ -99,9 +112,7 @@ fn run_thread(client: &redguard::Client, index: u64) {
     let name = env("NEMESIS_NAME", "nemesis");
     let addr = env("NEMESIS_REGISTER", "127.0.0.1:0");
     let worker = format!("{}.{index}", env("NEMESIS_WORKER", "lib"));
-    let mut rng = Rng(
-        (number("NEMESIS_SEED", 1) ^ u64::from(std::process::id()) << 8 ^ index) | 1,
-    );
+    let mut rng = Rng((number("NEMESIS_SEED", 1) ^ u64::from(std::process::id()) << 8 ^ index) | 1);
     let lock = client.fenced_lock(&name);
     let mut register: Option<Register> = None;
     loop {
@@ -110,7 +121,7 @@ fn run_thread(client: &redguard::Client, index: u64) {
             Ok(None) => continue,
             Err(e) => {
                 eprintln!("ERR lock {name}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
+                pause(Duration::from_millis(100));
                 continue;
             }
         };
@@ -128,7 +139,7 @@ fn run_thread(client: &redguard::Client, index: u64) {
         if let Err(e) = guard.unlock() {
             eprintln!("ERR unlock {name}: {e}");
         }
-        std::thread::sleep(Duration::from_millis(rng.below(50)));
+        pause(Duration::from_millis(rng.below(50)));
     }
 }
 
