@@ -47,30 +47,51 @@ pub enum Error {
     /// where a `redis+cluster://` URL expects Cluster nodes.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Redis did not answer within the response timeout, or the connection
-    /// pool had no connection to give within the connect timeout.
-    #[error("timed out: {0}")]
-    Timeout(String),
+    /// Something took longer than its limit: a connection, a reply, a
+    /// free pooled connection, a wait (see [`TimeoutKind`]). Redisson
+    /// reports the same cases as `RedisTimeoutException` (connect, reply)
+    /// and `RedisConnectionException` (pool).
+    #[error("{}", timeout_message(*.kind, *.limit, .server.as_deref(), .about.as_deref()))]
+    Timeout {
+        /// Which timeout ran out.
+        kind: TimeoutKind,
+        /// The limit that ran out: the connect or response timeout of
+        /// [`Builder`](crate::Builder), the caller's wait, or the lease.
+        /// [`Duration::MAX`](std::time::Duration::MAX) for a wait without
+        /// a deadline that gave up.
+        limit: std::time::Duration,
+        /// The server (`host:port/db`, never a password), when one was
+        /// being talked to.
+        server: Option<String>,
+        /// What was being done, when the kind alone does not say (the
+        /// lock or key, why the wait ended).
+        about: Option<String>,
+    },
     /// The client was shut down; no more operations are accepted.
     #[error("the redguard client was shut down")]
     Shutdown,
-    /// Redis could not be reached, or the connection broke.
-    #[error("connection to Redis failed: {0}")]
+    /// Redis could not be reached, or the connection broke. The message
+    /// names the server; the [`source`](std::error::Error::source) says
+    /// why (`Connection refused (os error 111)`, `unexpected end of file`).
+    #[error("connection to Redis{} failed{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Connection(#[source] RedisCause),
     /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`). The connection
-    /// is discarded: no command is ever sent unauthenticated.
+    /// is discarded: no command is ever sent unauthenticated. The
+    /// [`source`](std::error::Error::source) is the server's reply.
     #[error("{}", auth_message(.0))]
     Auth(#[source] RedisCause),
     /// The Redis ACL user may not run a command or touch a key or channel
     /// (`NOPERM`, or an ACL refusal inside a script). The message names the
-    /// key the call was about.
-    #[error("permission denied by Redis: {0}")]
+    /// key the call was about; the [`source`](std::error::Error::source)
+    /// is the server's reply.
+    #[error("permission denied by Redis{}{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Permission(#[source] RedisCause),
     /// Redis answered something that is not a valid reply for the operation.
     #[error("unexpected reply from Redis: {0}")]
     Protocol(String),
-    /// Any other error reported by Redis.
-    #[error("Redis error: {0}")]
+    /// Any other error reported by Redis; the
+    /// [`source`](std::error::Error::source) is the server's reply.
+    #[error("Redis{} answered with an error{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Redis(#[source] RedisCause),
     /// The server runs a version redguard does not support (below Redis
     /// 6.2; every Valkey release is supported). Checked on the first
@@ -152,7 +173,7 @@ pub enum Error {
 fn list_failures(failures: &[(String, Error)]) -> String {
     failures
         .iter()
-        .map(|(lock, e)| format!("{lock}: {e}"))
+        .map(|(lock, e)| format!("{lock}: {}", e.chain()))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -163,9 +184,9 @@ impl Error {
         matches!(self, Error::Connection(_))
     }
 
-    /// `true` for [`Error::Timeout`].
+    /// `true` for [`Error::Timeout`], whatever its [`TimeoutKind`].
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout(_))
+        matches!(self, Error::Timeout { .. })
     }
 
     /// `true` for [`Error::LockLost`].
@@ -194,7 +215,7 @@ impl Error {
     /// (loading, failover in progress, read-only replica).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connection(_) | Error::Timeout(_) => true,
+            Error::Connection(_) | Error::Timeout { .. } => true,
             Error::Redis(e) => {
                 matches!(
                     e.code(),
@@ -280,7 +301,7 @@ impl Error {
     pub(crate) fn breaks_connection(&self) -> bool {
         matches!(
             self,
-            Error::Connection(_) | Error::Timeout(_) | Error::Protocol(_) | Error::Auth(_)
+            Error::Connection(_) | Error::Timeout { .. } | Error::Protocol(_) | Error::Auth(_)
         )
     }
 }
@@ -296,9 +317,12 @@ impl Error {
 /// key an ACL refused).
 pub struct RedisCause {
     err: redis::RedisError,
-    /// Said after the driver's text, as it is (starting with its own
-    /// separator).
+    /// Said by the error wrapping this cause after its own words, as it
+    /// is (starting with its own separator): the key an ACL refused, a
+    /// likely reason.
     note: Option<String>,
+    /// The server (`host:port/db`), named by the error wrapping this cause.
+    server: Option<String>,
 }
 
 /// Error codes looked for wherever they sit in a reply: a server wraps
@@ -345,7 +369,11 @@ fn embedded_code(text: &str) -> Option<&'static str> {
 
 impl RedisCause {
     fn new(err: redis::RedisError) -> RedisCause {
-        RedisCause { err, note: None }
+        RedisCause {
+            err,
+            note: None,
+            server: None,
+        }
     }
 
     /// Adds `note` (with its own leading separator) after the text.
@@ -407,11 +435,7 @@ impl RedisCause {
 
 impl fmt::Display for RedisCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.plain())?;
-        if let Some(note) = &self.note {
-            f.write_str(note)?;
-        }
-        Ok(())
+        f.write_str(&self.plain())
     }
 }
 
@@ -422,25 +446,89 @@ impl fmt::Debug for RedisCause {
 }
 
 impl std::error::Error for RedisCause {
+    /// The driver's own cause, unless this cause's text already is its
+    /// text (an I/O error or a server reply the driver only wraps): then
+    /// that cause's own source, so that no text is said twice.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.err.source()
+        let inner = self.err.source()?;
+        if inner.to_string() == self.plain() {
+            inner.source()
+        } else {
+            Some(inner)
+        }
     }
 }
 
-/// The message of [`Error::Auth`]: what the refusal means, then the
-/// server's words when it sent any (a refused `AUTH` at connect has none
-/// beyond "failed").
+/// `" at <server>"`, or nothing when the server is not known.
+fn at_server(server: &Option<String>) -> String {
+    server
+        .as_deref()
+        .map_or_else(String::new, |s| format!(" at {s}"))
+}
+
+/// The message of [`Error::Auth`]: what the refusal means. The server's
+/// words are its source.
 fn auth_message(cause: &RedisCause) -> String {
     let what = match cause.code() {
         Some("NOAUTH") => "the server requires a password and the client sent none",
         _ => "the server refused the username or password",
     };
-    match cause.err.code() {
-        Some(_) => format!("authentication with Redis failed: {what} ({cause})"),
-        None => match &cause.note {
-            Some(note) => format!("authentication with Redis failed: {what}{note}"),
-            None => format!("authentication with Redis failed: {what}"),
-        },
+    format!(
+        "authentication with Redis{} failed: {what}{}",
+        at_server(&cause.server),
+        cause.note.as_deref().unwrap_or("")
+    )
+}
+
+/// Which limit an [`Error::Timeout`] ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeoutKind {
+    /// A new connection was not set up within the connect timeout (TCP
+    /// connect), or its first round trip (TLS handshake, `AUTH`, `INFO`)
+    /// got no answer within the response timeout. Nothing was sent on it.
+    Connect,
+    /// A command was sent and its reply did not come within the response
+    /// timeout: whether it ran is unknown.
+    Reply,
+    /// Every pooled connection stayed busy for the connect timeout
+    /// (Redisson: "Unable to acquire connection").
+    Pool,
+    /// The caller's wait (for a lock, a permit, a run-once claim) ran out,
+    /// or a wait without a deadline gave up.
+    Wait,
+    /// An operation on a held lease (an extension, a release, a claim) was
+    /// still being retried, or was granted, only after the lease ended.
+    Lease,
+}
+
+/// The message of [`Error::Timeout`].
+fn timeout_message(
+    kind: TimeoutKind,
+    limit: std::time::Duration,
+    server: Option<&str>,
+    about: Option<&str>,
+) -> String {
+    use crate::duration_text::Human;
+    let at = server.map_or_else(String::new, |s| format!(" at {s}"));
+    let within = if limit.is_zero() {
+        String::from(" in time")
+    } else {
+        format!(" within {}", Human(limit))
+    };
+    let head = match kind {
+        TimeoutKind::Connect => format!("no connection to Redis{at}{within}"),
+        TimeoutKind::Reply => format!("no reply from Redis{at}{within}"),
+        TimeoutKind::Pool => format!("no pooled connection to Redis{at} came free{within}"),
+        TimeoutKind::Wait if limit == std::time::Duration::MAX => {
+            String::from("gave up waiting without a deadline")
+        }
+        TimeoutKind::Wait => format!("the wait ran out after {}", Human(limit)),
+        TimeoutKind::Lease => format!("the lease of {} ran out", Human(limit)),
+    };
+    match about {
+        Some(about) => format!("{head}: {about}"),
+        None => head,
     }
 }
 
@@ -479,7 +567,14 @@ impl Error {
             // The OS's words ("Resource temporarily unavailable") add
             // nothing; the caller names the server and the time where it
             // knows them.
-            return Error::Timeout("no answer from Redis in time".into());
+            // The limit and server are filled in by the pool
+            // ([`Error::on_server`]), which knows them.
+            return Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: std::time::Duration::ZERO,
+                server: None,
+                about: None,
+            };
         }
         let cause = RedisCause::new(decisive(err));
         match cause.code() {
@@ -511,13 +606,63 @@ impl Error {
         }
     }
 
-    /// The same error, saying which server it came from (`host:port`) when
-    /// its message would not: a failed connect or login.
+    /// The same error, saying which server it came from (`host:port/db`)
+    /// unless it says so already.
     pub(crate) fn at(self, server: &str) -> Error {
+        let name = |c: RedisCause| RedisCause {
+            server: c.server.or_else(|| Some(server.to_owned())),
+            ..c
+        };
         match self {
-            Error::Connection(_) | Error::Auth(_) => self.noted(format!(" at {server}")),
+            Error::Connection(c) => Error::Connection(name(c)),
+            Error::Auth(c) => Error::Auth(name(c)),
+            Error::Permission(c) => Error::Permission(name(c)),
+            Error::Redis(c) => Error::Redis(name(c)),
+            Error::Timeout {
+                kind,
+                limit,
+                server: None,
+                about,
+            } => Error::Timeout {
+                kind,
+                limit,
+                server: Some(server.to_owned()),
+                about,
+            },
             other => other,
         }
+    }
+
+    /// [`Error::at`] `server`, and a reply timeout whose limit was not
+    /// known where it was met gets `response_timeout`.
+    pub(crate) fn on_server(self, server: &str, response_timeout: std::time::Duration) -> Error {
+        match self.at(server) {
+            Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: std::time::Duration::ZERO,
+                server,
+                about,
+            } => Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: response_timeout,
+                server,
+                about,
+            },
+            other => other,
+        }
+    }
+
+    /// The message and every source's, joined with `": "`: what a log
+    /// line or an error made of other errors shows.
+    pub(crate) fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            text.push_str(": ");
+            text.push_str(&e.to_string());
+            next = e.source();
+        }
+        text
     }
 
     /// The same error with `note` (starting with its own separator) after

@@ -51,7 +51,12 @@ macro_rules! acquire_methods {
         /// ```
         pub fn lock(&self) -> $crate::Result<$guard> {
             self.acquire(None)?
-                .ok_or_else(|| $crate::Error::Timeout("gave up waiting without a deadline".into()))
+                .ok_or_else(|| $crate::Error::Timeout {
+                    kind: $crate::TimeoutKind::Wait,
+                    limit: ::std::time::Duration::MAX,
+                    server: None,
+                    about: None,
+                })
         }
 
         /// Acquires it if it is free (or held by the calling thread),

@@ -252,10 +252,16 @@ impl LockGuard {
                     // back (above), which this thread's next acquire of
                     // the lock must not meet.
                     holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
-                    Err(Error::Timeout(format!(
-                        "the extension of lock {:?} was still being retried when its lease ended",
-                        String::from_utf8_lossy(self.lock.name())
-                    )))
+                    Err(Error::Timeout {
+                        kind: crate::TimeoutKind::Lease,
+                        limit: Duration::from_millis(self.lease_ms),
+                        server: None,
+                        about: Some(format!(
+                            "the extension of lock {:?} was still being retried when its lease \
+                             ended",
+                            String::from_utf8_lossy(self.lock.name())
+                        )),
+                    })
                 })
             }
             other => other,

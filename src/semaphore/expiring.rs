@@ -307,7 +307,12 @@ impl ExpiringSemaphore {
     /// errors.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_until(None)?
-            .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
+            .ok_or_else(|| Error::Timeout {
+                kind: crate::TimeoutKind::Wait,
+                limit: std::time::Duration::MAX,
+                server: None,
+                about: None,
+            })
     }
 
     /// Takes one permit if one is available now: `Ok(None)` when none is.

@@ -250,7 +250,12 @@ impl Semaphore {
     /// retrying.
     pub fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
         self.acquire_until(permits, None)?
-            .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
+            .ok_or_else(|| Error::Timeout {
+                kind: crate::TimeoutKind::Wait,
+                limit: std::time::Duration::MAX,
+                server: None,
+                about: None,
+            })
     }
 
     /// Takes `permits` permits if they are available now, without waiting
