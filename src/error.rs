@@ -285,14 +285,8 @@ impl Error {
     /// (signal(7)). The server is not at fault: a command already written
     /// runs, and its reply is still on its way.
     pub(crate) fn is_interrupted(&self) -> bool {
-        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
         self.redis_error()
-            .and_then(std::error::Error::source)
-            .and_then(|source| match source.downcast_ref::<Shared>() {
-                // redis-rs keeps its cause behind an `Arc`.
-                Some(shared) => shared.downcast_ref::<io::Error>(),
-                None => source.downcast_ref::<io::Error>(),
-            })
+            .and_then(io_error)
             .is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
     }
 
@@ -446,16 +440,31 @@ impl fmt::Debug for RedisCause {
 }
 
 impl std::error::Error for RedisCause {
-    /// The driver's own cause, unless this cause's text already is its
-    /// text (an I/O error or a server reply the driver only wraps): then
-    /// that cause's own source, so that no text is said twice.
+    /// The driver's own cause, unless this cause's text already says it
+    /// (a server's reply; an I/O error the driver only wraps: then that
+    /// error's own source), so that no text is said twice.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        if self.err.code().is_some() {
+            // A server's reply: this cause's text is all of it.
+            return None;
+        }
         let inner = self.err.source()?;
         if inner.to_string() == self.plain() {
             inner.source()
         } else {
             Some(inner)
         }
+    }
+}
+
+/// The socket failure behind a driver's error, if that is what it is.
+fn io_error(err: &redis::RedisError) -> Option<&io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<Shared>() {
+        // redis-rs keeps its cause behind an `Arc`.
+        Some(shared) => shared.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
     }
 }
 
@@ -573,7 +582,11 @@ impl Error {
                 kind: TimeoutKind::Reply,
                 limit: std::time::Duration::ZERO,
                 server: None,
-                about: None,
+                // redguard's own words on a shared connection ("was still
+                // queued and was not sent"), not the OS's.
+                about: io_error(&err)
+                    .and_then(io::Error::get_ref)
+                    .map(ToString::to_string),
             };
         }
         let cause = RedisCause::new(decisive(err));
@@ -722,7 +735,7 @@ mod tests {
     /// No redis-rs type name (`ResponseError`, `NoPerm`, `Server(…)`,
     /// `AuthenticationFailed`, `Io`, …) in a message.
     fn assert_plain(err: &Error) {
-        let text = err.to_string();
+        let text = err.chain();
         for name in [
             "ResponseError",
             "NoPerm",
@@ -823,12 +836,12 @@ mod tests {
         let wrongpass = Error::redis(server_error(
             b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
         ))
-        .at("127.0.0.1:6379");
+        .at("127.0.0.1:6379/0");
         assert!(matches!(wrongpass, Error::Auth(_)));
         assert_eq!(
-            wrongpass.to_string(),
-            "authentication with Redis failed: the server refused the username or password \
-             (WRONGPASS invalid username-password pair or user is disabled. at 127.0.0.1:6379)"
+            wrongpass.chain(),
+            "authentication with Redis at 127.0.0.1:6379/0 failed: the server refused the \
+             username or password: WRONGPASS invalid username-password pair or user is disabled."
         );
         let noauth = Error::redis(server_error(b"-NOAUTH Authentication required.\r\n"));
         assert!(
@@ -842,18 +855,159 @@ mod tests {
             redis::ErrorKind::AuthenticationFailed,
             "Password authentication failed",
         )))
-        .at("h:1");
+        .at("h:1/0");
         assert_eq!(
-            failed.to_string(),
-            "authentication with Redis failed: the server refused the username or password at h:1"
+            failed.chain(),
+            "authentication with Redis at h:1/0 failed: the server refused the username or \
+             password: Password authentication failed"
         );
         let refused =
-            Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "refused")).at("h:1");
+            Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "refused")).at("h:1/0");
         assert_eq!(
-            refused.to_string(),
-            "connection to Redis failed: refused at h:1"
+            refused.chain(),
+            "connection to Redis at h:1/0 failed: refused"
         );
         for err in [wrongpass, noauth, failed, refused] {
+            assert_plain(&err);
+        }
+    }
+
+    /// The messages of an error and of each of its sources, in order.
+    fn levels(err: &Error) -> Vec<String> {
+        let mut out = vec![err.to_string()];
+        let mut next = std::error::Error::source(err);
+        while let Some(e) = next {
+            out.push(e.to_string());
+            next = e.source();
+        }
+        out
+    }
+
+    /// Each variant's message and sources: every level says only its own
+    /// part (no level repeats the text of the one below it), and the
+    /// cause shows once in the chain.
+    #[test]
+    fn each_level_says_only_its_own_part() {
+        use std::time::Duration;
+        let os_refused = || io::Error::from_raw_os_error(111);
+        let refused_text = os_refused().to_string();
+        let timeout = |kind, limit, server: Option<&str>, about: Option<&str>| Error::Timeout {
+            kind,
+            limit,
+            server: server.map(str::to_owned),
+            about: about.map(str::to_owned),
+        };
+        let cases: Vec<(Error, Vec<String>)> = vec![
+            (
+                Error::io(os_refused()).at("127.0.0.1:47127/0"),
+                vec![
+                    "connection to Redis at 127.0.0.1:47127/0 failed".into(),
+                    refused_text.clone(),
+                ],
+            ),
+            (
+                Error::io(io::Error::from(io::ErrorKind::UnexpectedEof))
+                    .on_server("h:1/2", Duration::from_secs(3)),
+                vec![
+                    "connection to Redis at h:1/2 failed".into(),
+                    "unexpected end of file".into(),
+                ],
+            ),
+            (
+                Error::from_redis(server_error(b"-NOPERM no permissions\r\n"), b"rg:k"),
+                vec![
+                    "permission denied by Redis (key \"rg:k\", or a key or channel named \
+                     after it)"
+                        .into(),
+                    "NOPERM no permissions".into(),
+                ],
+            ),
+            (
+                Error::redis(server_error(b"-ERR unknown command\r\n")).at("h:1/0"),
+                vec![
+                    "Redis at h:1/0 answered with an error".into(),
+                    "ERR unknown command".into(),
+                ],
+            ),
+            (
+                Error::redis(server_error(b"-NOAUTH Authentication required.\r\n")),
+                vec![
+                    "authentication with Redis failed: the server requires a password and the \
+                     client sent none"
+                        .into(),
+                    "NOAUTH Authentication required.".into(),
+                ],
+            ),
+            (
+                Error::io(io::Error::from(io::ErrorKind::WouldBlock))
+                    .on_server("h:1/0", Duration::from_millis(1500)),
+                vec!["no reply from Redis at h:1/0 within 1s 500ms".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Connect,
+                    Duration::from_secs(2),
+                    Some("h:1/0"),
+                    None,
+                ),
+                vec!["no connection to Redis at h:1/0 within 2s".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Pool,
+                    Duration::from_secs(2),
+                    Some("h:1/0"),
+                    Some("all 4 pooled connections stayed busy"),
+                ),
+                vec![
+                    "no pooled connection to Redis at h:1/0 came free within 2s: all 4 \
+                     pooled connections stayed busy"
+                        .into(),
+                ],
+            ),
+            (
+                timeout(TimeoutKind::Wait, Duration::MAX, None, None),
+                vec!["gave up waiting without a deadline".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Wait,
+                    Duration::from_secs(5),
+                    None,
+                    Some("run-once key"),
+                ),
+                vec!["the wait ran out after 5s: run-once key".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Lease,
+                    Duration::from_secs(30),
+                    None,
+                    Some("extension"),
+                ),
+                vec!["the lease of 30s ran out: extension".into()],
+            ),
+            (
+                Error::Unlock {
+                    total: 2,
+                    failures: vec![("a on h:1/0".into(), Error::io(os_refused()).at("h:1/0"))],
+                },
+                vec![format!(
+                    "unlock failed on 1 of 2 locks: a on h:1/0: connection to Redis at h:1/0 \
+                     failed: {refused_text}"
+                )],
+            ),
+            (
+                Error::lost(b"k"),
+                vec!["the lease of lock \"k\" was lost".into()],
+            ),
+        ];
+        for (err, want) in cases {
+            let got = levels(&err);
+            assert_eq!(got, want, "{err:?}");
+            for pair in got.windows(2) {
+                assert!(!pair[0].contains(&pair[1]), "{pair:?} repeats its source");
+            }
             assert_plain(&err);
         }
     }

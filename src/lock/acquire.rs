@@ -50,13 +50,12 @@ macro_rules! acquire_methods {
         /// # Ok::<(), redguard::Error>(())
         /// ```
         pub fn lock(&self) -> $crate::Result<$guard> {
-            self.acquire(None)?
-                .ok_or_else(|| $crate::Error::Timeout {
-                    kind: $crate::TimeoutKind::Wait,
-                    limit: ::std::time::Duration::MAX,
-                    server: None,
-                    about: None,
-                })
+            self.acquire(None)?.ok_or_else(|| $crate::Error::Timeout {
+                kind: $crate::TimeoutKind::Wait,
+                limit: ::std::time::Duration::MAX,
+                server: None,
+                about: None,
+            })
         }
 
         /// Acquires it if it is free (or held by the calling thread),

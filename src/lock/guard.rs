@@ -425,7 +425,7 @@ impl LockGuard {
     /// which is safe to repeat, until that goes through or the lease runs
     /// out at `until`. This thread's next acquire of the lock waits for it.
     fn retry_release(&mut self, until: Instant, err: Error) {
-        let cause = err.to_string();
+        let cause = err.chain();
         let (lock, holder) = (self.lock.clone(), self.holder.clone());
         let retry = self.lock.submit_retry(
             format!(

@@ -306,13 +306,12 @@ impl ExpiringSemaphore {
     /// timeout (the permit was given back), connection, timeout and server
     /// errors.
     pub fn acquire(&self) -> Result<PermitGuard> {
-        self.acquire_until(None)?
-            .ok_or_else(|| Error::Timeout {
-                kind: crate::TimeoutKind::Wait,
-                limit: std::time::Duration::MAX,
-                server: None,
-                about: None,
-            })
+        self.acquire_until(None)?.ok_or_else(|| Error::Timeout {
+            kind: crate::TimeoutKind::Wait,
+            limit: std::time::Duration::MAX,
+            server: None,
+            about: None,
+        })
     }
 
     /// Takes one permit if one is available now: `Ok(None)` when none is.
