@@ -193,7 +193,10 @@ impl Pool {
                         && deadline.is_none_or(|d| Instant::now() < d) =>
                 {
                     tries += 1;
-                    log::debug!("redguard: connection set-up interrupted ({e}); connecting again");
+                    log::debug!(
+                        "redguard: connection set-up interrupted ({e}); connecting again",
+                        e = e.chain()
+                    );
                 }
                 other => return other,
             }

@@ -458,7 +458,8 @@ impl Lock {
         if let Err(e) = released {
             log::warn!(
                 "redguard: could not give back lock {:?}: {e}; it expires with its lease",
-                String::from_utf8_lossy(&self.inner.name)
+                String::from_utf8_lossy(&self.inner.name),
+                e = e.chain()
             );
         }
     }
@@ -505,7 +506,8 @@ impl Lock {
                 "redguard: acquire of {:?} has an unknown outcome and could not be undone \
                  ({e}); a grant, if any, expires with its lease (and is dropped by this \
                  thread's next release of the lock)",
-                String::from_utf8_lossy(key)
+                String::from_utf8_lossy(key),
+                e = e.chain()
             ),
         }
     }
@@ -597,7 +599,8 @@ pub(crate) fn wait_loop<T>(
             {
                 let pause = failover.next_pause();
                 log::debug!(
-                    "redguard: attempt failed during a failover ({e}); retrying in {pause:?}"
+                    "redguard: attempt failed during a failover ({e}); retrying in {pause:?}",
+                    e = e.chain()
                 );
                 Some(pause)
             }

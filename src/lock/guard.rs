@@ -456,7 +456,8 @@ impl Drop for LockGuard {
                 ),
                 e => log::warn!(
                     "redguard: unlock of {:?} failed: {e}; it expires with its lease",
-                    String::from_utf8_lossy(self.lock.name())
+                    String::from_utf8_lossy(self.lock.name()),
+                    e = e.chain()
                 ),
             }
         }

@@ -195,7 +195,10 @@ fn retry_after_error(e: Error, deadline: Option<Instant>) -> Result<()> {
     if !e.is_transient() || now >= deadline {
         return Err(e);
     }
-    log::debug!("redguard: MultiLock round failed ({e}); retrying");
+    log::debug!(
+        "redguard: MultiLock round failed ({e}); retrying",
+        e = e.chain()
+    );
     let pause = rand::Rng::random_range(&mut rand::rng(), ERROR_PAUSE / 10..=ERROR_PAUSE);
     pause_until((now + pause).min(deadline));
     Ok(())

@@ -639,7 +639,8 @@ impl Drop for PermitGuard {
                     "redguard: could not give back permit {} of semaphore {:?}: {e}; it comes \
                      back when its lease ends",
                     self.id,
-                    String::from_utf8_lossy(&self.semaphore.name)
+                    String::from_utf8_lossy(&self.semaphore.name),
+                    e = e.chain()
                 ),
             }
         }

@@ -463,7 +463,8 @@ impl Drop for SemaphoreGuard {
             log::warn!(
                 "redguard: could not give back {} permits of semaphore {:?}: {e}",
                 self.permits,
-                String::from_utf8_lossy(&self.semaphore.name)
+                String::from_utf8_lossy(&self.semaphore.name),
+                e = e.chain()
             );
         }
     }

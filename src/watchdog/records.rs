@@ -178,7 +178,8 @@ impl RecordState {
             Err(e) => {
                 log::debug!(
                     "redguard: could not write holder record {:?}: {e}",
-                    String::from_utf8_lossy(&write.key)
+                    String::from_utf8_lossy(&write.key),
+                    e = e.chain()
                 );
                 if crate::connection::cluster::is_redirect(&e) {
                     self.key = None;
