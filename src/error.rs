@@ -307,8 +307,8 @@ impl Error {
 ///
 /// Its text is the server's own reply (`WRONGPASS invalid username-password
 /// pair or user is disabled.`) or the operating system's (`Connection
-/// refused (os error 111)`), followed by what redguard knows about it (the
-/// key an ACL refused).
+/// refused (os error 111)`), and nothing else: the error wrapping it names
+/// the server and what redguard knows about it (the key an ACL refused).
 pub struct RedisCause {
     err: redis::RedisError,
     /// Said by the error wrapping this cause after its own words, as it

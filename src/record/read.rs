@@ -98,7 +98,7 @@ pub(crate) fn add_classic_elsewhere(
                 log::debug!(
                     "redguard: PUBSUB NUMSUB on node {other}: {e}",
                     e = e.chain()
-                )
+                );
             })
             .ok();
         add_counts(counts, numsub(reply, channels.len()));
