@@ -54,14 +54,19 @@ impl Failure {
     pub(crate) fn from_lib(err: &redguard::Error, server: &str) -> Failure {
         use redguard::Error as E;
         let text = chain(err);
+        // The library's message names the server it talked to; said once.
+        let at = if text.contains(server) {
+            String::new()
+        } else {
+            format!(" at {server}")
+        };
         match err {
             E::InvalidArgument(msg) => Failure::new(code::USAGE, msg.clone()),
-            E::Connection(_) | E::Timeout { .. } => Failure::new(
-                code::UNAVAILABLE,
-                format!("cannot reach Redis at {server}: {text}"),
-            ),
+            E::Connection(_) | E::Timeout { .. } => {
+                Failure::new(code::UNAVAILABLE, format!("cannot reach Redis{at}: {text}"))
+            }
             E::Auth(_) | E::Permission(_) => {
-                Failure::new(code::NOPERM, format!("Redis at {server}: {text}"))
+                Failure::new(code::NOPERM, format!("Redis{at}: {text}"))
             }
             E::WrongType { key } => Failure::new(
                 code::DATAERR,
@@ -70,7 +75,7 @@ impl Failure {
             E::LockLost { .. } | E::NotHeld { .. } | E::Shutdown => {
                 Failure::new(code::SOFTWARE, err.to_string())
             }
-            _ => Failure::new(code::UNAVAILABLE, format!("Redis at {server}: {text}")),
+            _ => Failure::new(code::UNAVAILABLE, format!("Redis{at}: {text}")),
         }
     }
 
