@@ -242,6 +242,31 @@ fn a_connection_error_names_its_server_and_says_its_cause_once() {
     assert_plain(&err);
 }
 
+/// A connection that breaks under a call (the server is killed after it
+/// was made): the error names the server, the OS's reason said once.
+#[test]
+fn a_connection_broken_under_a_call_names_its_server() {
+    let mut server = RedisServer::start();
+    let at = format!("127.0.0.1:{}/0", server.port());
+    let client = test_builder(&server.url()).build().unwrap();
+    let lock = client.lock(unique_name("broken"));
+    assert!(!lock.is_locked().unwrap());
+    server.kill();
+    let err = lock.is_locked().unwrap_err();
+    let text = chain(&err);
+    eprintln!("broken: {text}");
+    assert!(err.is_connection(), "{err:?}");
+    assert!(err.to_string().contains(&at), "{text}");
+    let levels: Vec<String> =
+        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    assert!(levels.len() >= 2, "no cause: {levels:?}");
+    for pair in levels.windows(2) {
+        assert!(!pair[0].contains(&pair[1]), "{pair:?} repeats its source");
+    }
+}
+
 /// A reply that never comes (the server is stopped after the connection
 /// was made): a `Timeout` of kind `Reply` with the response timeout as its
 /// limit and the server, in both connection modes; a new connection to the
