@@ -58,7 +58,9 @@ pub enum Error {
         /// The limit that ran out: the connect or response timeout of
         /// [`Builder`](crate::Builder), the caller's wait, or the lease.
         /// [`Duration::MAX`](std::time::Duration::MAX) for a wait without
-        /// a deadline that gave up.
+        /// a deadline that gave up; `Duration::ZERO` where it is not known
+        /// (a socket timeout met outside the connection pool, e.g. asking
+        /// a sentinel).
         limit: std::time::Duration,
         /// The server (`host:port/db`, never a password), when one was
         /// being talked to.
@@ -489,7 +491,10 @@ fn auth_message(cause: &RedisCause) -> String {
     )
 }
 
-/// Which limit an [`Error::Timeout`] ran into.
+/// Which limit an [`Error::Timeout`] ran into. Redisson tells the same
+/// cases apart by message only (`RedisTimeoutException`: "Unable to
+/// acquire connection", "Command execution timeout"); here a caller can
+/// match them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TimeoutKind {
