@@ -486,7 +486,10 @@ impl Client {
                 ) {
                     Ok(sub) => Some(sub),
                     Err(e) => {
-                        log::error!("redguard: could not start the subscriber thread: {e}");
+                        log::error!(
+                            "redguard: could not start the subscriber thread: {e}",
+                            e = e.chain()
+                        );
                         None
                     }
                 }

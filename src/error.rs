@@ -47,30 +47,53 @@ pub enum Error {
     /// where a `redis+cluster://` URL expects Cluster nodes.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Redis did not answer within the response timeout, or the connection
-    /// pool had no connection to give within the connect timeout.
-    #[error("timed out: {0}")]
-    Timeout(String),
+    /// Something took longer than its limit: a connection, a reply, a
+    /// free pooled connection, a wait (see [`TimeoutKind`]). Redisson
+    /// reports the same cases as `RedisTimeoutException` (connect, reply)
+    /// and `RedisConnectionException` (pool).
+    #[error("{}", timeout_message(*.kind, *.limit, .server.as_deref(), .about.as_deref()))]
+    Timeout {
+        /// Which timeout ran out.
+        kind: TimeoutKind,
+        /// The limit that ran out: the connect or response timeout of
+        /// [`Builder`](crate::Builder), the caller's wait, or the lease.
+        /// [`Duration::MAX`](std::time::Duration::MAX) for a wait without
+        /// a deadline that gave up; `Duration::ZERO` where it is not known
+        /// (a socket timeout met outside the connection pool, e.g. asking
+        /// a sentinel).
+        limit: std::time::Duration,
+        /// The server (`host:port/db`, never a password), when one was
+        /// being talked to.
+        server: Option<String>,
+        /// What was being done, when the kind alone does not say (the
+        /// lock or key, why the wait ended).
+        about: Option<String>,
+    },
     /// The client was shut down; no more operations are accepted.
     #[error("the redguard client was shut down")]
     Shutdown,
-    /// Redis could not be reached, or the connection broke.
-    #[error("connection to Redis failed: {0}")]
+    /// Redis could not be reached, or the connection broke. The message
+    /// names the server; the [`source`](std::error::Error::source) says
+    /// why (`Connection refused (os error 111)`, `unexpected end of file`).
+    #[error("connection to Redis{} failed{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Connection(#[source] RedisCause),
     /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`). The connection
-    /// is discarded: no command is ever sent unauthenticated.
+    /// is discarded: no command is ever sent unauthenticated. The
+    /// [`source`](std::error::Error::source) is the server's reply.
     #[error("{}", auth_message(.0))]
     Auth(#[source] RedisCause),
     /// The Redis ACL user may not run a command or touch a key or channel
     /// (`NOPERM`, or an ACL refusal inside a script). The message names the
-    /// key the call was about.
-    #[error("permission denied by Redis: {0}")]
+    /// key the call was about; the [`source`](std::error::Error::source)
+    /// is the server's reply.
+    #[error("permission denied by Redis{}{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Permission(#[source] RedisCause),
     /// Redis answered something that is not a valid reply for the operation.
     #[error("unexpected reply from Redis: {0}")]
     Protocol(String),
-    /// Any other error reported by Redis.
-    #[error("Redis error: {0}")]
+    /// Any other error reported by Redis; the
+    /// [`source`](std::error::Error::source) is the server's reply.
+    #[error("Redis{} answered with an error{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Redis(#[source] RedisCause),
     /// The server runs a version redguard does not support (below Redis
     /// 6.2; every Valkey release is supported). Checked on the first
@@ -152,7 +175,7 @@ pub enum Error {
 fn list_failures(failures: &[(String, Error)]) -> String {
     failures
         .iter()
-        .map(|(lock, e)| format!("{lock}: {e}"))
+        .map(|(lock, e)| format!("{lock}: {}", e.chain()))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -163,9 +186,9 @@ impl Error {
         matches!(self, Error::Connection(_))
     }
 
-    /// `true` for [`Error::Timeout`].
+    /// `true` for [`Error::Timeout`], whatever its [`TimeoutKind`].
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout(_))
+        matches!(self, Error::Timeout { .. })
     }
 
     /// `true` for [`Error::LockLost`].
@@ -203,7 +226,7 @@ impl Error {
     /// at once.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connection(_) | Error::Timeout(_) => true,
+            Error::Connection(_) | Error::Timeout { .. } => true,
             Error::Redis(e) => {
                 matches!(
                     e.code(),
@@ -281,14 +304,8 @@ impl Error {
     /// (signal(7)). The server is not at fault: a command already written
     /// runs, and its reply is still on its way.
     pub(crate) fn is_interrupted(&self) -> bool {
-        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
         self.redis_error()
-            .and_then(std::error::Error::source)
-            .and_then(|source| match source.downcast_ref::<Shared>() {
-                // redis-rs keeps its cause behind an `Arc`.
-                Some(shared) => shared.downcast_ref::<io::Error>(),
-                None => source.downcast_ref::<io::Error>(),
-            })
+            .and_then(io_error)
             .is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
     }
 
@@ -297,7 +314,7 @@ impl Error {
     pub(crate) fn breaks_connection(&self) -> bool {
         matches!(
             self,
-            Error::Connection(_) | Error::Timeout(_) | Error::Protocol(_) | Error::Auth(_)
+            Error::Connection(_) | Error::Timeout { .. } | Error::Protocol(_) | Error::Auth(_)
         )
     }
 }
@@ -309,13 +326,16 @@ impl Error {
 ///
 /// Its text is the server's own reply (`WRONGPASS invalid username-password
 /// pair or user is disabled.`) or the operating system's (`Connection
-/// refused (os error 111)`), followed by what redguard knows about it (the
-/// key an ACL refused).
+/// refused (os error 111)`), and nothing else: the error wrapping it names
+/// the server and what redguard knows about it (the key an ACL refused).
 pub struct RedisCause {
     err: redis::RedisError,
-    /// Said after the driver's text, as it is (starting with its own
-    /// separator).
+    /// Said by the error wrapping this cause after its own words, as it
+    /// is (starting with its own separator): the key an ACL refused, a
+    /// likely reason.
     note: Option<String>,
+    /// The server (`host:port/db`), named by the error wrapping this cause.
+    server: Option<String>,
 }
 
 /// Error codes looked for wherever they sit in a reply: a server wraps
@@ -362,7 +382,11 @@ fn embedded_code(text: &str) -> Option<&'static str> {
 
 impl RedisCause {
     fn new(err: redis::RedisError) -> RedisCause {
-        RedisCause { err, note: None }
+        RedisCause {
+            err,
+            note: None,
+            server: None,
+        }
     }
 
     /// Adds `note` (with its own leading separator) after the text.
@@ -424,11 +448,7 @@ impl RedisCause {
 
 impl fmt::Display for RedisCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.plain())?;
-        if let Some(note) = &self.note {
-            f.write_str(note)?;
-        }
-        Ok(())
+        f.write_str(&self.plain())
     }
 }
 
@@ -439,25 +459,107 @@ impl fmt::Debug for RedisCause {
 }
 
 impl std::error::Error for RedisCause {
+    /// The driver's own cause, unless this cause's text already says it
+    /// (a server's reply; an I/O error the driver only wraps: then that
+    /// error's own source), so that no text is said twice.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.err.source()
+        if self.err.code().is_some() {
+            // A server's reply: this cause's text is all of it.
+            return None;
+        }
+        let inner = self.err.source()?;
+        if inner.to_string() == self.plain() {
+            inner.source()
+        } else {
+            Some(inner)
+        }
     }
 }
 
-/// The message of [`Error::Auth`]: what the refusal means, then the
-/// server's words when it sent any (a refused `AUTH` at connect has none
-/// beyond "failed").
+/// The socket failure behind a driver's error, if that is what it is.
+fn io_error(err: &redis::RedisError) -> Option<&io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<Shared>() {
+        // redis-rs keeps its cause behind an `Arc`.
+        Some(shared) => shared.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
+    }
+}
+
+/// `" at <server>"`, or nothing when the server is not known.
+fn at_server(server: &Option<String>) -> String {
+    server
+        .as_deref()
+        .map_or_else(String::new, |s| format!(" at {s}"))
+}
+
+/// The message of [`Error::Auth`]: what the refusal means. The server's
+/// words are its source.
 fn auth_message(cause: &RedisCause) -> String {
     let what = match cause.code() {
         Some("NOAUTH") => "the server requires a password and the client sent none",
         _ => "the server refused the username or password",
     };
-    match cause.err.code() {
-        Some(_) => format!("authentication with Redis failed: {what} ({cause})"),
-        None => match &cause.note {
-            Some(note) => format!("authentication with Redis failed: {what}{note}"),
-            None => format!("authentication with Redis failed: {what}"),
-        },
+    format!(
+        "authentication with Redis{} failed: {what}{}",
+        at_server(&cause.server),
+        cause.note.as_deref().unwrap_or("")
+    )
+}
+
+/// Which limit an [`Error::Timeout`] ran into. Redisson tells the same
+/// cases apart by message only (`RedisTimeoutException`: "Unable to
+/// acquire connection", "Command execution timeout"); here a caller can
+/// match them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeoutKind {
+    /// A new connection was not set up within the connect timeout (TCP
+    /// connect), or its first round trip (TLS handshake, `AUTH`, `INFO`)
+    /// got no answer within the response timeout. Nothing was sent on it.
+    Connect,
+    /// A command was sent and its reply did not come within the response
+    /// timeout: whether it ran is unknown.
+    Reply,
+    /// Every pooled connection stayed busy for the connect timeout
+    /// (Redisson: "Unable to acquire connection").
+    Pool,
+    /// The caller's wait (for a lock, a permit, a run-once claim) ran out,
+    /// or a wait without a deadline gave up.
+    Wait,
+    /// An operation on a held lease (an extension, a release, a claim) was
+    /// still being retried, or was granted, only after the lease ended.
+    Lease,
+}
+
+/// The message of [`Error::Timeout`].
+fn timeout_message(
+    kind: TimeoutKind,
+    limit: std::time::Duration,
+    server: Option<&str>,
+    about: Option<&str>,
+) -> String {
+    use crate::duration_text::Human;
+    let at = server.map_or_else(String::new, |s| format!(" at {s}"));
+    let within = if limit.is_zero() {
+        String::from(" in time")
+    } else {
+        format!(" within {}", Human(limit))
+    };
+    let head = match kind {
+        TimeoutKind::Connect => format!("no connection to Redis{at}{within}"),
+        TimeoutKind::Reply => format!("no reply from Redis{at}{within}"),
+        TimeoutKind::Pool => format!("no pooled connection to Redis{at} came free{within}"),
+        TimeoutKind::Wait if limit == std::time::Duration::MAX => {
+            String::from("gave up waiting without a deadline")
+        }
+        TimeoutKind::Wait => format!("the wait ran out after {}", Human(limit)),
+        TimeoutKind::Lease => format!("the lease of {} ran out", Human(limit)),
+    };
+    match about {
+        Some(about) => format!("{head}: {about}"),
+        None => head,
     }
 }
 
@@ -496,7 +598,18 @@ impl Error {
             // The OS's words ("Resource temporarily unavailable") add
             // nothing; the caller names the server and the time where it
             // knows them.
-            return Error::Timeout("no answer from Redis in time".into());
+            // The limit and server are filled in by the pool
+            // ([`Error::on_server`]), which knows them.
+            return Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: std::time::Duration::ZERO,
+                server: None,
+                // redguard's own words on a shared connection ("was still
+                // queued and was not sent"), not the OS's.
+                about: io_error(&err)
+                    .and_then(io::Error::get_ref)
+                    .map(ToString::to_string),
+            };
         }
         let cause = RedisCause::new(decisive(err));
         match cause.code() {
@@ -528,13 +641,63 @@ impl Error {
         }
     }
 
-    /// The same error, saying which server it came from (`host:port`) when
-    /// its message would not: a failed connect or login.
+    /// The same error, saying which server it came from (`host:port/db`)
+    /// unless it says so already.
     pub(crate) fn at(self, server: &str) -> Error {
+        let name = |c: RedisCause| RedisCause {
+            server: c.server.or_else(|| Some(server.to_owned())),
+            ..c
+        };
         match self {
-            Error::Connection(_) | Error::Auth(_) => self.noted(format!(" at {server}")),
+            Error::Connection(c) => Error::Connection(name(c)),
+            Error::Auth(c) => Error::Auth(name(c)),
+            Error::Permission(c) => Error::Permission(name(c)),
+            Error::Redis(c) => Error::Redis(name(c)),
+            Error::Timeout {
+                kind,
+                limit,
+                server: None,
+                about,
+            } => Error::Timeout {
+                kind,
+                limit,
+                server: Some(server.to_owned()),
+                about,
+            },
             other => other,
         }
+    }
+
+    /// [`Error::at`] `server`, and a reply timeout whose limit was not
+    /// known where it was met gets `response_timeout`.
+    pub(crate) fn on_server(self, server: &str, response_timeout: std::time::Duration) -> Error {
+        match self.at(server) {
+            Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: std::time::Duration::ZERO,
+                server,
+                about,
+            } => Error::Timeout {
+                kind: TimeoutKind::Reply,
+                limit: response_timeout,
+                server,
+                about,
+            },
+            other => other,
+        }
+    }
+
+    /// The message and every source's, joined with `": "`: what a log
+    /// line or an error made of other errors shows.
+    pub(crate) fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            text.push_str(": ");
+            text.push_str(&e.to_string());
+            next = e.source();
+        }
+        text
     }
 
     /// The same error with `note` (starting with its own separator) after
@@ -594,7 +757,7 @@ mod tests {
     /// No redis-rs type name (`ResponseError`, `NoPerm`, `Server(…)`,
     /// `AuthenticationFailed`, `Io`, …) in a message.
     fn assert_plain(err: &Error) {
-        let text = err.to_string();
+        let text = err.chain();
         for name in [
             "ResponseError",
             "NoPerm",
@@ -717,12 +880,12 @@ mod tests {
         let wrongpass = Error::redis(server_error(
             b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
         ))
-        .at("127.0.0.1:6379");
+        .at("127.0.0.1:6379/0");
         assert!(matches!(wrongpass, Error::Auth(_)));
         assert_eq!(
-            wrongpass.to_string(),
-            "authentication with Redis failed: the server refused the username or password \
-             (WRONGPASS invalid username-password pair or user is disabled. at 127.0.0.1:6379)"
+            wrongpass.chain(),
+            "authentication with Redis at 127.0.0.1:6379/0 failed: the server refused the \
+             username or password: WRONGPASS invalid username-password pair or user is disabled."
         );
         let noauth = Error::redis(server_error(b"-NOAUTH Authentication required.\r\n"));
         assert!(
@@ -736,18 +899,159 @@ mod tests {
             redis::ErrorKind::AuthenticationFailed,
             "Password authentication failed",
         )))
-        .at("h:1");
+        .at("h:1/0");
         assert_eq!(
-            failed.to_string(),
-            "authentication with Redis failed: the server refused the username or password at h:1"
+            failed.chain(),
+            "authentication with Redis at h:1/0 failed: the server refused the username or \
+             password: Password authentication failed"
         );
         let refused =
-            Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "refused")).at("h:1");
+            Error::io(io::Error::new(io::ErrorKind::ConnectionRefused, "refused")).at("h:1/0");
         assert_eq!(
-            refused.to_string(),
-            "connection to Redis failed: refused at h:1"
+            refused.chain(),
+            "connection to Redis at h:1/0 failed: refused"
         );
         for err in [wrongpass, noauth, failed, refused] {
+            assert_plain(&err);
+        }
+    }
+
+    /// The messages of an error and of each of its sources, in order.
+    fn levels(err: &Error) -> Vec<String> {
+        let mut out = vec![err.to_string()];
+        let mut next = std::error::Error::source(err);
+        while let Some(e) = next {
+            out.push(e.to_string());
+            next = e.source();
+        }
+        out
+    }
+
+    /// Each variant's message and sources: every level says only its own
+    /// part (no level repeats the text of the one below it), and the
+    /// cause shows once in the chain.
+    #[test]
+    fn each_level_says_only_its_own_part() {
+        use std::time::Duration;
+        let os_refused = || io::Error::from_raw_os_error(111);
+        let refused_text = os_refused().to_string();
+        let timeout = |kind, limit, server: Option<&str>, about: Option<&str>| Error::Timeout {
+            kind,
+            limit,
+            server: server.map(str::to_owned),
+            about: about.map(str::to_owned),
+        };
+        let cases: Vec<(Error, Vec<String>)> = vec![
+            (
+                Error::io(os_refused()).at("127.0.0.1:47127/0"),
+                vec![
+                    "connection to Redis at 127.0.0.1:47127/0 failed".into(),
+                    refused_text.clone(),
+                ],
+            ),
+            (
+                Error::io(io::Error::from(io::ErrorKind::UnexpectedEof))
+                    .on_server("h:1/2", Duration::from_secs(3)),
+                vec![
+                    "connection to Redis at h:1/2 failed".into(),
+                    "unexpected end of file".into(),
+                ],
+            ),
+            (
+                Error::from_redis(server_error(b"-NOPERM no permissions\r\n"), b"rg:k"),
+                vec![
+                    "permission denied by Redis (key \"rg:k\", or a key or channel named \
+                     after it)"
+                        .into(),
+                    "NOPERM no permissions".into(),
+                ],
+            ),
+            (
+                Error::redis(server_error(b"-ERR unknown command\r\n")).at("h:1/0"),
+                vec![
+                    "Redis at h:1/0 answered with an error".into(),
+                    "ERR unknown command".into(),
+                ],
+            ),
+            (
+                Error::redis(server_error(b"-NOAUTH Authentication required.\r\n")),
+                vec![
+                    "authentication with Redis failed: the server requires a password and the \
+                     client sent none"
+                        .into(),
+                    "NOAUTH Authentication required.".into(),
+                ],
+            ),
+            (
+                Error::io(io::Error::from(io::ErrorKind::WouldBlock))
+                    .on_server("h:1/0", Duration::from_millis(1500)),
+                vec!["no reply from Redis at h:1/0 within 1s 500ms".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Connect,
+                    Duration::from_secs(2),
+                    Some("h:1/0"),
+                    None,
+                ),
+                vec!["no connection to Redis at h:1/0 within 2s".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Pool,
+                    Duration::from_secs(2),
+                    Some("h:1/0"),
+                    Some("all 4 pooled connections stayed busy"),
+                ),
+                vec![
+                    "no pooled connection to Redis at h:1/0 came free within 2s: all 4 \
+                     pooled connections stayed busy"
+                        .into(),
+                ],
+            ),
+            (
+                timeout(TimeoutKind::Wait, Duration::MAX, None, None),
+                vec!["gave up waiting without a deadline".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Wait,
+                    Duration::from_secs(5),
+                    None,
+                    Some("run-once key"),
+                ),
+                vec!["the wait ran out after 5s: run-once key".into()],
+            ),
+            (
+                timeout(
+                    TimeoutKind::Lease,
+                    Duration::from_secs(30),
+                    None,
+                    Some("extension"),
+                ),
+                vec!["the lease of 30s ran out: extension".into()],
+            ),
+            (
+                Error::Unlock {
+                    total: 2,
+                    failures: vec![("a on h:1/0".into(), Error::io(os_refused()).at("h:1/0"))],
+                },
+                vec![format!(
+                    "unlock failed on 1 of 2 locks: a on h:1/0: connection to Redis at h:1/0 \
+                     failed: {refused_text}"
+                )],
+            ),
+            (
+                Error::lost(b"k"),
+                vec!["the lease of lock \"k\" was lost".into()],
+            ),
+        ];
+        for (err, want) in cases {
+            let got = levels(&err);
+            assert_eq!(got, want, "{err:?}");
+            for pair in got.windows(2) {
+                assert!(!pair[0].contains(&pair[1]), "{pair:?} repeats its source");
+            }
             assert_plain(&err);
         }
     }

@@ -286,7 +286,8 @@ impl OnceGuard {
         }
         let (ttl, ttl_ms) = (self.ttl, self.ttl_ms);
         let by = self.guard.holder_id().as_str().to_owned();
-        let until = Instant::now() + self.guard.valid_for();
+        let lease_left = self.guard.valid_for();
+        let until = Instant::now() + lease_left;
         let recorded_at = Arc::new(AtomicU64::new(0));
         let released = self.guard.release_with(|lock, holder| {
             let record = Record {
@@ -322,9 +323,14 @@ impl OnceGuard {
                         Some(Ok(())) => Ok(Release::Released),
                         Some(Err(Error::NotHeld { .. })) => Ok(Release::NotHeld),
                         Some(Err(e)) => Err(e),
-                        None => Err(Error::Timeout(format!(
-                            "the {what} was still being retried when its lease ended"
-                        ))),
+                        None => Err(Error::Timeout {
+                            kind: crate::TimeoutKind::Lease,
+                            limit: lease_left,
+                            server: None,
+                            about: Some(format!(
+                                "the {what} was still being retried when its lease ended"
+                            )),
+                        }),
                     }
                 }
                 Err(e) => Err(e),
@@ -466,6 +472,9 @@ impl Client {
     }
 
     fn claim_once(&self, key: &[u8], ttl: Duration, deadline: Option<Instant>) -> Result<Once> {
+        let started = Instant::now();
+        // The wait that ran out, for its error.
+        let wait = || deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(started));
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let ttl_ms = ttl_ms("run-once", ttl)?;
         self.check_open()?;
@@ -594,16 +603,25 @@ impl Client {
             (None, Unclaimed::Running(holder, expires_in)) => {
                 Ok(Once::Running { holder, expires_in })
             }
-            (None, Unclaimed::GivenBack) => Err(Error::Timeout(format!(
-                "run-once key {:?}: the claim was granted only after its lease ({}) ran out, \
-                 and was given back; nobody runs it",
-                String::from_utf8_lossy(key),
-                Human(lease)
-            ))),
-            (None, Unclaimed::Nothing) => Err(Error::Timeout(format!(
-                "run-once key {:?}: the wait ran out before a claim was answered",
-                String::from_utf8_lossy(key)
-            ))),
+            (None, Unclaimed::GivenBack) => Err(Error::Timeout {
+                kind: crate::TimeoutKind::Lease,
+                limit: lease,
+                server: None,
+                about: Some(format!(
+                    "run-once key {:?}: the claim was granted only after its lease ran out, \
+                     and was given back; nobody runs it",
+                    String::from_utf8_lossy(key),
+                )),
+            }),
+            (None, Unclaimed::Nothing) => Err(Error::Timeout {
+                kind: crate::TimeoutKind::Wait,
+                limit: wait(),
+                server: None,
+                about: Some(format!(
+                    "run-once key {:?}: the wait ran out before a claim was answered",
+                    String::from_utf8_lossy(key)
+                )),
+            }),
         }
     }
 

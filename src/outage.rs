@@ -82,14 +82,18 @@ impl Outage {
             }
             Some(deadline) => {
                 log::debug!(
-                    "redguard: attempt failed ({err}); retrying in {pause:?} (until the \
+                    "redguard: attempt failed ({e}); retrying in {pause:?} (until the \
                      deadline, in {:?})",
-                    deadline - now
+                    deadline - now,
+                    e = err.chain()
                 );
                 Ok(pause.min(deadline - now))
             }
             None => {
-                log::debug!("redguard: attempt failed ({err}); retrying in {pause:?}");
+                log::debug!(
+                    "redguard: attempt failed ({e}); retrying in {pause:?}",
+                    e = err.chain()
+                );
                 Ok(pause)
             }
         }
@@ -106,11 +110,16 @@ impl Outage {
 /// a timeout naming the attempts, how long they failed, and the last error.
 fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
     let over = Duration::from_millis(u64::try_from(over.as_millis()).unwrap_or(u64::MAX));
-    Error::Timeout(format!(
-        "the wait ran out while Redis was unavailable ({failed} attempts over {} failed; \
-         the last: {last})",
-        Human(over)
-    ))
+    Error::Timeout {
+        kind: crate::TimeoutKind::Wait,
+        limit: over,
+        server: None,
+        about: Some(format!(
+            "Redis was unavailable ({failed} attempts over {} failed; the last: {})",
+            Human(over),
+            last.chain()
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -54,7 +54,12 @@ mod tests {
 
     #[test]
     fn a_timed_out_or_refused_give_back_does_not() {
-        let (result, calls) = attempts(Error::Timeout("frozen".into()));
+        let (result, calls) = attempts(Error::Timeout {
+            kind: crate::TimeoutKind::Reply,
+            limit: std::time::Duration::from_secs(1),
+            server: None,
+            about: None,
+        });
         assert!(result.unwrap_err().is_timeout());
         assert_eq!(calls, 1);
         let (result, calls) = attempts(Error::InvalidArgument("x".into()));

@@ -243,7 +243,10 @@ impl Cluster {
     /// callers outside [`Cluster::with_conn`] that met a gone node.
     pub(crate) fn refresh_map(&self) {
         if let Err(e) = self.refresh(false) {
-            log::debug!("redguard cluster: slot map refresh failed: {e}");
+            log::debug!(
+                "redguard cluster: slot map refresh failed: {e}",
+                e = e.chain()
+            );
         }
     }
 

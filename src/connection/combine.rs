@@ -134,8 +134,7 @@ pub(super) fn not_sent(waited: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
-            "no reply within {}: the command was still queued for its shared connection \
-             and was not sent",
+            "the command was still queued for its shared connection after {} and was not sent",
             Human(waited)
         ),
     ))
@@ -146,7 +145,10 @@ pub(super) fn not_sent(waited: Duration) -> RedisError {
 pub(super) fn no_reply(waited: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!("no reply within {} on a shared connection", Human(waited)),
+        format!(
+            "sent on a shared connection, unanswered after {}",
+            Human(waited)
+        ),
     ))
 }
 
@@ -656,7 +658,7 @@ fn dropped() -> RedisError {
 pub(super) fn connect_cause(e: &Error) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,
-        e.to_string(),
+        e.chain(),
     ))
 }
 

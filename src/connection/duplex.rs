@@ -1152,7 +1152,7 @@ mod tests {
         let (took, last) = &results[7];
         let e = last.as_ref().expect_err("its reply came too late");
         assert!(
-            matches!(e, Error::Timeout(_)) && !e.to_string().contains("was not sent"),
+            matches!(e, Error::Timeout { .. }) && !e.to_string().contains("was not sent"),
             "{e}"
         );
         assert!(*took >= RESPONSE && *took <= RESPONSE + SLACK, "{took:?}");
@@ -1181,7 +1181,7 @@ mod tests {
             let e = result
                 .as_ref()
                 .expect_err("a frozen server answers nothing");
-            assert!(matches!(e, Error::Timeout(_)), "thread {t}: {e}");
+            assert!(matches!(e, Error::Timeout { .. }), "thread {t}: {e}");
             assert!(
                 *took <= RESPONSE + SLACK,
                 "thread {t} took {took:?}, past its own deadline"
@@ -1228,7 +1228,7 @@ mod tests {
             .1
             .as_ref()
             .expect_err("half a reply by its deadline");
-        assert!(matches!(e, Error::Timeout(_)), "{e}");
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
         assert_eq!(results[1].1.as_deref().ok(), Some("t1"), "{results:?}");
     }
 }

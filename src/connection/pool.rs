@@ -16,8 +16,7 @@ use crate::connection::combine::Combiner;
 use crate::connection::duplex::{Duplex, Link};
 use crate::connection::server::{self, Server};
 use crate::connection::{Sharing, Tls};
-use crate::duration_text::Human;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TimeoutKind};
 
 #[cfg(feature = "tls")]
 pub(crate) fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Client> {
@@ -194,7 +193,10 @@ impl Pool {
                         && deadline.is_none_or(|d| Instant::now() < d) =>
                 {
                     tries += 1;
-                    log::debug!("redguard: connection set-up interrupted ({e}); connecting again");
+                    log::debug!(
+                        "redguard: connection set-up interrupted ({e}); connecting again",
+                        e = e.chain()
+                    );
                 }
                 other => return other,
             }
@@ -255,7 +257,7 @@ impl Pool {
                 .map_err(Error::redis);
             match named {
                 Ok(()) | Err(Error::Permission(_) | Error::Redis(_)) => {}
-                Err(e) => return Err(e.at(addr)),
+                Err(e) => return Err(e.at(&self.label())),
             }
         }
         Ok(())
@@ -302,7 +304,7 @@ impl Pool {
             redis::cmd("SELECT")
                 .arg(settings.db())
                 .query::<()>(&mut link)
-                .map_err(|e| Error::redis(e).at(&addr))?;
+                .map_err(|e| Error::redis(e).at(&self.label()))?;
         }
         self.prepare(&mut link, &addr)?;
         if setup_timeout != self.response_timeout {
@@ -318,6 +320,18 @@ impl Pool {
         self.server.get().and_then(Option::as_ref)
     }
 
+    /// The server as errors name it: `host:port/db`.
+    fn label(&self) -> String {
+        let info = self.client.get_connection_info();
+        format!("{}/{}", self.addr(), info.redis_settings().db())
+    }
+
+    /// The same result, an error naming this pool's server (and a reply
+    /// timeout its limit).
+    fn located<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| e.on_server(&self.label(), self.response_timeout))
+    }
+
     /// `host:port` of the server.
     fn addr(&self) -> String {
         match self.client.get_connection_info().addr() {
@@ -331,26 +345,28 @@ impl Pool {
     /// words: which server, and for a TLS connection whose handshake got no
     /// TLS answer, the likely cause (a `rediss://` URL pointing at a
     /// plaintext port).
-    fn connect_error(&self, err: Error, addr: &str, waited: Duration) -> Error {
+    fn connect_error(&self, err: Error, _addr: &str, waited: Duration) -> Error {
+        let addr = &*self.label();
         let tls = matches!(
             self.client.get_connection_info().addr(),
             redis::ConnectionAddr::TcpTls { .. }
         );
         let not_tls = || {
-            format!(
-                "{addr} did not answer the TLS handshake within {}: it may not speak TLS on \
-                 this port (a rediss:// URL needs the server's tls-port)",
-                Human(waited)
+            String::from(
+                "no answer to the TLS handshake: the server may not speak TLS on this port (a \
+                 rediss:// URL needs the server's tls-port)",
             )
         };
         match err {
-            Error::Timeout(_) if tls => Error::Timeout(not_tls()),
-            Error::Timeout(_) => {
-                Error::Timeout(format!("{addr} did not answer within {}", Human(waited)))
-            }
-            Error::Connection(_) if tls && err.to_string().contains("corrupt message") => {
+            Error::Timeout { .. } => Error::Timeout {
+                kind: TimeoutKind::Connect,
+                limit: waited,
+                server: Some(addr.to_owned()),
+                about: tls.then(not_tls),
+            },
+            Error::Connection(_) if tls && err.chain().contains("corrupt message") => {
                 err.at(addr).noted(
-                    ": the server does not speak TLS on this port (a rediss:// URL needs \
+                    " (the server does not speak TLS on this port; a rediss:// URL needs \
                      the server's tls-port)"
                         .into(),
                 )
@@ -407,10 +423,12 @@ impl Pool {
         mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         if let Some(duplex) = &self.duplex {
-            return duplex.with_conn(&|limit| self.connect_link_within(limit), op);
+            return self.located(duplex.with_conn(&|limit| self.connect_link_within(limit), op));
         }
         match &self.combiner {
-            Some(combiner) => combiner.with_conn(&|limit| self.connect_within(limit), op),
+            Some(combiner) => {
+                self.located(combiner.with_conn(&|limit| self.connect_within(limit), op))
+            }
             None => self.with_conn(|conn| op(conn)),
         }
     }
@@ -423,6 +441,13 @@ impl Pool {
     /// restarted since it was last used), every idle connection is dropped
     /// and `op` runs once more on a fresh one.
     pub(crate) fn with_conn<T>(
+        &self,
+        op: impl FnMut(&mut redis::Connection) -> Result<T>,
+    ) -> Result<T> {
+        self.located(self.with_pooled_conn(op))
+    }
+
+    fn with_pooled_conn<T>(
         &self,
         mut op: impl FnMut(&mut redis::Connection) -> Result<T>,
     ) -> Result<T> {
@@ -484,11 +509,12 @@ impl Pool {
                     .unwrap_or(now + Duration::from_secs(365 * 24 * 3600)),
             );
             if now >= deadline {
-                return Err(Error::Timeout(format!(
-                    "all {} pooled connections stayed busy for {}",
-                    self.max,
-                    Human(self.connect_timeout)
-                )));
+                return Err(Error::Timeout {
+                    kind: TimeoutKind::Pool,
+                    limit: self.connect_timeout,
+                    server: Some(self.label()),
+                    about: Some(format!("all {} pooled connections stayed busy", self.max)),
+                });
             }
             state.waiting += 1;
             state = self

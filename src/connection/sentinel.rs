@@ -698,7 +698,8 @@ impl Inner {
             log::debug!(
                 "redguard: master {} of {:?} dropped ({err}); asking the sentinels again",
                 host_port(&master.addr.0, master.addr.1),
-                self.spec.master_name
+                self.spec.master_name,
+                err = err.chain()
             );
             *slot = None;
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -740,7 +741,10 @@ impl Inner {
                 }
                 Ok(None) => unknown += 1,
                 Err(e) => {
-                    log::debug!("redguard: sentinel {label} did not answer: {e}");
+                    log::debug!(
+                        "redguard: sentinel {label} did not answer: {e}",
+                        e = e.chain()
+                    );
                     if matches!(e, Error::Auth(_)) {
                         auth_error = Some(e);
                     } else {
@@ -853,7 +857,10 @@ fn listen(weak: &Weak<Inner>) {
         let mut conn = match connected {
             Ok(conn) => conn,
             Err(e) => {
-                log::debug!("redguard: +switch-master listener: sentinel {label}: {e}");
+                log::debug!(
+                    "redguard: +switch-master listener: sentinel {label}: {e}",
+                    e = e.chain()
+                );
                 index += 1;
                 continue;
             }
@@ -879,7 +886,10 @@ fn listen(weak: &Weak<Inner>) {
                     if let Some(addr) = parse_switch(&payload, &inner.spec.master_name)
                         && let Err(e) = inner.install(addr)
                     {
-                        log::warn!("redguard: sentinel announced an unusable master: {e}");
+                        log::warn!(
+                            "redguard: sentinel announced an unusable master: {e}",
+                            e = e.chain()
+                        );
                     }
                 }
                 Err(e) if e.is_timeout() => {}

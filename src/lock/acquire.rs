@@ -60,8 +60,12 @@ macro_rules! acquire_methods {
         /// # Ok::<(), redguard::Error>(())
         /// ```
         pub fn lock(&self) -> $crate::Result<$guard> {
-            self.acquire(None)?
-                .ok_or_else(|| $crate::Error::Timeout("gave up waiting without a deadline".into()))
+            self.acquire(None)?.ok_or_else(|| $crate::Error::Timeout {
+                kind: $crate::TimeoutKind::Wait,
+                limit: ::std::time::Duration::MAX,
+                server: None,
+                about: None,
+            })
         }
 
         /// Acquires it if it is free (or held by the calling thread),
@@ -478,7 +482,8 @@ impl Lock {
         if let Err(e) = released {
             log::warn!(
                 "redguard: could not give back lock {:?}: {e}; it expires with its lease",
-                String::from_utf8_lossy(&self.inner.name)
+                String::from_utf8_lossy(&self.inner.name),
+                e = e.chain()
             );
         }
     }
@@ -525,7 +530,8 @@ impl Lock {
                 "redguard: acquire of {:?} has an unknown outcome and could not be undone \
                  ({e}); a grant, if any, expires with its lease (and is dropped by this \
                  thread's next release of the lock)",
-                String::from_utf8_lossy(key)
+                String::from_utf8_lossy(key),
+                e = e.chain()
             ),
         }
     }

@@ -44,7 +44,8 @@ impl Drop for QueueSeat<'_> {
             log::warn!(
                 "redguard: could not leave the queue of fair lock {:?}: {e}; \
                  the entry is pruned after the fair wait timeout",
-                String::from_utf8_lossy(&self.lock.inner.name)
+                String::from_utf8_lossy(&self.lock.inner.name),
+                e = e.chain()
             );
         }
     }

@@ -252,10 +252,16 @@ impl LockGuard {
                     // back (above), which this thread's next acquire of
                     // the lock must not meet.
                     holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
-                    Err(Error::Timeout(format!(
-                        "the extension of lock {:?} was still being retried when its lease ended",
-                        String::from_utf8_lossy(self.lock.name())
-                    )))
+                    Err(Error::Timeout {
+                        kind: crate::TimeoutKind::Lease,
+                        limit: Duration::from_millis(self.lease_ms),
+                        server: None,
+                        about: Some(format!(
+                            "the extension of lock {:?} was still being retried when its lease \
+                             ended",
+                            String::from_utf8_lossy(self.lock.name())
+                        )),
+                    })
                 })
             }
             other => other,
@@ -419,7 +425,7 @@ impl LockGuard {
     /// which is safe to repeat, until that goes through or the lease runs
     /// out at `until`. This thread's next acquire of the lock waits for it.
     fn retry_release(&mut self, until: Instant, err: Error) {
-        let cause = err.to_string();
+        let cause = err.chain();
         let (lock, holder) = (self.lock.clone(), self.holder.clone());
         let retry = self.lock.submit_retry(
             format!(
@@ -450,7 +456,8 @@ impl Drop for LockGuard {
                 ),
                 e => log::warn!(
                     "redguard: unlock of {:?} failed: {e}; it expires with its lease",
-                    String::from_utf8_lossy(self.lock.name())
+                    String::from_utf8_lossy(self.lock.name()),
+                    e = e.chain()
                 ),
             }
         }

@@ -691,7 +691,8 @@ impl Lock {
                     log::debug!(
                         "redguard: could not learn what became of an interrupted release of \
                          {:?}: {e}",
-                        String::from_utf8_lossy(&self.inner.name)
+                        String::from_utf8_lossy(&self.inner.name),
+                        e = e.chain()
                     );
                     None
                 }
@@ -713,7 +714,8 @@ impl Lock {
             log::warn!(
                 "redguard: could not give back lock {:?}, extended after its lease was lost: \
                  {e}; it expires with the new lease",
-                String::from_utf8_lossy(&self.inner.name)
+                String::from_utf8_lossy(&self.inner.name),
+                e = e.chain()
             );
         }
     }

@@ -519,7 +519,8 @@ impl RedLockGuard {
                 Ok(()) => extended += 1,
                 Err(e) => log::debug!(
                     "redguard: RedLock: extending {:?} failed: {e}",
-                    String::from_utf8_lossy(guard.lock().name())
+                    String::from_utf8_lossy(guard.lock().name()),
+                    e = e.chain()
                 ),
             }
         }

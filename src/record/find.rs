@@ -71,7 +71,10 @@ pub(crate) fn holding(
         let (next, records) = match page {
             Ok(page) => page,
             Err(e) => {
-                log::debug!("redguard: searching the holder records failed: {e}");
+                log::debug!(
+                    "redguard: searching the holder records failed: {e}",
+                    e = e.chain()
+                );
                 break;
             }
         };

@@ -94,7 +94,12 @@ pub(crate) fn add_classic_elsewhere(
                 }
                 cmd.query(conn).map_err(Error::redis)
             })
-            .map_err(|e| log::debug!("redguard: PUBSUB NUMSUB on node {other}: {e}"))
+            .map_err(|e| {
+                log::debug!(
+                    "redguard: PUBSUB NUMSUB on node {other}: {e}",
+                    e = e.chain()
+                );
+            })
             .ok();
         add_counts(counts, numsub(reply, channels.len()));
     }

@@ -312,8 +312,12 @@ impl ExpiringSemaphore {
     /// lost is given back by its id before the next attempt; if that fails
     /// too, it expires with its lease.
     pub fn acquire(&self) -> Result<PermitGuard> {
-        self.acquire_until(None)?
-            .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
+        self.acquire_until(None)?.ok_or_else(|| Error::Timeout {
+            kind: crate::TimeoutKind::Wait,
+            limit: std::time::Duration::MAX,
+            server: None,
+            about: None,
+        })
     }
 
     /// Takes one permit if one is available now: `Ok(None)` when none is.
@@ -666,7 +670,8 @@ impl Drop for PermitGuard {
                     "redguard: could not give back permit {} of semaphore {:?}: {e}; it comes \
                      back when its lease ends",
                     self.id,
-                    String::from_utf8_lossy(&self.semaphore.name)
+                    String::from_utf8_lossy(&self.semaphore.name),
+                    e = e.chain()
                 ),
             }
         }

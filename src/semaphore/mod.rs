@@ -256,7 +256,12 @@ impl Semaphore {
     /// waiter whose pub/sub connection broke keeps polling.
     pub fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
         self.acquire_until(permits, None)?
-            .ok_or_else(|| Error::Timeout("gave up waiting without a deadline".into()))
+            .ok_or_else(|| Error::Timeout {
+                kind: crate::TimeoutKind::Wait,
+                limit: std::time::Duration::MAX,
+                server: None,
+                about: None,
+            })
     }
 
     /// Takes `permits` permits if they are available now, without waiting
@@ -470,7 +475,8 @@ impl Drop for SemaphoreGuard {
             log::warn!(
                 "redguard: could not give back {} permits of semaphore {:?}: {e}",
                 self.permits,
-                String::from_utf8_lossy(&self.semaphore.name)
+                String::from_utf8_lossy(&self.semaphore.name),
+                e = e.chain()
             );
         }
     }

@@ -277,7 +277,10 @@ impl Worker {
                 Ok(conn) => conn,
                 Err(e) => {
                     let pause = backoff.next_pause();
-                    log::debug!("redguard subscriber: connect failed: {e}; retrying in {pause:?}");
+                    log::debug!(
+                        "redguard subscriber: connect failed: {e}; retrying in {pause:?}",
+                        e = e.chain()
+                    );
                     if self.sleep_or_stop(pause) {
                         return;
                     }

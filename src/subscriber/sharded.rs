@@ -294,7 +294,8 @@ impl NodeThread {
                     Err(e) => {
                         log::debug!(
                             "redguard subscriber: SSUBSCRIBE {:?} failed ({e}); trying again later",
-                            String::from_utf8_lossy(&channel)
+                            String::from_utf8_lossy(&channel),
+                            e = e.chain()
                         );
                         // A refusal (`MOVED`: the slot lives elsewhere)
                         // leaves the connection and its other channels be.

@@ -1111,7 +1111,8 @@ impl Watchdog {
             if let Some(e) = detail {
                 log::debug!(
                     "redguard: last renewal error of lock {:?} before its loss: {e}",
-                    entry.name()
+                    entry.name(),
+                    e = e.chain()
                 );
             }
             entry
@@ -1215,7 +1216,8 @@ impl Watchdog {
                 // under way: what became of it still says why.
                 log::debug!(
                     "redguard: last renewal error of lock {:?} before its loss: {e}",
-                    entry.name()
+                    entry.name(),
+                    e = e.chain()
                 );
             }
             let Some(mut entry) = self.still_wanted(entry) else {
@@ -1306,7 +1308,8 @@ impl Watchdog {
                 "redguard: lease renewals failing ({err}, lock {:?} and {} more); retried with \
                  backoff until each lease runs out",
                 entry.name(),
-                failed.len() - 1
+                failed.len() - 1,
+                err = err.chain()
             );
         }
         let mut kept = Vec::with_capacity(failed.len());
@@ -1327,7 +1330,8 @@ impl Watchdog {
             "redguard: renewal of lock {:?} failed ({err}); retrying after a pause, with the \
              server's {} other failed renewal(s)",
             first.name(),
-            kept.len() - 1
+            kept.len() - 1,
+            err = err.chain()
         );
         let Some(state) = self.state(server, &source) else {
             for (entry, _) in kept {

@@ -178,7 +178,8 @@ impl RecordState {
             Err(e) => {
                 log::debug!(
                     "redguard: could not write holder record {:?}: {e}",
-                    String::from_utf8_lossy(&write.key)
+                    String::from_utf8_lossy(&write.key),
+                    e = e.chain()
                 );
                 if crate::connection::cluster::is_redirect(&e) {
                     self.key = None;
@@ -285,7 +286,15 @@ mod tests {
         over.mark_released();
         let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
         assert_eq!(w.adds.len(), 1);
-        r.settle(w, Err(Error::Timeout("slow".into())));
+        r.settle(
+            w,
+            Err(Error::Timeout {
+                kind: crate::TimeoutKind::Reply,
+                limit: std::time::Duration::from_secs(1),
+                server: None,
+                about: None,
+            }),
+        );
         let w = r.take(|_| None, now).unwrap();
         assert!(w.statics && w.adds.len() == 1);
     }
@@ -298,12 +307,28 @@ mod tests {
         // The first, whole write fails (the server went down).
         let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
         assert!(w.statics);
-        r.settle(w, Err(Error::Timeout("down".into())));
+        r.settle(
+            w,
+            Err(Error::Timeout {
+                kind: crate::TimeoutKind::Reply,
+                limit: std::time::Duration::from_secs(1),
+                server: None,
+                about: None,
+            }),
+        );
         assert_eq!(r.due_at(true, now), Some(now + PACE), "sent again at once");
         // A later write that fails waits as long.
         let later = now + PACE;
         let w = r.take(|_| None, later).unwrap();
-        r.settle(w, Err(Error::Timeout("down".into())));
+        r.settle(
+            w,
+            Err(Error::Timeout {
+                kind: crate::TimeoutKind::Reply,
+                limit: std::time::Duration::from_secs(1),
+                server: None,
+                about: None,
+            }),
+        );
         assert_eq!(r.due_at(true, later), Some(later + PACE));
         // Once one goes through, the record is due as usual.
         let w = r.take(|_| None, later + PACE).unwrap();

@@ -81,13 +81,17 @@ impl Retry {
                 Step::Finished
             }
             Err(e) if e.is_failover() && Instant::now() < self.until => {
-                log::debug!("redguard: {} failed again ({e}); retrying", self.what);
+                log::debug!(
+                    "redguard: {} failed again ({e}); retrying",
+                    self.what,
+                    e = e.chain()
+                );
                 let unreachable = e.is_connection();
                 self.last = Some(e);
                 Step::Again { unreachable }
             }
             Err(e) => {
-                log::warn!("redguard: {} failed: {e}", self.what);
+                log::warn!("redguard: {} failed: {e}", self.what, e = e.chain());
                 self.done.finish(Err(e));
                 Step::Finished
             }
@@ -100,7 +104,8 @@ impl Retry {
         log::warn!(
             "redguard: {} gave up: its lease ran out while the server could not be reached \
              (last error: {err}); the key expired by itself",
-            self.what
+            self.what,
+            err = err.chain()
         );
         self.done.finish(Err(err));
     }
@@ -234,7 +239,8 @@ pub(crate) fn submit(
     });
     let handle = Handle(done.clone());
     log::info!(
-        "redguard: {what} failed ({err}); retrying it until it goes through or the lease ends"
+        "redguard: {what} failed ({err}); retrying it until it goes through or the lease ends",
+        err = err.chain()
     );
     let retry = Retry {
         what,

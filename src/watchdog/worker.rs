@@ -306,7 +306,10 @@ impl Worker {
                         .map_err(Error::redis)
                 });
                 if let Err(e) = deleted {
-                    log::debug!("redguard: could not delete the holder record at shutdown: {e}");
+                    log::debug!(
+                        "redguard: could not delete the holder record at shutdown: {e}",
+                        e = e.chain()
+                    );
                 }
                 drop(done);
             }
@@ -551,7 +554,8 @@ impl Worker {
                 return;
             };
             log::debug!(
-                "redguard watchdog: the watch connection closed ({e}); checking every lease there"
+                "redguard watchdog: the watch connection closed ({e}); checking every lease there",
+                e = e.chain()
             );
             self.watch.conn = None;
             self.watch.failures = 0;
@@ -603,7 +607,8 @@ impl Worker {
                 let pause = self.watch.backoff.next_pause();
                 self.watch.next_look = Some(now + pause);
                 log::debug!(
-                    "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}"
+                    "redguard watchdog: cannot open the watch connection ({e}); again in {pause:?}",
+                    e = e.chain()
                 );
             }
         }
@@ -982,7 +987,8 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 broken = e.breaks_connection();
                 log::warn!(
                     "redguard: could not release lock {:?} at client shutdown: {e}",
-                    entry.name()
+                    entry.name(),
+                    e = e.chain()
                 );
             }
         }

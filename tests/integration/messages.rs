@@ -204,3 +204,178 @@ fn fake_old_redis(
         sleep(ms(2));
     }
 }
+
+/// The message of `err` and of each of its sources, joined with ": " (what
+/// anyhow's `{:#}` prints).
+fn chain(err: &Error) -> String {
+    let mut text = err.to_string();
+    let mut next = std::error::Error::source(err);
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
+}
+
+/// A refused connection: the chain names the server once and the OS's
+/// reason once (it used to say the reason three times and the server
+/// inside the reason).
+#[test]
+fn a_connection_error_names_its_server_and_says_its_cause_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let port = server.port();
+    drop(server);
+    let err = lock_error(&url);
+    assert!(err.is_connection(), "{err:?}");
+    let text = chain(&err);
+    eprintln!("refused: {text}");
+    let at = format!("127.0.0.1:{port}/0");
+    assert!(err.to_string().contains(&at), "{text}");
+    assert_eq!(text.matches(&at).count(), 1, "{text}");
+    assert_eq!(text.matches("Connection refused").count(), 1, "{text}");
+    assert!(
+        !err.to_string().contains("Connection refused"),
+        "the message repeats its source: {text}"
+    );
+    assert_plain(&err);
+}
+
+/// A connection that breaks under a call (the server is killed after it
+/// was made): the error names the server, the OS's reason said once.
+#[test]
+fn a_connection_broken_under_a_call_names_its_server() {
+    let mut server = RedisServer::start();
+    let at = format!("127.0.0.1:{}/0", server.port());
+    let client = test_builder(&server.url()).build().unwrap();
+    let lock = client.lock(unique_name("broken"));
+    assert!(!lock.is_locked().unwrap());
+    server.kill();
+    let err = lock.is_locked().unwrap_err();
+    let text = chain(&err);
+    eprintln!("broken: {text}");
+    assert!(err.is_connection(), "{err:?}");
+    assert!(err.to_string().contains(&at), "{text}");
+    let levels: Vec<String> =
+        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    assert!(levels.len() >= 2, "no cause: {levels:?}");
+    for pair in levels.windows(2) {
+        assert!(!pair[0].contains(&pair[1]), "{pair:?} repeats its source");
+    }
+}
+
+/// A reply that never comes (the server is stopped after the connection
+/// was made): a `Timeout` of kind `Reply` with the response timeout as its
+/// limit and the server, in both connection modes; a new connection to the
+/// stopped server: kind `Connect`.
+#[test]
+fn a_reply_timeout_names_its_kind_limit_and_server() {
+    let server = RedisServer::start();
+    let response = Duration::from_millis(400);
+    let at = format!("127.0.0.1:{}/0", server.port());
+    let modes = [
+        redguard::ConnectionMode::Exclusive,
+        redguard::ConnectionMode::Combining { connections: 1 },
+        redguard::ConnectionMode::Duplex { connections: 1 },
+    ];
+    let clients: Vec<_> = modes
+        .iter()
+        .map(|&mode| {
+            let client = test_builder(&server.url())
+                .watchdog_timeout(Duration::from_secs(9))
+                .response_timeout(response)
+                .connection_mode(mode)
+                .build()
+                .unwrap();
+            let lock = client.lock(unique_name("timeout"));
+            assert!(!lock.is_locked().unwrap());
+            (client, lock)
+        })
+        .collect();
+    server.sigstop();
+    for ((_, lock), mode) in clients.iter().zip(modes) {
+        let err = lock.is_locked().unwrap_err();
+        eprintln!("{mode:?}: {}", chain(&err));
+        assert!(err.is_timeout() && err.is_transient(), "{err:?}");
+        match &err {
+            Error::Timeout {
+                kind: redguard::TimeoutKind::Reply,
+                limit,
+                server: Some(s),
+                ..
+            } => {
+                assert_eq!(*limit, response, "{mode:?}: {err:?}");
+                assert_eq!(*s, at, "{mode:?}: {err:?}");
+            }
+            other => panic!("{mode:?}: not a reply timeout: {other:?}"),
+        }
+    }
+    let fresh = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(9))
+        .response_timeout(response)
+        .build()
+        .unwrap();
+    let err = fresh.lock(unique_name("timeout")).is_locked().unwrap_err();
+    eprintln!("new connection: {}", chain(&err));
+    assert!(
+        matches!(
+            &err,
+            Error::Timeout {
+                kind: redguard::TimeoutKind::Connect,
+                server: Some(s),
+                ..
+            } if *s == at
+        ),
+        "{err:?}"
+    );
+    server.sigcont();
+}
+
+/// Two calls on a one-connection pool while the server is stopped: one
+/// waits for its reply (`Reply`, the response timeout), the other for the
+/// connection (`Pool`, the connect timeout).
+#[test]
+fn a_busy_pool_gives_a_pool_timeout() {
+    let server = RedisServer::start();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(9))
+        .response_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_millis(300))
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let name = unique_name("pool");
+    assert!(!client.lock(&name).is_locked().unwrap());
+    server.sigstop();
+    let errors: Vec<Error> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| client.lock(&name).is_locked().unwrap_err()))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    server.sigcont();
+    let kinds: Vec<_> = errors
+        .iter()
+        .map(|e| match e {
+            Error::Timeout {
+                kind,
+                limit,
+                server,
+                ..
+            } => {
+                assert!(server.is_some(), "{e:?}");
+                (*kind, *limit)
+            }
+            other => panic!("not a timeout: {other:?}"),
+        })
+        .collect();
+    eprintln!("{kinds:?}");
+    assert!(
+        kinds.contains(&(redguard::TimeoutKind::Reply, Duration::from_secs(2)))
+            && kinds.contains(&(redguard::TimeoutKind::Pool, Duration::from_millis(300))),
+        "{errors:?}"
+    );
+}

@@ -309,7 +309,11 @@ fn w6_a_renewal_failure_keeps_its_kind() {
     let name = unique_name("w6-refused");
     let guard = client.lock(&name).lock().unwrap();
     server.kill();
-    let line = renewal_error_for(&name, "connection to Redis failed");
+    let refused = format!(
+        "connection to Redis at 127.0.0.1:{}/0 failed: ",
+        server.port()
+    );
+    let line = renewal_error_for(&name, &refused);
     assert!(
         line.is_some(),
         "{:?}",
@@ -340,7 +344,13 @@ fn w6_a_renewal_failure_keeps_its_kind() {
         .arg("normal")
         .query(&mut admin)
         .unwrap();
-    let line = renewal_error_for(&name, "authentication with Redis failed");
+    let line = renewal_error_for(
+        &name,
+        &format!(
+            "authentication with Redis at 127.0.0.1:{}/0 failed",
+            server.port()
+        ),
+    );
     assert!(
         line.is_some(),
         "{:?}",
@@ -357,7 +367,13 @@ fn w6_a_renewal_failure_keeps_its_kind() {
     let name = unique_name("w6-stall");
     let guard = client.lock(&name).lock().unwrap();
     server.sigstop();
-    let line = renewal_error_for(&name, "timed out");
+    let line = renewal_error_for(
+        &name,
+        &format!(
+            "no reply from Redis at 127.0.0.1:{}/0 within",
+            server.port()
+        ),
+    );
     server.sigcont();
     assert!(
         line.is_some(),

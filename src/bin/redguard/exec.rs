@@ -188,8 +188,9 @@ fn finish(
         }
         Err(e) => {
             out::warn(&format!(
-                "could not release lock {} ({e}); it frees itself when its lease runs out",
-                show::name(name)
+                "could not release lock {} ({}); it frees itself when its lease runs out",
+                show::name(name),
+                crate::fail::chain(&e),
             ));
             Ok(ExitCode::from(cmd_code))
         }

@@ -53,14 +53,20 @@ impl Failure {
     /// (`host:port`, never a URL).
     pub(crate) fn from_lib(err: &redguard::Error, server: &str) -> Failure {
         use redguard::Error as E;
+        let text = chain(err);
+        // The library's message names the server it talked to; said once.
+        let at = if text.contains(server) {
+            String::new()
+        } else {
+            format!(" at {server}")
+        };
         match err {
             E::InvalidArgument(msg) => Failure::new(code::USAGE, msg.clone()),
-            E::Connection(_) | E::Timeout(_) => Failure::new(
-                code::UNAVAILABLE,
-                format!("cannot reach Redis at {server}: {err}"),
-            ),
+            E::Connection(_) | E::Timeout { .. } => {
+                Failure::new(code::UNAVAILABLE, format!("cannot reach Redis{at}: {text}"))
+            }
             E::Auth(_) | E::Permission(_) => {
-                Failure::new(code::NOPERM, format!("Redis at {server}: {err}"))
+                Failure::new(code::NOPERM, format!("Redis{at}: {text}"))
             }
             E::WrongType { key } => Failure::new(
                 code::DATAERR,
@@ -69,7 +75,7 @@ impl Failure {
             E::LockLost { .. } | E::NotHeld { .. } | E::Shutdown => {
                 Failure::new(code::SOFTWARE, err.to_string())
             }
-            _ => Failure::new(code::UNAVAILABLE, format!("Redis at {server}: {err}")),
+            _ => Failure::new(code::UNAVAILABLE, format!("Redis{at}: {text}")),
         }
     }
 
@@ -93,6 +99,19 @@ impl Failure {
             _ => Failure::from_lib(err, server),
         }
     }
+}
+
+/// An error's message and every source's, joined with `": "`: a library
+/// error's message says only its own part, its cause is its source.
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
 }
 
 impl fmt::Display for Failure {

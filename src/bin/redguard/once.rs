@@ -152,8 +152,9 @@ fn run_once(
         );
         if let Err(e) = abandoned {
             out::warn(&format!(
-                "could not give up the run of {} ({e}); it frees itself when its lease runs out",
-                show::name(key)
+                "could not give up the run of {} ({}); it frees itself when its lease runs out",
+                show::name(key),
+                crate::fail::chain(&e),
             ));
         }
         if !args.quiet {

@@ -37,13 +37,22 @@ pub(crate) fn within<T>(
             if failed == 1 {
                 return Err(err);
             }
-            return Err(redguard::Error::Timeout(format!(
-                "the wait ran out while Redis was unavailable ({failed} attempts over {} \
-                 failed; the last: {err})",
-                crate::show::left(now.duration_since(started))
-            )));
+            let over = now.duration_since(started);
+            return Err(redguard::Error::Timeout {
+                kind: redguard::TimeoutKind::Wait,
+                limit: over,
+                server: None,
+                about: Some(format!(
+                    "Redis was unavailable ({failed} attempts over {} failed; the last: {})",
+                    crate::show::left(over),
+                    crate::fail::chain(&err)
+                )),
+            });
         }
-        log::debug!("redguard: reading from Redis failed ({err}); retrying");
+        log::debug!(
+            "redguard: reading from Redis failed ({}); retrying",
+            crate::fail::chain(&err)
+        );
         let half = step / 2;
         let jitter = rand::random_range(0..=u64::try_from(half.as_micros()).unwrap_or(0));
         let mut pause = half + Duration::from_micros(jitter);

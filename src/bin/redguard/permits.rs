@@ -192,9 +192,10 @@ fn finish(
         }
         Err(e) => {
             out::warn(&format!(
-                "could not give back permit {id} of semaphore {} ({e}); it comes back when its \
+                "could not give back permit {id} of semaphore {} ({}); it comes back when its \
                  lease runs out",
-                show::name(name)
+                show::name(name),
+                crate::fail::chain(&e),
             ));
             Ok(ExitCode::from(cmd_code))
         }
