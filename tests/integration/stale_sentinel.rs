@@ -40,7 +40,7 @@ impl FakeSentinel {
                             let asked = asked.clone();
                             std::thread::spawn(move || serve(stream, master_port, &asked));
                         }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                        Err(_) => crate::support::sleep(Duration::from_millis(5)),
                     }
                 }
             });

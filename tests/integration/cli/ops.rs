@@ -556,7 +556,7 @@ fn who_takes_a_holder_id_as_status_prints_it() {
     });
     assert!(both, "the client's record never listed both holds");
     let v = shown(&holder);
-    assert_eq!(names(&v), [mine.clone()], "{v}");
+    assert_eq!(names(&v), [mine], "{v}");
     assert_eq!(v["holder"], holder.as_str(), "{v}");
     assert_eq!(v["client"], client.id().to_string().as_str(), "{v}");
     drop(other_thread);
