@@ -154,8 +154,8 @@ pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, 
 pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{
-    AttemptState, MAX_FAILED_ATTEMPT_TTL, MAX_OUTCOME_LEN, Once, OnceAttempt, OnceGuard, OnceStatus,
-    Outcome,
+    AttemptState, MAX_FAILED_ATTEMPT_TTL, MAX_OUTCOME_LEN, Once, OnceAttempt, OnceGuard,
+    OnceStatus, Outcome,
 };
 pub use record::{HolderRecord, RecordCommand, RecordedHold};
 pub use semaphore::{

@@ -394,9 +394,7 @@ impl OnceGuard {
         }
         let key = self.key();
         let attempt_key = keys::once_attempt(key);
-        let ttl_ms = self
-            .ttl_ms
-            .min(MAX_FAILED_ATTEMPT_TTL.as_millis() as u64);
+        let ttl_ms = self.ttl_ms.min(MAX_FAILED_ATTEMPT_TTL.as_millis() as u64);
         let holder = self.guard.holder_id().as_str();
         let client = self.guard.lock().client();
         let at = client.with_conn(key, |conn| {

@@ -125,12 +125,17 @@ pub(crate) fn complete(
     outcome: &[u8],
     ttl_ms: u64,
 ) -> Result<Option<u64>> {
-    let reply = evalsha(conn, COMPLETE.get(publish), &[key, channel, attempt_key], |cmd| {
-        cmd.arg(holder)
-            .arg(outcome)
-            .arg(ttl_ms)
-            .arg(READ_UNLOCK_MESSAGE);
-    })
+    let reply = evalsha(
+        conn,
+        COMPLETE.get(publish),
+        &[key, channel, attempt_key],
+        |cmd| {
+            cmd.arg(holder)
+                .arg(outcome)
+                .arg(ttl_ms)
+                .arg(READ_UNLOCK_MESSAGE);
+        },
+    )
     .map_err(|e| Error::from_redis(e, key))?;
     match reply {
         Value::Int(0) => Ok(None),
