@@ -33,6 +33,7 @@ mod exec_lease;
 mod exec_signals;
 mod exec_tree;
 mod help;
+mod once_attempt;
 mod ops;
 mod readme;
 mod record_secrets;
