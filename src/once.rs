@@ -837,8 +837,9 @@ impl Client {
         Ok(OnceAttempt::from_fields(&fields))
     }
 
-    /// Deletes the record of the run-once key `key`, so that the next
-    /// caller of [`Client::once`] runs the work again. `true` when a record
+    /// Deletes the record of the run-once key `key`, and its last-attempt
+    /// record, so that the next caller of [`Client::once`] runs the work
+    /// again. `true` when a record
     /// was deleted; `false` when nothing was recorded, or a runner holds
     /// the key (a running claim is never touched: tell the two apart with
     /// [`Client::once_status`]).
@@ -852,7 +853,19 @@ impl Client {
         let key = key.as_ref();
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         self.check_open()?;
-        let forgot = self.with_conn(key, |conn| script::forget(conn, key))?;
+        let attempt_key = keys::once_attempt(key);
+        let forgot = self.with_conn(key, |conn| {
+            let forgot = script::forget(conn, key)?;
+            if forgot != Forget::Running {
+                // The last attempt goes with the record: the key starts
+                // afresh.
+                redis::cmd("DEL")
+                    .arg(&attempt_key)
+                    .exec(conn)
+                    .map_err(|e| Error::from_redis(e, &attempt_key))?;
+            }
+            Ok(forgot)
+        })?;
         Ok(forgot == Forget::Deleted)
     }
 }

@@ -275,7 +275,7 @@ pub(crate) fn state_word(info: &OnceInfo) -> &'static str {
     match (&info.status, &info.last_attempt) {
         (OnceStatus::Running { .. }, _) => "running",
         (OnceStatus::Done(_), _) => "done",
-        (OnceStatus::NotRun, Some(attempt)) => attempt.state.as_str(),
+        (OnceStatus::NotRun, Some(a)) if a.state != AttemptState::Done => a.state.as_str(),
         (OnceStatus::NotRun, None) => "not_run",
         _ => "unknown",
     }
@@ -285,11 +285,11 @@ pub(crate) fn state_word(info: &OnceInfo) -> &'static str {
 /// record)", or how its last attempt ended.
 fn not_run_line(info: &OnceInfo) -> String {
     match &info.last_attempt {
-        Some(a) => format!(
+        Some(a) if a.state != AttemptState::Done => format!(
             "not recorded: last attempt {}; the next caller runs CMD",
             attempt_text(a)
         ),
-        None => "not run (no record)".to_owned(),
+        _ => "not run (no record)".to_owned(),
     }
 }
 
