@@ -540,14 +540,12 @@ impl Record {
     fn write(&self) -> Result<Release> {
         let client = self.lock.client();
         let key = self.lock.name();
-        let attempt_key = keys::once_attempt(key);
         let at = client.with_conn(key, |conn| {
             let at = script::complete(
                 conn,
                 client.publish(key),
                 key,
                 self.lock.channel(),
-                &attempt_key,
                 &self.holder,
                 &self.value,
                 self.ttl_ms,
@@ -636,7 +634,6 @@ impl Client {
         let holder = self.holder_id();
         let holder_str: Arc<str> = holder.as_arc().clone();
         let token_key = keys::token(key);
-        let attempt_key = keys::once_attempt(key);
         let (host, pid, program) = self.runner_fields();
         let runner = script::Runner {
             host: &host,
@@ -664,15 +661,7 @@ impl Client {
             let reply = self.with_conn(key, |conn| {
                 sent_script = true;
                 let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    script::claim(
-                        conn,
-                        key,
-                        &token_key,
-                        &attempt_key,
-                        &holder_str,
-                        lease_ms,
-                        Some(&runner),
-                    )
+                    script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
                 })?;
                 if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                     short_acks = acked;
@@ -785,9 +774,8 @@ impl Client {
         let key = key.as_ref();
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let token_key = keys::token(key);
-        let attempt_key = keys::once_attempt(key);
         let found = self.with_conn(key, |conn| {
-            script::claim(conn, key, &token_key, &attempt_key, "", 1, None)
+            script::claim(conn, key, &token_key, "", 1, None)
         })?;
         Ok(match found {
             Claim::Free => OnceStatus::NotRun,

@@ -47,18 +47,17 @@ pub(crate) struct Runner<'a> {
 
 /// Runs the claim script: with `take`, claims a free key for `holder` with
 /// a lease of `lease_ms`, draws a token from `token_key` and starts a
-/// `running` attempt in `attempt_key` for `runner`; without, only reports.
-#[allow(clippy::too_many_arguments)]
+/// `running` attempt for `runner` in the key's last-attempt record; without, only reports.
 pub(crate) fn claim(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
     token_key: &[u8],
-    attempt_key: &[u8],
     holder: &str,
     lease_ms: u64,
     take: Option<&Runner<'_>>,
 ) -> Result<Claim> {
-    let reply = evalsha(conn, &CLAIM, &[key, token_key, attempt_key], |cmd| {
+    let attempt_key = crate::keys::once_attempt(key);
+    let reply = evalsha(conn, &CLAIM, &[key, token_key, &attempt_key], |cmd| {
         cmd.arg(lease_ms).arg(holder);
         match take {
             Some(r) => cmd
@@ -120,11 +119,12 @@ pub(crate) fn complete(
     publish: super::Publish,
     key: &[u8],
     channel: &[u8],
-    attempt_key: &[u8],
     holder: &str,
     outcome: &[u8],
     ttl_ms: u64,
 ) -> Result<Option<u64>> {
+    let attempt_key = crate::keys::once_attempt(key);
+    let attempt_key = attempt_key.as_slice();
     let reply = evalsha(
         conn,
         COMPLETE.get(publish),
