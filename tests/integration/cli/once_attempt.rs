@@ -91,6 +91,26 @@ fn a_failed_run_is_kept_with_its_host_pid_exit_start_and_duration() {
     assert_eq!(s["kind"], "once", "{s}");
     assert_eq!(s["state"], "failed", "{s}");
     assert_eq!(s["last_attempt"]["pid"], last_pid, "{s}");
+
+    // With --record-failure the failure is the record (state done, the
+    // next caller exits 3 without running), and the attempt stays failed.
+    let key = unique_name("nightly-recorded");
+    let mut cmd = redguard(&url);
+    cmd.args([
+        "once",
+        "-q",
+        "--record-failure",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    assert_eq!(run(cmd).code, Some(3));
+    let v = status_json(&url, &key);
+    assert_eq!(v["state"], "done", "{v}");
+    assert_eq!(v["last_attempt"]["state"], "failed", "{v}");
+    assert_eq!(v["last_attempt"]["exit_status"], 3, "{v}");
 }
 
 /// A run ended by SIGTERM (143) is kept as failed with the signal; a
