@@ -188,10 +188,21 @@ fn timeout_ends_a_hung_run_with_124_and_the_next_caller_runs() {
     let server = RedisServer::start();
     let url = server.url();
     let key = unique_name("once-hung");
+    let dir = scratch();
+    let marker = dir.path().join("term");
     let mut cmd = redguard(&url);
-    cmd.args(["once", "-q", "--timeout", "2s", &key, "--", "sleep", "60"]);
+    cmd.args(["once", "-q", "--timeout", "2s", &key, "--", "sh", "-c"])
+        .arg(format!(
+            "trap 'echo term > {}; exit 9' TERM; sleep 60 & wait",
+            path_str(&marker)
+        ));
     let out = run(cmd);
     assert_eq!(out.code, Some(124), "{out:?}");
+    assert_eq!(
+        fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "term",
+        "SIGTERM first"
+    );
     assert!(
         out.elapsed >= Duration::from_secs(2) && out.elapsed < Duration::from_secs(6),
         "stopped at its timeout: {:?}",
