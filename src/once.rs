@@ -372,7 +372,8 @@ impl OnceGuard {
     /// [`OnceGuard::abandon`] (or after [`OnceGuard::complete`] of a
     /// failure), and it works after a lost lease too. `false` when the
     /// record is gone or already another attempt's (a later runner's is
-    /// never overwritten). One round trip.
+    /// never overwritten). One round trip. Redisson has no counterpart
+    /// (it has no run-once keys).
     ///
     /// # Errors
     ///

@@ -182,8 +182,13 @@ fn run_once(
             ));
         }
         if !args.quiet {
+            let ended = if timed_out {
+                format!("CMD was stopped by --timeout ({status})")
+            } else {
+                format!("CMD exited with {status}")
+            };
             out::warn(&format!(
-                "CMD exited with {status}; not recorded, so the next caller runs it again \
+                "{ended}; not recorded, so the next caller runs it again \
                  (--record-failure to record failures)"
             ));
         }
