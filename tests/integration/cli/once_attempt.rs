@@ -100,6 +100,8 @@ fn a_failed_run_is_kept_with_its_host_pid_exit_start_and_duration() {
         "once",
         "-q",
         "--record-failure",
+        "--ttl",
+        "30d",
         &key,
         "--",
         "sh",
@@ -111,6 +113,16 @@ fn a_failed_run_is_kept_with_its_host_pid_exit_start_and_duration() {
     assert_eq!(v["state"], "done", "{v}");
     assert_eq!(v["last_attempt"]["state"], "failed", "{v}");
     assert_eq!(v["last_attempt"]["exit_status"], 3, "{v}");
+    // The record is kept 30 days; the failed attempt at most 7.
+    let week_ms: i64 = 7 * 86_400_000;
+    let attempt_key = format!("redguard_once_attempt:{{{key}}}");
+    let kept: i64 = server.cmd("PTTL", &[attempt_key.as_bytes()]);
+    assert!(
+        (week_ms - 60_000..=week_ms).contains(&kept),
+        "attempt pttl {kept}"
+    );
+    let record: i64 = server.cmd("PTTL", &[key.as_bytes()]);
+    assert!(record > 29 * 86_400_000, "record pttl {record}");
 }
 
 /// A run ended by SIGTERM (143) is kept as failed with the signal; a
