@@ -26,6 +26,7 @@ const COMPLETE: &str = concat!(
     include_str!("../../lua/once_complete.lua")
 );
 const FORGET: &str = include_str!("../../lua/once_forget.lua");
+const ATTEMPT_END: &str = include_str!("../../lua/once_attempt_end.lua");
 const UNLOCK: &str = concat!(
     "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
@@ -109,6 +110,7 @@ struct Scripts {
     claim: Script,
     complete: Script,
     forget: Script,
+    attempt_end: Script,
     unlock: Script,
     lock: Script,
 }
@@ -120,6 +122,7 @@ impl Scripts {
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             forget: Script::new(FORGET),
+            attempt_end: Script::new(ATTEMPT_END),
             unlock: Script::new(UNLOCK),
             lock: Script::new(LOCK),
         }
@@ -280,6 +283,24 @@ fn claim_then_complete_records_and_wakes(server: &RedisServer, s: &mut Scripts) 
         started <= s.server_ms() && started + 5_000 >= s.server_ms(),
         "started {started}"
     );
+    // Only the attempt's own runner may end it: another holder is refused
+    // and changes nothing.
+    let refused: i64 = s
+        .attempt_end
+        .key(attempt_key(&key))
+        .arg(B)
+        .arg("failed")
+        .arg("3")
+        .arg("")
+        .arg(1_000)
+        .invoke(&mut s.conn)
+        .unwrap();
+    assert_eq!(refused, 0);
+    let state: Vec<Option<String>> =
+        s.raw("HMGET", &[&attempt_key(&key), b"state", b"exit_status"]);
+    assert_eq!(state, vec![Some("running".to_owned()), None]);
+    let pttl: i64 = s.raw("PTTL", &[&attempt_key(&key)]);
+    assert!(pttl > 80_000, "attempt pttl {pttl}");
     let pttl: i64 = s.raw("PTTL", &[&attempt_key(&key)]);
     assert!((80_000..=90_000).contains(&pttl), "attempt pttl {pttl}");
 
