@@ -353,8 +353,8 @@ pub(crate) struct ExecArgs {
     pub(crate) kill_grace: Option<Duration>,
 
     /// Stop CMD once it has run this long: SIGTERM, then SIGKILL after
-    /// the kill grace; redguard then exits 124, as timeout(1) does. 0
-    /// (the default) sets no limit.
+    /// the kill grace; redguard then exits 124, as timeout(1) does.
+    /// Without it, or with 0, CMD runs as long as it takes.
     #[arg(
         long,
         value_name = "DUR",
@@ -436,8 +436,8 @@ pub(crate) struct OnceArgs {
     pub(crate) record_failure: bool,
 
     /// Stop CMD once it has run this long: SIGTERM, then SIGKILL after
-    /// the kill grace; redguard then exits 124, as timeout(1) does. 0
-    /// (the default) sets no limit.
+    /// the kill grace; redguard then exits 124, as timeout(1) does.
+    /// Without it, or with 0, CMD runs as long as it takes.
     #[arg(
         long,
         conflicts_with_all = ["status", "forget"],
