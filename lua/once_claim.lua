@@ -12,16 +12,24 @@
 --          expires; shared with a fenced lock of the same name, so tokens only ever grow)
 -- ARGV[1]  lease in milliseconds (PEXPIRE applied when claimed)
 -- ARGV[2]  holder id "<client uuid>:<thread id>"
+-- KEYS[3]  its last-attempt record "redguard_once_attempt:{key}", a hash: state ("running",
+--          later "done", "failed", "abandoned", "timed_out"), holder, host, pid, program,
+--          started_at and ended_at (ms since the epoch, server clock), exit_status, signal
 -- ARGV[3]  "1" to claim the key when it is free; "0" only to look (nothing is written)
+-- ARGV[4]  ttl of the last-attempt record in milliseconds (claims only)
+-- ARGV[5]  host, ARGV[6] pid, ARGV[7] program of the runner, for the last-attempt record
 --
 -- Returns  {1, token}                    claimed: the caller runs; token = the counter after INCR
 --          {0, pttl, holder}             a runner holds the key: its remaining lease in ms (-1:
 --                                        no expiry) and its holder id (the caller's own when the
 --                                        calling thread is the runner: a claim is not reentrant)
+--                                        (a claim also replaces KEYS[3] with a "running"
+--                                        attempt started now, PEXPIRE = ARGV[4])
 --          {2, outcome, at, by, pttl}    done: the record and its remaining ttl in ms (-1: none)
 --          {3}                           free, and ARGV[3] is "0"
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1] (left untouched); an error from
 --          INCR when KEYS[2] holds no integer (raised before anything is written).
+redis.replicate_commands()
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[3] ~= '1' then
         return {3}
@@ -29,6 +37,12 @@ if redis.call('exists', KEYS[1]) == 0 then
     local token = redis.call('incr', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    local t = redis.call('time')
+    redis.call('del', KEYS[3])
+    redis.call('hset', KEYS[3], 'state', 'running', 'holder', ARGV[2], 'host', ARGV[5],
+        'pid', ARGV[6], 'program', ARGV[7],
+        'started_at', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+    redis.call('pexpire', KEYS[3], ARGV[4])
     return {1, token}
 end
 local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')

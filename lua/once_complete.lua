@@ -4,6 +4,9 @@
 --
 -- KEYS[1]  the run-once key (see once_claim.lua for its two layouts)
 -- KEYS[2]  its unlock channel "redisson_lock__channel:{key}"
+-- KEYS[3]  its last-attempt record (see once_claim.lua): when the runner's and still "running",
+--          it becomes "done", ended at `at`, with PEXPIRE = ARGV[3] (a failure recorded on
+--          purpose was ended as "failed" before, and stays so)
 -- ARGV[1]  holder id of the runner
 -- ARGV[2]  the outcome (any bytes)
 -- ARGV[3]  ttl of the record in milliseconds
@@ -26,5 +29,10 @@ local at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2])
 redis.call('del', KEYS[1])
 redis.call('hset', KEYS[1], 'outcome', ARGV[2], 'at', at, 'by', ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
+local attempt = redis.call('hmget', KEYS[3], 'holder', 'state')
+if attempt[1] == ARGV[1] and attempt[2] == 'running' then
+    redis.call('hset', KEYS[3], 'state', 'done', 'ended_at', at)
+    redis.call('pexpire', KEYS[3], ARGV[3])
+end
 notify(KEYS[2], ARGV[4])
 return tonumber(at)

@@ -144,6 +144,13 @@ pub(crate) fn token(name: &[u8]) -> Vec<u8> {
     prefixed("redisson_lock_token", name)
 }
 
+/// The last-attempt record of a run-once key:
+/// `redguard_once_attempt:{name}` (redguard's own; Redisson has no
+/// run-once keys).
+pub(crate) fn once_attempt(name: &[u8]) -> Vec<u8> {
+    prefixed("redguard_once_attempt", name)
+}
+
 /// `{name}`, or `name` when it already contains `{` (Redisson's
 /// `suffixName` without the suffix): the base of keys named after the lock,
 /// sharing its cluster slot.

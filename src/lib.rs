@@ -154,7 +154,10 @@ pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
 pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
 pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
-pub use once::{MAX_OUTCOME_LEN, Once, OnceGuard, OnceStatus, Outcome};
+pub use once::{
+    AttemptState, MAX_FAILED_ATTEMPT_TTL, MAX_OUTCOME_LEN, Once, OnceAttempt, OnceGuard,
+    OnceStatus, Outcome,
+};
 pub use record::{HolderRecord, RecordCommand, RecordedHold};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,

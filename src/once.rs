@@ -23,6 +23,117 @@ use crate::scripts::{Acquire, Release};
 /// store bulk results elsewhere.
 pub const MAX_OUTCOME_LEN: usize = 1024 * 1024;
 
+/// The longest a failed, abandoned or timed-out attempt is kept in the
+/// last-attempt record: 7 days (or the run-once ttl, when shorter).
+pub const MAX_FAILED_ATTEMPT_TTL: Duration = Duration::from_secs(7 * 86_400);
+
+/// How the last attempt at a run-once key stands, in its last-attempt
+/// record ([`OnceAttempt`]). Redisson has no run-once keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptState {
+    /// The runner holds the claim and works.
+    Running,
+    /// The runner recorded its outcome ([`OnceGuard::complete`]).
+    Done,
+    /// The work failed and the runner said so ([`OnceGuard::end_attempt`]).
+    Failed,
+    /// The runner gave up or lost its lease, or died: an attempt recorded
+    /// as running whose claim is no longer held is shown as abandoned.
+    Abandoned,
+    /// The work ran past its time limit and was stopped.
+    TimedOut,
+}
+
+impl AttemptState {
+    /// The state's name as stored and printed: `running`, `done`,
+    /// `failed`, `abandoned`, `timed_out`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptState::Running => "running",
+            AttemptState::Done => "done",
+            AttemptState::Failed => "failed",
+            AttemptState::Abandoned => "abandoned",
+            AttemptState::TimedOut => "timed_out",
+        }
+    }
+
+    fn parse(text: &str) -> Option<AttemptState> {
+        Some(match text {
+            "running" => AttemptState::Running,
+            "done" => AttemptState::Done,
+            "failed" => AttemptState::Failed,
+            "abandoned" => AttemptState::Abandoned,
+            "timed_out" => AttemptState::TimedOut,
+            _ => return None,
+        })
+    }
+}
+
+/// The last attempt at a run-once key, whatever its end, from
+/// [`Client::once_inspect`] ([`OnceInfo::last_attempt`](crate::OnceInfo)):
+/// who ran it, when (Redis server clock, millisecond precision), and how
+/// it ended. Kept in `redguard_once_attempt:{K}` beside the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OnceAttempt {
+    /// How it stands (a `running` attempt whose claim is gone reads as
+    /// [`AttemptState::Abandoned`]).
+    pub state: AttemptState,
+    /// The runner's holder id.
+    pub holder: String,
+    /// The runner's host name.
+    pub host: String,
+    /// The runner's process id (`None` when not recorded).
+    pub pid: Option<u32>,
+    /// The runner's program, as its holder record keeps it (empty with
+    /// holder records off).
+    pub program: String,
+    /// When the claim was granted.
+    pub started_at: SystemTime,
+    /// When it ended (`None` while running, or when it ended unseen).
+    pub ended_at: Option<SystemTime>,
+    /// The exit status the runner reported, as a shell gives it.
+    pub exit_status: Option<i32>,
+    /// The signal that ended the work, as the runner reported it.
+    pub signal: Option<i32>,
+}
+
+impl OnceAttempt {
+    /// From `ended_at` back to `started_at` (`None` before the end).
+    pub fn duration(&self) -> Option<Duration> {
+        self.ended_at
+            .and_then(|end| end.duration_since(self.started_at).ok())
+    }
+
+    /// Reads the record's fields; `None` when there is none (or it is
+    /// unreadable).
+    pub(crate) fn from_fields(fields: &[(String, String)]) -> Option<OnceAttempt> {
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let time = |name: &str| {
+            get(name)
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+        };
+        Some(OnceAttempt {
+            state: AttemptState::parse(get("state")?)?,
+            holder: get("holder")?.to_owned(),
+            host: get("host").unwrap_or_default().to_owned(),
+            pid: get("pid").and_then(|p| p.parse().ok()).filter(|&p| p > 0),
+            program: get("program").unwrap_or_default().to_owned(),
+            started_at: time("started_at")?,
+            ended_at: time("ended_at"),
+            exit_status: get("exit_status").and_then(|v| v.parse().ok()),
+            signal: get("signal").and_then(|v| v.parse().ok()),
+        })
+    }
+}
+
 /// `ttl` in whole milliseconds (fractions round up), for how long a record
 /// of `what` is kept: between [`MIN_LEASE`] and [`MAX_LEASE`], the bounds of
 /// every expiry the crate sets.
@@ -99,6 +210,7 @@ pub(crate) fn ttl_ms(what: &str, ttl: Duration) -> Result<u64> {
 /// | --- | --- |
 /// | `K` | while running: a lock in Redisson's layout (a hash of the runner's holder id → 1, `PEXPIRE` = lease), renewed by the watchdog. Once done: the record, a hash with fields `outcome`, `at` (ms since the Unix epoch, Redis server clock) and `by` (the runner's holder id), `PEXPIRE` = the ttl |
 /// | `redisson_lock_token:{K}` | the fencing-token counter, `INCR`ed by each claim; never expires |
+/// | `redguard_once_attempt:{K}` | the last attempt ([`OnceAttempt`]): a hash with `state`, `holder`, `host`, `pid`, `program`, `started_at`, `ended_at` (ms, server clock), `exit_status`, `signal`; replaced by each claim, `PEXPIRE` = the ttl (a failed one at most [`MAX_FAILED_ATTEMPT_TTL`]) |
 /// | `redisson_lock__channel:{K}` | `1` is published when a run completes (it wakes every [`Client::once_wait`] caller), `0` when it is abandoned (it wakes one, the next runner) |
 ///
 /// Redisson has no run-once keys; because the running claim is a lock in
@@ -250,6 +362,54 @@ impl OnceGuard {
     /// [`Error::LockLost`] as [`LockGuard::check`].
     pub fn check(&self) -> Result<()> {
         self.guard.check()
+    }
+
+    /// Ends this run's last-attempt record ([`OnceAttempt`]) as `state`
+    /// ([`AttemptState::Failed`], [`AttemptState::Abandoned`] or
+    /// [`AttemptState::TimedOut`]) with the work's exit status and signal,
+    /// on the server's clock, kept for the ttl but at most
+    /// [`MAX_FAILED_ATTEMPT_TTL`]. It leaves the claim alone: call it before
+    /// [`OnceGuard::abandon`] (or after [`OnceGuard::complete`] of a
+    /// failure), and it works after a lost lease too. `false` when the
+    /// record is gone or already another attempt's (a later runner's is
+    /// never overwritten). One round trip. Redisson has no counterpart
+    /// (it has no run-once keys).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for [`AttemptState::Running`] or
+    /// [`AttemptState::Done`] (a claim and [`OnceGuard::complete`] write
+    /// those); [`Error::WrongType`] when the record's key holds another
+    /// type; connection, timeout and server errors.
+    pub fn end_attempt(
+        &self,
+        state: AttemptState,
+        exit_status: Option<i32>,
+        signal: Option<i32>,
+    ) -> Result<bool> {
+        if matches!(state, AttemptState::Running | AttemptState::Done) {
+            return Err(Error::invalid(format!(
+                "an attempt cannot be ended as {}",
+                state.as_str()
+            )));
+        }
+        let key = self.key();
+        let attempt_key = keys::once_attempt(key);
+        let ttl_ms = self.ttl_ms.min(MAX_FAILED_ATTEMPT_TTL.as_millis() as u64);
+        let holder = self.guard.holder_id().as_str();
+        let client = self.guard.lock().client();
+        let at = client.with_conn(key, |conn| {
+            script::end_attempt(
+                conn,
+                &attempt_key,
+                holder,
+                state.as_str(),
+                exit_status,
+                signal,
+                ttl_ms,
+            )
+        })?;
+        Ok(at.is_some())
     }
 
     /// Records `outcome` for the ttl and ends the run, in one atomic step,
@@ -484,6 +644,13 @@ impl Client {
         let holder = self.holder_id();
         let holder_str: Arc<str> = holder.as_arc().clone();
         let token_key = keys::token(key);
+        let (host, pid, program) = self.runner_fields();
+        let runner = script::Runner {
+            host: &host,
+            pid,
+            program: &program,
+            ttl_ms,
+        };
         let acks = lock.replica_acks();
         let response_timeout = self.config().response_timeout;
         // What the last attempt met, for a wait that ends without a claim.
@@ -507,7 +674,7 @@ impl Client {
             let reply = self.with_conn(key, |conn| {
                 sent_script = true;
                 let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    script::claim(conn, key, &token_key, &holder_str, lease_ms, true)
+                    script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
                 })?;
                 if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                     short_acks = acked;
@@ -639,7 +806,7 @@ impl Client {
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let token_key = keys::token(key);
         let found = self.with_conn(key, |conn| {
-            script::claim(conn, key, &token_key, "", 1, false)
+            script::claim(conn, key, &token_key, "", 1, None)
         })?;
         Ok(match found {
             Claim::Free => OnceStatus::NotRun,
@@ -664,8 +831,34 @@ impl Client {
         })
     }
 
-    /// Deletes the record of the run-once key `key`, so that the next
-    /// caller of [`Client::once`] runs the work again. `true` when a record
+    /// This process's host, pid and program, for a last-attempt record:
+    /// as its holder record keeps them (with records off: no program).
+    fn runner_fields(&self) -> (String, u32, String) {
+        match &self.hooks().record {
+            Some(spec) => (
+                spec.host().to_owned(),
+                spec.pid(),
+                spec.program().to_owned(),
+            ),
+            None => (
+                gethostname::gethostname().to_string_lossy().into_owned(),
+                std::process::id(),
+                String::new(),
+            ),
+        }
+    }
+
+    /// The last-attempt record of the run-once key `key`, as stored (a
+    /// `running` attempt is not checked against the claim here).
+    pub(crate) fn once_attempt_raw(&self, key: &[u8]) -> Result<Option<OnceAttempt>> {
+        let attempt_key = keys::once_attempt(key);
+        let fields = self.with_conn(key, |conn| script::read_attempt(conn, &attempt_key))?;
+        Ok(OnceAttempt::from_fields(&fields))
+    }
+
+    /// Deletes the record of the run-once key `key`, and its last-attempt
+    /// record, so that the next caller of [`Client::once`] runs the work
+    /// again. `true` when a record
     /// was deleted; `false` when nothing was recorded, or a runner holds
     /// the key (a running claim is never touched: tell the two apart with
     /// [`Client::once_status`]).
@@ -679,7 +872,19 @@ impl Client {
         let key = key.as_ref();
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         self.check_open()?;
-        let forgot = self.with_conn(key, |conn| script::forget(conn, key))?;
+        let attempt_key = keys::once_attempt(key);
+        let forgot = self.with_conn(key, |conn| {
+            let forgot = script::forget(conn, key)?;
+            if forgot != Forget::Running {
+                // The last attempt goes with the record: the key starts
+                // afresh.
+                redis::cmd("DEL")
+                    .arg(&attempt_key)
+                    .exec(conn)
+                    .map_err(|e| Error::from_redis(e, &attempt_key))?;
+            }
+            Ok(forgot)
+        })?;
         Ok(forgot == Forget::Deleted)
     }
 }

@@ -126,6 +126,10 @@ pub struct OnceInfo {
     /// [`Client::once_wait`] in other processes, waiting for the runner
     /// (one per client). `None` when the server would not say.
     pub subscribers: Option<u64>,
+    /// The last attempt, whatever its end (`None` when none is kept): a
+    /// `running` attempt whose claim is no longer held by its runner reads
+    /// as [`AttemptState::Abandoned`](crate::AttemptState::Abandoned).
+    pub last_attempt: Option<crate::OnceAttempt>,
 }
 
 impl OnceInfo {
@@ -334,13 +338,27 @@ impl Client {
     /// ```
     pub fn once_inspect(&self, key: impl AsRef<[u8]>) -> Result<OnceInfo> {
         let key = key.as_ref();
+        let mut last_attempt = self.once_attempt_raw(key)?;
         let status = self.once_status(key)?;
+        if let Some(attempt) = last_attempt.as_mut()
+            && attempt.state == crate::AttemptState::Running
+        {
+            let runs = match &status {
+                OnceStatus::Running { holder, .. } => *holder == attempt.holder,
+                OnceStatus::Done(outcome) => outcome.by == attempt.holder,
+                _ => false,
+            };
+            if !runs {
+                attempt.state = crate::AttemptState::Abandoned;
+            }
+        }
         let mut info = OnceInfo {
             key: key.to_vec(),
             status,
             record: None,
             server_time: None,
             subscribers: None,
+            last_attempt,
         };
         let clients = record::clients_of(info.runner());
         let around = record::around(self.source(), key, &[keys::channel(key)], &clients)?;

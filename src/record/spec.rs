@@ -56,6 +56,21 @@ impl RecordSpec {
         }
     }
 
+    /// The host name recorded.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The process id recorded.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The program recorded (masked as the client asked, cut to 256 bytes).
+    pub(crate) fn program(&self) -> &str {
+        &self.program
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis().clamp(1, u64::MAX as u128) as u64
     }

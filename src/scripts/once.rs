@@ -13,6 +13,8 @@ use crate::lease::Pttl;
 static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_claim.lua")));
 static COMPLETE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("once_complete"));
+static ATTEMPT_END: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/once_attempt_end.lua")));
 static FORGET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_forget.lua")));
 
@@ -34,21 +36,38 @@ pub(crate) enum Claim {
     Free,
 }
 
+/// Who runs an attempt, for its last-attempt record, and how long the
+/// record of a claim is kept (ms).
+pub(crate) struct Runner<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) pid: u32,
+    pub(crate) program: &'a str,
+    pub(crate) ttl_ms: u64,
+}
+
 /// Runs the claim script: with `take`, claims a free key for `holder` with
-/// a lease of `lease_ms` and draws a token from `token_key`; without, only
-/// reports.
+/// a lease of `lease_ms`, draws a token from `token_key` and starts a
+/// `running` attempt for `runner` in the key's last-attempt record; without, only reports.
 pub(crate) fn claim(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
     token_key: &[u8],
     holder: &str,
     lease_ms: u64,
-    take: bool,
+    take: Option<&Runner<'_>>,
 ) -> Result<Claim> {
-    let reply = evalsha(conn, &CLAIM, &[key, token_key], |cmd| {
-        cmd.arg(lease_ms)
-            .arg(holder)
-            .arg(if take { "1" } else { "0" });
+    let attempt_key = crate::keys::once_attempt(key);
+    let reply = evalsha(conn, &CLAIM, &[key, token_key, &attempt_key], |cmd| {
+        cmd.arg(lease_ms).arg(holder);
+        match take {
+            Some(r) => cmd
+                .arg("1")
+                .arg(r.ttl_ms)
+                .arg(r.host)
+                .arg(r.pid)
+                .arg(r.program),
+            None => cmd.arg("0").arg(1).arg("").arg(0).arg(""),
+        };
     })
     .map_err(|e| Error::from_redis(e, key))?;
     claim_reply(&reply)
@@ -104,12 +123,19 @@ pub(crate) fn complete(
     outcome: &[u8],
     ttl_ms: u64,
 ) -> Result<Option<u64>> {
-    let reply = evalsha(conn, COMPLETE.get(publish), &[key, channel], |cmd| {
-        cmd.arg(holder)
-            .arg(outcome)
-            .arg(ttl_ms)
-            .arg(READ_UNLOCK_MESSAGE);
-    })
+    let attempt_key = crate::keys::once_attempt(key);
+    let attempt_key = attempt_key.as_slice();
+    let reply = evalsha(
+        conn,
+        COMPLETE.get(publish),
+        &[key, channel, attempt_key],
+        |cmd| {
+            cmd.arg(holder)
+                .arg(outcome)
+                .arg(ttl_ms)
+                .arg(READ_UNLOCK_MESSAGE);
+        },
+    )
     .map_err(|e| Error::from_redis(e, key))?;
     match reply {
         Value::Int(0) => Ok(None),
@@ -136,6 +162,48 @@ pub(crate) fn recorded_by(
         (Some(by), Some(at)) if by == holder.as_bytes() => at.parse().ok(),
         _ => None,
     })
+}
+
+/// Runs the attempt-end script: ends `holder`'s attempt in `attempt_key`
+/// as `state` ("failed", "abandoned", "timed_out") with its exit status
+/// and signal, kept `ttl_ms`. `Some(at)` (ms since the epoch, server
+/// clock) when written, `None` when the record is another runner's or
+/// gone.
+pub(crate) fn end_attempt(
+    conn: &mut dyn redis::ConnectionLike,
+    attempt_key: &[u8],
+    holder: &str,
+    state: &str,
+    exit_status: Option<i32>,
+    signal: Option<i32>,
+    ttl_ms: u64,
+) -> Result<Option<u64>> {
+    let text = |n: Option<i32>| n.map(|n| n.to_string()).unwrap_or_default();
+    let reply = evalsha(conn, &ATTEMPT_END, &[attempt_key], |cmd| {
+        cmd.arg(holder)
+            .arg(state)
+            .arg(text(exit_status))
+            .arg(text(signal))
+            .arg(ttl_ms);
+    })
+    .map_err(|e| Error::from_redis(e, attempt_key))?;
+    match reply {
+        Value::Int(0) => Ok(None),
+        Value::Int(at) if at > 0 => Ok(Some(at.unsigned_abs())),
+        other => Err(unexpected("once attempt end", &other)),
+    }
+}
+
+/// The last-attempt record at `attempt_key` as field -> value pairs
+/// (empty when there is none).
+pub(crate) fn read_attempt(
+    conn: &mut dyn redis::ConnectionLike,
+    attempt_key: &[u8],
+) -> Result<Vec<(String, String)>> {
+    redis::cmd("HGETALL")
+        .arg(attempt_key)
+        .query(conn)
+        .map_err(|e| Error::from_redis(e, attempt_key))
 }
 
 /// What the forget script did.
@@ -181,6 +249,7 @@ mod tests {
             include_str!("../../lua/once_claim.lua"),
             include_str!("../../lua/once_complete.lua"),
             include_str!("../../lua/once_forget.lua"),
+            include_str!("../../lua/once_attempt_end.lua"),
         ] {
             assert!(text.starts_with("-- "));
             assert!(text.contains("KEYS[1]"));

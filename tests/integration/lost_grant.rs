@@ -60,6 +60,9 @@ fn grant_left(server: &RedisServer, name: &str) -> Vec<String> {
     let keys: Vec<String> = server.cmd("KEYS", &[format!("*{name}*").as_bytes()]);
     keys.into_iter()
         .filter(|k| !k.starts_with("redisson_lock_token:"))
+        // A run-once claim's last-attempt record is a trace, not a grant:
+        // it blocks nobody, and reads as abandoned once the claim is gone.
+        .filter(|k| !k.starts_with("redguard_once_attempt:"))
         .filter(|k| {
             k != name || server.cmd::<String>("TYPE", &[k.as_bytes()]) != "string" || {
                 server.cmd::<i64>("GET", &[k.as_bytes()]) != i64::from(PERMITS)

@@ -26,6 +26,7 @@ const COMPLETE: &str = concat!(
     include_str!("../../lua/once_complete.lua")
 );
 const FORGET: &str = include_str!("../../lua/once_forget.lua");
+const ATTEMPT_END: &str = include_str!("../../lua/once_attempt_end.lua");
 const UNLOCK: &str = concat!(
     "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
@@ -40,6 +41,14 @@ const B: &str = "7e2a4b1c-9d8e-4f3a-b2c1-d4e5f6a7b8c9:4";
 fn token_key(key: &[u8]) -> Vec<u8> {
     [b"redisson_lock_token:{".as_slice(), key, b"}"].concat()
 }
+
+/// The last-attempt record beside a run-once key.
+fn attempt_key(key: &[u8]) -> Vec<u8> {
+    [b"redguard_once_attempt:{".as_slice(), key, b"}"].concat()
+}
+
+/// The ttl the harness's claims give the last-attempt record, in ms.
+const ATTEMPT_TTL_MS: u64 = 90_000;
 
 fn channel(key: &[u8]) -> Vec<u8> {
     [b"redisson_lock__channel:{".as_slice(), key, b"}"].concat()
@@ -101,6 +110,7 @@ struct Scripts {
     claim: Script,
     complete: Script,
     forget: Script,
+    attempt_end: Script,
     unlock: Script,
     lock: Script,
 }
@@ -112,6 +122,7 @@ impl Scripts {
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             forget: Script::new(FORGET),
+            attempt_end: Script::new(ATTEMPT_END),
             unlock: Script::new(UNLOCK),
             lock: Script::new(LOCK),
         }
@@ -128,9 +139,14 @@ impl Scripts {
             .claim
             .key(key)
             .key(token_key(key))
+            .key(attempt_key(key))
             .arg(lease_ms)
             .arg(holder)
             .arg(if take { "1" } else { "0" })
+            .arg(ATTEMPT_TTL_MS)
+            .arg("host-a")
+            .arg(4242)
+            .arg("prog")
             .invoke(&mut self.conn)?;
         Ok(claim_reply(reply))
     }
@@ -153,6 +169,7 @@ impl Scripts {
         self.complete
             .key(key)
             .key(channel(key))
+            .key(attempt_key(key))
             .arg(holder)
             .arg(outcome)
             .arg(ttl_ms)
@@ -237,6 +254,55 @@ fn claim_then_complete_records_and_wakes(server: &RedisServer, s: &mut Scripts) 
     assert!((29_000..=30_000).contains(&pttl), "lease pttl {pttl}");
     let counter: i64 = s.raw("GET", &[&token_key(&key)]);
     assert_eq!(counter, token);
+    // Beside it, the attempt: running, by whom, since when (server clock).
+    let attempt: Vec<Option<String>> = s.raw(
+        "HMGET",
+        &[
+            &attempt_key(&key),
+            b"state",
+            b"holder",
+            b"host",
+            b"pid",
+            b"program",
+            b"ended_at",
+        ],
+    );
+    assert_eq!(
+        attempt,
+        vec![
+            Some("running".to_owned()),
+            Some(A.to_owned()),
+            Some("host-a".to_owned()),
+            Some("4242".to_owned()),
+            Some("prog".to_owned()),
+            None
+        ]
+    );
+    let started: u64 = s.raw("HGET", &[&attempt_key(&key), b"started_at"]);
+    assert!(
+        started <= s.server_ms() && started + 5_000 >= s.server_ms(),
+        "started {started}"
+    );
+    // Only the attempt's own runner may end it: another holder is refused
+    // and changes nothing.
+    let refused: i64 = s
+        .attempt_end
+        .key(attempt_key(&key))
+        .arg(B)
+        .arg("failed")
+        .arg("3")
+        .arg("")
+        .arg(1_000)
+        .invoke(&mut s.conn)
+        .unwrap();
+    assert_eq!(refused, 0);
+    let state: Vec<Option<String>> =
+        s.raw("HMGET", &[&attempt_key(&key), b"state", b"exit_status"]);
+    assert_eq!(state, vec![Some("running".to_owned()), None]);
+    let pttl: i64 = s.raw("PTTL", &[&attempt_key(&key)]);
+    assert!(pttl > 80_000, "attempt pttl {pttl}");
+    let pttl: i64 = s.raw("PTTL", &[&attempt_key(&key)]);
+    assert!((80_000..=90_000).contains(&pttl), "attempt pttl {pttl}");
 
     // Others see it running, with the runner and its lease.
     for look in [s.claim(&key, B, 30_000), s.peek(&key)] {
@@ -282,6 +348,29 @@ fn claim_then_complete_records_and_wakes(server: &RedisServer, s: &mut Scripts) 
     );
     let pttl: i64 = s.raw("PTTL", &[&key]);
     assert!((59_000..=60_000).contains(&pttl), "record ttl {pttl}");
+    // The attempt ends with it: done at the record's time, kept as long,
+    // and no other claim replaced it.
+    let attempt: Vec<Option<String>> = s.raw(
+        "HMGET",
+        &[
+            &attempt_key(&key),
+            b"state",
+            b"holder",
+            b"ended_at",
+            b"started_at",
+        ],
+    );
+    assert_eq!(
+        attempt[..3],
+        [
+            Some("done".to_owned()),
+            Some(A.to_owned()),
+            Some(at.to_string())
+        ]
+    );
+    assert_eq!(attempt[3], Some(started.to_string()));
+    let pttl: i64 = s.raw("PTTL", &[&attempt_key(&key)]);
+    assert!((59_000..=60_000).contains(&pttl), "attempt ttl {pttl}");
 
     // Every later claim is told, by anyone, and nothing is drawn.
     for holder in [A, B] {
@@ -1408,7 +1497,13 @@ exit "${JOB_EXIT:-0}"
         let failed = run(bed.once(&key, &[], &runs_file, None, 5));
         assert_eq!(failed.code, Some(5));
         assert!(failed.stderr.contains("not recorded"), "{}", failed.stderr);
-        assert!(bed.admin("--status", &key).stdout.contains("not run"));
+        // Not recorded, but its attempt is kept: how it ended, and where.
+        let status = bed.admin("--status", &key).stdout;
+        assert!(
+            status.contains("not recorded: last attempt failed")
+                && status.contains("exit status 5"),
+            "{status}"
+        );
         let fixed = run(bed.once(&key, &[], &runs_file, None, 0));
         assert_eq!(fixed.code, Some(0), "{}", fixed.stderr);
         assert_eq!(runs(&runs_file).len(), 2);

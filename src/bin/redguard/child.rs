@@ -40,10 +40,16 @@ pub(crate) enum CmdEnd {
     /// A signal reached redguard before CMD could start: CMD was not run
     /// (the message is printed); exit with this status.
     NotStarted(ExitCode),
-    /// CMD ended with `code` (its exit status as a shell reports it);
-    /// `lost`: the lease was lost, or ran so low that CMD was stopped,
-    /// while it ran, and CMD was dealt with as the [`OnLoss`] said.
-    Ended { code: u8, lost: bool },
+    /// CMD ended with `code` (its exit status as a shell reports it;
+    /// [`code::TIMED_OUT`] when it ran past its time limit and was
+    /// stopped); `lost`: the lease was lost, or ran so low that CMD was
+    /// stopped, while it ran, and CMD was dealt with as the [`OnLoss`]
+    /// said; `timed_out`: CMD ran past the limit.
+    Ended {
+        code: u8,
+        lost: bool,
+        timed_out: bool,
+    },
 }
 
 /// What to do about CMD when the lease is lost while it runs, and how to
@@ -87,12 +93,15 @@ impl OnLoss<'_> {
 /// meanwhile (the relay). With `--on-lost kill`, CMD's tree is gone before
 /// the lease's local deadline whatever stops the renewals, redguard
 /// stopped included: see [`crate::margins`] and [`crate::supervisor`].
+/// With a `limit` (`--timeout`), CMD is stopped once it has run that long
+/// (SIGTERM, then SIGKILL after the kill grace), as `timeout(1)` does.
 pub(crate) fn run_cmd(
     cmd: Command,
     program: &OsStr,
     relay: &Relay,
     valid_for: &dyn Fn() -> Duration,
     loss: &OnLoss<'_>,
+    limit: Option<Duration>,
 ) -> Result<CmdEnd, Failure> {
     // Interactive use (redguard in the terminal's foreground group): CMD
     // stays in that group, so job control and terminal input work and the
@@ -132,7 +141,9 @@ pub(crate) fn run_cmd(
     }
 
     let stop_before = loss.kill_grace + STOP_MARGIN;
+    let started = Instant::now();
     let mut lost_at: Option<Instant> = None;
+    let mut timed_out_at: Option<Instant> = None;
     let mut killed = false;
     let status: ExitStatus = loop {
         match relay.try_wait() {
@@ -146,6 +157,26 @@ pub(crate) fn run_cmd(
                     format!("cannot wait for CMD: {e}"),
                 ));
             }
+        }
+        if let (Some(limit), None, None) = (limit, timed_out_at, lost_at)
+            && started.elapsed() >= limit
+        {
+            timed_out_at = Some(Instant::now());
+            out::error(&format!(
+                "CMD ran past --timeout {}; stopping it (SIGTERM now, SIGKILL in {})",
+                humantime::format_duration(limit),
+                humantime::format_duration(loss.kill_grace)
+            ));
+            if let Some(link) = link.as_mut() {
+                link.stopping_cmd();
+            }
+            relay.signal_child(libc::SIGTERM);
+        }
+        if let (Some(at), false) = (timed_out_at, killed)
+            && at.elapsed() >= loss.kill_grace
+        {
+            relay.signal_child(libc::SIGKILL);
+            killed = true;
         }
         let left = valid_for();
         let mut pause = SUPERVISE_EVERY;
@@ -220,8 +251,13 @@ pub(crate) fn run_cmd(
         ));
     }
     Ok(CmdEnd::Ended {
-        code: exit_status_code(status),
+        code: if timed_out_at.is_some() {
+            code::TIMED_OUT
+        } else {
+            exit_status_code(status)
+        },
         lost: lost_at.is_some(),
+        timed_out: timed_out_at.is_some(),
     })
 }
 

@@ -352,6 +352,17 @@ pub(crate) struct ExecArgs {
     )]
     pub(crate) kill_grace: Option<Duration>,
 
+    /// Stop CMD once it has run this long: SIGTERM, then SIGKILL after
+    /// the kill grace; redguard then exits 124, as timeout(1) does.
+    /// Without it, or with 0, CMD runs as long as it takes.
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = durations::any,
+        allow_hyphen_values = true
+    )]
+    pub(crate) timeout: Option<Duration>,
+
     /// No spinner while waiting and no message when the lock is busy (the
     /// exit status says it); errors are still printed.
     #[arg(short, long)]
@@ -373,6 +384,20 @@ pub(crate) struct ExecArgs {
         trailing_var_arg = true
     )]
     pub(crate) command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// `--timeout`, `None` for none (or 0).
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        self.timeout.filter(|t| !t.is_zero())
+    }
+}
+
+impl OnceArgs {
+    /// `--timeout`, `None` for none (or 0).
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        self.timeout.filter(|t| !t.is_zero())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -410,6 +435,18 @@ pub(crate) struct OnceArgs {
     #[arg(long)]
     pub(crate) record_failure: bool,
 
+    /// Stop CMD once it has run this long: SIGTERM, then SIGKILL after
+    /// the kill grace; redguard then exits 124, as timeout(1) does.
+    /// Without it, or with 0, CMD runs as long as it takes.
+    #[arg(
+        long,
+        conflicts_with_all = ["status", "forget"],
+        value_name = "DUR",
+        value_parser = durations::any,
+        allow_hyphen_values = true
+    )]
+    pub(crate) timeout: Option<Duration>,
+
     /// No message when CMD ran before or runs elsewhere (the exit status
     /// says it); errors are still printed.
     #[arg(short, long)]
@@ -421,10 +458,14 @@ pub(crate) struct OnceArgs {
     pub(crate) status: bool,
 
     /// With --status: print one JSON object: key (escaped as by `redguard
-    /// status`), state (not_run, running or done); running: holder,
-    /// expires_in_ms, expires_at_unix_ms (the runner's lease); done:
-    /// ran_at_unix_ms, by, exit_status, host, pid, expires_in_ms and
-    /// expires_at_unix_ms (how long the record is kept).
+    /// status`), state (not_run, running, done, or the last attempt's
+    /// failed, abandoned or timed_out when nothing is recorded); running:
+    /// holder, expires_in_ms, expires_at_unix_ms (the runner's lease);
+    /// done: ran_at_unix_ms (its end), started_at_unix_ms, duration_ms,
+    /// by, exit_status, host, pid, expires_in_ms and expires_at_unix_ms
+    /// (how long the record is kept); and last_attempt (null when none is
+    /// kept): state, holder, host, pid, program, started_at_unix_ms,
+    /// ended_at_unix_ms, duration_ms, exit_status, signal.
     #[arg(long, requires = "status")]
     pub(crate) json: bool,
 

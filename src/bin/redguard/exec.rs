@@ -107,9 +107,16 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         subject: format!("lock {}", show::name(&name)),
         fixed: args.lease.is_some(),
     };
-    let (code, lost) = match run_cmd(cmd, program, &relay, &|| guard.valid_for(), &loss)? {
+    let (code, lost) = match run_cmd(
+        cmd,
+        program,
+        &relay,
+        &|| guard.valid_for(),
+        &loss,
+        args.limit(),
+    )? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
-        CmdEnd::Ended { code, lost } => (code, lost),
+        CmdEnd::Ended { code, lost, .. } => (code, lost),
     };
     finish(args, &name, guard, code, lost)
 }

@@ -25,6 +25,8 @@ pub(crate) mod code {
     pub(crate) const TEMPFAIL: u8 = 75;
     /// Redis refused the credentials or the ACL denies a command.
     pub(crate) const NOPERM: u8 = 77;
+    /// CMD ran past `--timeout` and was stopped (as `timeout(1)`).
+    pub(crate) const TIMED_OUT: u8 = 124;
     /// CMD exists but cannot be run.
     pub(crate) const CANNOT_EXECUTE: u8 = 126;
     /// CMD not found.

@@ -103,7 +103,15 @@ JSON (--json), one object; times named *_in_ms count from now, times named
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null
                       when not recorded by redguard)
-  state               once: \"running\" or \"done\" (a run in progress
+  started_at_unix_ms, duration_ms
+                      once, done: when that run started, and how long
+  last_attempt        once: the last attempt whatever its end, or null:
+                      {state, holder, host, pid, program,
+                      started_at_unix_ms, ended_at_unix_ms, duration_ms,
+                      exit_status, signal}
+  state               once: \"running\", \"done\", or when nothing is
+                      recorded the last attempt's \"failed\",
+                      \"abandoned\" or \"timed_out\" (a run in progress
                       is a lock in layout: it shows as kind once when
                       its runner's holder record says so, else as a
                       reentrant lock; `redguard once --status KEY` always

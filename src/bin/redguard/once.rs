@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, SystemTime};
 
-use redguard::{Once, OnceGuard, OnceInfo, OnceStatus, Outcome};
+use redguard::{AttemptState, Once, OnceAttempt, OnceGuard, OnceInfo, OnceStatus, Outcome};
 use serde_json::{Value, json};
 
 use crate::child::{CmdEnd, OnLoss, preflight, run_cmd, signal_exit, signal_name};
@@ -117,11 +117,35 @@ fn run_once(
         subject: format!("run-once key {}", show::name(key)),
         fixed: false,
     };
-    let (status, lost) = match run_cmd(cmd, program, relay, &|| run.valid_for(), &loss)? {
-        CmdEnd::NotStarted(exit) => return Ok(exit),
-        CmdEnd::Ended { code, lost } => (code, lost),
+    let limit = args.limit();
+    let (status, lost, timed_out) =
+        match run_cmd(cmd, program, relay, &|| run.valid_for(), &loss, limit)? {
+            CmdEnd::NotStarted(exit) => return Ok(exit),
+            CmdEnd::Ended {
+                code,
+                lost,
+                timed_out,
+            } => (code, lost, timed_out),
+        };
+    // How the attempt ended, for its record (kept whatever is recorded).
+    let end_attempt = |state: AttemptState| {
+        let signal = (status > code::SIGNAL_BASE && !timed_out)
+            .then(|| i32::from(status - code::SIGNAL_BASE));
+        let exit = (state != AttemptState::Abandoned).then_some(i32::from(status));
+        if let Err(e) = run.end_attempt(state, exit, signal) {
+            out::warn(&format!(
+                "could not record how the attempt at {} ended ({e})",
+                show::name(key)
+            ));
+        }
+    };
+    let failed_state = if timed_out {
+        AttemptState::TimedOut
+    } else {
+        AttemptState::Failed
     };
     if lost {
+        end_attempt(AttemptState::Abandoned);
         if run.is_lost() {
             // Nothing of ours is left to release or record; see `exec`.
             std::mem::forget(run);
@@ -143,6 +167,7 @@ fn run_once(
         return Ok(ExitCode::from(code::SOFTWARE));
     }
     if status != 0 && !args.record_failure {
+        end_attempt(failed_state);
         let abandoned = run.abandon();
         crate::child::await_release(
             &conn.client,
@@ -158,14 +183,24 @@ fn run_once(
             ));
         }
         if !args.quiet {
+            let ended = if timed_out {
+                format!("CMD was stopped by --timeout ({status})")
+            } else {
+                format!("CMD exited with {status}")
+            };
             out::warn(&format!(
-                "CMD exited with {status}; not recorded, so the next caller runs it again \
+                "{ended}; not recorded, so the next caller runs it again \
                  (--record-failure to record failures)"
             ));
         }
         return Ok(ExitCode::from(status));
     }
     let record = json!({ "status": status, "host": hostname(), "pid": std::process::id() });
+    if status != 0 {
+        // Recorded (--record-failure), but the attempt still says how it
+        // ended; written first, while the claim is certainly this run's.
+        end_attempt(failed_state);
+    }
     match run.complete(record.to_string()) {
         Ok(_) => Ok(ExitCode::from(status)),
         Err(e) if e.is_lock_lost() => {
@@ -220,7 +255,7 @@ fn status(key: &[u8], json: bool, conn: &Connection) -> Result<ExitCode, Failure
         return Ok(ExitCode::SUCCESS);
     }
     let line = match &info.status {
-        OnceStatus::NotRun => "not run (no record)".to_owned(),
+        OnceStatus::NotRun => not_run_line(&info),
         OnceStatus::Running {
             holder, expires_in, ..
         } => format!("running: holder {holder}{}", lease_left(*expires_in)),
@@ -234,14 +269,90 @@ fn status(key: &[u8], json: bool, conn: &Connection) -> Result<ExitCode, Failure
 /// `--status --json`: the fields `redguard once --help` lists.
 fn status_json(info: &OnceInfo) -> Value {
     let mut v = json!({ "key": show::json_name(&info.key) });
-    v["state"] = json!(match info.status {
-        OnceStatus::NotRun => "not_run",
-        OnceStatus::Running { .. } => "running",
-        OnceStatus::Done(_) => "done",
-        _ => "unknown",
-    });
+    v["state"] = json!(state_word(info));
     info_fields(info, &mut v);
     v
+}
+
+/// The state `--json` gives: `running` or `done` from the key; when
+/// nothing is recorded, how the last attempt ended (`failed`,
+/// `abandoned`, `timed_out`), else `not_run`.
+pub(crate) fn state_word(info: &OnceInfo) -> &'static str {
+    match (&info.status, &info.last_attempt) {
+        (OnceStatus::Running { .. }, _) => "running",
+        (OnceStatus::Done(_), _) => "done",
+        (OnceStatus::NotRun, Some(a)) if a.state != AttemptState::Done => a.state.as_str(),
+        (OnceStatus::NotRun, None) => "not_run",
+        _ => "unknown",
+    }
+}
+
+/// The state line of a key with nothing recorded: "not run (no
+/// record)", or how its last attempt ended.
+fn not_run_line(info: &OnceInfo) -> String {
+    match &info.last_attempt {
+        Some(a) if a.state != AttemptState::Done => format!(
+            "not recorded: last attempt {}; the next caller runs CMD",
+            attempt_text(a)
+        ),
+        _ => "not run (no record)".to_owned(),
+    }
+}
+
+/// "failed: on HOST (pid P, program X), started at T (AGO ago), ran D,
+/// exit status S (SIGNAL)".
+fn attempt_text(a: &OnceAttempt) -> String {
+    let started = humantime::format_rfc3339_seconds(a.started_at);
+    let ago = match SystemTime::now().duration_since(a.started_at) {
+        Ok(ago) => format!(" ({} ago)", whole_seconds(ago)),
+        Err(_) => String::new(),
+    };
+    let pid = a.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let program = if a.program.is_empty() {
+        String::new()
+    } else {
+        format!(", program {}", show::name(a.program.as_bytes()))
+    };
+    let ran = match a.duration() {
+        Some(d) => format!(
+            ", ran {}",
+            humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+        ),
+        None => String::new(),
+    };
+    let exit = match (a.exit_status, a.signal) {
+        (Some(s), Some(sig)) => format!(", exit status {s} ({})", signal_name(sig)),
+        (Some(s), None) => format!(", exit status {s}"),
+        (None, Some(sig)) => format!(", {}", signal_name(sig)),
+        (None, None) => String::new(),
+    };
+    let note = match a.state {
+        AttemptState::Abandoned => " (its runner died, gave up or lost its lease)",
+        AttemptState::TimedOut => " (stopped by --timeout)",
+        _ => "",
+    };
+    format!(
+        "{}{note}: on {} (pid {pid}{program}), holder {}, started at {started}{ago}{ran}{exit}",
+        a.state.as_str(),
+        a.host,
+        a.holder
+    )
+}
+
+/// A last attempt's fields for JSON.
+fn attempt_json(a: &OnceAttempt) -> Value {
+    json!({
+        "state": a.state.as_str(),
+        "holder": a.holder,
+        "host": a.host,
+        "pid": a.pid,
+        "program": a.program,
+        "started_at_unix_ms": show::unix_ms(a.started_at),
+        "ended_at_unix_ms": a.ended_at.map(show::unix_ms),
+        "duration_ms": a.duration().map(show::ms),
+        "exit_status": a.exit_status,
+        "signal": a.signal,
+    })
 }
 
 /// A run-once key for `redguard status`: its state on the first line,
@@ -249,7 +360,7 @@ fn status_json(info: &OnceInfo) -> Value {
 pub(crate) fn info_text(info: &OnceInfo) -> String {
     let name = show::name(&info.key);
     let first = match &info.status {
-        OnceStatus::NotRun => format!("once {name}: not run (no record)"),
+        OnceStatus::NotRun => format!("once {name}: {}", not_run_line(info)),
         OnceStatus::Running {
             holder, expires_in, ..
         } => format!(
@@ -284,6 +395,12 @@ fn details_text(info: &OnceInfo) -> String {
             s.push_str(&format!("  runner: {line}\n"));
         }
         _ => {}
+    }
+    if let (Some(a), false) = (
+        &info.last_attempt,
+        matches!(info.status, OnceStatus::NotRun),
+    ) {
+        s.push_str(&format!("  last attempt: {}\n", attempt_text(a)));
     }
     let subscribed = info
         .subscribers
@@ -325,6 +442,15 @@ pub(crate) fn info_fields(info: &OnceInfo, v: &mut Value) {
         None => Value::Null,
     };
     v["subscribers"] = json!(info.subscribers);
+    // The recorded run's start and length, when its attempt is the one
+    // kept (`ran_at_unix_ms` stays its end).
+    if let (OnceStatus::Done(outcome), Some(a)) = (&info.status, &info.last_attempt)
+        && a.holder == outcome.by
+    {
+        v["started_at_unix_ms"] = json!(show::unix_ms(a.started_at));
+        v["duration_ms"] = json!(outcome.at.duration_since(a.started_at).ok().map(show::ms));
+    }
+    v["last_attempt"] = info.last_attempt.as_ref().map_or(Value::Null, attempt_json);
 }
 
 /// A recorded run's fields for JSON: `ran_at_unix_ms`, `by`,

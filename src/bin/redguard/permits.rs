@@ -90,9 +90,16 @@ pub(crate) fn exec_with_permit(
         subject: format!("permit {id} of semaphore {}", show::name(name)),
         fixed: args.lease.is_some(),
     };
-    let (cmd_code, lost) = match run_cmd(cmd, program, &relay, &|| permit.valid_for(), &loss)? {
+    let (cmd_code, lost) = match run_cmd(
+        cmd,
+        program,
+        &relay,
+        &|| permit.valid_for(),
+        &loss,
+        args.limit(),
+    )? {
         CmdEnd::NotStarted(exit) => return Ok(exit),
-        CmdEnd::Ended { code, lost } => (code, lost),
+        CmdEnd::Ended { code, lost, .. } => (code, lost),
     };
     finish(args, name, &conn.client, permit, cmd_code, lost)
 }

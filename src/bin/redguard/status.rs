@@ -26,7 +26,7 @@ enum Found {
     Counter(Counter),
     /// A run of a run-once key, finished or (as its runner's record
     /// says) in progress, with its runner's record.
-    Once(OnceInfo),
+    Once(Box<OnceInfo>),
 }
 
 /// `redguard status`.
@@ -49,18 +49,29 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     let found = match &info.kind {
         LockKind::Reentrant if is_once_run(&info) => match conn.client.once_inspect(name) {
             Ok(once) if matches!(once.status, OnceStatus::Running { .. }) => {
-                Some(Found::Once(once))
+                Some(Found::Once(Box::new(once)))
             }
             Ok(_) => None,
             Err(e) => return Err(fail(e)),
         },
-        LockKind::Free => crate::sync_status::read(conn, name)?.map(Found::Counter),
+        LockKind::Free => match crate::sync_status::read(conn, name)? {
+            Some(counter) => Some(Found::Counter(counter)),
+            // A run-once key whose last attempt failed or was abandoned:
+            // nothing is held, but its attempt is kept beside it.
+            None => match conn.client.once_inspect(name) {
+                Ok(once) if once.last_attempt.is_some() => Some(Found::Once(Box::new(once))),
+                Ok(_) | Err(redguard::Error::WrongType { .. }) => None,
+                Err(e) => return Err(fail(e)),
+            },
+        },
         LockKind::Other { redis_type } if redis_type == "string" => {
             crate::sync_status::read(conn, name)?.map(Found::Counter)
         }
         LockKind::Other { redis_type } if redis_type == "hash" => {
             match conn.client.once_inspect(name) {
-                Ok(once) if matches!(once.status, OnceStatus::Done(_)) => Some(Found::Once(once)),
+                Ok(once) if matches!(once.status, OnceStatus::Done(_)) => {
+                    Some(Found::Once(Box::new(once)))
+                }
                 Ok(_) | Err(redguard::Error::WrongType { .. }) => None,
                 Err(e) => return Err(fail(e)),
             }
@@ -129,7 +140,7 @@ fn to_json(name: &[u8], found: &Found) -> Value {
                 "name": show::json_name(name),
                 "kind": "once",
                 "held": running,
-                "state": if running { "running" } else { "done" },
+                "state": crate::once::state_word(once),
             });
             crate::once::info_fields(once, &mut v);
             v

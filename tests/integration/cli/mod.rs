@@ -34,6 +34,7 @@ mod exec_signals;
 mod exec_outage;
 mod exec_tree;
 mod help;
+mod once_attempt;
 mod ops;
 mod readme;
 mod record_secrets;
