@@ -420,6 +420,11 @@ impl Lock {
                 (false, None) => valid_until,
             };
             watchdog::register(entry, due);
+            // A force unlock deletes the lock and publishes on its channel:
+            // the holder listens there, so that it hears of the loss at once.
+            if let Some(subscriber) = self.inner.client.subscriber() {
+                subscriber.hold(sent, self.inner.channel.clone(), state.clone());
+            }
         } else if renew {
             // A re-entry into a hold lost meanwhile stays lost: its guard
             // says so, and the key keeps the lease this grant set.

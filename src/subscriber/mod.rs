@@ -15,6 +15,7 @@
 //! server may have restarted and lost its data, so the client's leases
 //! there are checked at once.
 
+mod holds;
 mod registry;
 mod sharded;
 
@@ -30,6 +31,9 @@ use registry::{Mailbox, Registered, Registry, WaiterId};
 use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::Result;
+use crate::lease::LeaseState;
+use holds::{Listened, Young};
+pub(crate) use holds::LISTEN_AFTER;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -38,21 +42,60 @@ const TICK: Duration = Duration::from_millis(5);
 /// A connection that lived at least this long starts them small again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Held locks' channels (un)subscribed per turn of the thread, so that a
+/// burst of long holds never keeps unlock messages waiting for long.
+const HOLD_CHANNELS_PER_TURN: usize = 64;
 
 enum Control {
     Subscribe(Vec<u8>),
     Unsubscribe(Vec<u8>),
+    /// Held locks wait to be listened for (see [`holds`]).
+    Holds,
     Shutdown,
 }
 
 struct Shared {
     registry: Mutex<Registry>,
+    young: Mutex<Young>,
+    listened: Mutex<Listened>,
     connections: AtomicUsize,
 }
 
 impl Shared {
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn young(&self) -> MutexGuard<'_, Young> {
+        self.young.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn listened(&self) -> MutexGuard<'_, Listened> {
+        self.listened.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves the young holds that are due at `now` to the listened ones,
+    /// and sweeps those when due.
+    fn promote_holds(&self, now: Instant) {
+        let due = self.young().take_due(now);
+        let mut listened = self.listened();
+        for (channel, state) in due {
+            listened.add(channel, state, now);
+        }
+        listened.sweep(now);
+    }
+
+    /// When the holds need the thread next: a young hold falling due, or
+    /// a sweep.
+    fn holds_due(&self) -> Option<Instant> {
+        let young = self.young().next_due();
+        let sweep = self.listened().next_sweep();
+        young.into_iter().chain(sweep).min()
+    }
+
+    /// `true` when a waiter or a listened hold wants `channel` subscribed.
+    fn wanted(&self, channel: &[u8]) -> bool {
+        self.registry().is_wanted(channel) || self.listened().listens(channel)
     }
 }
 
@@ -74,6 +117,8 @@ impl Subscriber {
     pub(crate) fn start(source: Arc<Source>, response_timeout: Duration) -> Result<Subscriber> {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
+            young: Mutex::new(Young::default()),
+            listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
         });
         let (control, rx) = crossbeam_channel::unbounded();
@@ -170,6 +215,23 @@ impl Subscriber {
         let _ = self.control.send(Control::Shutdown);
     }
 
+    /// Listens for a force unlock of a hold granted at `since` on
+    /// `channel`, once it has lasted [`holds::LISTEN_AFTER`]: an unlock
+    /// message there then makes the watchdog check the hold at once. No
+    /// I/O; the thread is woken only when it is not looking at young holds
+    /// already.
+    pub(crate) fn hold(&self, since: Instant, channel: Arc<[u8]>, state: Arc<LeaseState>) {
+        let wake = self.shared.young().push(since, channel, state);
+        if wake {
+            let _ = self.control.send(Control::Holds);
+        }
+    }
+
+    /// Held locks whose channel is listened to.
+    pub(crate) fn listened_holds(&self) -> usize {
+        self.shared.listened().len()
+    }
+
     /// Registered waiters.
     pub(crate) fn waiters(&self) -> usize {
         self.shared.registry().waiters()
@@ -235,13 +297,21 @@ impl Drop for Waiter<'_> {
 }
 
 /// Wakes the waiters of `channel` for a message: one for an unlock message
-/// (unless the channel wakes all), all for anything else.
+/// (unless the channel wakes all), all for anything else. The live holds
+/// listened for there are checked (any message: a force unlock publishes
+/// the unlock message of the lock's kind).
 fn dispatch(shared: &Shared, channel: &[u8], payload: &[u8]) {
-    let mut registry = shared.registry();
-    if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(channel) {
-        registry.wake_one(channel);
-    } else {
-        registry.wake_all(channel, Event::Unlocked);
+    {
+        let mut registry = shared.registry();
+        if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(channel) {
+            registry.wake_one(channel);
+        } else {
+            registry.wake_all(channel, Event::Unlocked);
+        }
+    }
+    let held = shared.listened().live_on(channel);
+    if !held.is_empty() {
+        crate::watchdog::verify(held);
     }
 }
 
@@ -263,11 +333,12 @@ impl Worker {
     fn run(&mut self) {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
-            // Connect only when some waiter needs it.
-            if self.shared.registry().channel_count() == 0 {
-                match self.control.recv() {
-                    Ok(Control::Shutdown) | Err(_) => return,
-                    Ok(_) => continue,
+            // Connect only when some waiter or held lock needs it.
+            self.shared.promote_holds(Instant::now());
+            if self.shared.registry().channel_count() == 0 && self.shared.listened().is_empty() {
+                match self.recv_until(self.shared.holds_due()) {
+                    Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return,
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
                 }
             }
             // Read before connecting: a master change after this makes the
@@ -311,6 +382,68 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The next control message, waiting at most until `until` (forever
+    /// without it).
+    fn recv_until(&self, until: Option<Instant>) -> std::result::Result<Control, RecvTimeoutError> {
+        match until {
+            Some(at) => self.control.recv_deadline(at),
+            None => self
+                .control
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// (Un)subscribes, a bounded number per turn, the channels of held
+    /// locks that began or ended being listened for. A channel that waiters
+    /// subscribed already is not subscribed again; one that waiters (or
+    /// another hold) still want stays.
+    fn sync_holds(
+        &self,
+        pubsub: &mut redis::PubSub<'_>,
+        subscribed: &mut std::collections::HashSet<Vec<u8>>,
+        mut sharded: Option<&mut sharded::Router>,
+        pairing: &Mutex<sharded::Pairing>,
+    ) -> redis::RedisResult<()> {
+        let now = Instant::now();
+        if self.shared.holds_due().is_some_and(|at| at <= now) {
+            self.shared.promote_holds(now);
+        }
+        if !self.shared.listened().has_work() {
+            return Ok(());
+        }
+        let timeout = self.response_timeout;
+        let unsubscribes = self.shared.listened().take_unsubscribes(HOLD_CHANNELS_PER_TURN);
+        for channel in unsubscribes {
+            if self.shared.wanted(&channel) {
+                continue;
+            }
+            subscribed.remove(&channel[..]);
+            if let Some(sh) = sharded.as_deref_mut() {
+                sh.unsubscribe(&channel);
+            }
+            sharded::lock(pairing).reset(&channel);
+            let _ = pubsub.set_read_timeout(Some(timeout));
+            pubsub.unsubscribe(&channel[..])?;
+        }
+        let subscribes = self.shared.listened().take_subscribes(HOLD_CHANNELS_PER_TURN);
+        for channel in subscribes {
+            if subscribed.contains(&channel[..]) {
+                continue;
+            }
+            let _ = pubsub.set_read_timeout(Some(timeout));
+            if let Err(e) = pubsub.subscribe(&channel[..]) {
+                subscribe_failed(&channel, &e);
+                return Err(e);
+            }
+            sharded::lock(pairing).reset(&channel);
+            if let Some(sh) = sharded.as_deref_mut() {
+                sh.subscribe(&channel);
+            }
+        }
+        Ok(())
     }
 
     /// Sleeps for `pause` unless the client stops meanwhile (`true`).
@@ -358,6 +491,8 @@ impl Worker {
                 registry.confirm(channel);
             }
         }
+        // Held locks' channels follow, a few per turn.
+        self.shared.listened().resubscribe_all();
 
         loop {
             // The deployment moved to another node (a Sentinel failover):
@@ -392,8 +527,10 @@ impl Worker {
                             Ok(wanted.then_some(channel))
                         }
                     }
+                    Control::Holds => Ok(None),
                     Control::Unsubscribe(channel) => {
-                        let wanted = self.shared.registry().is_wanted(&channel);
+                        // A held lock listened for keeps its channel.
+                        let wanted = self.shared.wanted(&channel);
                         if !wanted && subscribed.remove(&channel) {
                             if let Some(sh) = sharded.as_mut() {
                                 sh.unsubscribe(&channel);
@@ -416,10 +553,21 @@ impl Worker {
                 }
             }
 
-            if subscribed.is_empty() {
-                // Nothing to listen to: sleep on the control queue alone.
-                match self.control.recv() {
-                    Ok(Control::Shutdown) | Err(_) => return Exit::Stop,
+            if self
+                .sync_holds(&mut pubsub, &mut subscribed, sharded.as_mut(), &pairing)
+                .is_err()
+            {
+                return Exit::Reconnect;
+            }
+
+            if subscribed.is_empty() && self.shared.listened().is_empty() {
+                // Nothing to listen to: sleep on the control queue alone
+                // (and the young holds' pace).
+                match self.recv_until(self.shared.holds_due()) {
+                    Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                        return Exit::Stop;
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
                     Ok(Control::Subscribe(channel)) => {
                         let wanted = self.shared.registry().is_wanted(&channel);
                         if wanted {
@@ -436,7 +584,7 @@ impl Worker {
                             self.shared.registry().confirm(&channel);
                         }
                     }
-                    Ok(Control::Unsubscribe(_)) => {}
+                    Ok(Control::Unsubscribe(_) | Control::Holds) => {}
                 }
                 continue;
             }
@@ -459,7 +607,9 @@ impl Worker {
                 }
             }
             if let Some(sh) = sharded.as_mut() {
-                sh.tick(|channel| subscribed.contains(channel));
+                sh.tick(|channel| {
+                    subscribed.contains(channel) || self.shared.listened().listens(channel)
+                });
             }
         }
     }

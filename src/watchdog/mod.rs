@@ -24,6 +24,10 @@
 //!   connection, or comes back with a new `run_id`, every lease held there
 //!   is renewed in one pipelined round trip (fixed leases are looked up
 //!   instead), and a renewal answering 0 marks its lease lost.
+//! * A force unlock is heard at once: the subscriber listens on the
+//!   channel of every hold that lasted a moment, and an unlock message
+//!   there hands the live holds to [`verify`], which renews (or looks up)
+//!   just those in one round trip; an answer of 0 marks the lease lost.
 //! * A lease runs out on this thread's clock, wherever its entry is: the
 //!   thread keeps what it needs of the entries at a worker (and of those
 //!   waiting for its job), so a worker held up by a hung server does not
@@ -181,6 +185,9 @@ enum Command {
     /// An operation on a held lease met a failover: hand it to the worker
     /// of its key's server.
     Retry(Retry),
+    /// An unlock message came on the channel of these holds: check each
+    /// now.
+    Verify(Vec<Arc<LeaseState>>),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -309,6 +316,19 @@ fn retry(retry: Retry) {
             "redguard: {} cannot be retried without the watchdog thread",
             retry.what
         );
+    }
+}
+
+/// Tells the watchdog that an unlock message came on the channel of
+/// `holds`: each is checked at once, in one round trip per server (a
+/// renewal, or a look-up for a fixed lease), and marked lost when it is not
+/// held any more. Redisson's `forceUnlock` and redguard's `unlock --force`
+/// publish such a message; so does a read-write lock's release by another
+/// holder, which leaves these holds be.
+pub(crate) fn verify(holds: Vec<Arc<LeaseState>>) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.running.load(Ordering::Acquire) {
+        let _ = shared.commands.send(Command::Verify(holds));
     }
 }
 
@@ -507,6 +527,10 @@ struct Watchdog {
     servers: HashMap<Server, ServerState>,
     reports_tx: Sender<Report>,
     reports_rx: Receiver<Report>,
+    /// Holds to check after an unlock message on their channel (by the
+    /// address of their lease state), with the message's arrival: a
+    /// renewal sent before it says nothing about it.
+    verify: HashMap<usize, Instant>,
 }
 
 fn run(shared: &'static Shared) {
@@ -517,6 +541,7 @@ fn run(shared: &'static Shared) {
         servers: HashMap::new(),
         reports_tx,
         reports_rx,
+        verify: HashMap::new(),
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
@@ -585,6 +610,7 @@ impl Watchdog {
                         log::error!("redguard watchdog: a retry could not reach its worker");
                     }
                 }
+                Ok(Command::Verify(holds)) => self.verify_holds(holds),
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -847,6 +873,9 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
+        if !self.verify.is_empty() {
+            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
+        }
         if entry.state.is_recorded()
             && let Some(record) = self
                 .servers
@@ -1183,6 +1212,59 @@ impl Watchdog {
         self.start(server, entries, usize::MAX);
     }
 
+    /// Checks `holds` now (an unlock message came on their channel): their
+    /// entries go to their servers' workers at once, in one round trip per
+    /// server. Entries at a worker already are checked again when their
+    /// renewal, sent before the message, comes back.
+    fn verify_holds(&mut self, holds: Vec<Arc<LeaseState>>) {
+        // The hold may be younger than the thread's last look at the
+        // pending list.
+        self.take_pending();
+        let now = Instant::now();
+        let wanted: std::collections::HashSet<usize> = holds
+            .iter()
+            .filter(|s| !s.is_over())
+            .map(|s| Arc::as_ptr(s) as usize)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        for &hold in &wanted {
+            self.verify.insert(hold, now);
+        }
+        let entries = self
+            .schedule
+            .extract(|e| wanted.contains(&(Arc::as_ptr(&e.state) as usize)));
+        let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+        for entry in entries {
+            if let Some(entry) = self.still_wanted(entry) {
+                groups.entry(entry.server()).or_default().push(entry);
+            }
+        }
+        for (server, entries) in groups {
+            self.start(server, entries, usize::MAX);
+        }
+    }
+
+    /// Whether `entry`, answered by a round trip sent at `sent`, must be
+    /// checked again at once: an unlock message came on its channel after
+    /// that round trip was sent. A check sent after the message counts.
+    fn verify_again(&mut self, entry: &Entry, sent: Instant) -> bool {
+        if self.verify.is_empty() {
+            return false;
+        }
+        let key = Arc::as_ptr(&entry.state) as usize;
+        match self.verify.get(&key) {
+            Some(&at) if sent >= at => {
+                self.verify.remove(&key);
+                entry.counters.hold_checks.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     /// Applies the outcome of one batch; after a job's last batch, sends
     /// what fell due for the server meanwhile.
     fn apply(&mut self, done: Done) {
@@ -1213,6 +1295,7 @@ impl Watchdog {
             let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
+            let again = self.verify_again(&entry, done.sent);
             match outcome {
                 // The reply came after the lease ran out on this client's
                 // clock: its holder may already have been told it was lost,
@@ -1229,14 +1312,14 @@ impl Watchdog {
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
                     // Renewed before the server was suspected: that says
                     // nothing about it now.
-                    let next = if suspect_at.is_some_and(|at| done.sent < at) {
+                    let next = if again || suspect_at.is_some_and(|at| done.sent < at) {
                         now
                     } else {
                         done.sent + entry.interval()
                     };
                     self.schedule.insert(next, entry);
                 }
-                Outcome::Held if suspect_at.is_some_and(|at| done.sent < at) => {
+                Outcome::Held if again || suspect_at.is_some_and(|at| done.sent < at) => {
                     recheck.push(entry);
                 }
                 Outcome::Held => {
@@ -1416,6 +1499,7 @@ mod tests {
             servers: HashMap::new(),
             reports_tx,
             reports_rx,
+            verify: HashMap::new(),
         }
     }
 
