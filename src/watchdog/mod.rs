@@ -1246,23 +1246,22 @@ impl Watchdog {
         }
     }
 
-    /// Whether `entry`, answered by a round trip sent at `sent`, must be
-    /// checked again at once: an unlock message came on its channel after
-    /// that round trip was sent. A check sent after the message counts.
-    fn verify_again(&mut self, entry: &Entry, sent: Instant) -> bool {
+    /// What a round trip sent at `sent` says of `entry` with respect to
+    /// an unlock message on its channel: `None` when none is to be looked
+    /// into; `Some(true)` when the message came after it was sent (check
+    /// again, at once); `Some(false)` when it was the check (counted once
+    /// its outcome is applied).
+    fn verify_again(&mut self, entry: &Entry, sent: Instant) -> Option<bool> {
         if self.verify.is_empty() {
-            return false;
+            return None;
         }
         let key = Arc::as_ptr(&entry.state) as usize;
-        match self.verify.get(&key) {
-            Some(&at) if sent >= at => {
-                self.verify.remove(&key);
-                entry.counters.hold_checks.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-            Some(_) => true,
-            None => false,
+        let at = *self.verify.get(&key)?;
+        if sent >= at {
+            self.verify.remove(&key);
+            return Some(false);
         }
+        Some(true)
     }
 
     /// Applies the outcome of one batch; after a job's last batch, sends
@@ -1295,7 +1294,9 @@ impl Watchdog {
             let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
-            let again = self.verify_again(&entry, done.sent);
+            let verified = self.verify_again(&entry, done.sent);
+            let again = verified == Some(true);
+            let checked = (verified == Some(false)).then(|| entry.counters.clone());
             match outcome {
                 // The reply came after the lease ran out on this client's
                 // clock: its holder may already have been told it was lost,
@@ -1329,6 +1330,9 @@ impl Watchdog {
                 }
                 Outcome::Gone(reason) => self.lose(entry, reason, None),
                 Outcome::Failed(e) => failed.push((entry, e)),
+            }
+            if let Some(counters) = checked {
+                counters.hold_checks.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.retry_later(done.server, failed, answered, now);
