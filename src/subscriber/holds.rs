@@ -42,7 +42,12 @@ pub(crate) struct Young {
 impl Young {
     /// Queues a hold granted at `since` on `channel`. `true` when the
     /// subscriber thread must be woken to look at the queue.
-    pub(crate) fn push(&mut self, since: Instant, channel: Arc<[u8]>, state: Arc<LeaseState>) -> bool {
+    pub(crate) fn push(
+        &mut self,
+        since: Instant,
+        channel: Arc<[u8]>,
+        state: Arc<LeaseState>,
+    ) -> bool {
         self.holds.push_back((since, channel, state));
         !std::mem::replace(&mut self.told, true)
     }
@@ -72,7 +77,9 @@ impl Young {
 
     /// When the oldest queued hold is due, if any.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.holds.front().map(|(since, _, _)| *since + LISTEN_AFTER)
+        self.holds
+            .front()
+            .map(|(since, _, _)| *since + LISTEN_AFTER)
     }
 }
 
@@ -222,9 +229,15 @@ mod tests {
         let due = young.take_due(t0 + LISTEN_AFTER);
         assert_eq!(due.len(), 1);
         assert!(Arc::ptr_eq(&due[0].1, &a));
-        assert_eq!(young.next_due(), Some(t0 + Duration::from_millis(50) + LISTEN_AFTER));
+        assert_eq!(
+            young.next_due(),
+            Some(t0 + Duration::from_millis(50) + LISTEN_AFTER)
+        );
         assert_eq!(young.take_due(t0 + Duration::from_secs(1)).len(), 1);
-        assert!(young.push(t0, ch("d"), state()), "emptied: the next push wakes again");
+        assert!(
+            young.push(t0, ch("d"), state()),
+            "emptied: the next push wakes again"
+        );
     }
 
     #[test]

@@ -32,8 +32,8 @@ use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::Result;
 use crate::lease::LeaseState;
-use holds::{Listened, Young};
 pub(crate) use holds::LISTEN_AFTER;
+use holds::{Listened, Young};
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -415,7 +415,10 @@ impl Worker {
             return Ok(());
         }
         let timeout = self.response_timeout;
-        let unsubscribes = self.shared.listened().take_unsubscribes(HOLD_CHANNELS_PER_TURN);
+        let unsubscribes = self
+            .shared
+            .listened()
+            .take_unsubscribes(HOLD_CHANNELS_PER_TURN);
         for channel in unsubscribes {
             if self.shared.wanted(&channel) {
                 continue;
@@ -428,7 +431,10 @@ impl Worker {
             let _ = pubsub.set_read_timeout(Some(timeout));
             pubsub.unsubscribe(&channel[..])?;
         }
-        let subscribes = self.shared.listened().take_subscribes(HOLD_CHANNELS_PER_TURN);
+        let subscribes = self
+            .shared
+            .listened()
+            .take_subscribes(HOLD_CHANNELS_PER_TURN);
         for channel in subscribes {
             if subscribed.contains(&channel[..]) {
                 continue;

@@ -76,7 +76,10 @@ fn a_force_unlock_from_another_client_is_heard_at_once() {
     let took = time_to_loss(&losses, &name, &guard, || {
         assert!(ctx.other_client().lock(&name).force_unlock().unwrap());
     });
-    assert!(took <= HEARD_WITHIN, "loss reported {took:?} after the force unlock");
+    assert!(
+        took <= HEARD_WITHIN,
+        "loss reported {took:?} after the force unlock"
+    );
     assert!(guard.check().unwrap_err().is_lock_lost());
     let lost = losses.exactly(&name, 1, ms(200)).remove(0);
     assert_eq!(lost.reason, LossReason::RenewalRefused);
@@ -127,7 +130,10 @@ fn a_redisson_style_force_unlock_is_heard_at_once() {
                 .query(&mut raw)
                 .unwrap();
         });
-        assert!(took <= HEARD_WITHIN, "{name}: loss reported {took:?} after the force unlock");
+        assert!(
+            took <= HEARD_WITHIN,
+            "{name}: loss reported {took:?} after the force unlock"
+        );
         let lost = losses.exactly(name, 1, ms(100)).remove(0);
         assert_eq!(lost.kind, kind);
         assert!(guard.check().unwrap_err().is_lock_lost());
@@ -147,7 +153,10 @@ fn a_fair_locks_force_unlock_is_heard_at_once() {
     let took = time_to_loss(&losses, &name, &guard, || {
         assert!(ctx.other_client().fair_lock(&name).force_unlock().unwrap());
     });
-    assert!(took <= HEARD_WITHIN, "loss reported {took:?} after the force unlock");
+    assert!(
+        took <= HEARD_WITHIN,
+        "loss reported {took:?} after the force unlock"
+    );
     assert_eq!(losses.exactly(&name, 1, ms(100))[0].kind, HoldKind::Fair);
 }
 
@@ -169,7 +178,9 @@ fn a_read_hold_survives_messages_that_are_not_its_loss() {
     theirs.unlock().unwrap();
     let checks = a.stats().hold_checks;
     for message in ["1", "0"] {
-        let _: i64 = ctx.server.cmd("PUBLISH", &[channel.as_bytes(), message.as_bytes()]);
+        let _: i64 = ctx
+            .server
+            .cmd("PUBLISH", &[channel.as_bytes(), message.as_bytes()]);
     }
     assert!(
         wait_until(Duration::from_secs(2), || {

@@ -187,7 +187,16 @@ fn unlock_force_stops_the_running_holders_command_at_once() {
         ready.display()
     );
     let mut exec = redguard_timed(&url, "30s", "1s");
-    exec.args(["exec", &name, "--kill-grace", "3s", "--", "sh", "-c", &script]);
+    exec.args([
+        "exec",
+        &name,
+        "--kill-grace",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     let mut holder = Proc::spawn(exec);
     let listening = || {
         let (_, n): (String, i64) = ctx.server.cmd("PUBSUB", &[b"NUMSUB", channel.as_bytes()]);
@@ -210,8 +219,7 @@ fn unlock_force_stops_the_running_holders_command_at_once() {
     assert!(out.stdout.contains("removed holder "), "{out:?}");
     assert!(out.stdout.contains(&want), "{want}\n{out:?}");
     assert!(
-        out.stderr.contains("may still be running")
-            && out.stderr.contains("stops its command"),
+        out.stderr.contains("may still be running") && out.stderr.contains("stops its command"),
         "{out:?}"
     );
     let termed = || {
@@ -224,7 +232,10 @@ fn unlock_force_stops_the_running_holders_command_at_once() {
         "CMD got no SIGTERM within 5 s"
     );
     let at = std::time::UNIX_EPOCH + Duration::from_nanos(termed().unwrap());
-    assert!(at >= before, "SIGTERM before the unlock: {at:?} < {before:?}");
+    assert!(
+        at >= before,
+        "SIGTERM before the unlock: {at:?} < {before:?}"
+    );
     let late = at.duration_since(after).unwrap_or_default();
     assert!(
         late <= Duration::from_millis(100),
