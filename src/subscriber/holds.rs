@@ -71,6 +71,9 @@ impl Young {
         }
         if self.holds.is_empty() {
             self.told = false;
+            if self.holds.capacity() > 1024 {
+                self.holds = VecDeque::new();
+            }
         }
         due
     }
@@ -139,14 +142,12 @@ impl Listened {
 
     /// Takes at most `max` channels to subscribe.
     pub(crate) fn take_subscribes(&mut self, max: usize) -> Vec<Arc<[u8]>> {
-        let at = self.to_subscribe.len().saturating_sub(max);
-        self.to_subscribe.split_off(at)
+        take_last(&mut self.to_subscribe, max)
     }
 
     /// Takes at most `max` channels to unsubscribe.
     pub(crate) fn take_unsubscribes(&mut self, max: usize) -> Vec<Arc<[u8]>> {
-        let at = self.to_unsubscribe.len().saturating_sub(max);
-        self.to_unsubscribe.split_off(at)
+        take_last(&mut self.to_unsubscribe, max)
     }
 
     /// Drops the ended holds when a sweep is due at `now`; channels left
@@ -197,6 +198,17 @@ impl Listened {
     pub(crate) fn is_empty(&self) -> bool {
         self.one.is_empty()
     }
+}
+
+/// Takes at most `max` items off the end of `queue`; an emptied queue
+/// gives back the memory a burst made it take.
+fn take_last<T>(queue: &mut Vec<T>, max: usize) -> Vec<T> {
+    let at = queue.len().saturating_sub(max);
+    let taken = queue.split_off(at);
+    if queue.is_empty() && queue.capacity() > 1024 {
+        *queue = Vec::new();
+    }
+    taken
 }
 
 #[cfg(test)]

@@ -42,9 +42,10 @@ const TICK: Duration = Duration::from_millis(5);
 /// A connection that lived at least this long starts them small again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// Held locks' channels (un)subscribed per turn of the thread, so that a
-/// burst of long holds never keeps unlock messages waiting for long.
-const HOLD_CHANNELS_PER_TURN: usize = 64;
+/// Held locks' channels (un)subscribed per turn of the thread (one round
+/// trip each), so that a burst of long holds keeps unlock messages waiting
+/// a few milliseconds at most.
+const HOLD_CHANNELS_PER_TURN: usize = 128;
 
 enum Control {
     Subscribe(Vec<u8>),
