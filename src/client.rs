@@ -174,6 +174,7 @@ impl Client {
         let hooks = Arc::new(Hooks {
             on_lost: config.on_lease_lost.clone(),
             metrics_names: config.metrics_lock_names,
+            listener: std::sync::OnceLock::new(),
             record: config.holder_record.then(|| {
                 Arc::new(RecordSpec::new(
                     &id,
@@ -494,7 +495,10 @@ impl Client {
                     self.shared.source.clone(),
                     self.shared.config.response_timeout,
                 ) {
-                    Ok(sub) => Some(sub),
+                    Ok(sub) => {
+                        let _ = self.shared.hooks.listener.set(sub.listener());
+                        Some(sub)
+                    }
                     Err(e) => {
                         log::error!("redguard: could not start the subscriber thread: {e}");
                         None

@@ -413,18 +413,18 @@ impl Lock {
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
+                listen: true,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,
                 (false, Some(every)) => valid_until.min(sent + every),
                 (false, None) => valid_until,
             };
-            watchdog::register(entry, due);
             // A force unlock deletes the lock and publishes on its channel:
-            // the holder listens there, so that it hears of the loss at once.
-            if let Some(subscriber) = self.inner.client.subscriber() {
-                subscriber.hold(sent, self.inner.channel.clone(), state.clone());
-            }
+            // the watchdog has the subscriber listen there once the hold
+            // lasted a moment, so that it hears of the loss at once.
+            let _ = self.inner.client.subscriber();
+            watchdog::register(entry, due);
         } else if renew {
             // A re-entry into a hold lost meanwhile stays lost: its guard
             // says so, and the key keeps the lease this grant set.

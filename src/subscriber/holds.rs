@@ -6,8 +6,9 @@
 //!
 //! A hold is listened for only once it has lasted [`LISTEN_AFTER`]: a
 //! short critical section (the common lock/unlock cycle) never costs a
-//! `SUBSCRIBE`, only a push on the [`Young`] queue, which the subscriber
-//! thread empties at that pace. A message on a listened channel asks the
+//! `SUBSCRIBE`, nor anything on the acquiring thread. The watchdog, which
+//! takes every new hold anyway, hands over those that lasted that long
+//! ([`super::Listener`]). A message on a listened channel asks the
 //! watchdog to check the live holds there with one round trip (see
 //! [`crate::watchdog::verify`]): a message does not prove a loss, since a
 //! read-write lock's channel also carries the releases of other holds.
@@ -15,7 +16,7 @@
 //! Ended holds are swept out every [`SWEEP_EVERY`], and their channels
 //! unsubscribed when nothing else wants them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,64 +28,6 @@ pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(100);
 
 /// How often the listened holds are looked over for ended ones.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
-/// Holds not yet listened for, oldest first. Written by acquiring threads,
-/// taken by the subscriber thread: its own lock, so that acquiring never
-/// waits for a sweep of the listened holds.
-#[derive(Default)]
-pub(crate) struct Young {
-    holds: VecDeque<(Instant, Arc<[u8]>, Arc<LeaseState>)>,
-    /// The subscriber thread was told of the holds here (and looks at
-    /// them again by itself until the queue is empty).
-    told: bool,
-}
-
-impl Young {
-    /// Queues a hold granted at `since` on `channel`. `true` when the
-    /// subscriber thread must be woken to look at the queue.
-    pub(crate) fn push(
-        &mut self,
-        since: Instant,
-        channel: Arc<[u8]>,
-        state: Arc<LeaseState>,
-    ) -> bool {
-        self.holds.push_back((since, channel, state));
-        !std::mem::replace(&mut self.told, true)
-    }
-
-    /// Takes the holds that have lasted [`LISTEN_AFTER`] by `now` and are
-    /// still live; drops the ended ones on the way. Clears the wake-up flag
-    /// when nothing is left, so that the next push wakes the thread.
-    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<(Arc<[u8]>, Arc<LeaseState>)> {
-        let mut due = Vec::new();
-        while let Some((since, _, state)) = self.holds.front() {
-            if state.is_over() {
-                self.holds.pop_front();
-                continue;
-            }
-            if *since + LISTEN_AFTER > now {
-                break;
-            }
-            if let Some((_, channel, state)) = self.holds.pop_front() {
-                due.push((channel, state));
-            }
-        }
-        if self.holds.is_empty() {
-            self.told = false;
-            if self.holds.capacity() > 1024 {
-                self.holds = VecDeque::new();
-            }
-        }
-        due
-    }
-
-    /// When the oldest queued hold is due, if any.
-    pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.holds
-            .front()
-            .map(|(since, _, _)| *since + LISTEN_AFTER)
-    }
-}
 
 /// The listened holds, by channel. Most channels have one hold; the few
 /// with more (several threads holding one read lock) keep the rest in
@@ -225,31 +168,6 @@ mod tests {
 
     fn ch(name: &str) -> Arc<[u8]> {
         Arc::from(name.as_bytes())
-    }
-
-    #[test]
-    fn young_holds_are_listened_for_only_after_a_while_and_only_when_live() {
-        let t0 = Instant::now();
-        let mut young = Young::default();
-        let (a, b, c) = (state(), state(), state());
-        assert!(young.push(t0, ch("a"), a.clone()), "the first push wakes");
-        assert!(!young.push(t0, ch("b"), b.clone()), "later pushes do not");
-        assert!(!young.push(t0 + Duration::from_millis(50), ch("c"), c));
-        assert!(young.take_due(t0).is_empty());
-        assert_eq!(young.next_due(), Some(t0 + LISTEN_AFTER));
-        b.mark_released();
-        let due = young.take_due(t0 + LISTEN_AFTER);
-        assert_eq!(due.len(), 1);
-        assert!(Arc::ptr_eq(&due[0].1, &a));
-        assert_eq!(
-            young.next_due(),
-            Some(t0 + Duration::from_millis(50) + LISTEN_AFTER)
-        );
-        assert_eq!(young.take_due(t0 + Duration::from_secs(1)).len(), 1);
-        assert!(
-            young.push(t0, ch("d"), state()),
-            "emptied: the next push wakes again"
-        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::connection::Source;
 use crate::error::Result;
 use crate::lease::LeaseState;
 pub(crate) use holds::LISTEN_AFTER;
-use holds::{Listened, Young};
+use holds::Listened;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -57,7 +57,6 @@ enum Control {
 
 struct Shared {
     registry: Mutex<Registry>,
-    young: Mutex<Young>,
     listened: Mutex<Listened>,
     connections: AtomicUsize,
 }
@@ -67,31 +66,18 @@ impl Shared {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn young(&self) -> MutexGuard<'_, Young> {
-        self.young.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn listened(&self) -> MutexGuard<'_, Listened> {
         self.listened.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Moves the young holds that are due at `now` to the listened ones,
-    /// and sweeps those when due.
-    fn promote_holds(&self, now: Instant) {
-        let due = self.young().take_due(now);
-        let mut listened = self.listened();
-        for (channel, state) in due {
-            listened.add(channel, state, now);
-        }
-        listened.sweep(now);
+    /// Sweeps the listened holds when due at `now`.
+    fn sweep_holds(&self, now: Instant) {
+        self.listened().sweep(now);
     }
 
-    /// When the holds need the thread next: a young hold falling due, or
-    /// a sweep.
+    /// When the listened holds need the thread next (a sweep).
     fn holds_due(&self) -> Option<Instant> {
-        let young = self.young().next_due();
-        let sweep = self.listened().next_sweep();
-        young.into_iter().chain(sweep).min()
+        self.listened().next_sweep()
     }
 
     /// `true` when a waiter or a listened hold wants `channel` subscribed.
@@ -118,7 +104,6 @@ impl Subscriber {
     pub(crate) fn start(source: Arc<Source>, response_timeout: Duration) -> Result<Subscriber> {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
-            young: Mutex::new(Young::default()),
             listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
         });
@@ -216,15 +201,12 @@ impl Subscriber {
         let _ = self.control.send(Control::Shutdown);
     }
 
-    /// Listens for a force unlock of a hold granted at `since` on
-    /// `channel`, once it has lasted [`holds::LISTEN_AFTER`]: an unlock
-    /// message there then makes the watchdog check the hold at once. No
-    /// I/O; the thread is woken only when it is not looking at young holds
-    /// already.
-    pub(crate) fn hold(&self, since: Instant, channel: Arc<[u8]>, state: Arc<LeaseState>) {
-        let wake = self.shared.young().push(since, channel, state);
-        if wake {
-            let _ = self.control.send(Control::Holds);
+    /// The handle through which the watchdog hands over the holds to
+    /// listen for.
+    pub(crate) fn listener(&self) -> Listener {
+        Listener {
+            shared: self.shared.clone(),
+            control: self.control.clone(),
         }
     }
 
@@ -246,6 +228,38 @@ impl Subscriber {
     /// Open pub/sub connections (0 or 1).
     pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// Where the watchdog hands over the holds that lasted
+/// [`LISTEN_AFTER`]: their client's subscriber then listens on their
+/// lock's channel, and an unlock message there makes the watchdog check
+/// them at once (see [`holds`]).
+#[derive(Clone)]
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    control: Sender<Control>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener").finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// Listens for a force unlock of `state`'s hold on `channel`. No I/O;
+    /// the thread is woken only when it had no subscription work queued.
+    pub(crate) fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
+        let wake = {
+            let mut listened = self.shared.listened();
+            let idle = !listened.has_work();
+            listened.add(channel, state, Instant::now());
+            idle
+        };
+        if wake {
+            let _ = self.control.send(Control::Holds);
+        }
     }
 }
 
@@ -335,7 +349,7 @@ impl Worker {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             // Connect only when some waiter or held lock needs it.
-            self.shared.promote_holds(Instant::now());
+            self.shared.sweep_holds(Instant::now());
             if self.shared.registry().channel_count() == 0 && self.shared.listened().is_empty() {
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return,
@@ -410,7 +424,7 @@ impl Worker {
     ) -> redis::RedisResult<()> {
         let now = Instant::now();
         if self.shared.holds_due().is_some_and(|at| at <= now) {
-            self.shared.promote_holds(now);
+            self.shared.sweep_holds(now);
         }
         if !self.shared.listened().has_work() {
             return Ok(());
@@ -568,8 +582,7 @@ impl Worker {
             }
 
             if subscribed.is_empty() && self.shared.listened().is_empty() {
-                // Nothing to listen to: sleep on the control queue alone
-                // (and the young holds' pace).
+                // Nothing to listen to: sleep on the control queue alone.
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                         return Exit::Stop;

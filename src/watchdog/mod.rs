@@ -24,10 +24,13 @@
 //!   connection, or comes back with a new `run_id`, every lease held there
 //!   is renewed in one pipelined round trip (fixed leases are looked up
 //!   instead), and a renewal answering 0 marks its lease lost.
-//! * A force unlock is heard at once: the subscriber listens on the
-//!   channel of every hold that lasted a moment, and an unlock message
+//! * A force unlock is heard at once: this thread hands every lock hold
+//!   that lasted [`crate::subscriber::LISTEN_AFTER`] to its client's
+//!   subscriber, which listens on the lock's channel; an unlock message
 //!   there hands the live holds to [`verify`], which renews (or looks up)
 //!   just those in one round trip; an answer of 0 marks the lease lost.
+//!   New holds wake the thread at that pace at most, so that a short hold
+//!   costs nothing more than its pending entry.
 //! * A lease runs out on this thread's clock, wherever its entry is: the
 //!   thread keeps what it needs of the entries at a worker (and of those
 //!   waiting for its job), so a worker held up by a hung server does not
@@ -106,6 +109,9 @@ pub(crate) struct Entry {
     /// How its release at client shutdown wakes waiters (the client's
     /// setting).
     pub(crate) classic_publish: crate::ClassicPublish,
+    /// A lock hold, whose channel a force unlock publishes on: listened
+    /// for once it lasted [`crate::subscriber::LISTEN_AFTER`].
+    pub(crate) listen: bool,
 }
 
 impl Entry {
@@ -289,6 +295,13 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     // A client's first lock (after none) wakes the thread at once, so that
     // its server is watched from the start, not from the next wake-up.
     let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
+    // A hold to listen for wakes the thread when it is due to be listened
+    // for, unless something wakes it before.
+    let wake_at = if entry.listen {
+        due.min(entry.renewed_at + crate::subscriber::LISTEN_AFTER)
+    } else {
+        due
+    };
     let pending = {
         let mut list = shared
             .pending
@@ -298,7 +311,9 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         list.len()
     };
     shared.ensure_running();
-    if (first || pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
+    if (first
+        || pending >= PENDING_WAKE
+        || nanos(wake_at) < shared.next_wake.load(Ordering::SeqCst))
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
@@ -531,7 +546,17 @@ struct Watchdog {
     /// address of their lease state), with the message's arrival: a
     /// renewal sent before it says nothing about it.
     verify: HashMap<usize, Instant>,
+    /// Lock holds taken from the pending list, to be listened for when
+    /// they have lasted [`crate::subscriber::LISTEN_AFTER`]: the instant
+    /// that happens, their channel, their lease and their client's hooks.
+    young: std::collections::VecDeque<Young>,
+    /// While lock holds come in: when the thread looks at the pending list
+    /// next, at the latest.
+    listen_tick: Option<Instant>,
 }
+
+/// A hold waiting to be listened for (see [`Watchdog::young`]).
+type Young = (Instant, Arc<[u8]>, Arc<LeaseState>, Arc<Hooks>);
 
 fn run(shared: &'static Shared) {
     let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
@@ -542,6 +567,8 @@ fn run(shared: &'static Shared) {
         reports_tx,
         reports_rx,
         verify: HashMap::new(),
+        young: std::collections::VecDeque::new(),
+        listen_tick: None,
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
@@ -560,12 +587,16 @@ impl Watchdog {
     /// should end.
     fn step(&mut self) -> bool {
         self.shared.next_wake.store(0, Ordering::SeqCst);
+        if self.listen_tick.is_some_and(|at| at <= Instant::now()) {
+            self.listen_tick = None;
+        }
         self.take_pending();
         let now = Instant::now();
         self.dispatch_due(now);
         self.retry_due(now);
         self.records_due(now);
         self.held_up(now);
+        self.listen_due(now);
         crate::metrics::pending_renewals(self.schedule.len());
 
         let next = [
@@ -573,6 +604,8 @@ impl Watchdog {
             self.next_retry(),
             self.next_record(now),
             self.next_held_up(),
+            self.young.front().map(|y| y.0),
+            self.listen_tick,
         ]
         .into_iter()
         .flatten()
@@ -659,6 +692,7 @@ impl Watchdog {
     /// the last client went was taken with its `ClientGone`, and anything
     /// there now is a new client's, for the next thread.
     fn finish(&mut self) {
+        self.young.clear();
         let mut left = self.schedule.extract(|_| true);
         for state in self.servers.values_mut() {
             left.extend(state.busy.take().unwrap_or_default());
@@ -677,6 +711,12 @@ impl Watchdog {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         let now = Instant::now();
+        if pending.iter().any(|(_, e)| e.listen) && self.listen_tick.is_none() {
+            // Holds to listen for come in: look at the pending list again
+            // after LISTEN_AFTER, so that the holds registered meanwhile
+            // do not each wake the thread (see `register`).
+            self.listen_tick = Some(now + crate::subscriber::LISTEN_AFTER);
+        }
         let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
             if entry.hooks.record.is_some() {
@@ -706,7 +746,34 @@ impl Watchdog {
                     entry.state.clone(),
                 );
             }
+            if entry.listen && entry.hooks.listener.get().is_some() {
+                self.young.push_back((
+                    entry.renewed_at + crate::subscriber::LISTEN_AFTER,
+                    entry.channel.clone(),
+                    entry.state.clone(),
+                    entry.hooks.clone(),
+                ));
+            }
             self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Hands the holds that have lasted long enough by `now`, and are
+    /// still held, to their clients' subscribers to listen for.
+    fn listen_due(&mut self, now: Instant) {
+        while self.young.front().is_some_and(|y| y.0 <= now) {
+            let Some((_, channel, state, hooks)) = self.young.pop_front() else {
+                break;
+            };
+            if state.is_over() {
+                continue;
+            }
+            if let Some(listener) = hooks.listener.get() {
+                listener.listen(channel, state);
+            }
+        }
+        if self.young.is_empty() && self.young.capacity() > 1024 {
+            self.young = std::collections::VecDeque::new();
         }
     }
 
@@ -1504,6 +1571,8 @@ mod tests {
             reports_tx,
             reports_rx,
             verify: HashMap::new(),
+            young: std::collections::VecDeque::new(),
+            listen_tick: None,
         }
     }
 
