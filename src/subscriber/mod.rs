@@ -9,6 +9,11 @@
 //! retries, an unlock published after the retry always finds the waiter.
 //! Only a channel's first waiter waits for the server's confirmation.
 //!
+//! Holders listen too: the watchdog hands over every lock hold that lasted
+//! [`LISTEN_AFTER`] ([`Listener`]), its channel is subscribed (a few per
+//! turn, one round trip each), and any message there has the watchdog
+//! check the hold at once ([`holds`]): a force unlock is heard at once.
+//!
 //! When the connection breaks, every waiter is woken to retry (messages may
 //! have been lost) and keeps going on its bounded wait while the thread
 //! reconnects with backoff and resubscribes. The watchdog is told too: the
