@@ -47,10 +47,13 @@ const TICK: Duration = Duration::from_millis(5);
 /// A connection that lived at least this long starts them small again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// Held locks' channels (un)subscribed per turn of the thread (one round
-/// trip each), so that a burst of long holds keeps unlock messages waiting
-/// a few milliseconds at most.
-const HOLD_CHANNELS_PER_TURN: usize = 128;
+/// Held locks' channels (un)subscribed per turn (one round trip each), and
+/// the least time between such turns: at most 5,000 a second, so that a
+/// burst of many long holds (100,000 taken in seconds) costs this thread
+/// a few per cent of a core, and keeps unlock messages waiting a
+/// millisecond or two at most; those holds are listened for a little later.
+const HOLD_CHANNELS_PER_TURN: usize = 25;
+const HOLD_TURN_EVERY: Duration = Duration::from_millis(5);
 
 enum Control {
     Subscribe(Vec<u8>),
@@ -426,14 +429,16 @@ impl Worker {
         subscribed: &mut std::collections::HashSet<Vec<u8>>,
         mut sharded: Option<&mut sharded::Router>,
         pairing: &Mutex<sharded::Pairing>,
+        next_turn: &mut Instant,
     ) -> redis::RedisResult<()> {
         let now = Instant::now();
         if self.shared.holds_due().is_some_and(|at| at <= now) {
             self.shared.sweep_holds(now);
         }
-        if !self.shared.listened().has_work() {
+        if now < *next_turn || !self.shared.listened().has_work() {
             return Ok(());
         }
+        *next_turn = now + HOLD_TURN_EVERY;
         let timeout = self.response_timeout;
         let unsubscribes = self
             .shared
@@ -519,6 +524,7 @@ impl Worker {
         }
         // Held locks' channels follow, a few per turn.
         self.shared.listened().resubscribe_all();
+        let mut hold_turn = Instant::now();
 
         loop {
             // The deployment moved to another node (a Sentinel failover):
@@ -580,7 +586,13 @@ impl Worker {
             }
 
             if self
-                .sync_holds(&mut pubsub, &mut subscribed, sharded.as_mut(), &pairing)
+                .sync_holds(
+                    &mut pubsub,
+                    &mut subscribed,
+                    sharded.as_mut(),
+                    &pairing,
+                    &mut hold_turn,
+                )
                 .is_err()
             {
                 return Exit::Reconnect;
