@@ -5,8 +5,9 @@
 -- KEYS[3]  (fair locks only) wait queue "redisson_lock_queue:{name}"
 -- ARGV[1]  unlock message ("0")
 --
--- Without KEYS[3] the message goes to KEYS[2]; with it, only to the queue head, on
--- KEYS[2] .. ':' .. <its holder id> (nothing when the queue is empty).
+-- The message goes to KEYS[2], where a redguard holder listens for a force unlock; with
+-- KEYS[3] also to the queue head, on KEYS[2] .. ':' .. <its holder id> (Redisson's fair
+-- force unlock publishes only there).
 --
 -- Returns  1  a lock was deleted and ARGV[1] published
 --          0  there was nothing to delete
@@ -23,7 +24,6 @@ if KEYS[3] then
     if head then
         notify(KEYS[2] .. ':' .. head, ARGV[1])
     end
-else
-    notify(KEYS[2], ARGV[1])
 end
+notify(KEYS[2], ARGV[1])
 return 1

@@ -110,6 +110,15 @@ pub struct Stats {
     /// nothing there, and hold start times that could not wait for a
     /// renewal. Refreshes otherwise ride on renewal round trips.
     pub record_round_trips: u64,
+    /// Held locks whose unlock channel the subscriber listens to, so that a
+    /// force unlock (redguard's `unlock --force`, Redisson's
+    /// `forceUnlock`) is heard at once: every hold that lasted 100 ms.
+    /// Ended holds leave it within a second.
+    pub listened_holds: usize,
+    /// Holds checked (one round trip per server and message) because an
+    /// unlock message came on their channel while they were held; a check
+    /// that finds the hold gone reports it lost.
+    pub hold_checks: u64,
 }
 
 impl Client {
@@ -165,6 +174,7 @@ impl Client {
         let hooks = Arc::new(Hooks {
             on_lost: config.on_lease_lost.clone(),
             metrics_names: config.metrics_lock_names,
+            listener: std::sync::OnceLock::new(),
             record: config.holder_record.then(|| {
                 Arc::new(RecordSpec::new(
                     &id,
@@ -360,6 +370,8 @@ impl Client {
                 .counters
                 .record_round_trips
                 .load(Ordering::Relaxed),
+            listened_holds: sub.map_or(0, Subscriber::listened_holds),
+            hold_checks: self.shared.counters.hold_checks.load(Ordering::Relaxed),
         }
     }
 
@@ -484,7 +496,10 @@ impl Client {
                     self.shared.source.clone(),
                     self.shared.config.response_timeout,
                 ) {
-                    Ok(sub) => Some(sub),
+                    Ok(sub) => {
+                        let _ = self.shared.hooks.listener.set(sub.listener());
+                        Some(sub)
+                    }
                     Err(e) => {
                         log::error!(
                             "redguard: could not start the subscriber thread: {e}",

@@ -21,6 +21,9 @@ pub(crate) struct Hooks {
     pub(crate) record: Option<Arc<RecordSpec>>,
     /// [`Builder::metrics_lock_names`](crate::Builder::metrics_lock_names).
     pub(crate) metrics_names: bool,
+    /// The client's subscriber, to which the watchdog hands the holds to
+    /// listen for (a force unlock); set when the subscriber starts.
+    pub(crate) listener: std::sync::OnceLock<crate::subscriber::Listener>,
 }
 
 impl fmt::Debug for Hooks {

@@ -58,6 +58,8 @@ pub(crate) struct Counters {
     pub(crate) renewal_ticks: AtomicU64,
     /// Round trips that carried only holder-record writes.
     pub(crate) record_round_trips: AtomicU64,
+    /// Holds checked after an unlock message on their channel.
+    pub(crate) hold_checks: AtomicU64,
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
     pub(crate) retries: crate::pending::Pending,

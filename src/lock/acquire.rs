@@ -460,12 +460,17 @@ impl Lock {
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
+                listen: true,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,
                 (false, Some(every)) => valid_until.min(sent + every),
                 (false, None) => valid_until,
             };
+            // A force unlock deletes the lock and publishes on its channel:
+            // the watchdog has the subscriber listen there once the hold
+            // lasted a moment, so that it hears of the loss at once.
+            let _ = self.inner.client.subscriber();
             watchdog::register(entry, due);
         } else if renew {
             // A re-entry into a hold lost meanwhile stays lost: its guard

@@ -48,10 +48,33 @@ pub struct LockInfo {
     /// nodes) and sharded ones (`PUBSUB SHARDNUMSUB`) on the lock's node;
     /// subscribers on replicas are not counted. `None` when the server
     /// would not say.
+    ///
+    /// A redguard holder listens on the channel too, for a force unlock
+    /// (once its hold lasted 100 ms): such holders are not counted, as far
+    /// as their holder records tell (a holder without a record is).
     pub subscribers: Option<u64>,
 }
 
 impl LockInfo {
+    /// Takes the holders that listen on the lock's channel themselves out
+    /// of [`LockInfo::subscribers`]: one connection per holder client whose
+    /// record shows a hold here that lasted long enough to be listened for.
+    pub(crate) fn discount_listening_holders(&mut self) {
+        let Some(n) = self.subscribers else {
+            return;
+        };
+        let listen_after = crate::subscriber::LISTEN_AFTER;
+        let mut clients: Vec<&str> = self
+            .holders
+            .iter()
+            .filter(|(h, _)| self.held_for(h).is_some_and(|d| d >= listen_after))
+            .filter_map(|(h, _)| record::client_of(h.as_str()))
+            .collect();
+        clients.sort_unstable();
+        clients.dedup();
+        self.subscribers = Some(n.saturating_sub(clients.len() as u64));
+    }
+
     /// The holder record of `holder`'s client, if it keeps one.
     pub fn record_of(&self, holder: &HolderId) -> Option<&HolderRecord> {
         let client = crate::record::client_of(holder.as_str())?;
@@ -250,6 +273,7 @@ impl Lock {
         info.records = around.records;
         info.server_time = around.server_time;
         info.subscribers = around.subscribers;
+        info.discount_listening_holders();
         Ok(())
     }
 }

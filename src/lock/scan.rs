@@ -235,6 +235,7 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
                 ..record::HolderRecord::clone_without_holds(r)
             })
             .collect();
+        info.discount_listening_holders();
     }
     Ok(())
 }

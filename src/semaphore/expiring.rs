@@ -463,6 +463,7 @@ impl ExpiringSemaphore {
                 skew_ms: self.skew_ms(),
             })),
             classic_publish: self.client.config().interop.classic_publish,
+            listen: false,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

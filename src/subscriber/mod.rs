@@ -9,12 +9,18 @@
 //! retries, an unlock published after the retry always finds the waiter.
 //! Only a channel's first waiter waits for the server's confirmation.
 //!
+//! Holders listen too: the watchdog hands over every lock hold that lasted
+//! [`LISTEN_AFTER`] ([`Listener`]), its channel is subscribed (a few per
+//! turn, one round trip each), and any message there has the watchdog
+//! check the hold at once ([`holds`]): a force unlock is heard at once.
+//!
 //! When the connection breaks, every waiter is woken to retry (messages may
 //! have been lost) and keeps going on its bounded wait while the thread
 //! reconnects with backoff and resubscribes. The watchdog is told too: the
 //! server may have restarted and lost its data, so the client's leases
 //! there are checked at once.
 
+mod holds;
 mod registry;
 mod sharded;
 
@@ -30,6 +36,9 @@ use registry::{Mailbox, Registered, Registry, WaiterId};
 use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::Result;
+use crate::lease::LeaseState;
+pub(crate) use holds::LISTEN_AFTER;
+use holds::Listened;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -38,21 +47,50 @@ const TICK: Duration = Duration::from_millis(5);
 /// A connection that lived at least this long starts them small again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Held locks' channels (un)subscribed per turn (one round trip each), and
+/// the least time between such turns: at most 5,000 a second, so that a
+/// burst of many long holds (100,000 taken in seconds) costs this thread
+/// a few per cent of a core, and keeps unlock messages waiting a
+/// millisecond or two at most; those holds are listened for a little later.
+const HOLD_CHANNELS_PER_TURN: usize = 25;
+const HOLD_TURN_EVERY: Duration = Duration::from_millis(5);
 
 enum Control {
     Subscribe(Vec<u8>),
     Unsubscribe(Vec<u8>),
+    /// Held locks wait to be listened for (see [`holds`]).
+    Holds,
     Shutdown,
 }
 
 struct Shared {
     registry: Mutex<Registry>,
+    listened: Mutex<Listened>,
     connections: AtomicUsize,
 }
 
 impl Shared {
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn listened(&self) -> MutexGuard<'_, Listened> {
+        self.listened.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sweeps the listened holds when due at `now`.
+    fn sweep_holds(&self, now: Instant) {
+        self.listened().sweep(now);
+    }
+
+    /// When the listened holds need the thread next (a sweep).
+    fn holds_due(&self) -> Option<Instant> {
+        self.listened().next_sweep()
+    }
+
+    /// `true` when a waiter or a listened hold wants `channel` subscribed.
+    fn wanted(&self, channel: &[u8]) -> bool {
+        self.registry().is_wanted(channel) || self.listened().listens(channel)
     }
 }
 
@@ -74,6 +112,7 @@ impl Subscriber {
     pub(crate) fn start(source: Arc<Source>, response_timeout: Duration) -> Result<Subscriber> {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
+            listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
         });
         let (control, rx) = crossbeam_channel::unbounded();
@@ -170,6 +209,20 @@ impl Subscriber {
         let _ = self.control.send(Control::Shutdown);
     }
 
+    /// The handle through which the watchdog hands over the holds to
+    /// listen for.
+    pub(crate) fn listener(&self) -> Listener {
+        Listener {
+            shared: self.shared.clone(),
+            control: self.control.clone(),
+        }
+    }
+
+    /// Held locks whose channel is listened to.
+    pub(crate) fn listened_holds(&self) -> usize {
+        self.shared.listened().len()
+    }
+
     /// Registered waiters.
     pub(crate) fn waiters(&self) -> usize {
         self.shared.registry().waiters()
@@ -183,6 +236,38 @@ impl Subscriber {
     /// Open pub/sub connections (0 or 1).
     pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// Where the watchdog hands over the holds that lasted
+/// [`LISTEN_AFTER`]: their client's subscriber then listens on their
+/// lock's channel, and an unlock message there makes the watchdog check
+/// them at once (see [`holds`]).
+#[derive(Clone)]
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    control: Sender<Control>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener").finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// Listens for a force unlock of `state`'s hold on `channel`. No I/O;
+    /// the thread is woken only when it had no subscription work queued.
+    pub(crate) fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
+        let wake = {
+            let mut listened = self.shared.listened();
+            let idle = !listened.has_work();
+            listened.add(channel, state, Instant::now());
+            idle
+        };
+        if wake {
+            let _ = self.control.send(Control::Holds);
+        }
     }
 }
 
@@ -235,13 +320,21 @@ impl Drop for Waiter<'_> {
 }
 
 /// Wakes the waiters of `channel` for a message: one for an unlock message
-/// (unless the channel wakes all), all for anything else.
+/// (unless the channel wakes all), all for anything else. The live holds
+/// listened for there are checked (any message: a force unlock publishes
+/// the unlock message of the lock's kind).
 fn dispatch(shared: &Shared, channel: &[u8], payload: &[u8]) {
-    let mut registry = shared.registry();
-    if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(channel) {
-        registry.wake_one(channel);
-    } else {
-        registry.wake_all(channel, Event::Unlocked);
+    {
+        let mut registry = shared.registry();
+        if payload == crate::keys::UNLOCK_MESSAGE && !registry.wakes_all(channel) {
+            registry.wake_one(channel);
+        } else {
+            registry.wake_all(channel, Event::Unlocked);
+        }
+    }
+    let held = shared.listened().live_on(channel);
+    if !held.is_empty() {
+        crate::watchdog::verify(held);
     }
 }
 
@@ -263,11 +356,12 @@ impl Worker {
     fn run(&mut self) {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
-            // Connect only when some waiter needs it.
-            if self.shared.registry().channel_count() == 0 {
-                match self.control.recv() {
-                    Ok(Control::Shutdown) | Err(_) => return,
-                    Ok(_) => continue,
+            // Connect only when some waiter or held lock needs it.
+            self.shared.sweep_holds(Instant::now());
+            if self.shared.registry().channel_count() == 0 && self.shared.listened().is_empty() {
+                match self.recv_until(self.shared.holds_due()) {
+                    Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return,
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
                 }
             }
             // Read before connecting: a master change after this makes the
@@ -316,6 +410,76 @@ impl Worker {
         }
     }
 
+    /// The next control message, waiting at most until `until` (forever
+    /// without it).
+    fn recv_until(&self, until: Option<Instant>) -> std::result::Result<Control, RecvTimeoutError> {
+        match until {
+            Some(at) => self.control.recv_deadline(at),
+            None => self
+                .control
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// (Un)subscribes, a bounded number per turn, the channels of held
+    /// locks that began or ended being listened for. A channel that waiters
+    /// subscribed already is not subscribed again; one that waiters (or
+    /// another hold) still want stays.
+    fn sync_holds(
+        &self,
+        pubsub: &mut redis::PubSub<'_>,
+        subscribed: &mut std::collections::HashSet<Vec<u8>>,
+        mut sharded: Option<&mut sharded::Router>,
+        pairing: &Mutex<sharded::Pairing>,
+        next_turn: &mut Instant,
+    ) -> redis::RedisResult<()> {
+        let now = Instant::now();
+        if self.shared.holds_due().is_some_and(|at| at <= now) {
+            self.shared.sweep_holds(now);
+        }
+        if now < *next_turn || !self.shared.listened().has_work() {
+            return Ok(());
+        }
+        *next_turn = now + HOLD_TURN_EVERY;
+        let timeout = self.response_timeout;
+        let unsubscribes = self
+            .shared
+            .listened()
+            .take_unsubscribes(HOLD_CHANNELS_PER_TURN);
+        for channel in unsubscribes {
+            if self.shared.wanted(&channel) {
+                continue;
+            }
+            subscribed.remove(&channel[..]);
+            if let Some(sh) = sharded.as_deref_mut() {
+                sh.unsubscribe(&channel);
+            }
+            sharded::lock(pairing).reset(&channel);
+            let _ = pubsub.set_read_timeout(Some(timeout));
+            pubsub.unsubscribe(&channel[..])?;
+        }
+        let subscribes = self
+            .shared
+            .listened()
+            .take_subscribes(HOLD_CHANNELS_PER_TURN);
+        for channel in subscribes {
+            if subscribed.contains(&channel[..]) {
+                continue;
+            }
+            let _ = pubsub.set_read_timeout(Some(timeout));
+            if let Err(e) = pubsub.subscribe(&channel[..]) {
+                subscribe_failed(&channel, &e);
+                return Err(e);
+            }
+            sharded::lock(pairing).reset(&channel);
+            if let Some(sh) = sharded.as_deref_mut() {
+                sh.subscribe(&channel);
+            }
+        }
+        Ok(())
+    }
+
     /// Sleeps for `pause` unless the client stops meanwhile (`true`).
     fn sleep_or_stop(&self, pause: Duration) -> bool {
         let deadline = Instant::now() + pause;
@@ -361,6 +525,9 @@ impl Worker {
                 registry.confirm(channel);
             }
         }
+        // Held locks' channels follow, a few per turn.
+        self.shared.listened().resubscribe_all();
+        let mut hold_turn = Instant::now();
 
         loop {
             // The deployment moved to another node (a Sentinel failover):
@@ -395,8 +562,10 @@ impl Worker {
                             Ok(wanted.then_some(channel))
                         }
                     }
+                    Control::Holds => Ok(None),
                     Control::Unsubscribe(channel) => {
-                        let wanted = self.shared.registry().is_wanted(&channel);
+                        // A held lock listened for keeps its channel.
+                        let wanted = self.shared.wanted(&channel);
                         if !wanted && subscribed.remove(&channel) {
                             if let Some(sh) = sharded.as_mut() {
                                 sh.unsubscribe(&channel);
@@ -419,10 +588,26 @@ impl Worker {
                 }
             }
 
-            if subscribed.is_empty() {
+            if self
+                .sync_holds(
+                    &mut pubsub,
+                    &mut subscribed,
+                    sharded.as_mut(),
+                    &pairing,
+                    &mut hold_turn,
+                )
+                .is_err()
+            {
+                return Exit::Reconnect;
+            }
+
+            if subscribed.is_empty() && self.shared.listened().is_empty() {
                 // Nothing to listen to: sleep on the control queue alone.
-                match self.control.recv() {
-                    Ok(Control::Shutdown) | Err(_) => return Exit::Stop,
+                match self.recv_until(self.shared.holds_due()) {
+                    Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                        return Exit::Stop;
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
                     Ok(Control::Subscribe(channel)) => {
                         let wanted = self.shared.registry().is_wanted(&channel);
                         if wanted {
@@ -439,7 +624,7 @@ impl Worker {
                             self.shared.registry().confirm(&channel);
                         }
                     }
-                    Ok(Control::Unsubscribe(_)) => {}
+                    Ok(Control::Unsubscribe(_) | Control::Holds) => {}
                 }
                 continue;
             }
@@ -462,7 +647,9 @@ impl Worker {
                 }
             }
             if let Some(sh) = sharded.as_mut() {
-                sh.tick(|channel| subscribed.contains(channel));
+                sh.tick(|channel| {
+                    subscribed.contains(channel) || self.shared.listened().listens(channel)
+                });
             }
         }
     }

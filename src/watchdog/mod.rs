@@ -24,6 +24,13 @@
 //!   connection, or comes back with a new `run_id`, every lease held there
 //!   is renewed in one pipelined round trip (fixed leases are looked up
 //!   instead), and a renewal answering 0 marks its lease lost.
+//! * A force unlock is heard at once: this thread hands every lock hold
+//!   that lasted [`crate::subscriber::LISTEN_AFTER`] to its client's
+//!   subscriber, which listens on the lock's channel; an unlock message
+//!   there hands the live holds to [`verify`], which renews (or looks up)
+//!   just those in one round trip; an answer of 0 marks the lease lost.
+//!   New holds wake the thread at that pace at most, so that a short hold
+//!   costs nothing more than its pending entry.
 //! * A lease runs out on this thread's clock, wherever its entry is: the
 //!   thread keeps what it needs of the entries at a worker (and of those
 //!   waiting for its job), so a worker held up by a hung server does not
@@ -102,6 +109,9 @@ pub(crate) struct Entry {
     /// How its release at client shutdown wakes waiters (the client's
     /// setting).
     pub(crate) classic_publish: crate::ClassicPublish,
+    /// A lock hold, whose channel a force unlock publishes on: listened
+    /// for once it lasted [`crate::subscriber::LISTEN_AFTER`].
+    pub(crate) listen: bool,
 }
 
 impl Entry {
@@ -181,6 +191,9 @@ enum Command {
     /// An operation on a held lease met a failover: hand it to the worker
     /// of its key's server.
     Retry(Retry),
+    /// An unlock message came on the channel of these holds: check each
+    /// now.
+    Verify(Vec<Arc<LeaseState>>),
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -282,6 +295,13 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     // A client's first lock (after none) wakes the thread at once, so that
     // its server is watched from the start, not from the next wake-up.
     let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
+    // A hold to listen for wakes the thread when it is due to be listened
+    // for, unless something wakes it before.
+    let wake_at = if entry.listen {
+        due.min(entry.renewed_at + crate::subscriber::LISTEN_AFTER)
+    } else {
+        due
+    };
     let pending = {
         let mut list = shared
             .pending
@@ -291,7 +311,9 @@ pub(crate) fn register(entry: Entry, due: Instant) {
         list.len()
     };
     shared.ensure_running();
-    if (first || pending >= PENDING_WAKE || nanos(due) < shared.next_wake.load(Ordering::SeqCst))
+    if (first
+        || pending >= PENDING_WAKE
+        || nanos(wake_at) < shared.next_wake.load(Ordering::SeqCst))
         && !shared.wake_sent.swap(true, Ordering::SeqCst)
     {
         let _ = shared.commands.send(Command::Wake);
@@ -309,6 +331,19 @@ fn retry(retry: Retry) {
             "redguard: {} cannot be retried without the watchdog thread",
             retry.what
         );
+    }
+}
+
+/// Tells the watchdog that an unlock message came on the channel of
+/// `holds`: each is checked at once, in one round trip per server (a
+/// renewal, or a look-up for a fixed lease), and marked lost when it is not
+/// held any more. Redisson's `forceUnlock` and redguard's `unlock --force`
+/// publish such a message; so does a read-write lock's release by another
+/// holder, which leaves these holds be.
+pub(crate) fn verify(holds: Vec<Arc<LeaseState>>) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.running.load(Ordering::Acquire) {
+        let _ = shared.commands.send(Command::Verify(holds));
     }
 }
 
@@ -510,7 +545,21 @@ struct Watchdog {
     servers: HashMap<Server, ServerState>,
     reports_tx: Sender<Report>,
     reports_rx: Receiver<Report>,
+    /// Holds to check after an unlock message on their channel (by the
+    /// address of their lease state), with the message's arrival: a
+    /// renewal sent before it says nothing about it.
+    verify: HashMap<usize, Instant>,
+    /// Lock holds taken from the pending list, to be listened for when
+    /// they have lasted [`crate::subscriber::LISTEN_AFTER`]: the instant
+    /// that happens, their channel, their lease and their client's hooks.
+    young: std::collections::VecDeque<Young>,
+    /// While lock holds come in: when the thread looks at the pending list
+    /// next, at the latest.
+    listen_tick: Option<Instant>,
 }
+
+/// A hold waiting to be listened for (see [`Watchdog::young`]).
+type Young = (Instant, Arc<[u8]>, Arc<LeaseState>, Arc<Hooks>);
 
 fn run(shared: &'static Shared) {
     let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
@@ -520,6 +569,9 @@ fn run(shared: &'static Shared) {
         servers: HashMap::new(),
         reports_tx,
         reports_rx,
+        verify: HashMap::new(),
+        young: std::collections::VecDeque::new(),
+        listen_tick: None,
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
@@ -538,12 +590,16 @@ impl Watchdog {
     /// should end.
     fn step(&mut self) -> bool {
         self.shared.next_wake.store(0, Ordering::SeqCst);
+        if self.listen_tick.is_some_and(|at| at <= Instant::now()) {
+            self.listen_tick = None;
+        }
         self.take_pending();
         let now = Instant::now();
         self.dispatch_due(now);
         self.retry_due(now);
         self.records_due(now);
         self.held_up(now);
+        self.listen_due(now);
         crate::metrics::pending_renewals(self.schedule.len());
 
         let next = [
@@ -551,6 +607,8 @@ impl Watchdog {
             self.next_retry(),
             self.next_record(now),
             self.next_held_up(),
+            self.young.front().map(|y| y.0),
+            self.listen_tick,
         ]
         .into_iter()
         .flatten()
@@ -588,6 +646,7 @@ impl Watchdog {
                         log::error!("redguard watchdog: a retry could not reach its worker");
                     }
                 }
+                Ok(Command::Verify(holds)) => self.verify_holds(holds),
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -636,6 +695,7 @@ impl Watchdog {
     /// the last client went was taken with its `ClientGone`, and anything
     /// there now is a new client's, for the next thread.
     fn finish(&mut self) {
+        self.young.clear();
         let mut left = self.schedule.extract(|_| true);
         for state in self.servers.values_mut() {
             left.extend(state.busy.take().unwrap_or_default());
@@ -654,6 +714,12 @@ impl Watchdog {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         let now = Instant::now();
+        if pending.iter().any(|(_, e)| e.listen) && self.listen_tick.is_none() {
+            // Holds to listen for come in: look at the pending list again
+            // after LISTEN_AFTER, so that the holds registered meanwhile
+            // do not each wake the thread (see `register`).
+            self.listen_tick = Some(now + crate::subscriber::LISTEN_AFTER);
+        }
         let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
             if entry.hooks.record.is_some() {
@@ -683,7 +749,34 @@ impl Watchdog {
                     entry.state.clone(),
                 );
             }
+            if entry.listen && entry.hooks.listener.get().is_some() {
+                self.young.push_back((
+                    entry.renewed_at + crate::subscriber::LISTEN_AFTER,
+                    entry.channel.clone(),
+                    entry.state.clone(),
+                    entry.hooks.clone(),
+                ));
+            }
             self.schedule.insert(due, entry);
+        }
+    }
+
+    /// Hands the holds that have lasted long enough by `now`, and are
+    /// still held, to their clients' subscribers to listen for.
+    fn listen_due(&mut self, now: Instant) {
+        while self.young.front().is_some_and(|y| y.0 <= now) {
+            let Some((_, channel, state, hooks)) = self.young.pop_front() else {
+                break;
+            };
+            if state.is_over() {
+                continue;
+            }
+            if let Some(listener) = hooks.listener.get() {
+                listener.listen(channel, state);
+            }
+        }
+        if self.young.is_empty() && self.young.capacity() > 1024 {
+            self.young = std::collections::VecDeque::new();
         }
     }
 
@@ -850,6 +943,9 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
+        if !self.verify.is_empty() {
+            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
+        }
         if entry.state.is_recorded()
             && let Some(record) = self
                 .servers
@@ -1192,6 +1288,58 @@ impl Watchdog {
         self.start(server, entries, usize::MAX);
     }
 
+    /// Checks `holds` now (an unlock message came on their channel): their
+    /// entries go to their servers' workers at once, in one round trip per
+    /// server. Entries at a worker already are checked again when their
+    /// renewal, sent before the message, comes back.
+    fn verify_holds(&mut self, holds: Vec<Arc<LeaseState>>) {
+        // The hold may be younger than the thread's last look at the
+        // pending list.
+        self.take_pending();
+        let now = Instant::now();
+        let wanted: std::collections::HashSet<usize> = holds
+            .iter()
+            .filter(|s| !s.is_over())
+            .map(|s| Arc::as_ptr(s) as usize)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        for &hold in &wanted {
+            self.verify.insert(hold, now);
+        }
+        let entries = self
+            .schedule
+            .extract(|e| wanted.contains(&(Arc::as_ptr(&e.state) as usize)));
+        let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
+        for entry in entries {
+            if let Some(entry) = self.still_wanted(entry) {
+                groups.entry(entry.server()).or_default().push(entry);
+            }
+        }
+        for (server, entries) in groups {
+            self.start(server, entries, usize::MAX);
+        }
+    }
+
+    /// What a round trip sent at `sent` says of `entry` with respect to
+    /// an unlock message on its channel: `None` when none is to be looked
+    /// into; `Some(true)` when the message came after it was sent (check
+    /// again, at once); `Some(false)` when it was the check (counted once
+    /// its outcome is applied).
+    fn verify_again(&mut self, entry: &Entry, sent: Instant) -> Option<bool> {
+        if self.verify.is_empty() {
+            return None;
+        }
+        let key = Arc::as_ptr(&entry.state) as usize;
+        let at = *self.verify.get(&key)?;
+        if sent >= at {
+            self.verify.remove(&key);
+            return Some(false);
+        }
+        Some(true)
+    }
+
     /// Applies the outcome of one batch; after a job's last batch, sends
     /// what fell due for the server meanwhile.
     fn apply(&mut self, done: Done) {
@@ -1223,6 +1371,9 @@ impl Watchdog {
             let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
+            let verified = self.verify_again(&entry, done.sent);
+            let again = verified == Some(true);
+            let checked = (verified == Some(false)).then(|| entry.counters.clone());
             match outcome {
                 // The reply came after the lease ran out on this client's
                 // clock: its holder may already have been told it was lost,
@@ -1239,14 +1390,14 @@ impl Watchdog {
                         .extend_to(done.sent + entry.lease - clock_drift(entry.lease));
                     // Renewed before the server was suspected: that says
                     // nothing about it now.
-                    let next = if suspect_at.is_some_and(|at| done.sent < at) {
+                    let next = if again || suspect_at.is_some_and(|at| done.sent < at) {
                         now
                     } else {
                         done.sent + entry.interval()
                     };
                     self.schedule.insert(next, entry);
                 }
-                Outcome::Held if suspect_at.is_some_and(|at| done.sent < at) => {
+                Outcome::Held if again || suspect_at.is_some_and(|at| done.sent < at) => {
                     recheck.push(entry);
                 }
                 Outcome::Held => {
@@ -1256,6 +1407,9 @@ impl Watchdog {
                 }
                 Outcome::Gone(reason) => self.lose(entry, reason, None),
                 Outcome::Failed(e) => failed.push((entry, e)),
+            }
+            if let Some(counters) = checked {
+                counters.hold_checks.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.retry_later(done.server, failed, answered, now);
@@ -1428,6 +1582,9 @@ mod tests {
             servers: HashMap::new(),
             reports_tx,
             reports_rx,
+            verify: HashMap::new(),
+            young: std::collections::VecDeque::new(),
+            listen_tick: None,
         }
     }
 

@@ -12,6 +12,7 @@ mod config_bounds;
 mod fair_lock;
 mod faults;
 mod fenced_lock;
+mod force_unlock_heard;
 mod foreign;
 mod holder_checks;
 mod identity;

@@ -10,6 +10,7 @@ use redguard::{LockInfo, LockKind, OnceStatus};
 use crate::cli::{Kind, UnlockArgs, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
+use crate::out;
 use crate::show;
 use crate::status::kind_word;
 
@@ -47,6 +48,7 @@ fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     .map_err(lib)?;
     if removed {
         println!("removed lock {}: {}", show::name(name), summary(&info));
+        removed_holders(&info);
     } else if let LockKind::Fair { queue } = &info.kind {
         println!(
             "lock {} was not held; {} waiter(s) left in its fair queue",
@@ -57,6 +59,41 @@ fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
         println!("lock {} was free; nothing removed", show::name(name));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Names the holders a force unlock removed, with the host, pid and
+/// program their records give, and warns that their commands are being
+/// stopped: a redguard holder hears the unlock message and stops its
+/// command at once; a holder without a record (Redisson, records off) may
+/// notice only at its next renewal.
+fn removed_holders(info: &LockInfo) {
+    if info.holders.is_empty() {
+        return;
+    }
+    for (holder, _) in &info.holders {
+        println!(
+            "  removed holder {holder}: {}",
+            crate::status::holder_line(info, holder)
+        );
+    }
+    let unrecorded = info
+        .holders
+        .iter()
+        .filter(|(h, _)| info.record_of(h).is_none())
+        .count();
+    let mut warning = format!(
+        "{} holder(s) of {} may still be running: a redguard holder hears of the force unlock \
+         at once and stops its command (`exec`: SIGTERM now, SIGKILL after its --kill-grace)",
+        info.holders.len(),
+        show::name(&info.name)
+    );
+    if unrecorded > 0 {
+        warning.push_str(&format!(
+            "; {unrecorded} without a record (not redguard, or records off) may notice only at \
+             its next renewal"
+        ));
+    }
+    out::warn(&warning);
 }
 
 /// The refusal for a name that holds no lock, naming the `--kind` that

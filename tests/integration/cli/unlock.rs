@@ -165,3 +165,82 @@ fn unlock_force_deletes_every_kind_when_named() {
     }
     guard.check().unwrap();
 }
+
+/// `unlock --force` while `exec` runs CMD (a 30 s lease: its renewals,
+/// every 10 s, are not what tells it): the holder hears the unlock message
+/// and CMD gets SIGTERM within 100 ms of the unlock's end; CMD, which ends
+/// on SIGTERM, is gone within the kill grace, and `exec` exits 70. The
+/// unlock names the removed holder's host, pid and program, and warns that
+/// its command is being stopped.
+#[test]
+fn unlock_force_stops_the_running_holders_command_at_once() {
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let name = unique_name("unlock-stops");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let dir = scratch();
+    let (term, ready) = (dir.path().join("term"), dir.path().join("ready"));
+    // `wait` on a background sleep returns at once on a trapped signal.
+    let script = format!(
+        "trap 'date +%s%N > {}; exit 0' TERM; : > {}; sleep 30 & wait $!",
+        term.display(),
+        ready.display()
+    );
+    let mut exec = redguard_timed(&url, "30s", "1s");
+    exec.args([
+        "exec",
+        &name,
+        "--kill-grace",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let mut holder = Proc::spawn(exec);
+    let listening = || {
+        let (_, n): (String, i64) = ctx.server.cmd("PUBSUB", &[b"NUMSUB", channel.as_bytes()]);
+        n >= 1
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || ready.exists() && listening()),
+        "CMD never ran under a listening holder"
+    );
+    let before = std::time::SystemTime::now();
+    let mut unlock = redguard(&url);
+    unlock.args(["unlock", "--force", &name]);
+    let out = run(unlock);
+    let after = std::time::SystemTime::now();
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let want = format!("host {host}, pid {}, program \"redguard exec", holder.pid());
+    assert!(out.stdout.contains("removed holder "), "{out:?}");
+    assert!(out.stdout.contains(&want), "{want}\n{out:?}");
+    assert!(
+        out.stderr.contains("may still be running") && out.stderr.contains("stops its command"),
+        "{out:?}"
+    );
+    let termed = || {
+        std::fs::read_to_string(&term)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || termed().is_some()),
+        "CMD got no SIGTERM within 5 s"
+    );
+    let at = std::time::UNIX_EPOCH + Duration::from_nanos(termed().unwrap());
+    assert!(
+        at >= before,
+        "SIGTERM before the unlock: {at:?} < {before:?}"
+    );
+    let late = at.duration_since(after).unwrap_or_default();
+    assert!(
+        late <= Duration::from_millis(100),
+        "SIGTERM came {late:?} after the unlock ended"
+    );
+    let end = holder.wait(Duration::from_secs(3));
+    assert_eq!(end.code, Some(70), "{end:?}");
+}
