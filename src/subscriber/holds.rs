@@ -29,6 +29,15 @@ pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(100);
 /// How often the listened holds are looked over for ended ones.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// Most holds a client listens for at once. Past it, a hold's force unlock
+/// is noticed at its next renewal (a third of the lease), as before
+/// holders listened: a process with this many long holds is a batch
+/// holder, not one whose commands must stop within milliseconds, and each
+/// listened hold costs a map entry here (about 45 bytes, which would take
+/// W1, 100,000 held locks, past its 512 bytes a lock) and a subscription on
+/// the server.
+pub(crate) const MAX_LISTENED: usize = 10_000;
+
 /// The listened holds, by channel. Most channels have one hold; the few
 /// with more (several threads holding one read lock) keep the rest in
 /// `more`, so that the common case costs one map entry and no vector.
@@ -46,7 +55,11 @@ pub(crate) struct Listened {
 
 impl Listened {
     /// Listens for `state` on `channel`.
+    /// Past [`MAX_LISTENED`] holds, does nothing.
     pub(crate) fn add(&mut self, channel: Arc<[u8]>, state: Arc<LeaseState>, now: Instant) {
+        if self.len() >= MAX_LISTENED {
+            return;
+        }
         if self.one.contains_key(&channel) {
             self.more.push((channel, state));
         } else {
@@ -193,6 +206,18 @@ mod tests {
         assert!(!l.listens(b"rw") && l.is_empty());
         assert_eq!(l.take_unsubscribes(10), vec![ch("rw")]);
         assert_eq!(l.next_sweep(), None);
+    }
+
+    #[test]
+    fn at_most_max_listened_holds_are_listened_for() {
+        let t0 = Instant::now();
+        let mut l = Listened::default();
+        for i in 0..=MAX_LISTENED {
+            l.add(ch(&format!("c{i}")), state(), t0);
+        }
+        assert_eq!(l.len(), MAX_LISTENED);
+        assert!(!l.listens(format!("c{MAX_LISTENED}").as_bytes()));
+        assert_eq!(l.take_subscribes(usize::MAX).len(), MAX_LISTENED);
     }
 
     #[test]
