@@ -1057,8 +1057,8 @@ fn fair_a_live_rust_head_keeps_its_place_and_the_gaps_behind_it() {
                 [b_id.clone(), c_id.clone()],
                 "after {checks} checks"
             );
-            let gap = deadline_of(&ctx.server, &name, &c_id)
-                - deadline_of(&ctx.server, &name, &b_id);
+            let gap =
+                deadline_of(&ctx.server, &name, &c_id) - deadline_of(&ctx.server, &name, &b_id);
             assert_eq!(gap, 300_000, "after {checks} checks");
             checks += 1;
             sleep(ms(100));
@@ -1237,7 +1237,11 @@ fn a_forced_latch_delete_wakes_java_waiters() {
         let late = woke.saturating_duration_since(deleted);
         eprintln!(
             "a Java await woke {late:?} after the delete returned ({})",
-            if via_cli { "unlock --force --kind latch" } else { "CountDownLatch::delete" }
+            if via_cli {
+                "unlock --force --kind latch"
+            } else {
+                "CountDownLatch::delete"
+            }
         );
         assert!(late <= ms(50), "woke {late:?} after the delete");
         assert!(!ctx.server.exists(&name));
