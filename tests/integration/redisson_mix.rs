@@ -1111,7 +1111,7 @@ fn fair_a_dead_rust_waiter_is_dropped_in_its_turn() {
         );
         let d_id = child.expect_line("HOLDER ", Duration::from_secs(20));
         let queue = queue_reaches(&ctx.server, &name, 2);
-        assert_eq!(queue, [a_id.clone(), d_id.clone()]);
+        assert_eq!(queue, [a_id, d_id.clone()]);
         let mut threads = vec![a_thread];
         let e = e_client.fair_lock(&name);
         threads.push(rust_waiter(s, e, "E", Duration::from_secs(30), &served));
@@ -1210,7 +1210,7 @@ fn a_forced_latch_delete_wakes_java_waiters() {
         let (deleted, woke) = std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 java_await(&ctx.server, &name, Duration::from_secs(5), || {
-                    tx.send(()).unwrap()
+                    tx.send(()).unwrap();
                 })
             });
             rx.recv_timeout(Duration::from_secs(10))
