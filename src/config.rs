@@ -350,9 +350,10 @@ impl Builder {
     /// Redis server's clock (and every deadline behind it by as much), so
     /// it never loses its place by waiting long. A waiter whose process
     /// died (or stalled for longer than this) is pruned once it heads the
-    /// queue and its deadline has passed: at most this long after its last
-    /// attempt if it headed the queue by then. A stalled waiter that comes
-    /// back joins the queue again at its tail. Must be at least 3 × the
+    /// queue and its deadline has passed: this long after its last attempt,
+    /// or later when Redisson's arithmetic put its deadline further out (the
+    /// lock's expiry when the queue formed plus the waits queued up to it).
+    /// A stalled waiter that comes back joins the queue again at its tail. Must be at least 3 × the
     /// response timeout, so that a slow attempt does not cost a live waiter
     /// its place.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Builder {
