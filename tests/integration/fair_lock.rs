@@ -293,6 +293,38 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let queue: Vec<String> = ctx.server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
     assert_eq!(queue, ["live:1"], "the live waiter is next");
     drop(guard);
+
+    // Entries someone else left without a deadline, while the lock is held:
+    // the caller's own gets one at its first attempt (no script error), and
+    // one behind the caller is not given one when the caller raises its
+    // own stale deadline (nor when it leaves).
+    let name = unique_name("fair-no-deadline");
+    let lock = client.fair_lock(&name);
+    let _held = ctx.other_client().fair_lock(&name).lock().unwrap();
+    let _: u64 = ctx
+        .server
+        .cmd("DEL", &[&queue_key(&name), &timeout_key(&name)]);
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"ghost:3"],
+    );
+    assert!(lock.try_lock_for(ms(100)).unwrap().is_none());
+    let stale = (server_now_ms(&ctx.server) - 1_000).to_string();
+    let () = ctx.server.cmd(
+        "ZADD",
+        &[
+            &timeout_key(&name),
+            stale.as_bytes(),
+            me.as_str().as_bytes(),
+        ],
+    );
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"ghost:3"],
+    );
+    assert!(lock.try_lock_for(ms(100)).unwrap().is_none());
+    let ghost: Option<f64> = ctx.server.cmd("ZSCORE", &[&timeout_key(&name), b"ghost:3"]);
+    assert_eq!(ghost, None, "an entry without a deadline was given one");
 }
 
 /// On each release exactly one waiter is woken: one message, on the next
