@@ -767,8 +767,11 @@ fn fair_a_leaving_waiter_wakes_no_one_unless_it_was_the_promised_head() {
     use crate::reentrant::Listener;
     let ctx = TestContext::new();
     let channel = |name: &str, id: &str| format!("redisson_lock__channel:{{{name}}}:{id}");
+    // Live entries behind a waiter: a deadline beyond the waiter's own plus
+    // its wait (300 s), which its leaving takes off again (Redisson's
+    // arithmetic), so that they stay live after it.
     let live = |name: &str, id: &str| {
-        let deadline = (server_now_ms(&ctx.server) + 60_000).to_string();
+        let deadline = (server_now_ms(&ctx.server) + 900_000).to_string();
         let () = ctx.server.cmd(
             "ZADD",
             &[&timeout_key(name), deadline.as_bytes(), id.as_bytes()],
