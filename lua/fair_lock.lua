@@ -1,18 +1,28 @@
--- Acquire or re-enter a fair lock (Redisson RFairLock layout), first come first served.
+-- Acquire or re-enter a fair lock (Redisson RFairLock layout and queue arithmetic), first come
+-- first served.
 --
 -- KEYS[1]  lock key: a hash of holder id -> hold count
 -- KEYS[2]  wait queue "redisson_lock_queue:{name}": list of waiting holder ids, head first
 -- KEYS[3]  wait deadlines "redisson_lock_timeout:{name}": zset holder id -> deadline (ms epoch)
 -- ARGV[1]  lease in milliseconds (PEXPIRE applied on success)
 -- ARGV[2]  holder id "<client uuid>:<thread id>"
--- ARGV[3]  wait timeout in milliseconds: a waiter that has not attempted for this long is
---          presumed dead and pruned
+-- ARGV[3]  this waiter's wait in milliseconds (Redisson's threadWaitTime): what it adds to the
+--          queue's deadlines when it joins and takes off them when it is granted; a waiter that
+--          has not attempted for this long is presumed dead once it heads the queue
 -- ARGV[4]  "1" to join (or stay in) the queue when the lock cannot be had; "0" to leave no trace
 --
--- Deadlines come from this server's clock (TIME), never from a client's: every attempt of a
--- queued waiter moves its own deadline to now + ARGV[3], so a live waiter keeps its place and a
--- dead one is pruned ARGV[3] after its last attempt. Every call prunes the waiters whose
--- deadline has passed (other than the caller).
+-- The deadlines follow Redisson's arithmetic, so that Java and redguard waiters can share one
+-- queue and keep their order:
+--   * a waiter joins with the tail's deadline plus its wait (with the lock's expiry plus its
+--     wait when the queue is empty);
+--   * a grant takes the granted waiter's wait off every deadline;
+--   * a waiter that gives up takes its wait off every deadline behind it (fair_leave.lua);
+--   * every call drops the queue heads whose deadline has passed, and heads without one.
+-- Two things differ, and neither changes what Redisson's scripts find: "now" is this server's
+-- clock (TIME), never a client's; and the caller, alive since it calls, is never dropped: each
+-- attempt of a queued waiter raises its deadline to at least now + ARGV[3], and every deadline
+-- behind it by as much, so that the gaps between deadlines (each waiter's wait, which later
+-- grants and leaves take off) stay as Redisson's arithmetic made them.
 --
 -- Returns  {1}        acquired (removed from the queue), or re-entered (hold count incremented)
 --          {0, ms}    not acquired; ms = how long until the situation can change: the lock's
@@ -23,26 +33,30 @@ redis.replicate_commands()
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = ARGV[2]
+local wait = tonumber(ARGV[3])
 
-local stale = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for _, id in ipairs(stale) do
-    if id ~= me then
-        redis.call('zrem', KEYS[3], id)
-        redis.call('lrem', KEYS[2], 0, id)
-    end
-end
--- A queue entry without a deadline (written by someone else) cannot be judged: drop it when it
--- reaches the head, so it never blocks the queue.
+-- Drop dead heads, oldest first, as Redisson does; an entry without a deadline (written by
+-- someone else) cannot be judged and is dropped too, so that it never blocks the queue.
 local head = redis.call('lindex', KEYS[2], 0)
-while head and head ~= me and not redis.call('zscore', KEYS[3], head) do
+while head and head ~= me do
+    local deadline = redis.call('zscore', KEYS[3], head)
+    if deadline and tonumber(deadline) > now then
+        break
+    end
     redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
     head = redis.call('lindex', KEYS[2], 0)
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
     if not head or head == me then
-        redis.call('lrem', KEYS[2], 0, me)
+        if head then
+            redis.call('lpop', KEYS[2])
+        end
         redis.call('zrem', KEYS[3], me)
+        for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+            redis.call('zincrby', KEYS[3], -wait, id)
+        end
         redis.call('hincrby', KEYS[1], me, 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1}
@@ -54,8 +68,41 @@ elseif redis.call('hexists', KEYS[1], me) == 1 then
 end
 
 if ARGV[4] == '1' then
-    if redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), me) == 1 then
+    local queue = redis.call('lrange', KEYS[2], 0, -1)
+    local at
+    for i, id in ipairs(queue) do
+        if id == me then
+            at = i
+            break
+        end
+    end
+    local mine = redis.call('zscore', KEYS[3], me)
+    if not at then
+        local tail = queue[#queue]
+        local from = tail and redis.call('zscore', KEYS[3], tail)
+        if from then
+            from = tonumber(from)
+        else
+            from = now + math.max(redis.call('pttl', KEYS[1]), 0)
+        end
+        mine = from + wait
+        redis.call('zadd', KEYS[3], mine, me)
         redis.call('rpush', KEYS[2], me)
+        queue[#queue + 1] = me
+        at = #queue
+    elseif not mine then
+        mine = now + wait
+        redis.call('zadd', KEYS[3], mine, me)
+    else
+        mine = tonumber(mine)
+    end
+    local raise = now + wait - mine
+    if raise > 0 then
+        for i = at, #queue do
+            if redis.call('zscore', KEYS[3], queue[i]) then
+                redis.call('zincrby', KEYS[3], raise, queue[i])
+            end
+        end
     end
 end
 if redis.call('exists', KEYS[1]) == 1 then

@@ -9,8 +9,8 @@
 -- ARGV[2]  lease in milliseconds, re-applied while holds remain
 -- ARGV[3]  holder id
 --
--- Waiters whose deadline (server clock) has passed are pruned first, so that the message goes
--- to a live waiter.
+-- Queue heads whose deadline (server clock) has passed, or that have none, are dropped first,
+-- oldest first as Redisson's unlock does, so that the message goes to a live waiter.
 --
 -- Returns  nil   the holder does not hold the lock (nothing changed)
 --          0     still held by the holder: hold count decremented, lease refreshed
@@ -29,12 +29,16 @@ redis.call('del', KEYS[1])
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local stale = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for _, id in ipairs(stale) do
-    redis.call('zrem', KEYS[3], id)
-    redis.call('lrem', KEYS[2], 0, id)
-end
 local head = redis.call('lindex', KEYS[2], 0)
+while head do
+    local deadline = redis.call('zscore', KEYS[3], head)
+    if deadline and tonumber(deadline) > now then
+        break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    head = redis.call('lindex', KEYS[2], 0)
+end
 if head then
     notify(KEYS[4] .. ':' .. head, ARGV[1])
 end

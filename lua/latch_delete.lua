@@ -2,7 +2,9 @@
 --
 -- KEYS[1]  latch counter (string: the count)
 -- KEYS[2]  the latch's channel "redisson_countdownlatch__channel__{name}"
--- ARGV[1]  new-count message ("1")
+-- ARGV[1]  zero-count message ("0"): a deleted latch reads as count 0, which is open, so every
+--          waiter, Java ones included, is told to wake and read the count again. (Redisson's own
+--          delete publishes the new-count message "1", on which a Java waiter keeps sleeping.)
 --
 -- Returns  1  a latch was deleted and ARGV[1] published
 --          0  there was none

@@ -217,18 +217,21 @@ impl Client {
     /// * **No herd**: a release wakes only the next waiter, on its own
     ///   channel `redisson_lock__channel:{name}:<holder id>`.
     /// * **Dead waiters**: each waiter has a deadline in
-    ///   `redisson_lock_timeout:{name}` (ms since the epoch, taken from the
-    ///   Redis server's clock, never the client's), pushed forward by each
-    ///   of its attempts; a waiter that stops attempting is pruned by any
-    ///   acquire or release [`Builder::fair_wait_timeout`] (300 s by
-    ///   default) after its last attempt.
+    ///   `redisson_lock_timeout:{name}` (ms since the epoch, on the Redis
+    ///   server's clock, never the client's), computed as Redisson does: the
+    ///   deadline of the waiter ahead plus its wait,
+    ///   [`Builder::fair_wait_timeout`] (300 s by default), less the waits
+    ///   of those granted since. Each attempt of a queued waiter raises its
+    ///   deadline to at least now + its wait (and the deadlines behind it by
+    ///   as much); a queue head whose deadline passed is pruned by the next
+    ///   acquire or release.
     /// * **Every way out of a wait** (acquired, timed out, error, client
     ///   shut down) removes the waiter from the queue and the deadline set.
     ///
     /// A Redisson `RFairLock` of the same name excludes and is excluded by
-    /// this lock and shares its queue; Redisson computes deadlines
-    /// differently (from its client clock, cumulated along the queue), so
-    /// in a mixed queue the order may be less strict.
+    /// this lock and shares its queue with the same arithmetic: Java and
+    /// redguard waiters in any mix are served in the order they joined
+    /// (README, "Mixing with Redisson", for clocks and limits).
     pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
         Lock::new_fair(self.clone(), name.as_ref())
     }

@@ -346,14 +346,21 @@ impl Builder {
     /// its place without an attempt (Redisson's `fairLockWaitTimeout`).
     /// Default 300 s.
     ///
-    /// A live waiter attempts at least every third of this (and every poll
-    /// interval), each attempt moving its deadline to now + this on the
-    /// Redis server's clock, so it never loses its place by waiting long. A
-    /// waiter whose process died (or stalled for longer than this) is
-    /// pruned this long after its last attempt: it blocks the queue behind
-    /// it for at most this long. A stalled waiter that comes back joins the
-    /// queue again at its tail. Must be at least 3 × the response timeout,
-    /// so that a slow attempt does not cost a live waiter its place.
+    /// It is the waiter's wait in Redisson's queue arithmetic: a waiter
+    /// joins with the deadline of the one ahead plus this (the lock's
+    /// expiry plus this when first in line), and its grant, or its giving
+    /// up, takes this off the deadlines behind it again. A live waiter
+    /// attempts at least every third of this (and every poll interval),
+    /// each attempt raising its deadline to at least now + this on the
+    /// Redis server's clock (and every deadline behind it by as much), so
+    /// it never loses its place by waiting long. A waiter whose process
+    /// died (or stalled for longer than this) is pruned once it heads the
+    /// queue and its deadline has passed: this long after its last attempt,
+    /// or later when Redisson's arithmetic put its deadline further out (the
+    /// lock's expiry when the queue formed plus the waits queued up to it).
+    /// A stalled waiter that comes back joins the queue again at its tail. Must be at least 3 × the
+    /// response timeout, so that a slow attempt does not cost a live waiter
+    /// its place.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Builder {
         self.fair_wait_timeout = timeout;
         self

@@ -14,12 +14,14 @@ pub(crate) const UNLOCK_MESSAGE: &[u8] = b"0";
 /// [`UNLOCK_MESSAGE`], which wakes one waiter.
 pub(crate) const READ_UNLOCK_MESSAGE: &[u8] = b"1";
 
-/// Published on a count-down latch's channel when its count reaches zero
-/// (Redisson's `CountDownLatchPubSub.ZERO_COUNT_MESSAGE`): every waiter goes.
+/// Published on a count-down latch's channel when its count reaches zero or
+/// the latch is deleted (Redisson's `CountDownLatchPubSub.ZERO_COUNT_MESSAGE`):
+/// every waiter goes.
 pub(crate) const ZERO_COUNT_MESSAGE: &[u8] = b"0";
 
-/// Published on a count-down latch's channel when its count is set or the
-/// latch deleted (Redisson's `CountDownLatchPubSub.NEW_COUNT_MESSAGE`).
+/// Published on a count-down latch's channel when its count is set
+/// (Redisson's `CountDownLatchPubSub.NEW_COUNT_MESSAGE`, which a Java waiter
+/// takes as "closed").
 pub(crate) const NEW_COUNT_MESSAGE: &[u8] = b"1";
 
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any bytes

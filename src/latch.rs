@@ -29,7 +29,7 @@ use crate::subscriber::Event;
 /// | key | type | content |
 /// | --- | --- | --- |
 /// | `name` | string | the count; deleted when it reaches zero |
-/// | `redisson_countdownlatch__channel__{name}` | channel | `0` the count reached zero; `1` a new count was set (or the latch deleted) |
+/// | `redisson_countdownlatch__channel__{name}` | channel | `0` the count reached zero, or the latch was deleted; `1` a new count was set |
 ///
 /// # Examples
 ///
@@ -183,7 +183,10 @@ impl CountDownLatch {
     }
 
     /// Deletes the latch (Redisson's `delete`): it is open afterwards.
-    /// `true` when it was set.
+    /// `true` when it was set. Every waiter, redguard's or Redisson's, is
+    /// woken by the zero message (`0`) and finds it open; Redisson's own
+    /// `delete` publishes the new-count message (`1`) instead, on which a
+    /// Java `await` keeps sleeping until its timeout (or for ever).
     ///
     /// # Errors
     ///

@@ -37,8 +37,9 @@
 //!   race for a released lock.
 //! * [`Client::fair_lock`]: a fair [`Lock`] (Redisson's `RFairLock`).
 //!   Waiters are served first come, first served; a release wakes only the
-//!   next one; dead waiters are pruned after
-//!   [`Builder::fair_wait_timeout`].
+//!   next one; dead waiters are pruned in their turn (deadlines computed
+//!   as Redisson does, with [`Builder::fair_wait_timeout`] as the wait), so
+//!   a queue shared with Redisson keeps its order.
 //! * [`Client::fenced_lock`]: a fenced [`Lock`] (Redisson's `RFencedLock`).
 //!   Every grant carries a larger [`FencingToken`]
 //!   ([`LockGuard::fencing_token`]) for storage that refuses stale

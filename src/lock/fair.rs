@@ -25,7 +25,13 @@ impl Drop for QueueSeat<'_> {
         if !self.armed {
             return;
         }
-        let Some(keys) = self.lock.fair_keys() else {
+        let (Some(keys), Some(wait)) = (self.lock.fair_keys(), self.lock.fair_wait_timeout())
+        else {
+            return;
+        };
+        // The same wait the attempts passed, so that what its joining added
+        // to the deadlines behind it comes off again.
+        let Ok(wait_ms) = crate::lease::lease_ms(wait) else {
             return;
         };
         let left = self
@@ -38,12 +44,13 @@ impl Drop for QueueSeat<'_> {
                     self.lock.inner.client.publish(&self.lock.inner.name),
                     keys,
                     self.holder,
+                    wait_ms,
                 )
             });
         if let Err(e) = left {
             log::warn!(
                 "redguard: could not leave the queue of fair lock {:?}: {e}; \
-                 the entry is pruned after the fair wait timeout",
+                 the entry is pruned once it heads the queue past its deadline",
                 String::from_utf8_lossy(&self.lock.inner.name),
                 e = e.chain()
             );

@@ -111,8 +111,9 @@ pub(crate) enum Kind {
         queue: Arc<[u8]>,
         /// `redisson_lock_timeout:{name}`.
         timeouts: Arc<[u8]>,
-        /// How long a queued waiter may go without an attempt before it is
-        /// presumed dead and pruned.
+        /// The waiter's wait in Redisson's queue arithmetic, and how long a
+        /// queued waiter may go without an attempt before it is presumed
+        /// dead and pruned (once it heads the queue).
         wait_timeout: Duration,
     },
     /// Redisson's `RFencedLock`: every acquisition draws a token.
@@ -229,9 +230,11 @@ impl Lock {
         matches!(self.inner.kind, Kind::Fenced { .. })
     }
 
-    /// For a fair lock, how long a queued waiter may go without an attempt
-    /// before the others prune it as dead ([`Builder::fair_wait_timeout`]
-    /// when the lock was made); `None` for other kinds.
+    /// For a fair lock, the waiter's wait in Redisson's queue arithmetic,
+    /// and how long a queued waiter may go without an attempt before the
+    /// others prune it as dead once it heads the queue
+    /// ([`Builder::fair_wait_timeout`] when the lock was made); `None` for
+    /// other kinds.
     ///
     /// [`Builder::fair_wait_timeout`]: crate::Builder::fair_wait_timeout
     pub fn fair_wait_timeout(&self) -> Option<Duration> {

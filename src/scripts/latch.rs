@@ -50,7 +50,8 @@ pub(crate) fn count_down(
     u64::try_from(left).map_err(|_| unexpected("latch count down", &reply))
 }
 
-/// Deletes the latch: `true` when there was one.
+/// Deletes the latch: `true` when there was one. Its waiters get the zero
+/// message: a deleted latch is open.
 pub(crate) fn delete(
     conn: &mut dyn redis::ConnectionLike,
     publish: super::Publish,
@@ -58,7 +59,7 @@ pub(crate) fn delete(
     channel: &[u8],
 ) -> Result<bool> {
     let reply = evalsha(conn, DELETE.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(NEW_COUNT_MESSAGE);
+        cmd.arg(ZERO_COUNT_MESSAGE);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     Ok(int("latch delete", &reply)? == 1)

@@ -235,10 +235,13 @@ fn fenced_acquire_reply(reply: &Value) -> Result<Acquire> {
     }
 }
 
-/// Runs the fair acquire script for `holder`. With `enqueue`, a holder that
-/// cannot have the lock joins the queue (or, already queued, moves its
-/// deadline to now + `wait_ms` on the server's clock); without, it leaves
-/// no trace.
+/// Runs the fair acquire script for `holder`, whose wait is `wait_ms`
+/// (Redisson's `threadWaitTime`). With `enqueue`, a holder that cannot have
+/// the lock joins the queue with Redisson's deadline (the tail's plus
+/// `wait_ms`) or, already queued, raises its deadline to at least now +
+/// `wait_ms` on the server's clock, and every deadline behind it by as
+/// much; without, it leaves no trace. A grant takes `wait_ms` off every
+/// queued deadline, as Redisson's does.
 pub(crate) fn fair_acquire(
     conn: &mut dyn redis::ConnectionLike,
     keys: FairKeys<'_>,
@@ -296,14 +299,16 @@ pub(crate) fn fair_release(
     release_reply(reply)
 }
 
-/// Takes `holder` out of a fair lock's queue and deadline set, passing a
-/// wake-up on when it was the head of a free lock: `true` when it was
-/// queued.
+/// Takes `holder` out of a fair lock's queue and deadline set, taking its
+/// wait `wait_ms` (as passed to [`fair_acquire`]) off every deadline behind
+/// it (Redisson's `acquireFailedAsync`), and passing a wake-up on when it
+/// was the head of a free lock: `true` when it was queued.
 pub(crate) fn fair_leave(
     conn: &mut dyn redis::ConnectionLike,
     publish: Publish,
     keys: FairKeys<'_>,
     holder: &str,
+    wait_ms: u64,
 ) -> Result<bool> {
     let reply: Value = FAIR_LEAVE
         .get(publish)
@@ -313,6 +318,7 @@ pub(crate) fn fair_leave(
         .key(keys.channel)
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
+        .arg(wait_ms)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, keys.queue))?;
     match reply {

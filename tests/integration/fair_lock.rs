@@ -82,8 +82,9 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
     outer.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 
-    // A waiter queues under its holder id, with a deadline about one fair
-    // wait timeout ahead on the server's clock.
+    // A waiter queues under its holder id; first in line, its deadline is
+    // Redisson's: the lock's expiry plus one fair wait timeout, on the
+    // server's clock.
     let guard = lock.lock().unwrap();
     let waiter_lock = lock.clone();
     let (id_tx, id_rx) = mpsc::channel();
@@ -104,7 +105,7 @@ fn fair_lock_uses_the_redisson_layout_and_reenters() {
     let ahead = score as i64 - server_now_ms(&ctx.server) as i64;
     let wait = Duration::from_secs(300).as_millis() as i64;
     assert!(
-        (wait - 2_000..=wait).contains(&ahead),
+        (wait - 2_000..=wait + lease).contains(&ahead),
         "deadline {ahead} ms ahead"
     );
     drop(guard);
@@ -292,6 +293,38 @@ fn fair_free_lock_goes_to_the_head_and_stale_heads_are_pruned() {
     let queue: Vec<String> = ctx.server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
     assert_eq!(queue, ["live:1"], "the live waiter is next");
     drop(guard);
+
+    // Entries someone else left without a deadline, while the lock is held:
+    // the caller's own gets one at its first attempt (no script error), and
+    // one behind the caller is not given one when the caller raises its
+    // own stale deadline (nor when it leaves).
+    let name = unique_name("fair-no-deadline");
+    let lock = client.fair_lock(&name);
+    let _held = ctx.other_client().fair_lock(&name).lock().unwrap();
+    let _: u64 = ctx
+        .server
+        .cmd("DEL", &[&queue_key(&name), &timeout_key(&name)]);
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"ghost:3"],
+    );
+    assert!(lock.try_lock_for(ms(100)).unwrap().is_none());
+    let stale = (server_now_ms(&ctx.server) - 1_000).to_string();
+    let () = ctx.server.cmd(
+        "ZADD",
+        &[
+            &timeout_key(&name),
+            stale.as_bytes(),
+            me.as_str().as_bytes(),
+        ],
+    );
+    let _: u64 = ctx.server.cmd(
+        "RPUSH",
+        &[&queue_key(&name), me.as_str().as_bytes(), b"ghost:3"],
+    );
+    assert!(lock.try_lock_for(ms(100)).unwrap().is_none());
+    let ghost: Option<f64> = ctx.server.cmd("ZSCORE", &[&timeout_key(&name), b"ghost:3"]);
+    assert_eq!(ghost, None, "an entry without a deadline was given one");
 }
 
 /// On each release exactly one waiter is woken: one message, on the next
@@ -580,9 +613,10 @@ fn a8_child_waiter() {
 
 /// A8: five queued waiters; the second is a process killed with SIGKILL.
 /// The queue skips it once its deadline (fair wait timeout 1 s, server
-/// clock) has passed; no deadline lies further ahead than now + lease +
-/// wait timeout; the third waiter acquires within 1 s + L of the first one's
-/// release.
+/// clock) has passed; no deadline of the k-th in line lies further ahead
+/// than now + lease + k x wait timeout (Redisson's arithmetic: each joins at
+/// the deadline ahead plus its wait); the third waiter acquires within
+/// 1 s + L of the first one's release.
 #[test]
 fn a8_fair_lock_dead_waiter() {
     let wait_timeout = Duration::from_secs(1);
@@ -624,13 +658,15 @@ fn a8_fair_lock_dead_waiter() {
         wait_queue_len(&lock, i);
     }
 
-    // Redisson drift check: every deadline lies within now + L + wait.
+    // Redisson drift check: each waiter joined at the deadline of the one
+    // ahead plus its wait, so the k-th in line lies within now + L + k x
+    // wait, and no further.
     let scores: Vec<(String, f64)> =
         server.cmd("ZRANGE", &[&timeout_key(&name), b"0", b"-1", b"WITHSCORES"]);
     assert_eq!(scores.len(), 5);
     let now = server_now_ms(&server);
-    let bound = now + (TEST_WATCHDOG + wait_timeout).as_millis() as u64;
-    for (id, score) in &scores {
+    for (k, (id, score)) in scores.iter().enumerate() {
+        let bound = now + (TEST_WATCHDOG + wait_timeout * (k as u32 + 1)).as_millis() as u64;
         assert!(
             (*score as u64) <= bound,
             "{id}: deadline {score} beyond {bound}"
@@ -686,8 +722,12 @@ fn a8_fair_lock_dead_waiter() {
         early <= 10,
         "the dead waiter was skipped {early} ms before its deadline"
     );
+    // Redisson's arithmetic leaves the dead waiter's deadline at most L +
+    // wait after #1's release (#1 joined at the lock's expiry plus its
+    // wait, and its grant takes one wait off); #3 attempts right after that
+    // deadline, given 150 ms here for a loaded machine.
     assert!(
-        gap <= wait_timeout + TEST_WATCHDOG,
+        gap <= wait_timeout + TEST_WATCHDOG + ms(150),
         "waiter #3 waited {gap:?} after #1 released"
     );
     for t in threads {
@@ -727,8 +767,11 @@ fn fair_a_leaving_waiter_wakes_no_one_unless_it_was_the_promised_head() {
     use crate::reentrant::Listener;
     let ctx = TestContext::new();
     let channel = |name: &str, id: &str| format!("redisson_lock__channel:{{{name}}}:{id}");
+    // Live entries behind a waiter: a deadline beyond the waiter's own plus
+    // its wait (300 s), which its leaving takes off again (Redisson's
+    // arithmetic), so that they stay live after it.
     let live = |name: &str, id: &str| {
-        let deadline = (server_now_ms(&ctx.server) + 60_000).to_string();
+        let deadline = (server_now_ms(&ctx.server) + 900_000).to_string();
         let () = ctx.server.cmd(
             "ZADD",
             &[&timeout_key(name), deadline.as_bytes(), id.as_bytes()],
@@ -769,12 +812,15 @@ fn fair_a_leaving_waiter_wakes_no_one_unless_it_was_the_promised_head() {
 
 /// A queued waiter attempts again every third of the fair wait timeout,
 /// whatever its poll interval and the holder's lease, so that the others
-/// never prune it as dead (each attempt moves its deadline to now + the
-/// wait timeout). Wait timeout 2 s, poll interval 60 s, a holder whose
-/// lease (30 s) outlives the test; a third client's attempts, each of
-/// which prunes the waiters whose deadline passed, run every 100 ms for
-/// 4.5 s: the waiter stays queued throughout. With a heartbeat of
-/// 3 × the wait timeout it would be pruned 2 s after joining.
+/// never prune it as dead (each attempt raises its deadline to at least
+/// now + the wait timeout). Wait timeout 2 s, poll interval 60 s, a holder
+/// whose lease (30 s) outlives the test; the waiter joins behind a ghost
+/// entry whose deadline is 300 ms ahead, so that its own deadline (the
+/// ghost's plus its wait, Redisson's arithmetic) is 2.3 s ahead, not the
+/// lock's expiry plus its wait; a third client's attempts, each of which
+/// prunes the heads whose deadline passed, run every 100 ms for 4.5 s: the
+/// waiter stays queued throughout. With a heartbeat of 3 × the wait
+/// timeout it would be pruned 2.3 s after joining.
 #[test]
 fn a_queued_waiter_keeps_its_place_with_a_heartbeat_of_a_third_of_the_wait_timeout() {
     let server = RedisServer::start();
@@ -789,6 +835,9 @@ fn a_queued_waiter_keeps_its_place_with_a_heartbeat_of_a_third_of_the_wait_timeo
     let (holder, waiter, pruner) = (build(), build(), build());
     let name = unique_name("fair-heartbeat");
     let held = holder.fair_lock(&name).lock().unwrap();
+    let ghost = (server_now_ms(&server) + 300).to_string();
+    let () = server.cmd("ZADD", &[&timeout_key(&name), ghost.as_bytes(), b"ghost:1"]);
+    let _: u64 = server.cmd("RPUSH", &[&queue_key(&name), b"ghost:1"]);
     thread::scope(|s| {
         let waiting = s.spawn(|| {
             waiter
@@ -797,7 +846,12 @@ fn a_queued_waiter_keeps_its_place_with_a_heartbeat_of_a_third_of_the_wait_timeo
                 .unwrap()
                 .map(redguard::LockGuard::unlock)
         });
-        let queued = wait_queue_len(&holder.fair_lock(&name), 1);
+        let queued = wait_queue_len(&holder.fair_lock(&name), 2)[1..].to_vec();
+        assert!(wait_until(Duration::from_secs(5), || {
+            assert!(pruner.fair_lock(&name).try_lock().unwrap().is_none());
+            let queue: Vec<String> = server.cmd("LRANGE", &[&queue_key(&name), b"0", b"-1"]);
+            queue == queued
+        }));
         let until = Instant::now() + Duration::from_millis(4500);
         let mut checks = 0;
         while Instant::now() < until {

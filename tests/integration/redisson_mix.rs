@@ -513,3 +513,737 @@ fn permits_stamped_by_a_clock_two_seconds_off() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 34: a fair queue shared with Redisson, and a forced latch delete.
+//
+// The Java side runs scripts written from reading `RedissonFairLock`
+// (redisson/redisson at 66863978, 4.7.1-SNAPSHOT): what `tryLockInnerAsync`
+// (`EVAL_LONG`, the variant `lock()` and `tryLock(wait, …)` use),
+// `unlockInnerAsync` and `acquireFailedAsync` do to the lock hash, the queue
+// list and the deadline zset, with the client's clock for "now" and the
+// waiter's wait (`tryLock`'s wait, else `fairLockWaitTimeout`, 300 s) as
+// Redisson passes them. Left out: the unlock retry guard key (see the
+// README's harmless differences).
+// ---------------------------------------------------------------------------
+
+/// Redisson's fair acquire. KEYS: lock, queue, deadlines; ARGV: lease ms,
+/// holder, wait ms, client now (ms). Returns nil when acquired (or
+/// re-entered), else a ttl: the lock's when already queued, else the time
+/// from now to the new entry's predecessor's deadline.
+const REDISSON_FAIR_ACQUIRE: &str = r"
+local now = tonumber(ARGV[4])
+while true do
+    local first = redis.call('lindex', KEYS[2], 0)
+    if first == false then
+        break
+    end
+    local due = redis.call('zscore', KEYS[3], first)
+    if due ~= false and tonumber(due) <= now then
+        redis.call('zrem', KEYS[3], first)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('exists', KEYS[1]) == 0
+    and (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), id)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+    return math.max(0, redis.call('pttl', KEYS[1]))
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false and last ~= ARGV[2] and redis.call('zscore', KEYS[3], last) ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+    ttl = redis.call('pttl', KEYS[1])
+end
+if redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[2], ARGV[2])
+end
+return ttl
+";
+
+/// Redisson's fair unlock. KEYS: lock, queue, deadlines, channel base;
+/// ARGV: unlock message, lease ms, holder, client now (ms). Drops dead heads
+/// first, then wakes the queue head on its own channel.
+const REDISSON_FAIR_UNLOCK: &str = r"
+local now = tonumber(ARGV[4])
+while true do
+    local first = redis.call('lindex', KEYS[2], 0)
+    if first == false then
+        break
+    end
+    local due = redis.call('zscore', KEYS[3], first)
+    if due ~= false and tonumber(due) <= now then
+        redis.call('zrem', KEYS[3], first)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    local next = redis.call('lindex', KEYS[2], 0)
+    if next ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+    end
+    return 1
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 0
+end
+redis.call('del', KEYS[1])
+local next = redis.call('lindex', KEYS[2], 0)
+if next ~= false then
+    redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+end
+return 1
+";
+
+/// Redisson's `acquireFailedAsync` (a `tryLock` that timed out). KEYS:
+/// queue, deadlines; ARGV: holder, wait ms. The wait comes off every
+/// deadline behind the leaver.
+const REDISSON_FAIR_ACQUIRE_FAILED: &str = r"
+local queue = redis.call('lrange', KEYS[1], 0, -1)
+local i = 1
+while i <= #queue and queue[i] ~= ARGV[1] do
+    i = i + 1
+end
+for j = i + 1, #queue do
+    redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[j])
+end
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('lrem', KEYS[1], 0, ARGV[1])
+";
+
+/// Redisson's `fairLockWaitTimeout` default: the wait of a Java `lock()`.
+const JAVA_LOCK_WAIT: Duration = Duration::from_secs(300);
+/// The lease of a Java holder (`lockWatchdogTimeout`).
+const JAVA_LEASE: Duration = Duration::from_secs(30);
+/// How long each holder keeps the lock before releasing it.
+const TURN: Duration = Duration::from_millis(30);
+
+fn fair_queue(name: &str) -> String {
+    format!("redisson_lock_queue:{{{name}}}")
+}
+
+fn fair_deadlines(name: &str) -> String {
+    format!("redisson_lock_timeout:{{{name}}}")
+}
+
+/// The queue, head first.
+fn queue_of(server: &RedisServer, name: &str) -> Vec<String> {
+    server.cmd("LRANGE", &[fair_queue(name).as_bytes(), b"0", b"-1"])
+}
+
+/// A waiter's deadline (ms since the epoch).
+fn deadline_of(server: &RedisServer, name: &str, holder: &str) -> i64 {
+    let score: f64 = server.cmd(
+        "ZSCORE",
+        &[fair_deadlines(name).as_bytes(), holder.as_bytes()],
+    );
+    score as i64
+}
+
+/// Waits until the queue has `n` entries; returns it.
+fn queue_reaches(server: &RedisServer, name: &str, n: usize) -> Vec<String> {
+    let mut queue = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            queue = queue_of(server, name);
+            queue.len() == n
+        }),
+        "the queue never had {n} entries: {queue:?}"
+    );
+    queue
+}
+
+/// One thread of a Java client using an `RFairLock`, on its own
+/// connections (commands, and the pub/sub one its `lock()` subscribes on).
+struct JavaFair {
+    conn: redis::Connection,
+    sub: redis::Connection,
+    holder: String,
+    name: String,
+    /// The wait Redisson passes: `tryLock`'s, else `fairLockWaitTimeout`.
+    wait: Duration,
+}
+
+impl JavaFair {
+    fn new(server: &RedisServer, name: &str, thread: u64, wait: Duration) -> JavaFair {
+        JavaFair {
+            conn: server.conn(),
+            sub: server.conn(),
+            holder: format!("9b0c2f3e-5d41-4a7e-b3c2-0f8e6d4a1c57:{thread}"),
+            name: name.to_owned(),
+            wait,
+        }
+    }
+
+    /// `lock()` (no `give_up`) or `tryLock(wait)`: attempt; when busy,
+    /// subscribe to the own channel and attempt again after each message
+    /// or once the returned ttl has passed. A `tryLock` whose time is up
+    /// leaves with `acquireFailedAsync` and returns `false`.
+    fn lock(&mut self, give_up: Option<Instant>) -> bool {
+        let JavaFair {
+            conn,
+            sub,
+            holder,
+            name,
+            wait,
+        } = self;
+        let wait_ms = wait.as_millis() as u64;
+        let attempt = |conn: &mut redis::Connection| -> Option<i64> {
+            redis::Script::new(REDISSON_FAIR_ACQUIRE)
+                .key(&*name)
+                .key(fair_queue(name))
+                .key(fair_deadlines(name))
+                .arg(JAVA_LEASE.as_millis() as u64)
+                .arg(&*holder)
+                .arg(wait_ms)
+                .arg(unix_ms())
+                .invoke(conn)
+                .unwrap()
+        };
+        if attempt(conn).is_none() {
+            return true;
+        }
+        let channel = format!("redisson_lock__channel:{{{name}}}:{holder}");
+        let mut pubsub = sub.as_pubsub();
+        pubsub.subscribe(&channel).unwrap();
+        let started = Instant::now();
+        loop {
+            let Some(ttl) = attempt(conn) else {
+                return true;
+            };
+            let mut pause = ms(ttl.clamp(5, 5_000) as u64);
+            if let Some(give_up) = give_up {
+                let left = give_up.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    let () = redis::Script::new(REDISSON_FAIR_ACQUIRE_FAILED)
+                        .key(fair_queue(name))
+                        .key(fair_deadlines(name))
+                        .arg(&*holder)
+                        .arg(wait_ms)
+                        .invoke(conn)
+                        .unwrap();
+                    return false;
+                }
+                pause = pause.min(left.max(ms(1)));
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "a Java waiter waited a minute"
+            );
+            pubsub.set_read_timeout(Some(pause)).unwrap();
+            let _ = pubsub.get_message();
+        }
+    }
+
+    /// `unlock()`: one hold released; the last wakes the queue head.
+    fn unlock(&mut self) {
+        let released: Option<i64> = redis::Script::new(REDISSON_FAIR_UNLOCK)
+            .key(&self.name)
+            .key(fair_queue(&self.name))
+            .key(fair_deadlines(&self.name))
+            .key(format!("redisson_lock__channel:{{{}}}", self.name))
+            .arg(0)
+            .arg(JAVA_LEASE.as_millis() as u64)
+            .arg(&self.holder)
+            .arg(unix_ms())
+            .invoke(&mut self.conn)
+            .unwrap();
+        assert_eq!(released, Some(1), "{} held the lock", self.holder);
+    }
+}
+
+/// Who got the lock and when, in order (the waiters' labels).
+type Served = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, Instant)>>>;
+
+/// The labels of `served`, in order.
+fn labels(served: &Served) -> Vec<&'static str> {
+    served.lock().unwrap().iter().map(|(l, _)| *l).collect()
+}
+
+/// A Java waiter's thread: `lock()` (or `tryLock` until `give_up`), a turn,
+/// `unlock()`. Returns whether it got the lock.
+fn java_waiter<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    mut java: JavaFair,
+    label: &'static str,
+    give_up: Option<Duration>,
+    served: &Served,
+) -> std::thread::ScopedJoinHandle<'scope, bool> {
+    let served = served.clone();
+    let give_up = give_up.map(|d| Instant::now() + d);
+    scope.spawn(move || {
+        if !java.lock(give_up) {
+            return false;
+        }
+        served.lock().unwrap().push((label, Instant::now()));
+        sleep(TURN);
+        java.unlock();
+        true
+    })
+}
+
+/// A redguard waiter's thread: `try_lock_for(wait)`, a turn, `unlock()`.
+/// Returns whether it got the lock.
+fn rust_waiter<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    lock: redguard::Lock,
+    label: &'static str,
+    wait: Duration,
+    served: &Served,
+) -> std::thread::ScopedJoinHandle<'scope, bool> {
+    let served = served.clone();
+    scope.spawn(move || {
+        let Some(guard) = lock.try_lock_for(wait).unwrap() else {
+            return false;
+        };
+        served.lock().unwrap().push((label, Instant::now()));
+        sleep(TURN);
+        guard.unlock().unwrap();
+        true
+    })
+}
+
+/// A holder's fixed lease in the fair-queue cases: it outlives them, so
+/// that no live waiter's deadline comes near and every deadline moves only
+/// by the arithmetic under test.
+const HOLD: Duration = Duration::from_secs(60);
+
+/// Joins every thread; returns whether each got the lock.
+fn joined_all(handles: Vec<std::thread::ScopedJoinHandle<'_, bool>>) -> Vec<bool> {
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
+}
+
+/// Issue 34, part 1: H (redguard) holds; A (Java `lock()`, wait 300 s), B
+/// (redguard, fair wait timeout 300 s) and C (Java `lock()`) join in that
+/// order, and are served A, B, C. Each joins at the tail's deadline plus its
+/// own wait, as Redisson's scripts compute. Before the fix B's deadline was
+/// its last attempt + 300 s (not A's + 300 s), A's grant took 300 s off it,
+/// and A's unlock dropped it as dead: served A, C, B.
+#[test]
+fn fair_java_rust_java_served_in_order() {
+    let ctx = TestContext::new();
+    let name = unique_name("mix-fair-abc");
+    let held = ctx.client.fair_lock(&name).with_lease(HOLD).lock().unwrap();
+    let b_client = test_builder(&ctx.server.url()).build().unwrap();
+    let served = Served::default();
+    std::thread::scope(|s| {
+        let a = JavaFair::new(&ctx.server, &name, 1, JAVA_LOCK_WAIT);
+        let c = JavaFair::new(&ctx.server, &name, 3, JAVA_LOCK_WAIT);
+        let (a_id, c_id) = (a.holder.clone(), c.holder.clone());
+        let mut threads = vec![java_waiter(s, a, "A", None, &served)];
+        queue_reaches(&ctx.server, &name, 1);
+        let b = b_client.fair_lock(&name);
+        threads.push(rust_waiter(s, b, "B", Duration::from_secs(60), &served));
+        queue_reaches(&ctx.server, &name, 2);
+        threads.push(java_waiter(s, c, "C", None, &served));
+        let queue = queue_reaches(&ctx.server, &name, 3);
+        assert_eq!((&queue[0], &queue[2]), (&a_id, &c_id), "{queue:?}");
+        let d: Vec<i64> = queue
+            .iter()
+            .map(|id| deadline_of(&ctx.server, &name, id))
+            .collect();
+        let waits = [d[1] - d[0], d[2] - d[1]];
+        eprintln!("A, B, C joined; deadline gaps {waits:?} ms");
+        assert_eq!(waits, [300_000, 300_000], "B's and C's own waits");
+        held.unlock().unwrap();
+        assert_eq!(joined_all(threads), [true, true, true]);
+    });
+    assert_eq!(labels(&served), ["A", "B", "C"]);
+    assert!(queue_of(&ctx.server, &name).is_empty());
+}
+
+/// Issue 34, part 1: B (redguard, fair wait timeout 20 s, `try_lock_for`
+/// 30 s), then A (Java `tryLock(60 s)`) and C (Java `lock()`) join; served
+/// B, A, C. B's grant takes its own wait (20 s) off A's and C's deadlines,
+/// exactly what its joining added, as a Redisson grant does (before the
+/// fix: nothing).
+#[test]
+fn fair_rust_java_java_with_a_shorter_rust_wait() {
+    let ctx = TestContext::new();
+    let name = unique_name("mix-fair-bac");
+    let held = ctx.client.fair_lock(&name).with_lease(HOLD).lock().unwrap();
+    let b_wait = Duration::from_secs(20);
+    let b_client = test_builder(&ctx.server.url())
+        .fair_wait_timeout(b_wait)
+        .build()
+        .unwrap();
+    let served = Served::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let a = JavaFair::new(&ctx.server, &name, 1, Duration::from_secs(60));
+        let c = JavaFair::new(&ctx.server, &name, 3, JAVA_LOCK_WAIT);
+        let (a_id, c_id) = (a.holder.clone(), c.holder.clone());
+        let b = {
+            let served = served.clone();
+            let lock = b_client.fair_lock(&name);
+            let (a_id, c_id, name) = (a_id.clone(), c_id.clone(), name.clone());
+            let server = &ctx.server;
+            s.spawn(move || {
+                let guard = lock.try_lock_for(Duration::from_secs(30)).unwrap();
+                let Some(guard) = guard else { return false };
+                served.lock().unwrap().push(("B", Instant::now()));
+                tx.send((
+                    deadline_of(server, &name, &a_id),
+                    deadline_of(server, &name, &c_id),
+                ))
+                .unwrap();
+                sleep(TURN);
+                guard.unlock().unwrap();
+                true
+            })
+        };
+        let mut threads = vec![b];
+        let joined = queue_reaches(&ctx.server, &name, 1);
+        let now: (u64, u64) = ctx.server.cmd("TIME", &[]);
+        let now = (now.0 * 1000 + now.1 / 1000) as i64;
+        let d_b = deadline_of(&ctx.server, &name, &joined[0]);
+        // The first in line: the lock's expiry plus its wait.
+        let expected = now + HOLD.as_millis() as i64 + b_wait.as_millis() as i64;
+        assert!(
+            (d_b - expected).abs() < 2_000,
+            "B's deadline {d_b}, expected about {expected}"
+        );
+        threads.push(java_waiter(
+            s,
+            a,
+            "A",
+            Some(Duration::from_secs(60)),
+            &served,
+        ));
+        queue_reaches(&ctx.server, &name, 2);
+        threads.push(java_waiter(s, c, "C", None, &served));
+        let queue = queue_reaches(&ctx.server, &name, 3);
+        assert_eq!((&queue[1], &queue[2]), (&a_id, &c_id), "{queue:?}");
+        let d_a = deadline_of(&ctx.server, &name, &a_id);
+        let d_c = deadline_of(&ctx.server, &name, &c_id);
+        assert_eq!([d_a - d_b, d_c - d_a], [60_000, 300_000]);
+        held.unlock().unwrap();
+        let (a_after, c_after) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("B is granted");
+        eprintln!(
+            "B's grant moved A's deadline by {} ms, C's by {} ms",
+            a_after - d_a,
+            c_after - d_c
+        );
+        assert_eq!([a_after - d_a, c_after - d_c], [-20_000, -20_000]);
+        assert_eq!(joined_all(threads), [true, true, true]);
+    });
+    assert_eq!(labels(&served), ["B", "A", "C"]);
+    assert!(queue_of(&ctx.server, &name).is_empty());
+}
+
+/// Issue 34, part 1: waiters that time out on either side leave the queue
+/// as Redisson's `acquireFailedAsync` does: queued A (Java `lock()`), X
+/// (Java `tryLock(6 s)`), Y (redguard, fair wait timeout 20 s,
+/// `try_lock_for(6 s)`), B (redguard) and C (Java `lock()`); X and Y time
+/// out, and each takes its own wait off the deadlines of B and C (6 s + 20 s
+/// in all; before the fix Y took nothing off); served A, B, C.
+#[test]
+fn fair_timed_out_waiters_on_either_side_leave_the_queue() {
+    let ctx = TestContext::new();
+    let name = unique_name("mix-fair-leave");
+    let held = ctx.client.fair_lock(&name).with_lease(HOLD).lock().unwrap();
+    let y_wait = Duration::from_secs(20);
+    let y_client = test_builder(&ctx.server.url())
+        .fair_wait_timeout(y_wait)
+        .build()
+        .unwrap();
+    let b_client = test_builder(&ctx.server.url()).build().unwrap();
+    let served = Served::default();
+    let give_up = Duration::from_secs(6);
+    std::thread::scope(|s| {
+        let a = JavaFair::new(&ctx.server, &name, 1, JAVA_LOCK_WAIT);
+        let x = JavaFair::new(&ctx.server, &name, 2, give_up);
+        let c = JavaFair::new(&ctx.server, &name, 3, JAVA_LOCK_WAIT);
+        let (a_id, x_id, c_id) = (a.holder.clone(), x.holder.clone(), c.holder.clone());
+        let mut threads = vec![java_waiter(s, a, "A", None, &served)];
+        queue_reaches(&ctx.server, &name, 1);
+        threads.push(java_waiter(s, x, "X", Some(give_up), &served));
+        queue_reaches(&ctx.server, &name, 2);
+        let y = y_client.fair_lock(&name);
+        threads.push(rust_waiter(s, y, "Y", give_up, &served));
+        queue_reaches(&ctx.server, &name, 3);
+        let b = b_client.fair_lock(&name);
+        threads.push(rust_waiter(s, b, "B", Duration::from_secs(60), &served));
+        queue_reaches(&ctx.server, &name, 4);
+        threads.push(java_waiter(s, c, "C", None, &served));
+        let queue = queue_reaches(&ctx.server, &name, 5);
+        assert_eq!(
+            (&queue[0], &queue[1], &queue[4]),
+            (&a_id, &x_id, &c_id),
+            "all five joined before the first one timed out: {queue:?}"
+        );
+        let b_id = queue[3].clone();
+        let before = [
+            deadline_of(&ctx.server, &name, &b_id),
+            deadline_of(&ctx.server, &name, &c_id),
+        ];
+        let left = queue_reaches(&ctx.server, &name, 3);
+        assert_eq!(left, [a_id, b_id.clone(), c_id.clone()]);
+        let after = [
+            deadline_of(&ctx.server, &name, &b_id),
+            deadline_of(&ctx.server, &name, &c_id),
+        ];
+        let moved = [after[0] - before[0], after[1] - before[1]];
+        eprintln!("X and Y left; B's and C's deadlines moved by {moved:?} ms");
+        let both = -((give_up + y_wait).as_millis() as i64);
+        assert_eq!(moved, [both, both]);
+        held.unlock().unwrap();
+        assert_eq!(joined_all(threads), [true, false, false, true, true]);
+    });
+    assert_eq!(labels(&served), ["A", "B", "C"]);
+    assert!(queue_of(&ctx.server, &name).is_empty());
+}
+
+/// Issue 34, part 1: a live redguard waiter keeps its place while the
+/// holder holds for longer than the deadline it joined with, and raises the
+/// waiters behind it along: B (redguard, fair wait timeout 1 s) heads the
+/// queue behind H (watchdog lease 900 ms), C (Java `lock()`) joins behind
+/// it, and for 3 s C's own attempts (each dropping a dead head by
+/// Redisson's rule) find B alive, the gap between their deadlines still C's
+/// wait (300 s); served B, C. Without the raise B is dropped about 2 s in;
+/// raising B alone shrinks the gap, and C's deadline would pass before its
+/// turn.
+#[test]
+fn fair_a_live_rust_head_keeps_its_place_and_the_gaps_behind_it() {
+    let ctx = TestContext::new();
+    let name = unique_name("mix-fair-live");
+    let held = ctx.client.fair_lock(&name).lock().unwrap();
+    let b_client = test_builder(&ctx.server.url())
+        .fair_wait_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let served = Served::default();
+    std::thread::scope(|s| {
+        let c = JavaFair::new(&ctx.server, &name, 3, JAVA_LOCK_WAIT);
+        let c_id = c.holder.clone();
+        let b = b_client.fair_lock(&name);
+        let mut threads = vec![rust_waiter(s, b, "B", Duration::from_secs(30), &served)];
+        let b_id = queue_reaches(&ctx.server, &name, 1)[0].clone();
+        threads.push(java_waiter(s, c, "C", None, &served));
+        queue_reaches(&ctx.server, &name, 2);
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut checks = 0;
+        while Instant::now() < until {
+            assert_eq!(
+                queue_of(&ctx.server, &name),
+                [b_id.clone(), c_id.clone()],
+                "after {checks} checks"
+            );
+            let gap =
+                deadline_of(&ctx.server, &name, &c_id) - deadline_of(&ctx.server, &name, &b_id);
+            assert_eq!(gap, 300_000, "after {checks} checks");
+            checks += 1;
+            sleep(ms(100));
+        }
+        let b_deadline = deadline_of(&ctx.server, &name, &b_id);
+        let now: (u64, u64) = ctx.server.cmd("TIME", &[]);
+        let left = b_deadline - (now.0 * 1000 + now.1 / 1000) as i64;
+        eprintln!("after 3 s B's deadline is {left} ms ahead ({checks} checks)");
+        held.unlock().unwrap();
+        assert_eq!(joined_all(threads), [true, true]);
+    });
+    assert_eq!(labels(&served), ["B", "C"]);
+}
+
+/// Issue 34, part 1: a dead redguard waiter is dropped in its turn, not
+/// before: queued A (Java `lock()`), D (a redguard process with a 1 s fair
+/// wait timeout, killed), E (redguard) and C (Java `lock()`). For 2 s after
+/// D's death E's attempts leave it queued behind A (before the fix they
+/// dropped it 1 s after its last attempt, out of turn); once A is served D
+/// heads the queue, its deadline passes and it is dropped; served A, E, C,
+/// E within 3 s of A's release.
+#[test]
+fn fair_a_dead_rust_waiter_is_dropped_in_its_turn() {
+    use crate::support::ChildTest;
+    let ctx = TestContext::new();
+    let name = unique_name("mix-fair-dead");
+    let held = ctx.client.fair_lock(&name).lock().unwrap();
+    let e_client = test_builder(&ctx.server.url()).build().unwrap();
+    let served = Served::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let mut a = JavaFair::new(&ctx.server, &name, 1, JAVA_LOCK_WAIT);
+        let a_id = a.holder.clone();
+        let a_thread = {
+            let served = served.clone();
+            s.spawn(move || {
+                assert!(a.lock(None));
+                served.lock().unwrap().push(("A", Instant::now()));
+                sleep(TURN);
+                a.unlock();
+                tx.send(Instant::now()).unwrap();
+                true
+            })
+        };
+        queue_reaches(&ctx.server, &name, 1);
+        let mut child = ChildTest::spawn(
+            "fair_lock::a8_child_waiter",
+            "a8",
+            &[("A8_URL", &ctx.server.url()), ("A8_LOCK", &name)],
+        );
+        let d_id = child.expect_line("HOLDER ", Duration::from_secs(20));
+        let queue = queue_reaches(&ctx.server, &name, 2);
+        assert_eq!(queue, [a_id, d_id.clone()]);
+        let mut threads = vec![a_thread];
+        let e = e_client.fair_lock(&name);
+        threads.push(rust_waiter(s, e, "E", Duration::from_secs(30), &served));
+        queue_reaches(&ctx.server, &name, 3);
+        let c = JavaFair::new(&ctx.server, &name, 3, JAVA_LOCK_WAIT);
+        threads.push(java_waiter(s, c, "C", None, &served));
+        queue_reaches(&ctx.server, &name, 4);
+        child.kill();
+        sleep(Duration::from_secs(2));
+        let queue = queue_of(&ctx.server, &name);
+        assert_eq!(queue.get(1), Some(&d_id), "dropped out of turn: {queue:?}");
+        held.unlock().unwrap();
+        let released = rx.recv_timeout(Duration::from_secs(20)).expect("A ran");
+        assert_eq!(joined_all(threads), [true, true, true]);
+        let e_at = served.lock().unwrap()[1].1;
+        let waited = e_at.saturating_duration_since(released);
+        eprintln!("E was granted {waited:?} after A's release");
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        assert!(!queue_of(&ctx.server, &name).contains(&d_id));
+    });
+    assert_eq!(labels(&served), ["A", "E", "C"]);
+    assert!(queue_of(&ctx.server, &name).is_empty());
+}
+
+/// A Java thread in Redisson's `RCountDownLatch.await(time)`: reads the
+/// count; when not zero, subscribes to the latch's channel and, until the
+/// count reads zero, sleeps on the entry's latch, which the zero message
+/// (`0`) opens and the new-count message (`1`) closes
+/// (`CountDownLatchPubSub`); an open latch makes it read the count again.
+/// `subscribed` is called once it listens. Returns when it found the count
+/// zero, or `None` when `timeout` passed first.
+fn java_await(
+    server: &RedisServer,
+    name: &str,
+    timeout: Duration,
+    subscribed: impl FnOnce(),
+) -> Option<Instant> {
+    let deadline = Instant::now() + timeout;
+    let mut conn = server.conn();
+    let mut sub = server.conn();
+    let count = |conn: &mut redis::Connection| -> i64 {
+        let value: Option<i64> = redis::cmd("GET").arg(name).query(conn).unwrap();
+        value.unwrap_or(0)
+    };
+    if count(&mut conn) == 0 {
+        return Some(Instant::now());
+    }
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(format!("redisson_countdownlatch__channel__{{{name}}}"))
+        .unwrap();
+    subscribed();
+    let mut open = false;
+    loop {
+        if count(&mut conn) == 0 {
+            return Some(Instant::now());
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            if open {
+                break;
+            }
+            pubsub.set_read_timeout(Some(left)).unwrap();
+            let Ok(msg) = pubsub.get_message() else {
+                continue;
+            };
+            match msg.get_payload::<Vec<u8>>().unwrap().as_slice() {
+                b"0" => open = true,
+                b"1" => open = false,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Issue 34, part 2: deleting a latch (`CountDownLatch::delete`, and
+/// `redguard unlock --force --kind latch`) wakes a Java `await` within
+/// 50 ms: the delete publishes the zero message, on which Redisson's
+/// waiters read the count again and find the deleted latch open. Before the
+/// fix it published the new-count message, which keeps a Java waiter
+/// asleep (here until its 5 s timeout).
+#[cfg(feature = "cli")]
+#[test]
+fn a_forced_latch_delete_wakes_java_waiters() {
+    use crate::cli::{redguard, run};
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    for via_cli in [false, true] {
+        let name = unique_name("mix-latch-delete");
+        let latch = ctx.client.count_down_latch(&name);
+        assert!(latch.try_set_count(2).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (deleted, woke) = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                java_await(&ctx.server, &name, Duration::from_secs(5), || {
+                    tx.send(()).unwrap();
+                })
+            });
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("the Java waiter subscribed");
+            let deleted = if via_cli {
+                let mut cmd = redguard(&url);
+                cmd.args(["unlock", "--force", &name, "--kind", "latch"]);
+                let out = run(cmd);
+                assert_eq!(out.code, Some(0), "{out:?}");
+                assert!(
+                    out.stdout
+                        .contains("its waiters were woken and find it open"),
+                    "{}",
+                    out.stdout
+                );
+                Instant::now()
+            } else {
+                assert!(latch.delete().unwrap());
+                Instant::now()
+            };
+            (deleted, waiter.join().unwrap())
+        });
+        let woke = woke.expect("the Java waiter slept through the delete until its timeout");
+        let late = woke.saturating_duration_since(deleted);
+        eprintln!(
+            "a Java await woke {late:?} after the delete returned ({})",
+            if via_cli {
+                "unlock --force --kind latch"
+            } else {
+                "CountDownLatch::delete"
+            }
+        );
+        assert!(late <= ms(50), "woke {late:?} after the delete");
+        assert!(!ctx.server.exists(&name));
+    }
+}
