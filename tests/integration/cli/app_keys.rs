@@ -42,7 +42,10 @@ fn app_hashes_are_refused_with_65_and_left_intact() {
             let out = run(cmd);
             assert_eq!(out.code, Some(65), "{args:?}: {out:?}");
             assert!(out.elapsed < Duration::from_secs(5), "{args:?}: {out:?}");
-            if args[0] == "status" {
+            if args[1] == "--json" {
+                assert!(out.stdout.contains("\"kind\":\"other\""), "{args:?}: {out:?}");
+                assert!(out.stdout.contains("\"holders\":[]"), "{args:?}: {out:?}");
+            } else if args[0] == "status" {
                 assert!(out.stdout.contains("not a lock"), "{args:?}: {out:?}");
             } else {
                 assert_one_line_error(&out);
