@@ -19,7 +19,8 @@
 --                     remaining ttl while it is held (-1: the key has no expiry), else the time
 --                     until the queue head's deadline
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
---          (lock_shape.lua); it is left untouched and the caller is not queued.
+--          (lock_shape.lua) nor a run-once record (waited on as held); it is left untouched
+--          and the caller is not queued.
 redis.replicate_commands()
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,7 +53,7 @@ elseif redis.call('hexists', KEYS[1], me) == 1 then
     redis.call('hincrby', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1}
-elseif not is_lock(KEYS[1]) then
+elseif not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
     -- Nobody is let into the queue of a name whose value is not a lock.
     return not_a_lock()
 end

@@ -46,6 +46,22 @@ local function is_lock(key)
     return true
 end
 
+-- is_record(key): whether the hash at `key` is a run-once record (once_complete.lua): the
+-- field "outcome", with "at" and "by" or not, and no other. HMGET and HLEN: bounded.
+local function is_record(key)
+    local record = redis.call('hmget', key, 'outcome', 'at', 'by')
+    if not record[1] then
+        return false
+    end
+    local present = 1
+    for i = 2, 3 do
+        if record[i] then
+            present = present + 1
+        end
+    end
+    return redis.call('hlen', key) == present
+end
+
 -- The refusal of a hash that is not a lock; the scripts return it before writing anything.
 local function not_a_lock()
     return redis.error_reply('WRONGTYPE the hash at this key is not a lock (its fields are not '

@@ -37,13 +37,7 @@ local pttl = redis.call('pttl', KEYS[1])
 if record[1] then
     -- A record has these fields and no other: an application's hash that merely has an
     -- "outcome" field is not one.
-    local present = 0
-    for i = 1, 3 do
-        if record[i] then
-            present = present + 1
-        end
-    end
-    if redis.call('hlen', KEYS[1]) ~= present then
+    if not is_record(KEYS[1]) then
         return not_a_lock()
     end
     return {2, record[1], record[2] or '0', record[3] or '', pttl}

@@ -16,13 +16,7 @@ local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')
 if record[1] then
     -- Only a record (these fields and no other) is deleted, never an application's hash that
     -- merely has an "outcome" field.
-    local present = 0
-    for i = 1, 3 do
-        if record[i] then
-            present = present + 1
-        end
-    end
-    if redis.call('hlen', KEYS[1]) ~= present then
+    if not is_record(KEYS[1]) then
         return not_a_lock()
     end
     redis.call('del', KEYS[1])

@@ -332,23 +332,28 @@ impl Lock {
         self.client().check_open()?;
         let queue_key = keys::fair_queue(name);
         let timeout_key = keys::fair_timeouts(name);
-        let (redis_type, pttl, queue_len, queue, deadline_count): (String, i64, u64, Vec<String>, u64) =
-            self.client().with_conn(name, |conn| {
-                crate::transaction::snapshot(conn, &queue_key, |pipe| {
-                    pipe.cmd("TYPE")
-                        .arg(name)
-                        .cmd("PTTL")
-                        .arg(name)
-                        .cmd("LLEN")
-                        .arg(&queue_key)
-                        .cmd("LRANGE")
-                        .arg(&queue_key)
-                        .arg(0)
-                        .arg(MAX_QUEUE_READ - 1)
-                        .cmd("ZCARD")
-                        .arg(&timeout_key);
-                })
-            })?;
+        let (redis_type, pttl, queue_len, queue, deadline_count): (
+            String,
+            i64,
+            u64,
+            Vec<String>,
+            u64,
+        ) = self.client().with_conn(name, |conn| {
+            crate::transaction::snapshot(conn, &queue_key, |pipe| {
+                pipe.cmd("TYPE")
+                    .arg(name)
+                    .cmd("PTTL")
+                    .arg(name)
+                    .cmd("LLEN")
+                    .arg(&queue_key)
+                    .cmd("LRANGE")
+                    .arg(&queue_key)
+                    .arg(0)
+                    .arg(MAX_QUEUE_READ - 1)
+                    .cmd("ZCARD")
+                    .arg(&timeout_key);
+            })
+        })?;
         let fair = queue_len > 0 || deadline_count > 0;
         let mut info = LockInfo {
             name: name.to_vec(),
@@ -364,9 +369,9 @@ impl Lock {
         match redis_type.as_str() {
             "none" => {
                 if !queue.is_empty() {
-                    deadlines = self.client().with_conn(name, |conn| {
-                        deadlines_of(conn, &timeout_key, &queue)
-                    })?;
+                    deadlines = self
+                        .client()
+                        .with_conn(name, |conn| deadlines_of(conn, &timeout_key, &queue))?;
                 }
             }
             "hash" => {

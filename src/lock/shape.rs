@@ -44,7 +44,10 @@ pub(crate) fn is_holder_id(id: &[u8]) -> bool {
         return false;
     };
     let digits = thread.strip_prefix(b"-").unwrap_or(thread);
-    is_uuid(uuid) && !digits.is_empty() && digits.len() <= 20 && digits.iter().all(u8::is_ascii_digit)
+    is_uuid(uuid)
+        && !digits.is_empty()
+        && digits.len() <= 20
+        && digits.iter().all(u8::is_ascii_digit)
 }
 
 /// The 8-4-4-4-12 hex form of a UUID, either case.

@@ -248,7 +248,11 @@ pub(crate) fn records_of(source: &Source, client: &str) -> Result<Vec<HolderReco
                 .query(conn)
                 .map_err(|e| Error::from_redis(e, &key))
         })?;
-        out.extend(HolderRecord::parse(client, record_fields(Some(fields)), pttl));
+        out.extend(HolderRecord::parse(
+            client,
+            record_fields(Some(fields)),
+            pttl,
+        ));
     }
     Ok(out)
 }

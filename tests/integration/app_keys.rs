@@ -27,10 +27,7 @@ pub(crate) fn app_hashes(server: &RedisServer) -> Vec<String> {
     let cart = unique_name("cart");
     let user = unique_name("user");
     let session = unique_name("session");
-    let () = server.cmd(
-        "HSET",
-        &[cart.as_bytes(), b"sku123", b"2", b"sku777", b"1"],
-    );
+    let () = server.cmd("HSET", &[cart.as_bytes(), b"sku123", b"2", b"sku777", b"1"]);
     let _: i64 = server.cmd("PEXPIRE", &[cart.as_bytes(), b"600000"]);
     let () = server.cmd("HSET", &[user.as_bytes(), b"age", b"41", b"visits", b"3"]);
     let () = server.cmd("HSET", &[session.as_bytes(), b"a", b"1", b"b", b"2"]);
@@ -50,7 +47,10 @@ pub(crate) fn assert_intact(server: &RedisServer, key: &str, before: &(Vec<u8>, 
     assert_eq!(now.0, before.0, "{key} was changed");
     assert_eq!(now.1, before.1, "{key}'s ttl was changed");
     let pttl = server.pttl(key);
-    assert!(pttl == -1 || (0..=600_000).contains(&pttl), "{key}: pttl {pttl}");
+    assert!(
+        pttl == -1 || (0..=600_000).contains(&pttl),
+        "{key}: pttl {pttl}"
+    );
     if !before.1 {
         assert_eq!(pttl, -1, "{key} was given a ttl");
     }
@@ -72,7 +72,10 @@ fn app_hashes_are_refused_at_once_by_every_acquire_and_force_unlock() {
         let before = snapshot(&ctx.server, &key);
         let wait = Duration::from_secs(10);
         let attempts: Vec<(&str, Box<dyn Fn() -> bool>)> = vec![
-            ("lock", Box::new(|| is_wrong_type(&client.lock(&key).lock()))),
+            (
+                "lock",
+                Box::new(|| is_wrong_type(&client.lock(&key).lock())),
+            ),
             (
                 "try_lock_for",
                 Box::new(|| is_wrong_type(&client.lock(&key).try_lock_for(wait))),
@@ -91,9 +94,7 @@ fn app_hashes_are_refused_at_once_by_every_acquire_and_force_unlock() {
             ),
             (
                 "read try_lock_for",
-                Box::new(|| {
-                    is_wrong_type(&client.read_write_lock(&key).read().try_lock_for(wait))
-                }),
+                Box::new(|| is_wrong_type(&client.read_write_lock(&key).read().try_lock_for(wait))),
             ),
             (
                 "write try_lock_for",
@@ -129,7 +130,11 @@ fn app_hashes_are_refused_at_once_by_every_acquire_and_force_unlock() {
         for (what, attempt) in attempts {
             let t0 = Instant::now();
             assert!(attempt(), "{what} on {key}: not WrongType");
-            assert!(t0.elapsed() < AT_ONCE, "{what} on {key}: {:?}", t0.elapsed());
+            assert!(
+                t0.elapsed() < AT_ONCE,
+                "{what} on {key}: {:?}",
+                t0.elapsed()
+            );
             assert_intact(&ctx.server, &key, &before);
         }
         // A read-write force unlock finds no "mode": nothing to delete.
@@ -234,7 +239,13 @@ fn redisson_shaped_locks_are_still_locks() {
     let reader = format!("{JAVA}:3");
     let () = server.cmd(
         "HSET",
-        &[readers.as_bytes(), b"mode", b"read", reader.as_bytes(), b"1"],
+        &[
+            readers.as_bytes(),
+            b"mode",
+            b"read",
+            reader.as_bytes(),
+            b"1",
+        ],
     );
     let _: i64 = server.cmd("PEXPIRE", &[readers.as_bytes(), b"30000"]);
     let guard = client.read_write_lock(&readers).read().try_lock().unwrap();
@@ -378,12 +389,20 @@ fn a_million_field_hash_is_not_read_by_the_library() {
         let lock = ctx.client.lock(&big);
         let t0 = Instant::now();
         let info = lock.inspect().unwrap();
-        assert!(matches!(info.kind, LockKind::Other { .. }), "{:?}", info.kind);
+        assert!(
+            matches!(info.kind, LockKind::Other { .. }),
+            "{:?}",
+            info.kind
+        );
         assert!(is_wrong_type(&lock.holders()));
         assert!(ctx.client.list_locks("big*", false).unwrap().is_empty());
         assert_eq!(ctx.client.list_locks(&big, true).unwrap().len(), 1);
         assert!(is_wrong_type(&lock.try_lock_for(Duration::from_secs(10))));
-        assert!(is_wrong_type(&ctx.client.fair_lock(&big).try_lock_for(Duration::from_secs(10))));
+        assert!(is_wrong_type(
+            &ctx.client
+                .fair_lock(&big)
+                .try_lock_for(Duration::from_secs(10))
+        ));
         assert!(is_wrong_type(&lock.force_unlock()));
         t0.elapsed()
     });

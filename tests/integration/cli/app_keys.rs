@@ -27,10 +27,18 @@ fn app_hashes_are_refused_with_65_and_left_intact() {
             vec!["exec", &key, "--", "sh", "-c", &touch],
             vec!["exec", "--wait", "30s", &key, "--", "sh", "-c", &touch],
             vec!["exec", "--no-wait", &key, "--", "sh", "-c", &touch],
-            vec!["exec", "--fair", "--wait", "30s", &key, "--", "sh", "-c", &touch],
-            vec!["exec", "--fenced", "--wait", "30s", &key, "--", "sh", "-c", &touch],
-            vec!["exec", "--read", "--wait", "30s", &key, "--", "sh", "-c", &touch],
-            vec!["exec", "--write", "--wait", "30s", &key, "--", "sh", "-c", &touch],
+            vec![
+                "exec", "--fair", "--wait", "30s", &key, "--", "sh", "-c", &touch,
+            ],
+            vec![
+                "exec", "--fenced", "--wait", "30s", &key, "--", "sh", "-c", &touch,
+            ],
+            vec![
+                "exec", "--read", "--wait", "30s", &key, "--", "sh", "-c", &touch,
+            ],
+            vec![
+                "exec", "--write", "--wait", "30s", &key, "--", "sh", "-c", &touch,
+            ],
             vec!["once", &key, "--", "sh", "-c", &touch],
             vec!["once", "--wait", "30s", &key, "--", "sh", "-c", &touch],
             vec!["unlock", "--force", &key],
@@ -43,7 +51,10 @@ fn app_hashes_are_refused_with_65_and_left_intact() {
             assert_eq!(out.code, Some(65), "{args:?}: {out:?}");
             assert!(out.elapsed < Duration::from_secs(5), "{args:?}: {out:?}");
             if args[1] == "--json" {
-                assert!(out.stdout.contains("\"kind\":\"other\""), "{args:?}: {out:?}");
+                assert!(
+                    out.stdout.contains("\"kind\":\"other\""),
+                    "{args:?}: {out:?}"
+                );
                 assert!(out.stdout.contains("\"holders\":[]"), "{args:?}: {out:?}");
             } else if args[0] == "status" {
                 assert!(out.stdout.contains("not a lock"), "{args:?}: {out:?}");
@@ -60,7 +71,10 @@ fn app_hashes_are_refused_with_65_and_left_intact() {
         let mut cmd = redguard(&url);
         cmd.args(["status", "--json", &key]);
         let v: serde_json::Value = serde_json::from_str(&run(cmd).stdout).unwrap();
-        assert_eq!((&v["kind"], &v["redis_type"]), (&"other".into(), &"hash".into()));
+        assert_eq!(
+            (&v["kind"], &v["redis_type"]),
+            (&"other".into(), &"hash".into())
+        );
         let fields: Vec<String> = server.cmd("HGETALL", &[key.as_bytes()]);
         assert_eq!(fields.len(), 4, "{key}: {fields:?}");
     }
@@ -148,7 +162,9 @@ fn list_shows_exactly_the_locks_among_25000_session_hashes() {
     let all = client.list_locks("*", true).unwrap();
     let others = all
         .iter()
-        .filter(|l| matches!(&l.kind, redguard::LockKind::Other { redis_type } if redis_type == "hash"))
+        .filter(
+            |l| matches!(&l.kind, redguard::LockKind::Other { redis_type } if redis_type == "hash"),
+        )
         .count();
     assert_eq!((all.len(), others), (26_000, 25_000));
 }
