@@ -156,10 +156,25 @@ fn app_hashes_are_refused_at_once_by_every_acquire_and_force_unlock() {
 
 /// A hash with a read-write lock's `mode` field but other fields beside
 /// is not a lock either: neither side joins it, a force unlock of either
-/// side refuses it.
+/// side refuses it. Nor is a hash with an `outcome` field and others a
+/// run-once record.
 #[test]
 fn a_mode_field_alone_does_not_make_a_lock() {
     let ctx = TestContext::new();
+    // An application's hash with an "outcome" field is no run-once record.
+    let result = unique_name("result");
+    let () = ctx.server.cmd(
+        "HSET",
+        &[result.as_bytes(), b"outcome", b"win", b"score", b"3"],
+    );
+    let before = snapshot(&ctx.server, &result);
+    assert!(is_wrong_type(&ctx.client.forget_once(&result)));
+    assert!(is_wrong_type(&ctx.client.once_status(&result)));
+    assert!(is_wrong_type(
+        &ctx.client.lock(&result).try_lock_for(ms(5000))
+    ));
+    assert_intact(&ctx.server, &result, &before);
+
     let key = unique_name("settings");
     let () = ctx.server.cmd(
         "HSET",
@@ -173,16 +188,67 @@ fn a_mode_field_alone_does_not_make_a_lock() {
     assert!(is_wrong_type(&rw.write().force_unlock()));
     assert!(is_wrong_type(&ctx.client.lock(&key).force_unlock()));
     assert_intact(&ctx.server, &key, &before);
-    // An application's hash with an "outcome" field is no run-once record.
-    let result = unique_name("result");
-    let () = ctx.server.cmd(
-        "HSET",
-        &[result.as_bytes(), b"outcome", b"win", b"score", b"3"],
+}
+
+/// Fields named like holders are not enough: a hold count is an integer,
+/// and a hash of more than `MAX_LOCK_FIELDS` fields is no lock even when
+/// every field looks like a holder's. A lock of exactly that many holders
+/// (readers) is read whole, over several `HSCAN` pages.
+#[test]
+fn holder_ids_with_other_values_or_too_many_fields_are_no_lock() {
+    let ctx = TestContext::new();
+    let client = &ctx.client;
+    let pending = unique_name("not-counts");
+    let field = format!("{JAVA}:1");
+    let () = ctx
+        .server
+        .cmd("HSET", &[pending.as_bytes(), field.as_bytes(), b"pending"]);
+    let before = snapshot(&ctx.server, &pending);
+    let t0 = Instant::now();
+    assert!(is_wrong_type(&client.lock(&pending).try_lock_for(ms(5000))));
+    assert!(t0.elapsed() < AT_ONCE, "{:?}", t0.elapsed());
+    assert!(is_wrong_type(&client.lock(&pending).force_unlock()));
+    assert!(matches!(
+        client.lock(&pending).inspect().unwrap().kind,
+        LockKind::Other { .. }
+    ));
+    assert_intact(&ctx.server, &pending, &before);
+
+    let fill = |key: &str, fields: u64| {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(key);
+        for i in 0..fields {
+            hset.arg(format!("{}:{i}", &JAVA)).arg(1);
+        }
+        let _: i64 = hset.query(&mut ctx.server.conn()).unwrap();
+    };
+    let many = unique_name("many-holders");
+    fill(&many, redguard::MAX_LOCK_FIELDS + 1);
+    let t0 = Instant::now();
+    assert!(is_wrong_type(&client.lock(&many).try_lock_for(ms(5000))));
+    assert!(t0.elapsed() < AT_ONCE, "{:?}", t0.elapsed());
+    assert!(is_wrong_type(&client.lock(&many).force_unlock()));
+    assert!(is_wrong_type(&client.lock(&many).holders()));
+    let info = client.lock(&many).inspect().unwrap();
+    assert!(
+        matches!(info.kind, LockKind::Other { .. }),
+        "{:?}",
+        info.kind
     );
-    let before = snapshot(&ctx.server, &result);
-    assert!(is_wrong_type(&ctx.client.forget_once(&result)));
-    assert!(is_wrong_type(&ctx.client.once_status(&result)));
-    assert_intact(&ctx.server, &result, &before);
+    let len: u64 = ctx.server.cmd("HLEN", &[many.as_bytes()]);
+    assert_eq!(len, redguard::MAX_LOCK_FIELDS + 1);
+
+    let most = unique_name("most-holders");
+    fill(&most, redguard::MAX_LOCK_FIELDS);
+    let info = client.lock(&most).inspect().unwrap();
+    assert_eq!(info.kind, LockKind::Reentrant);
+    assert_eq!(info.holders.len() as u64, redguard::MAX_LOCK_FIELDS);
+    assert_eq!(
+        client.lock(&most).holders().unwrap().len() as u64,
+        redguard::MAX_LOCK_FIELDS
+    );
+    assert!(client.lock(&most).try_lock().unwrap().is_none());
+    assert!(client.lock(&most).force_unlock().unwrap());
 }
 
 /// Locks as Redisson writes them (Java UUID holder ids, a read-write
