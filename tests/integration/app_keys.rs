@@ -56,6 +56,9 @@ pub(crate) fn assert_intact(server: &RedisServer, key: &str, before: &(Vec<u8>, 
     }
 }
 
+/// One call on a key: its name, and whether it answered `WrongType`.
+type Attempt<'a> = (&'static str, Box<dyn Fn() -> bool + 'a>);
+
 fn is_wrong_type<T: std::fmt::Debug>(result: &redguard::Result<T>) -> bool {
     matches!(result, Err(Error::WrongType { .. }))
 }
@@ -71,7 +74,7 @@ fn app_hashes_are_refused_at_once_by_every_acquire_and_force_unlock() {
     for key in app_hashes(&ctx.server) {
         let before = snapshot(&ctx.server, &key);
         let wait = Duration::from_secs(10);
-        let attempts: Vec<(&str, Box<dyn Fn() -> bool>)> = vec![
+        let attempts: Vec<Attempt<'_>> = vec![
             (
                 "lock",
                 Box::new(|| is_wrong_type(&client.lock(&key).lock())),
@@ -413,7 +416,8 @@ pub(crate) fn while_pinging<T>(server: &RedisServer, work: impl FnOnce() -> T) -
                 let t0 = Instant::now();
                 let _: String = redis::cmd("PING").query(&mut conn).unwrap();
                 longest = longest.max(t0.elapsed());
-                std::thread::sleep(ms(1));
+                // Pacing, not waiting for anything.
+                crate::support::sleep(ms(1));
             }
             longest
         })
