@@ -33,7 +33,7 @@ use crate::scripts::{Release, SyncHold};
 ///   readers may join.
 /// * **No upgrade**: a thread holding the read side cannot take the write
 ///   side (it would wait for its own read hold to go). redguard refuses at
-///   once with [`Error::InvalidArgument`] when the calling thread holds the
+///   once with [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the calling thread holds the
 ///   read side through the same client; Redisson would wait forever (or
 ///   until its timeout). Through another client the attempt simply waits,
 ///   as it would for any other reader.
@@ -164,7 +164,7 @@ impl ReadWriteLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] (a
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) (a
     /// value of another type at the name is left alone), connection,
     /// timeout and server errors.
     pub fn force_unlock(&self) -> Result<bool> {
