@@ -302,11 +302,19 @@ impl Lock {
     /// mode), its holders and hold counts, and its remaining lease. A value
     /// of another type is reported as [`LockKind::Other`], not as an error.
     ///
+    /// A hash is a lock only by its fields (see [`LockKind::Other`]): an
+    /// application's hash at the name is `Other`, without holders.
+    ///
     /// Meant for monitoring and administration (the `redguard status`
-    /// command): one round trip, two when a hash is found, each a
-    /// `MULTI`/`EXEC` of reads, then one for the holders' records, the
-    /// server's clock and the subscribed waiters (on a Cluster, one more
-    /// per other master, for its classic subscribers).
+    /// command): one round trip, two when a hash or a fair queue is found,
+    /// each a `MULTI`/`EXEC` of reads, then one for the holders' records,
+    /// the server's clock and the subscribed waiters (on a Cluster, one
+    /// more per other master, for its classic subscribers). Every read is
+    /// bounded whatever is stored: a hash's `HLEN` and a first `HSCAN` page
+    /// of a few fields (more pages only for a lock of many readers; none
+    /// for a hash of more than [`MAX_LOCK_FIELDS`] fields), a fair queue's
+    /// first [`MAX_QUEUE_READ`] waiters (`LRANGE`) and their deadlines
+    /// (`ZMSCORE`); never `HGETALL` or a whole list or sorted set.
     ///
     /// # Errors
     ///
