@@ -427,17 +427,21 @@ pub(crate) fn while_pinging<T>(server: &RedisServer, work: impl FnOnce() -> T) -
     (pinger.join().unwrap(), out)
 }
 
-/// Fills `key` with `fields` integer fields, in scripts of 50,000 fields
+/// Fills `key` with `fields` integer fields, in scripts of 20,000 fields
 /// each, so that the filling holds the server up only briefly each time.
 pub(crate) fn fill_big_hash(server: &RedisServer, key: &str, fields: u64) {
     let mut conn = server.conn();
+    // A script of 20,000 fields takes milliseconds, but far longer on a
+    // loaded machine than the admin connection's timeout allows.
+    conn.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let fill = redis::Script::new(
         "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do \
          redis.call('hset', KEYS[1], i, i) end return 1",
     );
     let mut from = 0;
     while from < fields {
-        let to = (from + 50_000).min(fields) - 1;
+        let to = (from + 20_000).min(fields) - 1;
         let _: i64 = fill.key(key).arg(from).arg(to).invoke(&mut conn).unwrap();
         from = to + 1;
     }
