@@ -177,6 +177,12 @@ fn a_mode_field_alone_does_not_make_a_lock() {
         &ctx.client.lock(&result).try_lock_for(ms(5000))
     ));
     assert_intact(&ctx.server, &result, &before);
+    // As many fields as a record, but not a record's.
+    let () = ctx.server.cmd("HSET", &[result.as_bytes(), b"level", b"2"]);
+    let before = snapshot(&ctx.server, &result);
+    assert!(is_wrong_type(&ctx.client.forget_once(&result)));
+    assert!(is_wrong_type(&ctx.client.once_status(&result)));
+    assert_intact(&ctx.server, &result, &before);
 
     let key = unique_name("settings");
     let () = ctx.server.cmd(
