@@ -28,7 +28,9 @@
 --          {0, ms}    not acquired; ms = how long until the situation can change: the lock's
 --                     remaining ttl while it is held (-1: the key has no expiry), else the time
 --                     until the queue head's deadline
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1]; it is left untouched.
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
+--          (lock_shape.lua) nor a run-once record (waited on as held); it is left untouched
+--          and the caller is not queued.
 redis.replicate_commands()
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,6 +67,9 @@ elseif redis.call('hexists', KEYS[1], me) == 1 then
     redis.call('hincrby', KEYS[1], me, 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1}
+elseif not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
+    -- Nobody is let into the queue of a name whose value is not a lock.
+    return not_a_lock()
 end
 
 if ARGV[4] == '1' then

@@ -8,12 +8,16 @@
 --
 -- Returns  {1, token}  acquired or re-entered; token = the counter after INCR (>= 1)
 --          {0, ms}     held by someone else; ms = its remaining ttl (-1: the key has no expiry)
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1] (left untouched); an error
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
+--          (lock_shape.lua) nor a run-once record (waited on as held), left untouched; an error
 --          from INCR when KEYS[2] holds no integer (raised before anything is written).
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local token = redis.call('incr', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, token}
+end
+if not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
+    return not_a_lock()
 end
 return {0, redis.call('pttl', KEYS[1])}

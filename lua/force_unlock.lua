@@ -11,12 +11,16 @@
 --
 -- Returns  1  a lock was deleted and ARGV[1] published
 --          0  there was nothing to delete
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1]; it is left untouched.
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
+--          (lock_shape.lua); it is left untouched and nothing is published.
 if redis.call('exists', KEYS[1]) == 0 then
     return 0
 end
 if redis.call('type', KEYS[1])['ok'] ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+if not is_lock(KEYS[1]) then
+    return not_a_lock()
 end
 redis.call('del', KEYS[1])
 if KEYS[3] then

@@ -27,8 +27,9 @@
 --                                        attempt started now, PEXPIRE = ARGV[4])
 --          {2, outcome, at, by, pttl}    done: the record and its remaining ttl in ms (-1: none)
 --          {3}                           free, and ARGV[3] is "0"
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1] (left untouched); an error from
---          INCR when KEYS[2] holds no integer (raised before anything is written).
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is neither a
+--          lock (lock_shape.lua) nor a record (only the fields above), left untouched; an error
+--          from INCR when KEYS[2] holds no integer (raised before anything is written).
 redis.replicate_commands()
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[3] ~= '1' then
@@ -48,7 +49,22 @@ end
 local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')
 local pttl = redis.call('pttl', KEYS[1])
 if record[1] then
+    -- A record has these fields and no other: an application's hash that merely has an
+    -- "outcome" field is not one.
+    if not is_record(KEYS[1]) then
+        return not_a_lock()
+    end
     return {2, record[1], record[2] or '0', record[3] or '', pttl}
 end
-local holder = redis.call('hkeys', KEYS[1])[1] or ''
+if not is_lock(KEYS[1]) then
+    return not_a_lock()
+end
+local holder = ''
+local fields = redis.call('hscan', KEYS[1], '0', 'COUNT', SHAPE_SAMPLE)[2]
+for i = 1, #fields, 2 do
+    if fields[i] ~= 'mode' then
+        holder = fields[i]
+        break
+    end
+end
 return {0, pttl, holder}

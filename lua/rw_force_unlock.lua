@@ -9,10 +9,14 @@
 --
 -- Returns  1  the lock was deleted and ARGV[1] published
 --          0  nothing deleted (no read-write lock there, or not in the mode asked for)
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1]; it is left untouched.
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash with a "mode" field
+--          that is not a lock (lock_shape.lua); it is left untouched.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     return 0
+end
+if not is_lock(KEYS[1]) then
+    return not_a_lock()
 end
 if ARGV[2] ~= '' and mode ~= ARGV[2] then
     return 0

@@ -14,7 +14,8 @@
 -- Returns  nil   acquired (or re-entered: the hold count grows and a new timeout key is made)
 --          int   not acquired: the remaining ttl in ms of the lock (-1: the key has no expiry)
 -- Errors   WRONGTYPE when KEYS[1] holds a non-hash value, or a hash that is not a read-write
---          lock (no "mode" field); it is left untouched.
+--          lock (no "mode" field, or fields of another shape: lock_shape.lua); it is left
+--          untouched.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then
@@ -24,6 +25,11 @@ if mode == false then
     redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
+end
+-- A holder that holds nothing here yet joins (or waits for) only a hash of a lock's shape.
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 and redis.call('hexists', KEYS[1], ARGV[3]) == 0
+    and not is_lock(KEYS[1]) then
+    return not_a_lock()
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)

@@ -11,7 +11,8 @@
 -- Returns  nil   acquired, or re-entered (hold count incremented)
 --          int   not acquired: the remaining ttl in ms of the lock (-1: the key has no expiry)
 -- Errors   WRONGTYPE when KEYS[1] holds a non-hash value, or a hash that is not a read-write
---          lock (no "mode" field); it is left untouched.
+--          lock (no "mode" field, or fields of another shape: lock_shape.lua); it is left
+--          untouched.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     if redis.call('exists', KEYS[1]) == 1 then
@@ -27,5 +28,8 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     return nil
+end
+if not is_lock(KEYS[1]) then
+    return not_a_lock()
 end
 return redis.call('pttl', KEYS[1])

@@ -34,7 +34,12 @@ pub enum Error {
         name: String,
     },
     /// A value that is not a lock of the expected kind is stored at the lock
-    /// key. The value is left untouched.
+    /// key: another Redis type, or a hash whose fields are not a lock's
+    /// (holder ids with hold counts: see
+    /// [`LockKind::Other`](crate::LockKind::Other)), such as an
+    /// application's hash that shares the name. The value is left
+    /// untouched, and an acquire reports it at once instead of waiting on
+    /// it (Redisson would wait on any hash as if it were held).
     #[error("key {key:?} holds a value of the wrong type for this lock")]
     WrongType {
         /// The key (lossy UTF-8).

@@ -152,7 +152,10 @@ pub use interop::ClassicPublish;
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
-pub use lock::{FencingToken, Lock, LockGuard, LockInfo, LockKind, QueuedWaiter, ReadWriteLock};
+pub use lock::{
+    FencingToken, Lock, LockGuard, LockInfo, LockKind, MAX_LOCK_FIELDS, MAX_QUEUE_READ,
+    QueuedWaiter, ReadWriteLock,
+};
 pub use lost::{HoldKind, LossReason, LostLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use once::{

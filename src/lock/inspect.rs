@@ -4,6 +4,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redis::Value;
+
+use super::shape;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
@@ -30,6 +33,10 @@ pub struct LockInfo {
     /// The remaining lease of the lock key: `None` when nothing is stored
     /// there, [`Ttl::Persistent`] when the key has no expiry.
     pub ttl: Option<Ttl>,
+    /// How many waiters a fair lock's queue holds in all (0 for the other
+    /// kinds). [`LockKind::Fair`]'s `queue` lists the first
+    /// [`MAX_QUEUE_READ`] of them at most: a longer queue is not read whole.
+    pub queue_len: u64,
     /// The holder records of the holders' clients that keep one (see
     /// [`Builder::holder_record`](crate::Builder::holder_record)): host,
     /// pid, program, and since when each hold began. A holder whose client
@@ -131,7 +138,8 @@ pub enum LockKind {
     /// while the queue still lists waiters.
     Fair {
         /// The waiting holder ids, first in line first, with their
-        /// deadlines.
+        /// deadlines: the first [`MAX_QUEUE_READ`] at most
+        /// ([`LockInfo::queue_len`] counts them all).
         queue: Vec<QueuedWaiter>,
     },
     /// A read-write lock (Redisson's `RReadWriteLock`): the hash carries a
@@ -141,7 +149,14 @@ pub enum LockKind {
         mode: String,
     },
     /// A value that is not a lock of any known layout: another Redis type,
-    /// or a hash whose values are not hold counts.
+    /// or a hash that is not a lock's. A lock is recognised by its shape,
+    /// never by its type alone: every field of a lock hash is a holder id
+    /// (`<uuid>:<thread id>`, Redisson's form, or `<holder id>:write`) with
+    /// an integer hold count, or a read-write lock's `mode` (`read` or
+    /// `write`); a hash of more than [`MAX_LOCK_FIELDS`] fields is not a
+    /// lock (and is not read). An application's hash (`HSET cart:42
+    /// sku123 2`) is thus `Other`, and the acquire and force-unlock
+    /// scripts refuse it with [`Error::WrongType`], touching nothing.
     Other {
         /// The Redis type (`TYPE` reply): `string`, `list`, `hash`, ...
         redis_type: String,
@@ -163,17 +178,166 @@ pub struct QueuedWaiter {
 /// One field of a hash and its value, as raw bytes.
 pub(crate) type Field = (Vec<u8>, Vec<u8>);
 
+/// The most fields a hash can have and still be a lock: one per holder
+/// thread (a read-write lock's readers), plus `mode`. A larger hash is not
+/// a lock ([`LockKind::Other`]) and is not read: [`Lock::inspect`],
+/// [`Client::list_locks`](crate::Client::list_locks) and
+/// [`Lock::holders`] look at its length (`HLEN`) only, and the acquire
+/// scripts refuse it.
+pub const MAX_LOCK_FIELDS: u64 = shape::MAX_LOCK_FIELDS;
+
+/// The most waiters of a fair lock's queue that [`Lock::inspect`] and
+/// [`Client::list_locks`](crate::Client::list_locks) read (`LRANGE 0
+/// 999`): [`LockInfo::queue_len`] says how many more there are.
+pub const MAX_QUEUE_READ: u64 = 1_000;
+
+/// The first look at a hash that may be a lock: `HLEN` and a first `HSCAN`
+/// page of a few fields (one round trip, or part of one). A small hash
+/// comes back whole; of one too large to be a lock, nothing more is read.
+#[derive(Debug, Default)]
+pub(crate) struct HashLook {
+    /// `HLEN`.
+    len: u64,
+    /// The `HSCAN` cursor to go on from (0: every field was read).
+    cursor: u64,
+    /// The fields read so far.
+    fields: Vec<Field>,
+}
+
+impl HashLook {
+    /// Adds the look's commands to `pipe`: `HLEN` and `HSCAN key 0 COUNT
+    /// 16` (two replies).
+    pub(crate) fn add(pipe: &mut redis::Pipeline, key: &[u8]) {
+        pipe.cmd("HLEN")
+            .arg(key)
+            .cmd("HSCAN")
+            .arg(key)
+            .arg(0)
+            .arg("COUNT")
+            .arg(shape::HSCAN_SAMPLE);
+    }
+
+    /// The look from its two replies (`HLEN`, `HSCAN`). Replies that are
+    /// not what those commands answer read as an empty hash.
+    pub(crate) fn from_replies(len: Option<Value>, page: Option<Value>) -> HashLook {
+        let len = len
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or(0);
+        let (cursor, fields) = page
+            .and_then(|v| redis::from_redis_value::<(u64, Vec<Field>)>(v).ok())
+            .unwrap_or_default();
+        HashLook {
+            len,
+            cursor,
+            fields,
+        }
+    }
+
+    /// Not a lock, from what was read so far: too many fields, or one of
+    /// another shape.
+    fn refused(&self) -> bool {
+        self.len > shape::MAX_LOCK_FIELDS
+            || self.fields.len() as u64 > shape::MAX_LOCK_FIELDS
+            || !self.fields.iter().all(|(f, v)| shape::is_lock_field(f, v))
+    }
+
+    /// Whether more `HSCAN` pages are needed to judge the hash and list its
+    /// holders.
+    pub(crate) fn needs_more(&self) -> bool {
+        self.cursor != 0 && !self.refused()
+    }
+
+    /// Reads the rest of the hash, a page of [`shape::HSCAN_COUNT`] at a
+    /// time, stopping at the first field that is not a lock's. The pages
+    /// are not one snapshot: a lock changing hands meanwhile may show a
+    /// holder twice or not at all, as any look at a busy lock may.
+    pub(crate) fn read_rest(&mut self, conn: &mut redis::Connection, key: &[u8]) -> Result<()> {
+        // A lock of MAX_LOCK_FIELDS fields needs about MAX / COUNT pages;
+        // the margin covers a table being resized meanwhile.
+        let most = 4 * (shape::MAX_LOCK_FIELDS / shape::HSCAN_COUNT) + 16;
+        for _ in 0..most {
+            if !self.needs_more() {
+                break;
+            }
+            let (cursor, fields): (u64, Vec<Field>) = redis::cmd("HSCAN")
+                .arg(key)
+                .arg(self.cursor)
+                .arg("COUNT")
+                .arg(shape::HSCAN_COUNT)
+                .query(conn)
+                .map_err(|e| Error::from_redis(e, key))?;
+            self.cursor = cursor;
+            self.fields.extend(fields);
+        }
+        Ok(())
+    }
+
+    /// The kind and holders the look found: [`LockKind::Other`] (no
+    /// holders) for a hash that is not a lock's, else
+    /// [`LockKind::Reentrant`] or [`LockKind::ReadWrite`] with every holder
+    /// (each once, as `HSCAN` may return a field twice).
+    pub(crate) fn judge(mut self) -> (LockKind, Vec<(HolderId, u64)>) {
+        if self.refused() || self.cursor != 0 {
+            let other = LockKind::Other {
+                redis_type: "hash".to_owned(),
+            };
+            return (other, Vec::new());
+        }
+        self.fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.fields.dedup_by(|a, b| a.0 == b.0);
+        let mut mode = None;
+        let mut holders = Vec::with_capacity(self.fields.len());
+        for (field, value) in self.fields {
+            let value = String::from_utf8_lossy(&value).into_owned();
+            if field == b"mode" {
+                mode = Some(value);
+            } else if let Ok(count) = value.parse::<u64>() {
+                holders.push((
+                    HolderId::from_stored(String::from_utf8_lossy(&field).into_owned()),
+                    count,
+                ));
+            }
+        }
+        match mode {
+            Some(mode) => (LockKind::ReadWrite { mode }, holders),
+            None => (LockKind::Reentrant, holders),
+        }
+    }
+}
+
+/// Reads the hash at `key` boundedly ([`HashLook`]) on `conn`: its kind
+/// and holders.
+pub(crate) fn read_lock_hash(
+    conn: &mut redis::Connection,
+    key: &[u8],
+) -> Result<(LockKind, Vec<(HolderId, u64)>)> {
+    let mut pipe = redis::pipe();
+    HashLook::add(&mut pipe, key);
+    let (len, page): (Value, Value) = pipe.query(conn).map_err(|e| Error::from_redis(e, key))?;
+    let mut look = HashLook::from_replies(Some(len), Some(page));
+    look.read_rest(conn, key)?;
+    Ok(look.judge())
+}
+
 impl Lock {
     /// Looks at what is stored at this lock's name without changing it:
     /// the kind of lock (reentrant, fair with its queue, read-write with its
     /// mode), its holders and hold counts, and its remaining lease. A value
     /// of another type is reported as [`LockKind::Other`], not as an error.
     ///
+    /// A hash is a lock only by its fields (see [`LockKind::Other`]): an
+    /// application's hash at the name is `Other`, without holders.
+    ///
     /// Meant for monitoring and administration (the `redguard status`
-    /// command): one round trip, two when a hash is found, each a
-    /// `MULTI`/`EXEC` of reads, then one for the holders' records, the
-    /// server's clock and the subscribed waiters (on a Cluster, one more
-    /// per other master, for its classic subscribers).
+    /// command): one round trip, two when a hash or a fair queue is found,
+    /// each a `MULTI`/`EXEC` of reads, then one for the holders' records,
+    /// the server's clock and the subscribed waiters (on a Cluster, one
+    /// more per other master, for its classic subscribers). Every read is
+    /// bounded whatever is stored: a hash's `HLEN` and a first `HSCAN` page
+    /// of a few fields (more pages only for a lock of many readers; none
+    /// for a hash of more than [`MAX_LOCK_FIELDS`] fields), a fair queue's
+    /// first [`MAX_QUEUE_READ`] waiters (`LRANGE`) and their deadlines
+    /// (`ZMSCORE`); never `HGETALL` or a whole list or sorted set.
     ///
     /// # Errors
     ///
@@ -199,44 +363,74 @@ impl Lock {
         self.client().check_open()?;
         let queue_key = keys::fair_queue(name);
         let timeout_key = keys::fair_timeouts(name);
-        let (redis_type, pttl, queue, deadlines): (String, i64, Vec<String>, Vec<(String, f64)>) =
-            self.client().with_conn(name, |conn| {
-                crate::transaction::snapshot(conn, &queue_key, |pipe| {
-                    pipe.cmd("TYPE")
-                        .arg(name)
-                        .cmd("PTTL")
-                        .arg(name)
-                        .cmd("LRANGE")
-                        .arg(&queue_key)
-                        .arg(0)
-                        .arg(-1)
-                        .cmd("ZRANGE")
-                        .arg(&timeout_key)
-                        .arg(0)
-                        .arg(-1)
-                        .arg("WITHSCORES");
-                })
-            })?;
-        let fair = !queue.is_empty() || !deadlines.is_empty();
+        let (redis_type, pttl, queue_len, queue, deadline_count): (
+            String,
+            i64,
+            u64,
+            Vec<String>,
+            u64,
+        ) = self.client().with_conn(name, |conn| {
+            crate::transaction::snapshot(conn, &queue_key, |pipe| {
+                pipe.cmd("TYPE")
+                    .arg(name)
+                    .cmd("PTTL")
+                    .arg(name)
+                    .cmd("LLEN")
+                    .arg(&queue_key)
+                    .cmd("LRANGE")
+                    .arg(&queue_key)
+                    .arg(0)
+                    .arg(MAX_QUEUE_READ - 1)
+                    .cmd("ZCARD")
+                    .arg(&timeout_key);
+            })
+        })?;
+        let fair = queue_len > 0 || deadline_count > 0;
         let mut info = LockInfo {
             name: name.to_vec(),
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: Pttl::from_ms(pttl).remaining(),
+            queue_len: if fair { queue_len } else { 0 },
             records: Vec::new(),
             server_time: None,
             subscribers: None,
         };
+        let mut deadlines = Vec::new();
         match redis_type.as_str() {
-            "none" => {}
+            "none" => {
+                if !queue.is_empty() {
+                    deadlines = self
+                        .client()
+                        .with_conn(name, |conn| deadlines_of(conn, &timeout_key, &queue))?;
+                }
+            }
             "hash" => {
-                let (fields, pttl): (Vec<Field>, i64) = self.client().with_conn(name, |conn| {
+                let replies: Vec<Value> = self.client().with_conn(name, |conn| {
                     crate::transaction::snapshot(conn, name, |pipe| {
-                        pipe.cmd("HGETALL").arg(name).cmd("PTTL").arg(name);
+                        HashLook::add(pipe, name);
+                        pipe.cmd("PTTL").arg(name);
+                        if !queue.is_empty() {
+                            pipe.cmd("ZMSCORE").arg(&timeout_key).arg(&queue);
+                        }
                     })
                 })?;
+                let mut replies = replies.into_iter();
+                let mut look = HashLook::from_replies(replies.next(), replies.next());
+                let pttl: i64 = replies
+                    .next()
+                    .and_then(|v| redis::from_redis_value(v).ok())
+                    .unwrap_or(-2);
+                deadlines = replies
+                    .next()
+                    .and_then(|v| redis::from_redis_value(v).ok())
+                    .unwrap_or_default();
+                if look.needs_more() {
+                    self.client()
+                        .with_conn(name, |conn| look.read_rest(conn, name))?;
+                }
                 info.ttl = Pttl::from_ms(pttl).remaining();
-                (info.kind, info.holders) = read_hash(fields);
+                (info.kind, info.holders) = look.judge();
             }
             _ => {
                 info.kind = LockKind::Other {
@@ -248,6 +442,8 @@ impl Lock {
             info.kind = LockKind::Fair {
                 queue: queued(&queue, &deadlines),
             };
+        } else {
+            info.queue_len = 0;
         }
         self.read_around(&mut info)?;
         Ok(info)
@@ -278,53 +474,35 @@ impl Lock {
     }
 }
 
-/// A fair lock's waiters, from its queue (`LRANGE`) and its timeout zset
-/// (`ZRANGE … WITHSCORES`: holder id → deadline, Unix epoch ms), first in
-/// line first. A waiter without a score, or with one that is no time, has
-/// no deadline.
-pub(crate) fn queued(queue: &[String], deadlines: &[(String, f64)]) -> Vec<QueuedWaiter> {
-    let deadline_of = |holder: &str| {
-        deadlines
-            .iter()
-            .find(|(h, _)| h == holder)
-            .and_then(|(_, ms)| {
-                (ms.is_finite() && *ms >= 0.0)
-                    .then(|| UNIX_EPOCH + Duration::from_millis(*ms as u64))
-            })
-    };
-    queue
-        .iter()
-        .map(|holder| QueuedWaiter {
-            holder: HolderId::from_stored(holder.as_str()),
-            deadline: deadline_of(holder),
-        })
-        .collect()
+/// The deadlines of the waiters `queue` (`ZMSCORE` of the timeout zset:
+/// Unix epoch ms, in the queue's order; `None` for a waiter without one).
+pub(crate) fn deadlines_of(
+    conn: &mut redis::Connection,
+    timeouts: &[u8],
+    queue: &[String],
+) -> Result<Vec<Option<f64>>> {
+    redis::cmd("ZMSCORE")
+        .arg(timeouts)
+        .arg(queue)
+        .query(conn)
+        .map_err(|e| Error::from_redis(e, timeouts))
 }
 
-/// The kind and holders of a lock hash, from its fields: hold counts (and
-/// `mode` for a read-write lock); anything else makes it
-/// [`LockKind::Other`], without holders.
-pub(crate) fn read_hash(fields: Vec<Field>) -> (LockKind, Vec<(HolderId, u64)>) {
-    let mut mode = None;
-    let mut holders = Vec::new();
-    for (field, value) in fields {
-        let field = String::from_utf8_lossy(&field).into_owned();
-        let value = String::from_utf8_lossy(&value);
-        if field == "mode" {
-            mode = Some(value.into_owned());
-        } else if let Ok(count) = value.parse::<u64>() {
-            holders.push((HolderId::from_stored(field), count));
-        } else {
-            let other = LockKind::Other {
-                redis_type: "hash".to_owned(),
-            };
-            return (other, Vec::new());
-        }
-    }
-    match mode {
-        Some(mode) => (LockKind::ReadWrite { mode }, holders),
-        None => (LockKind::Reentrant, holders),
-    }
+/// A fair lock's waiters, from its queue (`LRANGE`) and their deadlines
+/// (`ZMSCORE` of the timeout zset, in the same order: Unix epoch ms),
+/// first in line first. A waiter without a score, or with one that is no
+/// time, has no deadline.
+pub(crate) fn queued(queue: &[String], deadlines: &[Option<f64>]) -> Vec<QueuedWaiter> {
+    queue
+        .iter()
+        .enumerate()
+        .map(|(i, holder)| QueuedWaiter {
+            holder: HolderId::from_stored(holder.as_str()),
+            deadline: deadlines.get(i).copied().flatten().and_then(|ms| {
+                (ms.is_finite() && ms >= 0.0).then(|| UNIX_EPOCH + Duration::from_millis(ms as u64))
+            }),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -344,6 +522,7 @@ mod tests {
             kind: LockKind::Free,
             holders: Vec::new(),
             ttl: None,
+            queue_len: 0,
             records: Vec::new(),
             server_time: None,
             subscribers: None,

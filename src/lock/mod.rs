@@ -10,6 +10,7 @@ pub(crate) mod holds;
 mod inspect;
 mod read_write;
 mod scan;
+mod shape;
 
 use std::fmt;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use acquire::acquire_methods;
 
 pub use fencing_token::FencingToken;
 pub use guard::LockGuard;
-pub use inspect::{LockInfo, LockKind, QueuedWaiter};
+pub use inspect::{LockInfo, LockKind, MAX_LOCK_FIELDS, MAX_QUEUE_READ, QueuedWaiter};
 pub use read_write::ReadWriteLock;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
@@ -422,9 +423,15 @@ impl Lock {
     /// writer's as Redisson stores it, with a `:write` suffix. Ids of
     /// foreign (Redisson) holders come back as stored.
     ///
+    /// Bounded, whatever is stored at the name: `HLEN` and a first page of
+    /// `HSCAN` (one round trip; more pages only for a read-write lock with
+    /// many readers), never `HGETALL`.
+    ///
     /// # Errors
     ///
-    /// [`Error::WrongType`], connection, timeout and server errors.
+    /// [`Error::WrongType`] when the name holds a value that is not a lock:
+    /// another type, or a hash that is not a lock's (see
+    /// [`LockKind::Other`]); connection, timeout and server errors.
     ///
     /// # Examples
     ///
@@ -437,19 +444,15 @@ impl Lock {
     /// ```
     pub fn holders(&self) -> Result<Vec<(HolderId, u64)>> {
         self.check_name()?;
-        if self.is_read_write() {
-            return self.rw_holders();
-        }
-        let fields = self.inner.client.with_conn(&self.inner.name, |conn| {
-            redis::cmd("HGETALL")
-                .arg(&self.inner.name[..])
-                .query::<Vec<(String, u64)>>(conn)
-                .map_err(|e| Error::from_redis(e, &self.inner.name))
+        let (kind, holders) = self.inner.client.with_conn(&self.inner.name, |conn| {
+            inspect::read_lock_hash(conn, &self.inner.name)
         })?;
-        Ok(fields
-            .into_iter()
-            .map(|(id, count)| (HolderId::from_stored(id), count))
-            .collect())
+        match kind {
+            LockKind::Other { .. } => Err(Error::WrongType {
+                key: String::from_utf8_lossy(&self.inner.name).into_owned(),
+            }),
+            _ => Ok(holders),
+        }
     }
 
     /// The remaining lease of the lock's key (`PTTL`): `None` when the lock

@@ -8,8 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
-use crate::holder::HolderId;
+use crate::error::Result;
 use crate::keys;
 use crate::lock::{Inner, Kind, Lock};
 use crate::scripts::rwlock::{self, ReadKeys};
@@ -34,7 +33,7 @@ use crate::scripts::{Release, SyncHold};
 ///   readers may join.
 /// * **No upgrade**: a thread holding the read side cannot take the write
 ///   side (it would wait for its own read hold to go). redguard refuses at
-///   once with [`Error::InvalidArgument`] when the calling thread holds the
+///   once with [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the calling thread holds the
 ///   read side through the same client; Redisson would wait forever (or
 ///   until its timeout). Through another client the attempt simply waits,
 ///   as it would for any other reader.
@@ -165,7 +164,7 @@ impl ReadWriteLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] (a
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) (a
     /// value of another type at the name is left alone), connection,
     /// timeout and server errors.
     pub fn force_unlock(&self) -> Result<bool> {
@@ -320,22 +319,6 @@ impl Lock {
                     crate::scripts::renew(conn, &self.inner.name, &field, ms)
                 }
             })
-    }
-
-    /// Holders of a read-write lock, the `mode` field left out.
-    pub(crate) fn rw_holders(&self) -> Result<Vec<(HolderId, u64)>> {
-        let fields: Vec<(String, String)> =
-            self.inner.client.with_conn(&self.inner.name, |conn| {
-                redis::cmd("HGETALL")
-                    .arg(&self.inner.name[..])
-                    .query(conn)
-                    .map_err(|e| Error::from_redis(e, &self.inner.name))
-            })?;
-        Ok(fields
-            .into_iter()
-            .filter(|(field, _)| field != "mode")
-            .filter_map(|(field, count)| Some((HolderId::from_stored(field), count.parse().ok()?)))
-            .collect())
     }
 
     /// Redisson's `forceUnlock` of one side: deletes the lock only when it

@@ -11,7 +11,7 @@ use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lease::Pttl;
-use crate::lock::inspect::{Field, queued, read_hash};
+use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, deadlines_of, queued};
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
 
@@ -35,13 +35,23 @@ impl Client {
     /// [`LockKind::Other`] (the fair queues and other keys beside the locks
     /// among them).
     ///
+    /// A hash is a lock only by its shape (see [`LockKind::Other`]): an
+    /// application's hashes among the matches are left out (listed as
+    /// [`LockKind::Other`] with `others`).
+    ///
     /// Uses `SCAN` with `COUNT` 1,000 (and `TYPE hash` without `others`),
     /// never `KEYS`, so the server stays responsive however many keys it
-    /// has; one `SCAN` per 1,000 keys, and three pipelined round trips per
-    /// page that has locks (four with `others`), plus on a Cluster one per
-    /// other master for the classic subscribers. A snapshot per page, not of the whole
-    /// keyspace: keys written meanwhile may or may not appear. In no
-    /// particular order.
+    /// has; one `SCAN` per 1,000 keys, and two pipelined round trips per
+    /// page that has locks (three with `others`), one more when a page
+    /// has a fair queue or a lock of more fields than one `HSCAN` page
+    /// returns, plus on a Cluster one per other master for the classic
+    /// subscribers. Every read of a key is bounded: `HLEN` and an `HSCAN`
+    /// of a few fields first, so a hash of millions of fields costs no
+    /// more than a lock (it is not one: more than
+    /// [`MAX_LOCK_FIELDS`](crate::MAX_LOCK_FIELDS) fields); a fair queue's
+    /// first [`MAX_QUEUE_READ`](crate::MAX_QUEUE_READ) waiters. A snapshot
+    /// per page, not of the whole keyspace: keys written meanwhile may or
+    /// may not appear. In no particular order.
     ///
     /// # Errors
     ///
@@ -119,17 +129,16 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
         for (key, kind) in &wanted {
             pipe.cmd("PTTL").arg(&key[..]);
             if kind == "hash" {
-                pipe.cmd("HGETALL")
-                    .arg(&key[..])
+                // Bounded: a hash too large to be a lock costs an HLEN and
+                // a page of a few fields, never a read of the whole.
+                HashLook::add(&mut pipe, key);
+                let queue = keys::fair_queue(key);
+                pipe.cmd("LLEN")
+                    .arg(&queue)
                     .cmd("LRANGE")
-                    .arg(keys::fair_queue(key))
+                    .arg(&queue)
                     .arg(0)
-                    .arg(-1)
-                    .cmd("ZRANGE")
-                    .arg(keys::fair_timeouts(key))
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES");
+                    .arg(MAX_QUEUE_READ - 1);
             }
         }
         pipe.ignore_errors();
@@ -137,45 +146,82 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
     })?;
     let mut replies = replies.into_iter();
     let mut infos = Vec::with_capacity(wanted.len());
+    // Per hash kept: its look (pages still to read) and its queue.
+    let mut hashes: Vec<(usize, HashLook, Vec<String>)> = Vec::new();
     for (name, redis_type) in wanted {
         let pttl: i64 = replies
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .unwrap_or(-2);
-        let mut info = LockInfo {
+        let info = LockInfo {
             name,
             kind: LockKind::Other {
                 redis_type: redis_type.clone(),
             },
             holders: Vec::new(),
             ttl: Pttl::from_ms(pttl).remaining(),
+            queue_len: 0,
             records: Vec::new(),
             server_time: None,
             subscribers: None,
         };
         if redis_type == "hash" {
-            let fields: Vec<Field> = replies
+            let look = HashLook::from_replies(replies.next(), replies.next());
+            let queue_len: u64 = replies
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or_default();
+                .unwrap_or(0);
             let queue: Vec<String> = replies
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
                 .unwrap_or_default();
-            let deadlines: Vec<(String, f64)> = replies
-                .next()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or_default();
-            (info.kind, info.holders) = read_hash(fields);
-            if !queue.is_empty() && matches!(info.kind, LockKind::Reentrant) {
-                info.kind = LockKind::Fair {
-                    queue: queued(&queue, &deadlines),
-                };
-            }
-        }
-        if others || !matches!(info.kind, LockKind::Other { .. }) {
+            let mut info = info;
+            info.queue_len = queue_len;
+            hashes.push((infos.len(), look, queue));
+            infos.push(info);
+        } else if others {
             infos.push(info);
         }
+    }
+    // Hashes of more fields than one page (rare: a read-write lock with
+    // many readers) and fair queues' deadlines: one more round trip when
+    // any, plus a page per further HSCAN page.
+    let queued_any = hashes.iter().any(|(_, _, q)| !q.is_empty());
+    let more_any = hashes.iter().any(|(_, look, _)| look.needs_more());
+    let mut deadlines: HashMap<usize, Vec<Option<f64>>> = HashMap::new();
+    if queued_any || more_any {
+        source.with_node_conn(node, |conn| {
+            for (i, look, queue) in &mut hashes {
+                if let Err(e) = look.read_rest(conn, &infos[*i].name) {
+                    // A key that changed type meanwhile is left judged on
+                    // what was read; only a broken connection ends the page.
+                    if e.breaks_connection() {
+                        return Err(e);
+                    }
+                }
+                if !queue.is_empty() {
+                    let of = deadlines_of(conn, &keys::fair_timeouts(&infos[*i].name), queue)
+                        .unwrap_or_default();
+                    deadlines.insert(*i, of);
+                }
+            }
+            Ok(())
+        })?;
+    }
+    for (i, look, queue) in hashes {
+        let info = &mut infos[i];
+        (info.kind, info.holders) = look.judge();
+        if matches!(info.kind, LockKind::Reentrant) && (!queue.is_empty() || info.queue_len > 0) {
+            let of = deadlines.remove(&i).unwrap_or_default();
+            info.kind = LockKind::Fair {
+                queue: queued(&queue, &of),
+            };
+        } else {
+            info.queue_len = 0;
+        }
+    }
+    if !others {
+        infos.retain(|info| !matches!(info.kind, LockKind::Other { .. }));
     }
     around(source, node, &mut infos)?;
     Ok(infos)

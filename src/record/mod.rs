@@ -164,7 +164,7 @@ impl HolderRecord {
         }
     }
 
-    /// Reads a record from its `HGETALL` reply (field, value pairs) and
+    /// Reads a record from its `HGETALL` or `HSCAN` reply (field, value pairs) and
     /// its `PTTL`; `None` when the hash is empty (no record).
     pub(crate) fn parse(client: &str, fields: Vec<(Vec<u8>, Vec<u8>)>, pttl: i64) -> Option<Self> {
         if fields.is_empty() {

@@ -163,7 +163,8 @@ pub(crate) fn on_node(
             }
         }
         for key in keys.iter().flatten() {
-            pipe.cmd("HGETALL").arg(&key[..]).cmd("PTTL").arg(&key[..]);
+            scan_record(&mut pipe, key);
+            pipe.cmd("PTTL").arg(&key[..]);
         }
         pipe.ignore_errors();
         pipe.query(conn).map_err(Error::redis)
@@ -185,9 +186,7 @@ pub(crate) fn on_node(
             continue;
         }
         let (fields, pttl) = (replies.next(), replies.next());
-        let fields: Fields = fields
-            .and_then(|v| redis::from_redis_value(v).ok())
-            .unwrap_or_default();
+        let fields = record_fields(fields);
         let pttl: i64 = pttl
             .and_then(|v| redis::from_redis_value(v).ok())
             .unwrap_or(-2);
@@ -195,6 +194,32 @@ pub(crate) fn on_node(
             .extend(HolderRecord::parse(client, fields, pttl));
     }
     Ok(out)
+}
+
+/// Fields of a record asked for in one `HSCAN` call: twice the most a
+/// record has (its fixed fields and [`super::MAX_HOLDS`] holds), so a
+/// record comes back whole from one call, and a hash at a record's key
+/// written by someone else costs no more than that to read, never a read
+/// of the whole (`HGETALL`).
+const RECORD_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
+
+/// Adds the read of the record at `key` to `pipe`: `HSCAN key 0 COUNT`
+/// [`RECORD_SCAN_COUNT`].
+fn scan_record(pipe: &mut redis::Pipeline, key: &[u8]) {
+    pipe.cmd("HSCAN")
+        .arg(key)
+        .arg(0)
+        .arg("COUNT")
+        .arg(RECORD_SCAN_COUNT);
+}
+
+/// A record's fields from the reply of [`scan_record`] (empty when it is
+/// no such reply); a record too large for one call is read in part.
+fn record_fields(reply: Option<Value>) -> Fields {
+    reply
+        .and_then(|v| redis::from_redis_value::<(u64, Fields)>(v).ok())
+        .map(|(_, fields)| fields)
+        .unwrap_or_default()
 }
 
 /// The counts of a `PUBSUB NUMSUB` reply (channel, count, channel,
@@ -220,16 +245,19 @@ pub(crate) fn records_of(source: &Source, client: &str) -> Result<Vec<HolderReco
         let Some(key) = super::key_for(client, |k| source.node_of(k) == node) else {
             continue;
         };
-        let (fields, pttl): (Fields, i64) = source.with_node_conn(node, |conn| {
-            redis::pipe()
-                .cmd("HGETALL")
-                .arg(&key[..])
-                .cmd("PTTL")
+        let (fields, pttl): (Value, i64) = source.with_node_conn(node, |conn| {
+            let mut pipe = redis::pipe();
+            scan_record(&mut pipe, &key);
+            pipe.cmd("PTTL")
                 .arg(&key[..])
                 .query(conn)
                 .map_err(|e| Error::from_redis(e, &key))
         })?;
-        out.extend(HolderRecord::parse(client, fields, pttl));
+        out.extend(HolderRecord::parse(
+            client,
+            record_fields(Some(fields)),
+            pttl,
+        ));
     }
     Ok(out)
 }

@@ -10,18 +10,38 @@
 /// variant per [`Publish`].
 macro_rules! notifying {
     ($name:literal) => {
+        notifying!($name, "")
+    };
+    // `shaped`: `lua/lock_shape.lua` goes between `notify.lua` and the script.
+    ($name:literal, shaped) => {
+        notifying!($name, include_str!("../../lua/lock_shape.lua"))
+    };
+    ($name:literal, $prelude:expr) => {
         $crate::scripts::Notifying {
-            classic: notifying!(@variant "false, false", $name),
-            cluster: notifying!(@variant "true, false", $name),
-            cluster_always: notifying!(@variant "true, true", $name),
+            classic: notifying!(@variant "false, false", $prelude, $name),
+            cluster: notifying!(@variant "true, false", $prelude, $name),
+            cluster_always: notifying!(@variant "true, true", $prelude, $name),
         }
     };
-    (@variant $flags:literal, $name:literal) => {
+    (@variant $flags:literal, $prelude:expr, $name:literal) => {
         redis::Script::new(concat!(
             "local cluster, always_classic = ",
             $flags,
             "\n",
             include_str!("../../lua/notify.lua"),
+            $prelude,
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
+    };
+}
+
+/// A script that meets hashes it did not write: `lua/lock_shape.lua` (its
+/// `is_lock` function tells a lock's hash from an application's) followed
+/// by `lua/<name>.lua`.
+macro_rules! shaped {
+    ($name:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../../lua/lock_shape.lua"),
             include_str!(concat!("../../lua/", $name, ".lua"))
         ))
     };
@@ -96,19 +116,17 @@ pub(crate) use holds::{
 
 pub(crate) mod once;
 
-static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
+static LOCK: LazyLock<Script> = LazyLock::new(|| shaped!("lock"));
 static UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("unlock"));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
 static RENEW_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/renew_many.lua")));
-static FORCE_UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("force_unlock"));
+static FORCE_UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("force_unlock", shaped));
 static RELEASE_HOLDER: LazyLock<Notifying> = LazyLock::new(|| notifying!("release_holder"));
-static FAIR_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/fair_lock.lua")));
+static FAIR_LOCK: LazyLock<Script> = LazyLock::new(|| shaped!("fair_lock"));
 static FAIR_UNLOCK: LazyLock<Notifying> = LazyLock::new(|| notifying!("fair_unlock"));
 static FAIR_LEAVE: LazyLock<Notifying> = LazyLock::new(|| notifying!("fair_leave"));
-static FENCED_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/fenced_lock.lua")));
+static FENCED_LOCK: LazyLock<Script> = LazyLock::new(|| shaped!("fenced_lock"));
 static FENCED_SET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fenced_set.lua")));
 

@@ -10,13 +10,11 @@ use crate::error::{Error, Result};
 use crate::keys::READ_UNLOCK_MESSAGE;
 use crate::lease::Pttl;
 
-static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/once_claim.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| shaped!("once_claim"));
 static COMPLETE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("once_complete"));
 static ATTEMPT_END: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/once_attempt_end.lua")));
-static FORGET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/once_forget.lua")));
+static FORGET: LazyLock<Script> = LazyLock::new(|| shaped!("once_forget"));
 
 /// What the claim script found (and, for [`Claim::Run`], did).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,15 +9,14 @@ use super::{Acquire, Release, evalsha, release_reply, ttl_from, unexpected};
 use crate::error::{Error, Result};
 use crate::keys::{READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE};
 
-pub(super) static READ_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_lock.lua")));
-static WRITE_LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_write_lock.lua")));
+pub(super) static READ_LOCK: LazyLock<Script> = LazyLock::new(|| shaped!("rw_read_lock"));
+static WRITE_LOCK: LazyLock<Script> = LazyLock::new(|| shaped!("rw_write_lock"));
 static READ_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_read_unlock"));
 static WRITE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_write_unlock"));
 pub(super) static READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_renew.lua")));
-static FORCE_UNLOCK: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("rw_force_unlock"));
+static FORCE_UNLOCK: LazyLock<super::Notifying> =
+    LazyLock::new(|| notifying!("rw_force_unlock", shaped));
 static READ_KEEP: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rw_read_keep.lua")));
 

@@ -224,17 +224,35 @@ fn i7_an_extend_after_the_key_became_another_type_is_wrong_type() {
     }
 }
 
+/// I8: a foreign lock (a Java holder's, without ttl) is held: a bounded
+/// wait, then `None`. A foreign hash of another shape is no lock: refused
+/// at once with `WrongType`, untouched.
 #[test]
 fn i8_a_foreign_hash_without_ttl_is_treated_as_held() {
     let ctx = TestContext::new();
     let name = unique_name("i8");
+    let java = "5e1f0c0a-9a51-4c4e-8d4f-3f1c2b7d9e10:1";
     ctx.server
-        .cmd::<i64>("HSET", &[name.as_bytes(), b"field", b"v"]);
+        .cmd::<i64>("HSET", &[name.as_bytes(), java.as_bytes(), b"1"]);
     let lock = ctx.client.lock(&name);
     assert!(lock.try_lock_for(ms(300)).unwrap().is_none());
     assert_eq!(lock.hold_count().unwrap(), 0);
-    let field: String = ctx.server.cmd("HGET", &[name.as_bytes(), b"field"]);
+    assert_eq!(ctx.server.pttl(&name), -1);
+
+    let app = unique_name("i8-app");
+    ctx.server
+        .cmd::<i64>("HSET", &[app.as_bytes(), b"field", b"v"]);
+    let lock = ctx.client.lock(&app);
+    let t0 = std::time::Instant::now();
+    let refused = lock.try_lock_for(ms(3000));
+    assert!(
+        matches!(refused, Err(redguard::Error::WrongType { .. })),
+        "{refused:?}"
+    );
+    assert!(t0.elapsed() < ms(2000), "{:?}", t0.elapsed());
+    let field: String = ctx.server.cmd("HGET", &[app.as_bytes(), b"field"]);
     assert_eq!(field, "v");
+    assert_eq!(ctx.server.pttl(&app), -1);
 }
 
 /// I9: a garbled reply is a protocol error, the garbled connection is

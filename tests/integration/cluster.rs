@@ -641,7 +641,14 @@ fn d_woken_by_sharded_unlock(bed: &RedisCluster, waiters: &Client) {
     let mut fast = 0;
     for name in names_on_every_master(bed, "d-spub") {
         let owner = bed.node(bed.master_of_slot(slot(name.as_bytes())));
-        let () = owner.cmd("HSET", &[name.as_bytes(), b"foreign-3.2x:1", b"1"]);
+        let () = owner.cmd(
+            "HSET",
+            &[
+                name.as_bytes(),
+                b"3a2f0000-0000-4000-8000-000000000032:1",
+                b"1",
+            ],
+        );
         let _: bool = owner.cmd("PEXPIRE", &[name.as_bytes(), b"30000"]);
         let lock = waiters.lock(&name);
         let t = std::thread::spawn(move || {
@@ -1567,9 +1574,14 @@ fn d_subscriptions_follow_slots(bed: &RedisCluster) {
         let from = masters[0];
         let name = name_on(bed, from, "d-follow");
         let s = slot(name.as_bytes());
-        let () = bed
-            .node(from)
-            .cmd("HSET", &[name.as_bytes(), b"foreign-3.2x:1", b"1"]);
+        let () = bed.node(from).cmd(
+            "HSET",
+            &[
+                name.as_bytes(),
+                b"3a2f0000-0000-4000-8000-000000000032:1",
+                b"1",
+            ],
+        );
         let _: bool = bed.node(from).cmd("PEXPIRE", &[name.as_bytes(), b"10000"]);
         let waiter = wait_on(bed, &waiters, &name, from);
         let to = if how == "slot migration" {

@@ -144,9 +144,14 @@ fn inspect_reads_every_queued_waiter_with_its_own_deadline() {
     let name = unique_name("inspect-queue");
     let queue = format!("redisson_lock_queue:{{{name}}}");
     let timeouts = format!("redisson_lock_timeout:{{{name}}}");
-    let _: i64 = ctx
-        .server
-        .cmd("HSET", &[name.as_bytes(), b"holder:1", b"1"]);
+    let _: i64 = ctx.server.cmd(
+        "HSET",
+        &[
+            name.as_bytes(),
+            b"5e1f0c0a-9a51-4c4e-8d4f-3f1c2b7d9e10:1",
+            b"1",
+        ],
+    );
     let waiters = ["w1", "w2", "w3", "w4", "w5", "w6"];
     for w in waiters {
         let _: i64 = ctx.server.cmd("RPUSH", &[queue.as_bytes(), w.as_bytes()]);
@@ -217,9 +222,14 @@ fn list_locks_reads_whole_fair_queues_plain_kinds_and_read_write_waiters() {
 
     let fair = format!("{prefix}-fair");
     let queue = format!("redisson_lock_queue:{{{fair}}}");
-    let _: i64 = ctx
-        .server
-        .cmd("HSET", &[fair.as_bytes(), b"holder:1", b"1"]);
+    let _: i64 = ctx.server.cmd(
+        "HSET",
+        &[
+            fair.as_bytes(),
+            b"5e1f0c0a-9a51-4c4e-8d4f-3f1c2b7d9e10:1",
+            b"1",
+        ],
+    );
     let timeouts = format!("redisson_lock_timeout:{{{fair}}}");
     for (w, at) in [
         ("w1", "4000000000001"),

@@ -4,6 +4,7 @@
 mod support;
 
 mod acl;
+mod app_keys;
 mod bad_input;
 mod clock;
 mod cluster;

@@ -19,20 +19,29 @@ use crate::support::{
     test_client, unique_name, wait_until,
 };
 
-const CLAIM: &str = include_str!("../../lua/once_claim.lua");
+const CLAIM: &str = concat!(
+    include_str!("../../lua/lock_shape.lua"),
+    include_str!("../../lua/once_claim.lua")
+);
 const COMPLETE: &str = concat!(
     "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
     include_str!("../../lua/once_complete.lua")
 );
-const FORGET: &str = include_str!("../../lua/once_forget.lua");
+const FORGET: &str = concat!(
+    include_str!("../../lua/lock_shape.lua"),
+    include_str!("../../lua/once_forget.lua")
+);
 const ATTEMPT_END: &str = include_str!("../../lua/once_attempt_end.lua");
 const UNLOCK: &str = concat!(
     "local cluster = false\n",
     include_str!("../../lua/notify.lua"),
     include_str!("../../lua/unlock.lua")
 );
-const LOCK: &str = include_str!("../../lua/lock.lua");
+const LOCK: &str = concat!(
+    include_str!("../../lua/lock_shape.lua"),
+    include_str!("../../lua/lock.lua")
+);
 
 /// A holder id as the library writes them.
 const A: &str = "0d6c1f9e-5a3b-4c2d-9e8f-1a2b3c4d5e6f:1";

@@ -216,8 +216,14 @@ fn d2_subscribe_then_retry_never_misses_an_unlock() {
 fn d4_a_foreign_key_without_ttl_never_blocks_past_the_deadline() {
     let ctx = TestContext::new();
     let name = unique_name("d4");
-    ctx.server
-        .cmd::<i64>("HSET", &[name.as_bytes(), b"someone:1", b"1"]);
+    ctx.server.cmd::<i64>(
+        "HSET",
+        &[
+            name.as_bytes(),
+            b"5e1f0c0a-9a51-4c4e-8d4f-3f1c2b7d9e10:1",
+            b"1",
+        ],
+    );
     let lock = ctx.client.lock(&name);
     assert_eq!(
         lock.remaining_ttl().unwrap(),

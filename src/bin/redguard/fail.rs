@@ -72,7 +72,10 @@ impl Failure {
             }
             E::WrongType { key } => Failure::new(
                 code::DATAERR,
-                format!("key {key:?} holds a value that is not a lock; left untouched"),
+                format!(
+                    "key {key:?} holds a value that is not a lock (another type, or a hash \
+                     whose fields are not holder ids with hold counts); left untouched"
+                ),
             ),
             E::LockLost { .. } | E::NotHeld { .. } | E::Shutdown => {
                 Failure::new(code::SOFTWARE, err.to_string())

@@ -68,13 +68,18 @@ fn to_text(info: &LockInfo) -> String {
     if let LockKind::Other { redis_type } = &info.kind {
         let _ = writeln!(
             s,
-            "{name}: not a lock ({redis_type}, ttl {})",
+            "{name}: not a lock ({redis_type}{}, ttl {})",
+            if redis_type == "hash" {
+                " of other fields than a lock's"
+            } else {
+                ""
+            },
             show::ttl(info.ttl)
         );
         return s;
     }
     let queued = match &info.kind {
-        LockKind::Fair { queue } => format!("{} queued, ", queue.len()),
+        LockKind::Fair { queue } => format!("{} queued, ", info.queue_len.max(queue.len() as u64)),
         _ => String::new(),
     };
     let subscribed = info
@@ -94,7 +99,7 @@ fn to_text(info: &LockInfo) -> String {
         );
     }
     if let LockKind::Fair { queue } = &info.kind {
-        s.push_str(&queue_text(queue, "  "));
+        s.push_str(&queue_text(queue, info.queue_len, "  "));
     }
     s
 }
@@ -111,7 +116,10 @@ fn to_json(info: &LockInfo) -> Value {
             v["redis_type"] = json!(redis_type);
             return v;
         }
-        LockKind::Fair { queue } => v["queue"] = queue_json(queue),
+        LockKind::Fair { queue } => {
+            v["queue"] = queue_json(queue);
+            v["queue_len"] = json!(info.queue_len.max(queue.len() as u64));
+        }
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         _ => {}
     }

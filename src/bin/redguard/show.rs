@@ -77,13 +77,24 @@ pub(crate) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, ms)
 }
 
+/// Why a value of Redis type `redis_type` is not a lock, for messages:
+/// a hash is one only by its fields.
+pub(crate) fn not_a_lock(redis_type: &str) -> String {
+    match redis_type {
+        "hash" => "the key holds a hash whose fields are not a lock's (holder ids with hold \
+                   counts)"
+            .to_owned(),
+        other => format!("the key holds a {other}"),
+    }
+}
+
 /// One line naming the current holder(s) and the remaining ttl, for the
 /// spinner and the "busy" message.
 pub(crate) fn describe_holder(info: &LockInfo) -> String {
     let ttl = ttl(info.ttl);
     match (&info.kind, info.holders.as_slice()) {
         (LockKind::Other { redis_type }, _) => {
-            format!("the key holds a {redis_type}, not a lock (ttl {ttl})")
+            format!("not a lock: {} (ttl {ttl})", not_a_lock(redis_type))
         }
         (_, []) => format!("no holder recorded (ttl {ttl})"),
         (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),

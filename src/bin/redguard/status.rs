@@ -160,7 +160,8 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
         LockKind::Other { redis_type } => {
             let _ = writeln!(
                 s,
-                "lock {name}: not a lock: the key holds a {redis_type} (ttl {})",
+                "lock {name}: not a lock: {} (ttl {}); left untouched",
+                show::not_a_lock(redis_type),
                 show::ttl(info.ttl)
             );
             return s;
@@ -181,7 +182,7 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
         let _ = writeln!(s, "    {}", holder_line(info, holder));
     }
     let queued = match &info.kind {
-        LockKind::Fair { queue } => format!("{} queued, ", queue.len()),
+        LockKind::Fair { queue } => format!("{} queued, ", info.queue_len.max(queue.len() as u64)),
         _ => String::new(),
     };
     let subscribed = info
@@ -189,14 +190,15 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
         .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
     let _ = writeln!(s, "  waiters: {queued}{subscribed} subscribed");
     if let LockKind::Fair { queue } = &info.kind {
-        s.push_str(&queue_text(queue, "  "));
+        s.push_str(&queue_text(queue, info.queue_len, "  "));
     }
     s
 }
 
-/// A fair lock's queue for people, one line per waiter (first in line
-/// first) with how long until its deadline, each line after `indent`.
-pub(crate) fn queue_text(queue: &[QueuedWaiter], indent: &str) -> String {
+/// A fair lock's queue for people, one line per waiter read (first in
+/// line first) with how long until its deadline, each line after `indent`;
+/// then how many more of the `total` were not read.
+pub(crate) fn queue_text(queue: &[QueuedWaiter], total: u64, indent: &str) -> String {
     use std::fmt::Write;
     let now = std::time::SystemTime::now();
     let mut s = String::new();
@@ -214,6 +216,10 @@ pub(crate) fn queue_text(queue: &[QueuedWaiter], indent: &str) -> String {
             i + 1,
             waiter.holder
         );
+    }
+    let more = total.saturating_sub(queue.len() as u64);
+    if more > 0 {
+        let _ = writeln!(s, "{indent}... and {more} more queued (not read)");
     }
     s
 }
@@ -272,7 +278,10 @@ fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
     match &info.kind {
-        LockKind::Fair { queue } => v["queue"] = queue_json(queue),
+        LockKind::Fair { queue } => {
+            v["queue"] = queue_json(queue);
+            v["queue_len"] = json!(info.queue_len.max(queue.len() as u64));
+        }
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         LockKind::Other { redis_type } => v["redis_type"] = json!(redis_type),
         _ => {}

@@ -111,8 +111,9 @@ fn not_a_lock(name: &[u8], redis_type: &str, conn: &Connection) -> Failure {
     Failure::new(
         code::DATAERR,
         format!(
-            "key {} holds a {redis_type}, not a lock; left untouched{hint}",
-            show::name(name)
+            "key {} is not a lock: {}; left untouched{hint}",
+            show::name(name),
+            show::not_a_lock(redis_type)
         ),
     )
 }

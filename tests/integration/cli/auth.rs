@@ -158,7 +158,14 @@ fn status_and_unlock_report_noauth_and_noperm_inside_their_transaction() {
             b"+@all",
         ],
     );
-    let () = server.cmd("HSET", &[name.as_bytes(), b"a:1", b"1"]);
+    let () = server.cmd(
+        "HSET",
+        &[
+            name.as_bytes(),
+            b"aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:1",
+            b"1",
+        ],
+    );
     let port = server.port();
     let cases = [
         (format!("redis://127.0.0.1:{port}/"), "authentication"),

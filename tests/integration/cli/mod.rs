@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 )]
 use crate::support::{RedisServer, TestContext, ms, test_builder, unique_name, wait_until};
 
+mod app_keys;
 mod args;
 mod auth;
 mod exec;

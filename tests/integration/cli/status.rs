@@ -142,15 +142,42 @@ fn status_shows_fair_queues_and_read_write_modes() {
     // Redisson's fair-lock layout, written by hand.
     let queue = format!("redisson_lock_queue:{{{name}}}");
     let timeouts = format!("redisson_lock_timeout:{{{name}}}");
-    let () = server.cmd("HSET", &[name.as_bytes(), b"a:1", b"1"]);
+    let () = server.cmd(
+        "HSET",
+        &[
+            name.as_bytes(),
+            b"aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:1",
+            b"1",
+        ],
+    );
     let () = server.cmd("PEXPIRE", &[name.as_bytes(), b"30000"]);
-    let _: i64 = server.cmd("RPUSH", &[queue.as_bytes(), b"b:2", b"c:3"]);
-    let _: i64 = server.cmd("ZADD", &[timeouts.as_bytes(), b"4102444800000", b"b:2"]);
+    let _: i64 = server.cmd(
+        "RPUSH",
+        &[
+            queue.as_bytes(),
+            b"bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb:2",
+            b"cccccccc-cccc-4ccc-8ccc-cccccccccccc:3",
+        ],
+    );
+    let _: i64 = server.cmd(
+        "ZADD",
+        &[
+            timeouts.as_bytes(),
+            b"4102444800000",
+            b"bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb:2",
+        ],
+    );
     let v = status_json();
     assert_eq!(v["kind"], "fair", "{v}");
-    assert_eq!(v["queue"][0]["id"], "b:2");
+    assert_eq!(
+        v["queue"][0]["id"],
+        "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb:2"
+    );
     assert_eq!(v["queue"][0]["deadline_unix_ms"], 4_102_444_800_000_u64);
-    assert_eq!(v["queue"][1]["id"], "c:3");
+    assert_eq!(
+        v["queue"][1]["id"],
+        "cccccccc-cccc-4ccc-8ccc-cccccccccccc:3"
+    );
     assert!(v["queue"][1]["deadline_unix_ms"].is_null());
     let _: i64 = server.cmd(
         "DEL",
@@ -164,9 +191,9 @@ fn status_shows_fair_queues_and_read_write_modes() {
             name.as_bytes(),
             b"mode",
             b"read",
-            b"r:1",
+            b"eeeeeeee-eeee-4eee-8eee-eeeeeeeeeeee:1",
             b"2",
-            b"r:2",
+            b"eeeeeeee-eeee-4eee-8eee-eeeeeeeeeeee:2",
             b"1",
         ],
     );
@@ -254,9 +281,15 @@ fn binary_names_are_escaped_reversibly() {
     let server = RedisServer::start();
     let url = server.url();
     let raw: &[u8] = b"bin\xff\\x";
-    let () = server.cmd("HSET", &[raw, b"a:1", b"1"]);
+    let () = server.cmd(
+        "HSET",
+        &[raw, b"aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:1", b"1"],
+    );
     let lossy: &[u8] = "bin\u{fffd}\\x".as_bytes();
-    let () = server.cmd("HSET", &[lossy, b"b:2", b"1"]);
+    let () = server.cmd(
+        "HSET",
+        &[lossy, b"bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb:2", b"1"],
+    );
     let status = |name: &[u8], json: bool| {
         let mut cmd = redguard(&url);
         cmd.arg("status").arg(OsStr::from_bytes(name));
@@ -269,7 +302,10 @@ fn binary_names_are_escaped_reversibly() {
     };
     let v: serde_json::Value = serde_json::from_str(&status(raw, true)).unwrap();
     assert_eq!(v["name"], "bin\\xff\\\\x", "{v}");
-    assert_eq!(v["holders"][0]["id"], "a:1", "{v}");
+    assert_eq!(
+        v["holders"][0]["id"], "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:1",
+        "{v}"
+    );
     let w: serde_json::Value = serde_json::from_str(&status(lossy, true)).unwrap();
     assert_ne!(v["name"], w["name"]);
     let text = status(raw, false);

@@ -41,7 +41,14 @@ fn connections_received(node: &RedisServer) -> u64 {
 fn foreign_hold(bed: &RedisCluster, master: usize, prefix: &str) -> String {
     let name = name_on(bed, master, prefix);
     let owner = bed.node(master);
-    let () = owner.cmd("HSET", &[name.as_bytes(), b"foreign-sharded:1", b"1"]);
+    let () = owner.cmd(
+        "HSET",
+        &[
+            name.as_bytes(),
+            b"5ad00000-0000-4000-8000-0000000000d1:1",
+            b"1",
+        ],
+    );
     let _: bool = owner.cmd("PEXPIRE", &[name.as_bytes(), b"30000"]);
     name
 }

@@ -1,0 +1,69 @@
+-- is_lock(key): whether the hash at `key` has the shape of a lock, so that a script never
+-- waits on, joins, changes or deletes an application's hash (`HSET cart:42 sku123 2`) as if it
+-- were one. Put before the text of every script that meets a hash it did not write: the acquire
+-- scripts on their contended path (the key exists and the caller holds no field of it) and the
+-- force unlocks, before anything is written.
+--
+-- A lock hash (Redisson's layout, every kind: reentrant, fair, fenced, read-write, a run-once
+-- claim) has only these fields:
+--   <holder id>          -> hold count    holder id: "<uuid>:<thread id>", the uuid in its
+--   <holder id>:write    -> hold count    8-4-4-4-12 hex form, the thread id a decimal
+--   mode                 -> "read" or "write"                  integer (a Java long: signed)
+-- with a hold count a decimal integer. Anything else is not a lock.
+--
+-- Bounded: HLEN, then one HSCAN with a small COUNT. A hash with more than MAX_LOCK_FIELDS
+-- fields is not a lock (a lock has one field per holder thread, plus `mode`). A small hash
+-- (listpack encoding) comes back whole from one HSCAN; of a larger one, a sample is judged.
+-- A value that is not a hash raises WRONGTYPE (HLEN's own error).
+local MAX_LOCK_FIELDS = 10000
+local SHAPE_SAMPLE = 16
+local HOLDER_ID = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:%-?%d+$'
+
+local function lock_field(field, value)
+    if field == 'mode' then
+        return value == 'read' or value == 'write'
+    end
+    if #field > 64 or #value > 20 or not string.match(value, '^%d+$') then
+        return false
+    end
+    if string.sub(field, -6) == ':write' then
+        field = string.sub(field, 1, -7)
+    end
+    return string.match(field, HOLDER_ID) ~= nil
+end
+
+local function is_lock(key)
+    local n = redis.call('hlen', key)
+    if n > MAX_LOCK_FIELDS then
+        return false
+    end
+    local fields = redis.call('hscan', key, '0', 'COUNT', SHAPE_SAMPLE)[2]
+    for i = 1, #fields, 2 do
+        if not lock_field(fields[i], fields[i + 1]) then
+            return false
+        end
+    end
+    return true
+end
+
+-- is_record(key): whether the hash at `key` is a run-once record (once_complete.lua): the
+-- field "outcome", with "at" and "by" or not, and no other. HMGET and HLEN: bounded.
+local function is_record(key)
+    local record = redis.call('hmget', key, 'outcome', 'at', 'by')
+    if not record[1] then
+        return false
+    end
+    local present = 1
+    for i = 2, 3 do
+        if record[i] then
+            present = present + 1
+        end
+    end
+    return redis.call('hlen', key) == present
+end
+
+-- The refusal of a hash that is not a lock; the scripts return it before writing anything.
+local function not_a_lock()
+    return redis.error_reply('WRONGTYPE the hash at this key is not a lock (its fields are not '
+        .. 'holder ids with hold counts); left untouched')
+end

@@ -1,0 +1,140 @@
+//! What makes a hash a lock: its fields, never its type alone. The same
+//! rule as `lua/lock_shape.lua`, which the acquire and force-unlock scripts
+//! apply; here for the reads (`inspect`, `list_locks`, `holders`). No I/O.
+//!
+//! A lock hash (Redisson's layout, every kind: reentrant, fair, fenced,
+//! read-write, a run-once claim) has only these fields:
+//!
+//! * `<holder id>` → hold count, where a holder id is
+//!   `<uuid>:<thread id>`: the UUID in its 8-4-4-4-12 hex form (redguard's
+//!   v4 client id, or Redisson's `UUID.randomUUID()`), the thread id a
+//!   decimal integer (a Java `long`, so a sign is allowed);
+//! * `<holder id>:write` → hold count (a read-write lock's writer);
+//! * `mode` → `read` or `write` (a read-write lock);
+//!
+//! with a hold count a decimal integer. An application's hash (`HSET
+//! cart:42 sku123 2`) is not a lock, whatever its values.
+
+/// The most fields a lock hash can have; a larger hash is not a lock and
+/// is not read. A lock has one field per holder thread, plus `mode`: an
+/// exclusive lock one, a read-write lock one per reader thread holding it
+/// at once. Ten thousand is far above any fleet's concurrent readers of
+/// one lock, and reading that many small fields stays cheap (a few pages of
+/// `HSCAN`, well under a millisecond of server time each). The same bound
+/// is `MAX_LOCK_FIELDS` in `lua/lock_shape.lua`.
+pub(crate) const MAX_LOCK_FIELDS: u64 = 10_000;
+
+/// Fields asked for per `HSCAN` call when a hash's fields are read. A hash
+/// small enough for Redis's compact encoding (128 fields by default) comes
+/// back whole from one call whatever the count.
+pub(crate) const HSCAN_COUNT: u64 = 1_000;
+
+/// Fields asked for by the first, sampling `HSCAN` that comes with the
+/// `HLEN` (the same as `SHAPE_SAMPLE` in `lua/lock_shape.lua`): every lock
+/// in practice comes back whole, and on a hash far too large to be a lock
+/// the call costs next to nothing.
+pub(crate) const HSCAN_SAMPLE: u64 = 16;
+
+/// Whether `id` is a holder id: `<uuid>:<thread id>`.
+pub(crate) fn is_holder_id(id: &[u8]) -> bool {
+    let Some((uuid, thread)) = id.split_at_checked(36) else {
+        return false;
+    };
+    let Some(thread) = thread.strip_prefix(b":") else {
+        return false;
+    };
+    let digits = thread.strip_prefix(b"-").unwrap_or(thread);
+    is_uuid(uuid)
+        && !digits.is_empty()
+        && digits.len() <= 20
+        && digits.iter().all(u8::is_ascii_digit)
+}
+
+/// The 8-4-4-4-12 hex form of a UUID, either case.
+fn is_uuid(text: &[u8]) -> bool {
+    text.len() == 36
+        && text.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// Whether one field of a hash, with its value, is what a lock stores.
+pub(crate) fn is_lock_field(field: &[u8], value: &[u8]) -> bool {
+    if field == b"mode" {
+        return value == b"read" || value == b"write";
+    }
+    if field.len() > 64
+        || value.is_empty()
+        || value.len() > 20
+        || !value.iter().all(u8::is_ascii_digit)
+    {
+        return false;
+    }
+    is_holder_id(field.strip_suffix(b":write").unwrap_or(field))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JAVA: &str = "5e1f0c0a-9a51-4c4e-8d4f-3f1c2b7d9e10";
+
+    #[test]
+    fn holder_ids_of_redguard_and_redisson_are_lock_fields() {
+        let client = crate::holder::ClientId::new_random();
+        let ours = crate::holder::HolderId::new(client, 7);
+        assert!(is_lock_field(ours.as_str().as_bytes(), b"1"));
+        assert!(is_lock_field(format!("{JAVA}:1").as_bytes(), b"3"));
+        assert!(is_lock_field(
+            format!("{JAVA}:9223372036854775807").as_bytes(),
+            b"1"
+        ));
+        // A random thread id of Redisson's reactive API may be negative.
+        assert!(is_lock_field(format!("{JAVA}:-42").as_bytes(), b"1"));
+        assert!(is_lock_field(
+            format!("{}:1", JAVA.to_uppercase()).as_bytes(),
+            b"1"
+        ));
+        assert!(is_lock_field(format!("{JAVA}:1:write").as_bytes(), b"2"));
+        assert!(is_lock_field(b"mode", b"read"));
+        assert!(is_lock_field(b"mode", b"write"));
+    }
+
+    #[test]
+    fn application_fields_are_not_lock_fields() {
+        let cases: Vec<(String, &str)> = vec![
+            ("sku123".into(), "2"),
+            ("age".into(), "41"),
+            ("a".into(), "1"),
+            ("a:1".into(), "1"),
+            ("holder:1".into(), "1"),
+            ("mode".into(), "dark"),
+            ("outcome".into(), "0"),
+            (format!("{JAVA}:1"), "x"),
+            (format!("{JAVA}:1"), "-1"),
+            (format!("{JAVA}:1"), ""),
+            (format!("{JAVA}:"), "1"),
+            (format!("{JAVA}:1x"), "1"),
+            (format!("{JAVA}:1:read"), "1"),
+            (format!("{JAVA}1"), "1"),
+            (format!("{JAVA}:123456789012345678901"), "1"),
+            (format!("{}:1", JAVA.replace('-', "x")), "1"),
+            (format!("g{}:1", &JAVA[1..]), "1"),
+        ];
+        for (field, value) in cases {
+            assert!(
+                !is_lock_field(field.as_bytes(), value.as_bytes()),
+                "{field:?} = {value:?}"
+            );
+        }
+    }
+
+    /// The Lua rule and this one share their bounds.
+    #[test]
+    fn the_lua_rule_has_the_same_bounds() {
+        let lua = include_str!("../../lua/lock_shape.lua");
+        assert!(lua.contains(&format!("local MAX_LOCK_FIELDS = {MAX_LOCK_FIELDS}\n")));
+        assert!(lua.contains(&format!("local SHAPE_SAMPLE = {HSCAN_SAMPLE}\n")));
+    }
+}
