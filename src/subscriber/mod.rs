@@ -47,6 +47,12 @@ const TICK: Duration = Duration::from_millis(5);
 /// A connection that lived at least this long starts them small again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The shortest pause before reconnecting when no waiter wants the
+/// connection, only listened holds: a waiter is woken sooner by a quick
+/// reconnect, a hold is not (the watchdog checks the server's leases after
+/// every broken connection anyway), and a process holding many locks must
+/// not add a burst of connection attempts to an outage (B9).
+const HOLDS_ONLY_BACKOFF: Duration = Duration::from_millis(250);
 /// Held locks' channels (un)subscribed per turn (one round trip each), and
 /// the least time between such turns: at most 5,000 a second, so that a
 /// burst of many long holds (100,000 taken in seconds) costs this thread
@@ -370,7 +376,7 @@ impl Worker {
             let mut conn = match self.source.pubsub_connection() {
                 Ok(conn) => conn,
                 Err(e) => {
-                    let pause = backoff.next_pause();
+                    let pause = self.pause(&mut backoff);
                     log::debug!(
                         "redguard subscriber: connect failed: {e}; retrying in {pause:?}",
                         e = e.chain()
@@ -402,11 +408,23 @@ impl Worker {
                     if connected.elapsed() >= MAX_BACKOFF {
                         backoff.reset();
                     }
-                    if self.sleep_or_stop(backoff.next_pause()) {
+                    let pause = self.pause(&mut backoff);
+                    if self.sleep_or_stop(pause) {
                         return;
                     }
                 }
             }
+        }
+    }
+
+    /// The next pause before reconnecting: the backoff's, and at least
+    /// [`HOLDS_ONLY_BACKOFF`] while no waiter wants the connection.
+    fn pause(&self, backoff: &mut Backoff) -> Duration {
+        let pause = backoff.next_pause();
+        if self.shared.registry().channel_count() == 0 {
+            pause.max(HOLDS_ONLY_BACKOFF)
+        } else {
+            pause
         }
     }
 

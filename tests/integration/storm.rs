@@ -244,7 +244,11 @@ fn b9_release_retries_are_paced_while_redis_is_down() {
     server.stop_keeping_data();
     let stand_in = StandIn::bind(server.port());
     let started = Instant::now();
-    guard.unlock().unwrap();
+    let unlocked = guard.unlock();
+    assert!(
+        matches!(unlocked, Err(redguard::Error::ReleasePending { .. })),
+        "unlock with the server down: {unlocked:?}"
+    );
     assert_eq!(
         client.stats().pending_releases,
         1,
