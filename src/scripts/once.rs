@@ -192,16 +192,38 @@ pub(crate) fn end_attempt(
     }
 }
 
+/// The fields of a last-attempt record (`lua/once_claim.lua`,
+/// `lua/once_attempt_end.lua`).
+const ATTEMPT_FIELDS: [&str; 9] = [
+    "state",
+    "holder",
+    "host",
+    "pid",
+    "program",
+    "started_at",
+    "ended_at",
+    "exit_status",
+    "signal",
+];
+
 /// The last-attempt record at `attempt_key` as field -> value pairs
-/// (empty when there is none).
+/// (empty when there is none). Reads its known fields only (`HMGET`): the
+/// key may hold anything, and a read of a value of unknown size is never
+/// unbounded.
 pub(crate) fn read_attempt(
     conn: &mut dyn redis::ConnectionLike,
     attempt_key: &[u8],
 ) -> Result<Vec<(String, String)>> {
-    redis::cmd("HGETALL")
+    let values: Vec<Option<String>> = redis::cmd("HMGET")
         .arg(attempt_key)
+        .arg(&ATTEMPT_FIELDS[..])
         .query(conn)
-        .map_err(|e| Error::from_redis(e, attempt_key))
+        .map_err(|e| Error::from_redis(e, attempt_key))?;
+    Ok(ATTEMPT_FIELDS
+        .iter()
+        .zip(values)
+        .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+        .collect())
 }
 
 /// What the forget script did.
