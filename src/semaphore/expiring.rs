@@ -473,6 +473,7 @@ impl ExpiringSemaphore {
             state,
             renewed: renew,
             done: false,
+            retry: None,
         }))
     }
 
@@ -531,6 +532,9 @@ pub struct PermitGuard {
     state: Arc<LeaseState>,
     renewed: bool,
     done: bool,
+    /// The retry of a release that met an unreachable or changing server,
+    /// with that failure, for [`PermitGuard::release`] to wait on.
+    retry: Option<(crate::watchdog::retry::Handle, String)>,
 }
 
 impl fmt::Debug for PermitGuard {
@@ -592,12 +596,32 @@ impl PermitGuard {
     /// lease ended), connection, timeout and server errors (the permit then
     /// comes back when its lease ends: the watchdog stops renewing it).
     ///
-    /// A release that fails because the master is gone or changing (a
-    /// failover or a restart) returns `Ok(())`: the watchdog retries it
-    /// against the new master until it goes through or the lease runs out
-    /// (see [`Client::await_releases`](crate::Client::await_releases)).
+    /// `Ok(())` only when Redis confirmed it, as
+    /// [`LockGuard::unlock`](crate::LockGuard::unlock): a release that
+    /// fails because the server is unreachable or changing (down, paused,
+    /// restarting, failing over) is handed to the watchdog, which retries
+    /// it until it goes through or the lease runs out; `release` waits for
+    /// that retry for at most one response timeout, then returns
+    /// [`Error::ReleasePending`] (see
+    /// [`Client::await_releases`](crate::Client::await_releases)). A drop
+    /// hands the release over without waiting.
     pub fn release(mut self) -> Result<()> {
-        self.give_back()
+        let outcome = self.give_back();
+        let Some((retry, cause)) = self.retry.take() else {
+            return outcome;
+        };
+        let response = self.semaphore.client.config().response_timeout;
+        if retry.wait_until(Some(std::time::Instant::now() + response)) {
+            return retry.take_outcome().unwrap_or(Ok(()));
+        }
+        Err(Error::ReleasePending {
+            name: String::from_utf8_lossy(&self.semaphore.name).into_owned(),
+            left: self
+                .state
+                .valid_until()
+                .saturating_duration_since(std::time::Instant::now()),
+            cause,
+        })
     }
 
     /// Stops renewing the permit and keeps it taken: it comes back when
@@ -634,9 +658,10 @@ impl PermitGuard {
                     return Err(e);
                 }
                 // Giving a permit back by its id is safe to repeat.
+                let cause = e.chain();
                 let (semaphore, id) = (self.semaphore.clone(), self.id);
                 let client = &self.semaphore.client;
-                crate::watchdog::retry::submit(
+                let retry = crate::watchdog::retry::submit(
                     format!(
                         "release of permit {} of semaphore {:?}",
                         self.id,
@@ -652,6 +677,7 @@ impl PermitGuard {
                     e,
                     move || semaphore.release(&id).map(|_| ()),
                 );
+                self.retry = Some((retry, cause));
                 Ok(())
             }
         }
