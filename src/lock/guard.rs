@@ -302,17 +302,7 @@ impl LockGuard {
             return outcome;
         };
         let response = self.lock.client().config().response_timeout;
-        if retry.wait_until(Some(Instant::now() + response)) {
-            return retry.take_outcome().unwrap_or(Ok(()));
-        }
-        Err(Error::ReleasePending {
-            name: String::from_utf8_lossy(self.lock.name()).into_owned(),
-            left: self
-                .state
-                .valid_until()
-                .saturating_duration_since(Instant::now()),
-            cause,
-        })
+        retry.confirm(response, self.lock.name(), self.state.valid_until(), cause)
     }
 
     /// Ends this hold with `script` instead of the lock's release script

@@ -611,17 +611,12 @@ impl PermitGuard {
             return outcome;
         };
         let response = self.semaphore.client.config().response_timeout;
-        if retry.wait_until(Some(std::time::Instant::now() + response)) {
-            return retry.take_outcome().unwrap_or(Ok(()));
-        }
-        Err(Error::ReleasePending {
-            name: String::from_utf8_lossy(&self.semaphore.name).into_owned(),
-            left: self
-                .state
-                .valid_until()
-                .saturating_duration_since(std::time::Instant::now()),
+        retry.confirm(
+            response,
+            &self.semaphore.name,
+            self.state.valid_until(),
             cause,
-        })
+        )
     }
 
     /// Stops renewing the permit and keeps it taken: it comes back when

@@ -210,6 +210,28 @@ impl Handle {
     pub(crate) fn take_outcome(&self) -> Option<Result<()>> {
         self.0.outcome().take()
     }
+
+    /// What an explicit release (`LockGuard::unlock`,
+    /// `PermitGuard::release`) handed to this retry reports: its outcome
+    /// when it ends within `response`, else [`Error::ReleasePending`] for
+    /// `name`, whose lease is valid until `until`, with `cause`, the
+    /// failure that made it a retry.
+    pub(crate) fn confirm(
+        &self,
+        response: Duration,
+        name: &[u8],
+        until: Instant,
+        cause: String,
+    ) -> Result<()> {
+        if self.wait_until(Some(Instant::now() + response)) {
+            return self.take_outcome().unwrap_or(Ok(()));
+        }
+        Err(Error::ReleasePending {
+            name: String::from_utf8_lossy(name).into_owned(),
+            left: until.saturating_duration_since(Instant::now()),
+            cause,
+        })
+    }
 }
 
 /// Hands `op`, which just failed with `err` (a failover error) on a lease
