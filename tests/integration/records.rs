@@ -353,21 +353,25 @@ fn record_refreshes_ride_on_renewals() {
         })
         .collect();
     let hsets = || ctx.server.commandstats().get("hset").map_or(0, |s| s.calls);
+    // The first write, and those with the holds it did not carry: two when
+    // the 200 acquires fit in one renewal period, more on a loaded machine
+    // where they do not.
+    assert!(wait_until(TEST_WATCHDOG * 3, || hold_fields(&ctx, &client) == 200));
     let start = client.stats();
-    // The first write, and the one with the holds it did not carry.
-    assert!(wait_until(TEST_WATCHDOG, || hold_fields(&ctx, &client) == 200));
     let written = hsets();
     crate::support::sleep(TEST_WATCHDOG * 4 / 3 * 4);
     let rewrites = hsets() - written;
     let end = client.stats();
     let renewal_trips = end.renewal_round_trips - start.renewal_round_trips;
-    let record_trips = end.record_round_trips;
+    let record_trips = end.record_round_trips - start.record_round_trips;
     eprintln!(
         "200 locks, 4 periods: {renewal_trips} renewal round trips, {record_trips} record round \
-         trips in all, {rewrites} HSETs after the fields were written"
+         trips of their own ({} before), {rewrites} HSETs after the fields were written",
+        start.record_round_trips
     );
     assert!(renewal_trips >= 4, "{renewal_trips}");
-    assert!(record_trips <= 3, "{record_trips} record round trips");
+    // Refreshes in round trips of their own would be one a period (5 here).
+    assert!(record_trips <= 1, "{record_trips} record round trips");
     assert_eq!(rewrites, 0, "HSETs of a record already written");
     let key = record_key(&client);
     let fields: u64 = ctx.server.cmd("HLEN", &[key.as_bytes()]);

@@ -135,16 +135,20 @@ fn r2_a_retried_release_ends_with_its_lease() {
     let lease = Duration::from_secs(3);
     let name = unique_name("r2");
     let guard = bed.client.lock(&name).with_lease(lease).lock().unwrap();
-    let valid = guard.valid_for();
     bed.cut();
+    // Read after the cut, whose `CLIENT KILL` has taken over 100 ms on a
+    // loaded machine: the lease's end, as seen from `started`.
+    let valid = guard.valid_for();
     let started = Instant::now();
     assert_pending(guard.unlock());
     assert!(bed.client.stats().pending_releases == 1);
     assert!(bed.client.await_releases(Duration::from_secs(5)));
     let took = started.elapsed();
     eprintln!("R2: gave up {took:?} after the unlock, lease valid for {valid:?} then");
+    // Not before the lease's end; after it only by the watchdog's
+    // scheduling (the next bound, a response timeout, would be 300 ms).
     assert!(
-        took + ms(100) >= valid && took <= valid + ms(100),
+        took + ms(100) >= valid && took <= valid + ms(250),
         "gave up after {took:?}, the lease was valid for {valid:?}"
     );
     bed.heal();
@@ -479,7 +483,10 @@ fn r9_a_failed_last_release_stops_the_renewals() {
     crate::support::sleep(lease);
     let calls = scripts() - after;
     eprintln!("R9: {calls} script calls in {lease:?} after the failed unlock");
-    assert_eq!(calls, 0, "renewals after the failed last release");
+    // A renewal the watchdog had already taken up when the unlock ran may
+    // still reach the server (seen once on a loaded machine); renewals
+    // that go on give 3 here, one per period.
+    assert!(calls <= 1, "{calls} renewals after the failed last release");
 }
 
 /// R5: a permit given back while the server is unreachable comes back

@@ -86,7 +86,9 @@ fn j4_tls_with_pinned_ca_and_client_certificate() {
         "J4: first TLS acquire (connect + handshake) {:?}",
         t0.elapsed()
     );
-    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    // Bounds a hang, not speed: a debug build's handshake on a loaded
+    // machine has taken over a second.
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(lock.hold_count().unwrap(), 1);
     // A waiter on another TLS client is woken through TLS pub/sub: with a
     // 30 s lease and a 30 s poll interval, only the unlock message can
@@ -94,7 +96,7 @@ fn j4_tls_with_pinned_ca_and_client_certificate() {
     let other = tls_client(&server, "ca.crt", true);
     let woken = woken_after_release(&server, &other, g, &name);
     eprintln!("J4: TLS waiter woken {woken:?} after the release");
-    assert!(woken < ms(500), "woken after {woken:?}");
+    assert!(woken < ms(2_000), "woken after {woken:?}");
 }
 
 #[test]
