@@ -246,7 +246,7 @@ impl CountDownLatch {
         let response = self.client.config().response_timeout;
         let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
         let mut waiter: Option<crate::subscriber::Waiter<'_>> = None;
-        let mut outage = Outage::new();
+        let mut outage = Outage::new(deadline);
         loop {
             // Read again after registering: a zero message sent after this
             // read reaches the waiter.
@@ -258,7 +258,7 @@ impl CountDownLatch {
                 // A restart, a freeze, a failover: tried again until the
                 // deadline, as a lock's waiter does.
                 Err(e) => {
-                    let pause = outage.next(e, deadline)?;
+                    let pause = outage.next(e)?;
                     match &waiter {
                         Some(w) => {
                             if w.wait(pause) == Some(Event::Shutdown) {

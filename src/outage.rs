@@ -14,7 +14,21 @@
 //! a second, so that a server that stays down sees two or three attempts a
 //! second from each waiting thread, and waiters that met the same outage do
 //! not come back in step.
+//!
+//! The call's deadline also bounds what one attempt spends inside the
+//! connection layer, which rides out a failover on its own for a call made
+//! outside a wait (a Sentinel master rediscovered, a Cluster slot
+//! retried, within the connect timeout). While an [`Outage`] lives, its
+//! thread is in a waiting call ([`inner_budget`], [`setup_timeout`]): the
+//! first attempt's own retries end at the deadline, and once an attempt has
+//! failed, the next ones make a single try each (the waiting call pauses
+//! between them, with its backoff) and connect and set up within what is
+//! left of the deadline. Without this a `--wait 3s` on a Sentinel whose
+//! master was down took 6 s: two attempts of one connect timeout each,
+//! re-asking the sentinel every 10 to 100 ms.
 
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{self, Backoff};
@@ -22,22 +36,87 @@ use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::watchdog::retry::MAX_PAUSE;
 
-/// The failures of one waiting call since its last answered attempt.
+/// What the waiting call on this thread, if any, allows one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// No waiting call: the connection layer's own budgets.
+    Plain,
+    /// A waiting call whose attempts were answered so far, until its
+    /// deadline (`None`: none).
+    Waiting(Option<Instant>),
+    /// A waiting call whose last attempt failed: it retries by itself.
+    Retrying(Option<Instant>),
+}
+
+thread_local! {
+    static CALL: Cell<Call> = const { Cell::new(Call::Plain) };
+}
+
+/// The least time a connect or a set-up step is given once a waiting call
+/// retries: less fails even on a healthy loopback server.
+const LEAST_STEP: Duration = Duration::from_millis(10);
+
+/// How long the connection layer may go on retrying one call by itself
+/// (rediscovering a Sentinel master, waiting out a Cluster slot's move),
+/// from its `full` budget: all of it outside a waiting call; what is left
+/// of the deadline in a waiting call's attempt; nothing once the waiting
+/// call has met a failure, as it then pauses and retries by itself.
+pub(crate) fn inner_budget(full: Duration) -> Duration {
+    match CALL.with(Cell::get) {
+        Call::Plain | Call::Waiting(None) => full,
+        Call::Waiting(Some(deadline)) => {
+            full.min(deadline.saturating_duration_since(Instant::now()))
+        }
+        Call::Retrying(_) => Duration::ZERO,
+    }
+}
+
+/// The timeout of one connect or connection set-up step, from its `full`
+/// timeout: cut to what is left of the deadline (never under 10 ms) once
+/// the waiting call on this thread has met a failure. A first attempt
+/// keeps the full timeout, so that a `try_lock` on a loaded machine still
+/// connects; set-up commands (`AUTH`, `SELECT`, `ROLE`) change nothing, so
+/// cutting them short loses nothing.
+pub(crate) fn setup_timeout(full: Duration) -> Duration {
+    match CALL.with(Cell::get) {
+        Call::Retrying(Some(deadline)) => full
+            .min(deadline.saturating_duration_since(Instant::now()))
+            .max(LEAST_STEP.min(full)),
+        _ => full,
+    }
+}
+
+/// The failures of one waiting call since its last answered attempt. While
+/// it lives, its thread is in that waiting call (see the module docs); it
+/// stays on the thread that made it.
 #[derive(Debug)]
 pub(crate) struct Outage {
     backoff: Backoff,
     /// Failed attempts in a row.
     failed: u32,
-    /// When the first of them failed.
-    since: Option<Instant>,
+    /// When the first of them started: the call's start, or the last
+    /// answer (the first failure may have taken a connect timeout).
+    since: Instant,
+    /// The call's deadline; `None`: none.
+    deadline: Option<Instant>,
+    /// The thread's call before this one (a multi-lock's wait around one
+    /// member's), put back on drop.
+    outer: Call,
+    _this_thread: PhantomData<*const ()>,
 }
 
 impl Outage {
-    pub(crate) fn new() -> Outage {
+    /// The outage state of a waiting call that ends at `deadline` (`None`:
+    /// never), on this thread.
+    pub(crate) fn new(deadline: Option<Instant>) -> Outage {
+        let outer = CALL.with(|c| c.replace(Call::Waiting(deadline)));
         Outage {
             backoff: Backoff::new(backoff::FIRST, MAX_PAUSE),
             failed: 0,
-            since: None,
+            since: Instant::now(),
+            deadline,
+            outer,
+            _this_thread: PhantomData,
         }
     }
 
@@ -52,21 +131,24 @@ impl Outage {
         }
         self.backoff.reset();
         self.failed = 0;
-        self.since = None;
+        self.since = Instant::now();
+        CALL.with(|c| c.set(Call::Waiting(self.deadline)));
     }
 
     /// After an attempt that failed with `err`: the pause before the next
-    /// attempt (never past `deadline`; `None`: no deadline), or the error
+    /// attempt (never past the call's deadline), or the error
     /// that ends the call. That is `err` itself when retrying cannot fix it,
     /// or when it is the call's first failure and no time is left (a
     /// `try_lock` reports its one error as it is); an [`Error::Timeout`]
     /// naming `err` when the deadline passed after earlier failures.
-    pub(crate) fn next(&mut self, err: Error, deadline: Option<Instant>) -> Result<Duration> {
+    pub(crate) fn next(&mut self, err: Error) -> Result<Duration> {
         if !err.is_transient() {
             return Err(err);
         }
+        let deadline = self.deadline;
+        CALL.with(|c| c.set(Call::Retrying(deadline)));
         let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
+        let since = self.since;
         self.failed = self.failed.saturating_add(1);
         let pause = self.backoff.next_pause();
         match deadline {
@@ -106,6 +188,57 @@ impl Outage {
     }
 }
 
+/// Runs `op`, and runs it again after a pause while it fails with an error
+/// that retrying can fix ([`Error::is_transient`]: a refused or broken
+/// connection, a timeout, `LOADING`, `READONLY`, `MASTERDOWN`,
+/// `TRYAGAIN`, `CLUSTERDOWN`, `BUSY`, `NOREPLICAS`), until `deadline`
+/// (`None`: for as long as the outage lasts). This is how the library's
+/// own waits (`lock`, `try_lock_for`, `acquire`, `wait`) ride out a Redis
+/// restart, a freeze or a failover; use it for a call that must do the same,
+/// such as a read before a wait.
+///
+/// The pauses start at 10 ms and double, with jitter, up to 500 ms: a
+/// server that stays down sees two or three attempts a second from the
+/// thread. `deadline` also bounds the time one attempt spends
+/// reconnecting: once an attempt has failed, the next connect within it
+/// is cut to what is left (at least 10 ms), and a Sentinel master or a
+/// Cluster slot is looked up once per attempt rather than retried within
+/// it. A first attempt keeps its full connect timeout
+/// ([`Builder::connect_timeout`](crate::Builder::connect_timeout)), so
+/// the call can end up to that much after `deadline` when Redis stops
+/// answering just then.
+///
+/// # Errors
+///
+/// `op`'s first error that retrying cannot fix, at once. At `deadline`:
+/// the failure as it is when it was the only attempt, otherwise
+/// [`Error::Timeout`] of kind [`TimeoutKind::Wait`](crate::TimeoutKind::Wait)
+/// naming the attempts, how long Redis was unavailable and the last error.
+///
+/// # Panics
+///
+/// Never by itself; a panic in `op` unwinds through it.
+pub fn retry_until<T>(deadline: Option<Instant>, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut outage = Outage::new(deadline);
+    // Bounded by the deadline; without one, by the outage (every failed
+    // attempt is followed by a pause of at least 5 ms).
+    loop {
+        match op() {
+            Ok(value) => return Ok(value),
+            Err(e) => {
+                let pause = outage.next(e)?;
+                backoff::pause_until(Instant::now() + pause);
+            }
+        }
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        CALL.with(|c| c.set(self.outer));
+    }
+}
+
 /// The error of a wait whose deadline passed while Redis could not answer:
 /// a timeout naming the attempts, how long they failed, and the last error.
 fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
@@ -135,26 +268,25 @@ mod tests {
 
     #[test]
     fn errors_retrying_cannot_fix_end_the_wait_at_once() {
-        let mut outage = Outage::new();
+        let mut outage = Outage::new(Some(Instant::now() + Duration::from_secs(60)));
         for err in [
             Error::invalid("bad"),
             Error::Shutdown,
             Error::WrongType { key: "k".into() },
             Error::Protocol("garbage".into()),
         ] {
-            let far = Instant::now() + Duration::from_secs(60);
-            assert!(outage.next(err, Some(far)).is_err());
-            assert!(outage.next(Error::Shutdown, None).is_err());
+            assert!(outage.next(err).is_err());
+            assert!(outage.next(Error::Shutdown).is_err());
         }
         assert_eq!(outage.failed(), 0);
     }
 
     #[test]
     fn transient_errors_pause_with_backoff_bounded_by_the_deadline() {
-        let mut outage = Outage::new();
+        let mut outage = Outage::new(None);
         let mut total = Duration::ZERO;
         for _ in 0..20 {
-            let pause = outage.next(refused(), None).unwrap();
+            let pause = outage.next(refused()).unwrap();
             assert!(pause <= MAX_PAUSE, "{pause:?}");
             total += pause;
         }
@@ -162,33 +294,80 @@ mod tests {
         // step: 20 pauses take at least the ramp's halves plus 13 × 250 ms.
         assert!(total >= Duration::from_millis(3_400), "{total:?}");
         assert_eq!(outage.failed(), 20);
-        let near = Instant::now() + Duration::from_millis(30);
-        let pause = outage.next(refused(), Some(near)).unwrap();
-        assert!(pause <= Duration::from_millis(30), "{pause:?}");
         outage.reset();
         assert_eq!(outage.failed(), 0);
-        let pause = outage.next(refused(), None).unwrap();
+        let pause = outage.next(refused()).unwrap();
         assert!(pause <= backoff::FIRST, "{pause:?}");
+        drop(outage);
+        let mut outage = Outage::new(Some(Instant::now() + Duration::from_millis(30)));
+        for _ in 0..5 {
+            outage.next(refused()).unwrap();
+        }
+        let pause = outage.next(refused()).unwrap();
+        assert!(pause <= Duration::from_millis(30), "{pause:?}");
     }
 
     #[test]
     fn a_deadline_that_passed_names_the_last_failure() {
-        let mut outage = Outage::new();
+        let outage = || Outage::new(Some(Instant::now() + Duration::from_millis(50)));
         // The first failure with no time left is the answer as it is.
-        let first = outage.next(refused(), Some(Instant::now())).unwrap_err();
+        let mut first_only = Outage::new(Some(Instant::now()));
+        let first = first_only.next(refused()).unwrap_err();
         assert!(first.is_connection(), "{first:?}");
-        let mut outage = Outage::new();
-        let far = Instant::now() + Duration::from_secs(60);
-        outage.next(refused(), Some(far)).unwrap();
+        drop(first_only);
+        let mut outage = outage();
+        outage.next(refused()).unwrap();
+        backoff::pause_until(Instant::now() + Duration::from_millis(60));
         let last = match redis::parse_redis_value(b"-LOADING Redis is loading the dataset\r\n") {
             Ok(redis::Value::ServerError(e)) => Error::redis(redis::RedisError::from(e)),
             other => panic!("not an error: {other:?}"),
         };
         assert!(last.is_transient(), "{last:?}");
-        let err = outage.next(last, Some(Instant::now())).unwrap_err();
+        let err = outage.next(last).unwrap_err();
         assert!(err.is_timeout(), "{err:?}");
         let text = err.to_string();
         assert!(text.contains("2 attempts"), "{text}");
         assert!(text.contains("LOADING"), "{text}");
+    }
+
+    #[test]
+    fn a_waiting_call_bounds_the_connection_layers_own_retries() {
+        let full = Duration::from_secs(3);
+        assert_eq!(inner_budget(full), full, "no waiting call");
+        assert_eq!(setup_timeout(full), full);
+        {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut outage = Outage::new(Some(deadline));
+            // The first attempt: its own retries end at the deadline, its
+            // connect keeps the full timeout.
+            let budget = inner_budget(full);
+            assert!(budget <= Duration::from_secs(1) && budget > Duration::from_millis(500));
+            assert_eq!(setup_timeout(full), full);
+            outage.next(refused()).unwrap();
+            // Retrying: one try per attempt, connects within the deadline.
+            assert_eq!(inner_budget(full), Duration::ZERO);
+            let step = setup_timeout(full);
+            assert!(
+                step <= Duration::from_secs(1) && step >= LEAST_STEP,
+                "{step:?}"
+            );
+            {
+                // A wait inside it (a multi-lock's member) has its own state,
+                // and gives the outer one back when it ends.
+                let _inner = Outage::new(None);
+                assert_eq!(inner_budget(full), full);
+            }
+            assert_eq!(inner_budget(full), Duration::ZERO);
+            outage.reset();
+            assert!(inner_budget(full) > Duration::ZERO, "answered again");
+            outage.next(refused()).unwrap();
+        }
+        assert_eq!(inner_budget(full), full, "the call ended");
+        assert_eq!(setup_timeout(full), full);
+        // A retry past its deadline still gets the least step.
+        let mut late = Outage::new(Some(Instant::now() + Duration::from_millis(40)));
+        late.next(refused()).unwrap();
+        backoff::pause_until(Instant::now() + Duration::from_millis(50));
+        assert_eq!(setup_timeout(full), LEAST_STEP);
     }
 }

@@ -519,7 +519,9 @@ impl Cluster {
                 Redirect::Ask(addr) => ask = Some(self.intern(&addr)?),
                 Redirect::Retry | Redirect::Unreachable => {
                     let pause = backoff.next_pause();
-                    if started.elapsed() + pause > budget {
+                    // A waiting call retries by itself, with its own
+                    // deadline (see `crate::outage`).
+                    if started.elapsed() + pause > crate::outage::inner_budget(budget) {
                         return result;
                     }
                     pause_until(Instant::now() + pause);

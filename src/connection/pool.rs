@@ -205,7 +205,7 @@ impl Pool {
 
     fn connect_until(&self, until: Option<Instant>) -> Result<redis::Connection> {
         let addr = self.addr();
-        let left = |full: Duration| step_budget(until, full);
+        let left = |full: Duration| step_budget(until, crate::outage::setup_timeout(full));
         let connect_timeout = left(self.connect_timeout);
         let mut conn = self
             .client
@@ -272,7 +272,7 @@ impl Pool {
 
     fn connect_link_until(&self, until: Option<Instant>) -> Result<Link> {
         let addr = self.addr();
-        let left = |full: Duration| step_budget(until, full);
+        let left = |full: Duration| step_budget(until, crate::outage::setup_timeout(full));
         let info = self.client.get_connection_info();
         let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
             return Err(Error::invalid(format!(

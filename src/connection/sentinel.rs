@@ -532,7 +532,9 @@ impl Sentinel {
     fn on_master<T>(&self, mut call: impl FnMut(&Pool, &mut bool) -> Result<T>) -> Result<T> {
         let inner = &self.inner;
         let start = Instant::now();
-        let budget = inner.settings.connect_timeout;
+        // A waiting call's deadline bounds this, and once it met a failure
+        // it retries by itself: one try here (see `crate::outage`).
+        let budget = crate::outage::inner_budget(inner.settings.connect_timeout);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             let master = match inner.master() {

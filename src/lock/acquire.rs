@@ -602,7 +602,7 @@ pub(crate) fn wait_loop<T>(
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
-    let mut outage = Outage::new();
+    let mut outage = Outage::new(deadline);
     if queue_first && let Some(sub) = client.running_subscriber() {
         let now = Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -627,7 +627,7 @@ pub(crate) fn wait_loop<T>(
             }
             Ok(Attempt::Unknown(e)) => return Err(e),
             Err(e) => {
-                let pause = outage.next(e, deadline)?;
+                let pause = outage.next(e)?;
                 match &waiter {
                     Some(w) => {
                         if w.wait(pause) == Some(Event::Shutdown) {

@@ -131,7 +131,7 @@ impl MultiLock {
         // the next round so that the wait is not wasted. Only non-blocking
         // attempts happen while it is held.
         let mut won: Option<LockGuard> = None;
-        let mut outage = Outage::new();
+        let mut outage = Outage::new(deadline);
         // Bounded by the deadline: every round either succeeds, fails with
         // an error, or is followed by a wait that consumes the budget.
         loop {
@@ -155,7 +155,7 @@ impl MultiLock {
             drop(won.take());
             if let Some(e) = failed {
                 drop(guards);
-                retry_after_error(e, deadline, &mut outage)?;
+                retry_after_error(e, &mut outage)?;
                 continue;
             }
             outage.reset();
@@ -178,7 +178,7 @@ impl MultiLock {
             match waited {
                 Ok(Some(guard)) => won = Some(guard),
                 Ok(None) => return Ok(None),
-                Err(e) => retry_after_error(e, deadline, &mut outage)?,
+                Err(e) => retry_after_error(e, &mut outage)?,
             }
         }
     }
@@ -188,8 +188,8 @@ impl MultiLock {
 /// retrying cannot fix `e` or the deadline passed (see [`Outage::next`]);
 /// otherwise pauses with the waiters' backoff (never past the deadline)
 /// and returns `Ok(())` to retry.
-fn retry_after_error(e: Error, deadline: Option<Instant>, outage: &mut Outage) -> Result<()> {
-    let pause = outage.next(e, deadline)?;
+fn retry_after_error(e: Error, outage: &mut Outage) -> Result<()> {
+    let pause = outage.next(e)?;
     pause_until(Instant::now() + pause);
     Ok(())
 }

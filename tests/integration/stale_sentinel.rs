@@ -4,6 +4,11 @@
 //! connection to the master it was given, refuses to write there, and
 //! finds the real master through the next sentinel.
 //!
+//! A sentinel may also name a master that is down and not replaced (the
+//! sentinels in TILT, or no replica to promote): a waiting call keeps its
+//! deadline and asks at its own backoff's pace, not at the connection
+//! layer's.
+//!
 //! The sentinels here are small fakes on loopback that answer only what a
 //! client asks (`SENTINEL get-master-addr-by-name`, `PING`, `SUBSCRIBE`):
 //! a real Sentinel bed cannot be made to lie on cue.
@@ -12,7 +17,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::{RedisServer, unique_name};
 
@@ -164,4 +169,65 @@ fn a_sentinel_naming_a_demoted_master_that_takes_writes_is_not_believed() {
 #[test]
 fn a_sentinel_naming_a_read_only_replica_is_not_believed() {
     stale_first_answer_is_refused(false);
+}
+
+/// A port with nothing listening on it: connections are refused.
+fn dead_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn client_of(sentinel: &FakeSentinel, connect_timeout: Duration) -> redguard::Client {
+    redguard::Client::builder()
+        .sentinel([sentinel.url()], "rgmaster")
+        .sentinel_switch_listener(false)
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(connect_timeout)
+        .build()
+        .unwrap()
+}
+
+/// A wait of 1 s while the sentinel names a master that is down: it ends
+/// within its deadline, not a connect timeout (3 s) later, as the first
+/// attempt's own rediscovery ended at the deadline.
+#[test]
+fn a_wait_keeps_its_deadline_while_the_named_master_is_down() {
+    let sentinel = FakeSentinel::naming(dead_port());
+    let client = client_of(&sentinel, Duration::from_secs(3));
+    let started = Instant::now();
+    let err = client
+        .lock(unique_name("down-master"))
+        .try_lock_for(Duration::from_secs(1))
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "master down: {err} after {took:?}, {} asks",
+        sentinel.asked.load(Ordering::Relaxed)
+    );
+    assert!(err.is_transient() || err.is_timeout(), "{err:?}");
+    assert!(took < Duration::from_millis(1_700), "took {took:?}");
+}
+
+/// The same over 3 s with a 300 ms connect timeout: after the first failed
+/// attempt, each retry asks the sentinel once, at the waiting call's pace
+/// (10 ms doubling to 500 ms: about 10 retries in 3 s), instead of re-asking
+/// it every 10 to 100 ms for a connect timeout each time (about 60 asks).
+#[test]
+fn a_waiting_call_asks_a_sentinel_at_its_own_pace_while_the_master_is_down() {
+    let sentinel = FakeSentinel::naming(dead_port());
+    let client = client_of(&sentinel, Duration::from_millis(300));
+    let started = Instant::now();
+    let err = client
+        .lock(unique_name("down-master-pace"))
+        .try_lock_for(Duration::from_secs(3))
+        .unwrap_err();
+    let took = started.elapsed();
+    let asks = sentinel.asked.load(Ordering::Relaxed);
+    eprintln!("master down for 3 s: {err} after {took:?}, {asks} asks");
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_millis(3_500),
+        "took {took:?}"
+    );
+    assert!(asks <= 30, "{asks} asks of the sentinel in 3 s");
 }

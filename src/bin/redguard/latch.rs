@@ -46,7 +46,7 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
         .and_then(|timeout| std::time::Instant::now().checked_add(timeout));
     let waiting = args.wait.is_some() && !args.count_down;
     let present = if waiting {
-        crate::outage::within(deadline, || exists(&latch))
+        redguard::retry_until(deadline, || exists(&latch))
     } else {
         exists(&latch)
     };

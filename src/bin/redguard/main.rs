@@ -17,7 +17,6 @@ mod logging;
 mod margins;
 mod once;
 mod out;
-mod outage;
 mod permits;
 mod record_view;
 mod relay;

@@ -124,10 +124,10 @@ fn ensure_count(
     permits: u32,
     deadline: Option<Instant>,
 ) -> Result<(), Mismatch> {
-    if crate::outage::within(deadline, || semaphore.try_set_permits(permits))? {
+    if redguard::retry_until(deadline, || semaphore.try_set_permits(permits))? {
         return Ok(());
     }
-    let stored = crate::outage::within(deadline, || semaphore.permits())?;
+    let stored = redguard::retry_until(deadline, || semaphore.permits())?;
     if stored == i64::from(permits) {
         return Ok(());
     }
