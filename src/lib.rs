@@ -233,4 +233,14 @@ mod unwind_auto_traits {
         unwind_safe::<crate::ExpiringSemaphore>();
         unwind_safe::<crate::CountDownLatch>();
     }
+
+    #[test]
+    fn the_guards_are_unwind_safe() {
+        unwind_safe::<crate::LockGuard>();
+        unwind_safe::<crate::MultiLockGuard>();
+        unwind_safe::<crate::RedLockGuard>();
+        unwind_safe::<crate::OnceGuard>();
+        unwind_safe::<crate::SemaphoreGuard>();
+        unwind_safe::<crate::PermitGuard>();
+    }
 }

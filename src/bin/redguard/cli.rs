@@ -96,18 +96,20 @@ pub(crate) struct ConnArgs {
     )]
     pub(crate) response_timeout: Option<Duration>,
 
-    /// Lease of watchdog-renewed locks, renewed every third of it [default:
-    /// 30s]. For tests: a short lease frees the lock of a crashed redguard
-    /// sooner but needs a responsive Redis. A short one also shortens the
-    /// response timeout to a third of it, unless that is given.
+    /// The watchdog's lease: how long a lock, permit or `once` claim
+    /// outlives a redguard that stopped renewing it (killed, frozen, cut
+    /// off), renewed every third of it while CMD runs [default: 30s].
+    /// Shorter frees a dead holder's lock sooner but needs a Redis that
+    /// answers within a third of it; it also shortens the response timeout
+    /// to a third of it, unless that is given. Not the fixed `--lease` of
+    /// `exec`, which is never renewed.
     #[arg(
         long,
         global = true,
         value_name = "DUR",
         value_parser = durations::lease,
         allow_hyphen_values = true,
-        env = "REDGUARD_WATCHDOG_TIMEOUT",
-        hide = true
+        env = "REDGUARD_WATCHDOG_TIMEOUT"
     )]
     pub(crate) watchdog_timeout: Option<Duration>,
 
@@ -286,8 +288,9 @@ pub(crate) struct ExecArgs {
     #[arg(short, long, conflicts_with = "wait")]
     pub(crate) no_wait: bool,
 
-    /// Hold the lock with this fixed lease instead of a watchdog-renewed
-    /// one; CMD must end within it (past it the lease counts as lost).
+    /// Hold the lock with this fixed lease, never renewed, instead of the
+    /// watchdog's (--watchdog-timeout); CMD must end within it (past it
+    /// the lease counts as lost).
     #[arg(
         short,
         long,
@@ -824,8 +827,11 @@ mod tests {
             }
             stack.extend(cmd.get_subcommands());
         }
+        // The watchdog's lease is set by an option and a variable shown
+        // in every command's help, so that neither changes it unseen.
         assert!(
-            hidden.contains(&"--watchdog-timeout".to_owned()),
+            !hidden.contains(&"--watchdog-timeout".to_owned())
+                && !hidden.contains(&"REDGUARD_WATCHDOG_TIMEOUT".to_owned()),
             "{hidden:?}"
         );
         let mut texts = Vec::new();

@@ -12,7 +12,6 @@ use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::show;
-use crate::status::kind_word;
 
 /// `redguard unlock --force`.
 pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -196,7 +195,7 @@ fn summary(info: &LockInfo) -> String {
     let kind = match &info.kind {
         LockKind::ReadWrite { mode } => format!("read-write, {mode} mode"),
         LockKind::Fair { queue } => format!("fair, {} queued", queue.len()),
-        other => kind_word(other).to_owned(),
+        _ => crate::status::listed_kind(info).to_owned(),
     };
     format!("{kind}; {holders}; ttl {}", show::ttl(info.ttl))
 }
