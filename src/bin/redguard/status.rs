@@ -102,6 +102,23 @@ fn runs_its_attempt(info: &LockInfo, once: &OnceInfo) -> bool {
     }
 }
 
+/// The kind of a lock as `unlock --force` names it: as [`listed_kind`],
+/// and `once` also for a fenced lock whose one holder runs the key's
+/// running last attempt (a runner without a holder record). A failed look
+/// at the attempt leaves the kind as listed.
+pub(crate) fn named_kind(conn: &Connection, info: &LockInfo) -> &'static str {
+    if matches!(info.kind, LockKind::Fenced)
+        && !is_once_run(info)
+        && conn
+            .client
+            .once_inspect(&info.name)
+            .is_ok_and(|once| runs_its_attempt(info, &once))
+    {
+        return "once";
+    }
+    listed_kind(info)
+}
+
 /// The kind of a lock as `list` and `unlock --force` name it: `once` for
 /// a run in progress (as its runner's record says), else as [`kind_word`].
 pub(crate) fn listed_kind(info: &LockInfo) -> &'static str {

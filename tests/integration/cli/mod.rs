@@ -42,6 +42,7 @@ mod record_secrets;
 mod status;
 mod stop_cont;
 mod unlock;
+mod versions;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redguard");
 
