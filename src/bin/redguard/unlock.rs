@@ -48,7 +48,11 @@ fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     }
     .map_err(lib)?;
     if removed {
-        println!("removed lock {}: {}", show::name(name), summary(&info, kind));
+        println!(
+            "removed lock {}: {}",
+            show::name(name),
+            summary(&info, kind)
+        );
         removed_holders(&info);
     } else if let LockKind::Fair { queue } = &info.kind {
         println!(

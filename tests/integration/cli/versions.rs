@@ -54,19 +54,33 @@ fn every_json_output_carries_schema_1() {
     assert_eq!(run(done).code, Some(0));
 
     let runs: Vec<(&str, Vec<String>)> = vec![
-        ("status", vec!["status".into(), name.clone(), "--json".into()]),
-        ("list", vec!["list".into(), format!("{name}*"), "--json".into()]),
+        (
+            "status",
+            vec!["status".into(), name.clone(), "--json".into()],
+        ),
+        (
+            "list",
+            vec!["list".into(), format!("{name}*"), "--json".into()],
+        ),
         ("who", vec!["who".into(), client.clone(), "--json".into()]),
         (
             "once",
-            vec!["once".into(), "--status".into(), key.clone(), "--json".into()],
+            vec![
+                "once".into(),
+                "--status".into(),
+                key.clone(),
+                "--json".into(),
+            ],
         ),
     ];
     let mut wanted = commands_with_json();
     wanted.sort();
     let mut covered: Vec<String> = runs.iter().map(|(c, _)| (*c).to_owned()).collect();
     covered.sort();
-    assert_eq!(wanted, covered, "a command prints JSON that this test does not run");
+    assert_eq!(
+        wanted, covered,
+        "a command prints JSON that this test does not run"
+    );
     for (command, args) in runs {
         let mut cmd = redguard(&url);
         cmd.args(&args);
