@@ -460,8 +460,8 @@ pub(crate) struct OnceArgs {
     #[arg(long, conflicts_with_all = ["forget", "wait", "record_failure", "command"])]
     pub(crate) status: bool,
 
-    /// With --status: print one JSON object: key (escaped as by `redguard
-    /// status`), state (not_run, running, done, or the last attempt's
+    /// With --status: print one JSON object: schema (1; within it fields
+    /// are only added), key (escaped as by `redguard status`), state (not_run, running, done, or the last attempt's
     /// failed, abandoned or timed_out when nothing is recorded); running:
     /// holder, expires_in_ms, expires_at_unix_ms (the runner's lease);
     /// done: ran_at_unix_ms (its end), started_at_unix_ms, duration_ms,
@@ -550,7 +550,8 @@ pub(crate) struct WhoArgs {
     #[arg(value_name = "CLIENT")]
     pub(crate) client: String,
 
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of text: schema (1), client, holder
+    /// (when a holder id was given) and records (docs/CLI.md).
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -62,7 +62,7 @@ fn every_json_output_carries_schema_1() {
             "list",
             vec!["list".into(), format!("{name}*"), "--json".into()],
         ),
-        ("who", vec!["who".into(), client.clone(), "--json".into()]),
+        ("who", vec!["who".into(), client, "--json".into()]),
         (
             "once",
             vec![
