@@ -176,7 +176,7 @@ pub fn admin_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
     Ok(info.set_redis_settings(settings))
 }
 
-/// The README's `ACL SETUSER redguard …` line for the server under test:
+/// docs/DEPLOYMENTS.md's `ACL SETUSER redguard …` line for the server under test:
 /// the one with sharded pub/sub (`+spublish`) where the server has it, the
 /// one without (Redis 6.2) where it does not.
 ///
