@@ -339,3 +339,69 @@ fn recipe_redis_restarted() {
     assert_eq!(again.code, Some(0), "{again:?}");
     assert_eq!(runs(dir.path()), 1);
 }
+
+/// Every relative link of the README and the docs it links points at a
+/// file that exists and, with an anchor, at a heading of that file (the
+/// split moved sections between files; a stale `#anchor` fails here).
+#[test]
+fn the_docs_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = [
+        "README.md",
+        "docs/CLI.md",
+        "docs/OPERATIONS.md",
+        "docs/DEPLOYMENTS.md",
+        "docs/REDISSON.md",
+        "docs/LIBRARY.md",
+    ];
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    // GitHub's heading anchors: lowercase, punctuation dropped, spaces as
+    // '-'; headings inside code blocks are none.
+    let anchors = |text: &str| -> Vec<String> {
+        let mut in_code = false;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            } else if !in_code && line.starts_with('#') {
+                let heading = line.trim_start_matches('#').trim().to_lowercase();
+                out.push(
+                    heading
+                        .chars()
+                        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+                        .map(|c| if c == ' ' { '-' } else { c })
+                        .collect(),
+                );
+            }
+        }
+        out
+    };
+    let mut broken = Vec::new();
+    for doc in docs {
+        let path = root.join(doc);
+        let text = read(&path);
+        for link in text.split("](").skip(1) {
+            let Some(target) = link.split(')').next() else {
+                continue;
+            };
+            if target.starts_with("http") || target.contains(char::is_whitespace) {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if file.is_empty() {
+                path.clone()
+            } else {
+                path.parent().unwrap().join(file)
+            };
+            if !file.exists() {
+                broken.push(format!("{doc}: {target}"));
+            } else if !anchor.is_empty()
+                && file.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&file)).iter().any(|a| a == anchor)
+            {
+                broken.push(format!("{doc}: {target}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links: {broken:#?}");
+}
