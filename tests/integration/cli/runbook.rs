@@ -393,12 +393,11 @@ fn the_docs_links_resolve() {
             } else {
                 path.parent().unwrap().join(file)
             };
-            if !file.exists() {
-                broken.push(format!("{doc}: {target}"));
-            } else if !anchor.is_empty()
-                && file.extension().is_some_and(|e| e == "md")
-                && !anchors(&read(&file)).iter().any(|a| a == anchor)
-            {
+            let resolves = file.exists()
+                && (anchor.is_empty()
+                    || file.extension().is_none_or(|e| e != "md")
+                    || anchors(&read(&file)).iter().any(|a| a == anchor));
+            if !resolves {
                 broken.push(format!("{doc}: {target}"));
             }
         }
