@@ -2,7 +2,8 @@
 -- acquisition, re-entry included, draws the next fencing token.
 --
 -- KEYS[1]  lock key: a hash of holder id -> hold count
--- KEYS[2]  token counter "redisson_lock_token:{name}" (a string integer, never expires)
+-- KEYS[2]  token counter "redisson_lock_token:{name}" (a string integer, never expires: one a
+--          run-once claim of the same name gave an expiry loses it here)
 -- ARGV[1]  lease in milliseconds (PEXPIRE applied on success)
 -- ARGV[2]  holder id "<client uuid>:<thread id>"
 --
@@ -13,6 +14,7 @@
 --          from INCR when KEYS[2] holds no integer (raised before anything is written).
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local token = redis.call('incr', KEYS[2])
+    redis.call('persist', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, token}

@@ -8,8 +8,13 @@
 -- held by someone else, so nothing else can take the key while it is recorded.
 --
 -- KEYS[1]  the run-once key
--- KEYS[2]  its fencing-token counter "redisson_lock_token:{key}" (a string integer, never
---          expires; shared with a fenced lock of the same name, so tokens only ever grow)
+-- KEYS[2]  its fencing-token counter "redisson_lock_token:{key}" (a string integer, shared
+--          with a fenced lock of the same name). A claim that creates it starts it at the
+--          server's clock in ms and gives it an expiry of the record's ttl or the lease,
+--          whichever is longer (extended, never shortened, by later claims), so that a run-once
+--          key leaves no counter behind; tokens still only ever grow, since a counter created
+--          after one expired starts past every token the old one gave (fewer than one claim a
+--          ms). A counter without expiry (a fenced lock's, Redisson's included) is left so.
 -- ARGV[1]  lease in milliseconds (PEXPIRE applied when claimed)
 -- ARGV[2]  holder id "<client uuid>:<thread id>"
 -- KEYS[3]  its last-attempt record "redguard_once_attempt:{key}", a hash: state ("running",
@@ -35,14 +40,23 @@ if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[3] ~= '1' then
         return {3}
     end
+    local t = redis.call('time')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local keep = math.max(tonumber(ARGV[4]), tonumber(ARGV[1]))
+    local counter_ttl = redis.call('pttl', KEYS[2])
+    if counter_ttl == -2 then
+        redis.call('set', KEYS[2], string.format('%d', now_ms))
+    end
     local token = redis.call('incr', KEYS[2])
+    if counter_ttl == -2 or (counter_ttl >= 0 and counter_ttl < keep) then
+        redis.call('pexpire', KEYS[2], keep)
+    end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local t = redis.call('time')
     redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], 'state', 'running', 'holder', ARGV[2], 'host', ARGV[5],
         'pid', ARGV[6], 'program', ARGV[7],
-        'started_at', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+        'started_at', string.format('%d', now_ms))
     redis.call('pexpire', KEYS[3], ARGV[4])
     return {1, token}
 end

@@ -138,7 +138,7 @@ impl Client {
     /// [`Builder::sentinel_password`] (the CLI reads
     /// `REDIS_SENTINEL_PASSWORD`), because real deployments often differ.
     /// Percent-encode reserved characters in passwords and names (`%40` for
-    /// `@`). Passwords are never printed. See the README's "Deployments" for
+    /// `@`). Passwords are never printed. See docs/DEPLOYMENTS.md for
     /// what a failover means for a held lock.
     ///
     /// # Errors
@@ -231,7 +231,7 @@ impl Client {
     /// A Redisson `RFairLock` of the same name excludes and is excluded by
     /// this lock and shares its queue with the same arithmetic: Java and
     /// redguard waiters in any mix are served in the order they joined
-    /// (README, "Mixing with Redisson", for clocks and limits).
+    /// (docs/REDISSON.md, "Mixing with Redisson", for clocks and limits).
     pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
         Lock::new_fair(self.clone(), name.as_ref())
     }

@@ -262,7 +262,7 @@ impl Builder {
     /// [`url`](Builder::url).
     ///
     /// On a Cluster every key of one lock must share a hash slot: names
-    /// whose derived keys cannot (see the README's "Deployments") are
+    /// whose derived keys cannot (see docs/DEPLOYMENTS.md) are
     /// rejected with [`Error::InvalidArgument`] when used. Bad seed URLs are
     /// reported by [`build`](Builder::build).
     pub fn cluster<I, S>(mut self, seeds: I) -> Builder
@@ -420,7 +420,7 @@ impl Builder {
     /// client shuts down, so a killed process's record is gone within one
     /// lease. The locks themselves keep Redisson's layout: a Java holder
     /// simply has no record. The ACL user needs the key pattern
-    /// `~redguard:client:*` (see the README).
+    /// `~redguard:client:*` (see docs/DEPLOYMENTS.md).
     ///
     /// Hold start times are written off the acquire path, by the watchdog:
     /// the first hold at once, later ones within one renewal period
@@ -666,7 +666,7 @@ impl Builder {
     ///
     /// The client asks any reachable sentinel for the master
     /// (`SENTINEL get-master-addr-by-name`), checks `ROLE` on every new
-    /// connection, and follows failovers: see the README's "Deployments".
+    /// connection, and follows failovers: see docs/DEPLOYMENTS.md.
     /// Credentials in these URLs are the sentinels' own; set the data
     /// nodes' with [`Builder::username`] and [`Builder::password`], and
     /// override the sentinels' with [`Builder::sentinel_username`] and
@@ -771,8 +771,8 @@ impl Builder {
     ///
     /// `WAIT` makes a write survive the failover of the master it was made
     /// on only if one of the acknowledging replicas is promoted; it does not
-    /// make Redis replication synchronous (see the README's
-    /// "Deployments").
+    /// make Redis replication synchronous (see
+    /// docs/DEPLOYMENTS.md).
     pub fn min_replica_acks(mut self, replicas: u32) -> Builder {
         self.acks.min = replicas;
         self

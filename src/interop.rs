@@ -1,7 +1,7 @@
 //! Settings for deployments shared with Redisson (Java) clients: how unlock
 //! messages reach Java waiters on a Cluster ([`ClassicPublish`]) and how much
 //! clock skew the lease ends of expiring permits tolerate
-//! ([`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew)). See the README's "Mixing with Redisson
+//! ([`Builder::permit_clock_skew`](crate::Builder::permit_clock_skew)). See docs/REDISSON.md, "Mixing with Redisson
 //! (Java)".
 
 use std::fmt;

@@ -175,6 +175,32 @@ pub use token::{ParseTokenError, TOKEN_BYTES, Token};
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// docs/LIBRARY.md's examples, compiled as doc tests.
+#[doc = include_str!("../docs/LIBRARY.md")]
+#[cfg(doctest)]
+pub struct LibraryDoctests;
+
+/// docs/DEPLOYMENTS.md's examples, compiled as doc tests.
+#[doc = include_str!("../docs/DEPLOYMENTS.md")]
+#[cfg(doctest)]
+pub struct DeploymentsDoctests;
+
+/// docs/REDISSON.md's examples, compiled as doc tests.
+#[doc = include_str!("../docs/REDISSON.md")]
+#[cfg(doctest)]
+pub struct RedissonDoctests;
+
+/// docs/OPERATIONS.md's examples, compiled as doc tests (its runbook's
+/// shell recipes are replayed by `tests/integration/cli/runbook.rs`).
+#[doc = include_str!("../docs/OPERATIONS.md")]
+#[cfg(doctest)]
+pub struct OperationsDoctests;
+
+/// docs/CLI.md's examples, compiled as doc tests.
+#[doc = include_str!("../docs/CLI.md")]
+#[cfg(doctest)]
+pub struct CliDoctests;
+
 #[cfg(test)]
 mod tests {
     fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
@@ -233,5 +259,15 @@ mod unwind_auto_traits {
         unwind_safe::<crate::Semaphore>();
         unwind_safe::<crate::ExpiringSemaphore>();
         unwind_safe::<crate::CountDownLatch>();
+    }
+
+    #[test]
+    fn the_guards_are_unwind_safe() {
+        unwind_safe::<crate::LockGuard>();
+        unwind_safe::<crate::MultiLockGuard>();
+        unwind_safe::<crate::RedLockGuard>();
+        unwind_safe::<crate::OnceGuard>();
+        unwind_safe::<crate::SemaphoreGuard>();
+        unwind_safe::<crate::PermitGuard>();
     }
 }

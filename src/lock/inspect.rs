@@ -142,6 +142,13 @@ pub enum LockKind {
         /// ([`LockInfo::queue_len`] counts them all).
         queue: Vec<QueuedWaiter>,
     },
+    /// A fenced lock (Redisson's `RFencedLock`): the reentrant hash plus
+    /// its fencing-token counter, `redisson_lock_token:{name}`. A run of a
+    /// run-once key in progress has this layout too (its runner's holder
+    /// record, [`LockInfo::hold_kind`], tells it apart as
+    /// [`HoldKind::Once`]). A reentrant lock whose name once served a
+    /// fenced lock, whose counter never expires, reads as fenced as well.
+    Fenced,
     /// A read-write lock (Redisson's `RReadWriteLock`): the hash carries a
     /// `mode` field.
     ReadWrite {
@@ -161,6 +168,18 @@ pub enum LockKind {
         /// The Redis type (`TYPE` reply): `string`, `list`, `hash`, ...
         redis_type: String,
     },
+}
+
+impl LockKind {
+    /// The kind of a lock hash judged [`LockKind::Reentrant`] whose
+    /// fencing-token counter exists: [`LockKind::Fenced`]; any other kind
+    /// is kept.
+    pub(crate) fn with_token_counter(self) -> LockKind {
+        match self {
+            LockKind::Reentrant => LockKind::Fenced,
+            other => other,
+        }
+    }
 }
 
 /// One waiter in a fair lock's queue.
@@ -406,10 +425,12 @@ impl Lock {
                 }
             }
             "hash" => {
+                let token_key = keys::token(name);
                 let replies: Vec<Value> = self.client().with_conn(name, |conn| {
                     crate::transaction::snapshot(conn, name, |pipe| {
                         HashLook::add(pipe, name);
                         pipe.cmd("PTTL").arg(name);
+                        pipe.cmd("EXISTS").arg(&token_key);
                         if !queue.is_empty() {
                             pipe.cmd("ZMSCORE").arg(&timeout_key).arg(&queue);
                         }
@@ -421,6 +442,10 @@ impl Lock {
                     .next()
                     .and_then(|v| redis::from_redis_value(v).ok())
                     .unwrap_or(-2);
+                let token_counter = replies
+                    .next()
+                    .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+                    .is_some_and(|n| n > 0);
                 deadlines = replies
                     .next()
                     .and_then(|v| redis::from_redis_value(v).ok())
@@ -431,6 +456,9 @@ impl Lock {
                 }
                 info.ttl = Pttl::from_ms(pttl).remaining();
                 (info.kind, info.holders) = look.judge();
+                if token_counter && !fair {
+                    info.kind = info.kind.with_token_counter();
+                }
             }
             _ => {
                 info.kind = LockKind::Other {

@@ -132,6 +132,7 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
                 // Bounded: a hash too large to be a lock costs an HLEN and
                 // a page of a few fields, never a read of the whole.
                 HashLook::add(&mut pipe, key);
+                pipe.cmd("EXISTS").arg(keys::token(key));
                 let queue = keys::fair_queue(key);
                 pipe.cmd("LLEN")
                     .arg(&queue)
@@ -148,6 +149,8 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
     let mut infos = Vec::with_capacity(wanted.len());
     // Per hash kept: its look (pages still to read) and its queue.
     let mut hashes: Vec<(usize, HashLook, Vec<String>)> = Vec::new();
+    // The hashes whose fencing-token counter exists.
+    let mut token_counters: Vec<usize> = Vec::new();
     for (name, redis_type) in wanted {
         let pttl: i64 = replies
             .next()
@@ -167,6 +170,13 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
         };
         if redis_type == "hash" {
             let look = HashLook::from_replies(replies.next(), replies.next());
+            let token_counter: i64 = replies
+                .next()
+                .and_then(|v| redis::from_redis_value(v).ok())
+                .unwrap_or(0);
+            if token_counter > 0 {
+                token_counters.push(infos.len());
+            }
             let queue_len: u64 = replies
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
@@ -218,6 +228,9 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
             };
         } else {
             info.queue_len = 0;
+            if token_counters.contains(&i) {
+                info.kind = std::mem::replace(&mut info.kind, LockKind::Free).with_token_counter();
+            }
         }
     }
     if !others {

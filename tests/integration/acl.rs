@@ -1,5 +1,5 @@
-//! Least privilege (RELIABILITY.md J1, J2): the ACL line the README gives
-//! (read from README.md itself, so the two cannot drift apart) is enough
+//! Least privilege (RELIABILITY.md J1, J2): the ACL line docs/DEPLOYMENTS.md gives
+//! (read from that file itself, so the two cannot drift apart) is enough
 //! for every lock kind's whole cycle, and a name outside its patterns is
 //! `Err(Permission)` naming it, never "busy".
 

@@ -226,6 +226,7 @@ fn once_and_tokens() {
     let server = RedisServer::start();
     let mut s = Scripts::new(&server);
     claim_then_complete_records_and_wakes(&server, &mut s);
+    the_token_counter_expires_with_its_key(&server, &mut s);
     a_lost_runner_cannot_record(&mut s);
     abandon_lets_the_next_caller_run(&server, &mut s);
     forget_deletes_records_only(&mut s);
@@ -241,6 +242,93 @@ fn once_and_tokens() {
     token_1_one_of_16_concurrent_consumers_wins(&server);
     once_1_two_processes_race_on_1000_keys(&server);
     once_2_killed_and_stopped_runners(&server);
+}
+
+/// A claim with the record's ttl `ttl_ms` (the harness's own claims keep
+/// [`ATTEMPT_TTL_MS`]).
+fn claim_for(s: &mut Scripts, key: &[u8], lease_ms: u64, ttl_ms: u64) -> i64 {
+    let reply: Value = s
+        .claim
+        .key(key)
+        .key(token_key(key))
+        .key(attempt_key(key))
+        .arg(lease_ms)
+        .arg(A)
+        .arg("1")
+        .arg(ttl_ms)
+        .arg("host-a")
+        .arg(4242)
+        .arg("prog")
+        .invoke(&mut s.conn)
+        .unwrap();
+    match claim_reply(reply) {
+        Claim::Run { token } => token,
+        other => panic!("not claimed: {other:?}"),
+    }
+}
+
+/// A run-once key leaves no fencing-token counter behind: the claim that
+/// creates it gives it the longer of the record's ttl and the lease, it
+/// goes with them, and the next counter starts past every token the last
+/// one gave (at the server's clock in ms). A counter is never shortened,
+/// and one without expiry (a fenced lock's) is left so; a fenced lock
+/// takes the expiry off a counter a claim gave one.
+fn the_token_counter_expires_with_its_key(server: &RedisServer, s: &mut Scripts) {
+    let key = unique_name("once-counter").into_bytes();
+    let counter = token_key(&key);
+    let first = claim_for(s, &key, 200, 400);
+    let pttl: i64 = s.raw("PTTL", &[&counter]);
+    assert!((1..=400).contains(&pttl), "counter pttl {pttl}");
+    let now = s.server_ms() as i64;
+    assert!(
+        first > now - 5_000 && first <= now + 1,
+        "a new counter starts at the server's clock: {first} at {now}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            s.raw::<i64>("EXISTS", &[&key, &counter, &attempt_key(&key)]) == 0
+        }),
+        "the key, its counter and its attempt outlived their ttl"
+    );
+    let second = claim_for(s, &key, 200, 400);
+    assert!(second > first, "tokens went back: {first} then {second}");
+
+    // The lease is the longer: the counter lives as long as the claim.
+    let key = unique_name("once-counter-lease").into_bytes();
+    claim_for(s, &key, 30_000, 100);
+    let pttl: i64 = s.raw("PTTL", &[&token_key(&key)]);
+    assert!(pttl > 20_000, "counter pttl {pttl} shorter than the lease");
+
+    // Extended, never shortened.
+    let key = unique_name("once-counter-keep").into_bytes();
+    let counter = token_key(&key);
+    let _: () = s.raw("SET", &[&counter, b"5", b"PX", b"100000"]);
+    assert_eq!(claim_for(s, &key, 200, 400), 6);
+    let pttl: i64 = s.raw("PTTL", &[&counter]);
+    assert!(pttl > 90_000, "counter shortened to {pttl}");
+    let key = unique_name("once-counter-extend").into_bytes();
+    let counter = token_key(&key);
+    let _: () = s.raw("SET", &[&counter, b"5", b"PX", b"100"]);
+    assert_eq!(claim_for(s, &key, 200, 60_000), 6);
+    let pttl: i64 = s.raw("PTTL", &[&counter]);
+    assert!(pttl > 50_000, "counter not extended: {pttl}");
+
+    // A counter without expiry stays so.
+    let key = unique_name("once-counter-fenced").into_bytes();
+    let counter = token_key(&key);
+    let _: () = s.raw("SET", &[&counter, b"41"]);
+    assert_eq!(claim_for(s, &key, 200, 400), 42);
+    assert_eq!(s.raw::<i64>("PTTL", &[&counter]), -1);
+
+    // A fenced lock makes a claim's counter its own: no expiry.
+    let name = unique_name("once-counter-then-fenced");
+    let counter = token_key(name.as_bytes());
+    let _: () = s.raw("SET", &[&counter, b"7", b"PX", b"100000"]);
+    let client = crate::support::test_builder(&server.url()).build().unwrap();
+    let guard = client.fenced_lock(&name).lock().unwrap();
+    assert_eq!(guard.fencing_token(), Some(redguard::FencingToken::new(8)));
+    assert_eq!(s.raw::<i64>("PTTL", &[&counter]), -1);
+    drop(guard);
 }
 
 fn claim_then_complete_records_and_wakes(server: &RedisServer, s: &mut Scripts) {

@@ -96,18 +96,20 @@ pub(crate) struct ConnArgs {
     )]
     pub(crate) response_timeout: Option<Duration>,
 
-    /// Lease of watchdog-renewed locks, renewed every third of it [default:
-    /// 30s]. For tests: a short lease frees the lock of a crashed redguard
-    /// sooner but needs a responsive Redis. A short one also shortens the
-    /// response timeout to a third of it, unless that is given.
+    /// The watchdog's lease: how long a lock, permit or `once` claim
+    /// outlives a redguard that stopped renewing it (killed, frozen, cut
+    /// off), renewed every third of it while CMD runs [default: 30s].
+    /// Shorter frees a dead holder's lock sooner but needs a Redis that
+    /// answers within a third of it; it also shortens the response timeout
+    /// to a third of it, unless that is given. Not the fixed `--lease` of
+    /// `exec`, which is never renewed.
     #[arg(
         long,
         global = true,
         value_name = "DUR",
         value_parser = durations::lease,
         allow_hyphen_values = true,
-        env = "REDGUARD_WATCHDOG_TIMEOUT",
-        hide = true
+        env = "REDGUARD_WATCHDOG_TIMEOUT"
     )]
     pub(crate) watchdog_timeout: Option<Duration>,
 
@@ -286,8 +288,9 @@ pub(crate) struct ExecArgs {
     #[arg(short, long, conflicts_with = "wait")]
     pub(crate) no_wait: bool,
 
-    /// Hold the lock with this fixed lease instead of a watchdog-renewed
-    /// one; CMD must end within it (past it the lease counts as lost).
+    /// Hold the lock with this fixed lease, never renewed, instead of the
+    /// watchdog's (--watchdog-timeout); CMD must end within it (past it
+    /// the lease counts as lost).
     #[arg(
         short,
         long,
@@ -457,8 +460,8 @@ pub(crate) struct OnceArgs {
     #[arg(long, conflicts_with_all = ["forget", "wait", "record_failure", "command"])]
     pub(crate) status: bool,
 
-    /// With --status: print one JSON object: key (escaped as by `redguard
-    /// status`), state (not_run, running, done, or the last attempt's
+    /// With --status: print one JSON object: schema (1; within it fields
+    /// are only added), key (escaped as by `redguard status`), state (not_run, running, done, or the last attempt's
     /// failed, abandoned or timed_out when nothing is recorded); running:
     /// holder, expires_in_ms, expires_at_unix_ms (the runner's lease);
     /// done: ran_at_unix_ms (its end), started_at_unix_ms, duration_ms,
@@ -547,7 +550,8 @@ pub(crate) struct WhoArgs {
     #[arg(value_name = "CLIENT")]
     pub(crate) client: String,
 
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of text: schema (1), client, holder
+    /// (when a holder id was given) and records (docs/CLI.md).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -824,8 +828,11 @@ mod tests {
             }
             stack.extend(cmd.get_subcommands());
         }
+        // The watchdog's lease is set by an option and a variable shown
+        // in every command's help, so that neither changes it unseen.
         assert!(
-            hidden.contains(&"--watchdog-timeout".to_owned()),
+            !hidden.contains(&"--watchdog-timeout".to_owned())
+                && !hidden.contains(&"REDGUARD_WATCHDOG_TIMEOUT".to_owned()),
             "{hidden:?}"
         );
         let mut texts = Vec::new();

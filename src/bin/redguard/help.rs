@@ -44,10 +44,12 @@ process); for a fair lock, one line per queued waiter with the time left
 until its deadline.
 
 JSON (--json), one array of objects with the fields of `redguard status
---json` for a lock (name, kind, held, expires_in_ms, expires_at_unix_ms,
-holders, queue, mode, subscribers); kind is \"once\" for a run of
-`redguard once` in progress (as its runner's record says); with --all,
-other keys have kind \"other\" and redis_type.
+--json` for a lock (schema, name, kind, held, expires_in_ms,
+expires_at_unix_ms, holders, queue, mode, subscribers); kind is \"once\"
+for a run of `redguard once` in progress (as its runner's record says),
+\"fenced\" for a fenced lock; with --all, other keys have kind \"other\"
+and redis_type. The array stays an array: each object carries its schema
+(an empty list carries none).
 
 --older-than DUR keeps the locks one of whose holders has held them at
 least DUR (by its holder record), to find stuck holders.";
@@ -64,10 +66,12 @@ Names are printed escaped: a byte that is not UTF-8 as \\xHH, a backslash
 as \\\\ (in text also a control character as \\xHH and a quote as \\\").
 
 JSON (--json), one object; times named *_in_ms count from now, times named
-*_unix_ms are Unix times in ms by this host's clock:
+*_unix_ms are Unix times in ms by this host's clock. Within one schema
+fields are only added, never renamed, removed or given another meaning:
+  schema              1, the version of this shape
   name                the name, escaped as above
-  kind                free, reentrant, fair, read_write, expiring_semaphore,
-                      counter, once or other
+  kind                free, reentrant, fair, fenced, read_write,
+                      expiring_semaphore, counter, once or other
   held                true when something is held (see Exit status)
   expires_in_ms       time left on the key; null for no key or no expiry
   expires_at_unix_ms  when the key expires; null likewise
@@ -94,11 +98,13 @@ JSON (--json), one object; times named *_in_ms count from now, times named
                       semaphore's and to the latch's channel
   available           expiring_semaphore: permits available
   held_permits        expiring_semaphore: how many permits are held
-  permits             expiring_semaphore: [{id, expires_in_ms,
+  permits             expiring_semaphore: [{id, client, expires_in_ms,
                       expires_at_unix_ms, record, host, pid, program,
                       version, held_for_ms, held_since_unix_ms}], the
                       permits held, their lease left and what their
-                      holder's record says (as for a lock's holders)
+                      holder's record says (as for a lock's holders);
+                      client: the holding client's id for `redguard
+                      who` (null without a record)
   ran_at_unix_ms, by, exit_status, host, pid
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null
@@ -112,10 +118,10 @@ JSON (--json), one object; times named *_in_ms count from now, times named
   state               once: \"running\", \"done\", or when nothing is
                       recorded the last attempt's \"failed\",
                       \"abandoned\" or \"timed_out\" (a run in progress
-                      is a lock in layout: it shows as kind once when
-                      its runner's holder record says so, else as a
-                      reentrant lock; `redguard once --status KEY` always
-                      names it a run)
+                      is a fenced lock in layout: it shows as kind once
+                      when its runner's holder record or its running
+                      last attempt says so; `redguard once --status KEY`
+                      always names it a run)
   holder              once, running: the runner's holder id
   runner              once: {id, record, host, pid, program, version,
                       held_for_ms, held_since_unix_ms}: the runner's

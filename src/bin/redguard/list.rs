@@ -28,7 +28,7 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
     sort(&mut locks, args.sort);
     if args.json {
         let all: Vec<Value> = locks.iter().map(to_json).collect();
-        println!("{}", Value::Array(all));
+        crate::out::print_json(Value::Array(all));
     } else {
         for info in &locks {
             print!("{}", to_text(info));

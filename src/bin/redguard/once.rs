@@ -251,7 +251,7 @@ fn status(key: &[u8], json: bool, conn: &Connection) -> Result<ExitCode, Failure
         .once_inspect(key)
         .map_err(|e| lib_failure(&e, key, conn))?;
     if json {
-        println!("{}", status_json(&info));
+        crate::out::print_json(status_json(&info));
         return Ok(ExitCode::SUCCESS);
     }
     let line = match &info.status {

@@ -69,6 +69,39 @@ fn mask_url_passwords(text: &str) -> String {
     out
 }
 
+/// The version of the `--json` outputs' shape. Within one schema version
+/// fields are only ever added, never renamed, removed or given another
+/// meaning; anything else raises it.
+pub(crate) const JSON_SCHEMA: u64 = 1;
+
+/// `value` with `"schema": JSON_SCHEMA` in it: in the object itself, or in
+/// every object of an array (`list --json` stays an array, so that a
+/// script reading it as one keeps working; an empty array carries none).
+pub(crate) fn with_schema(mut value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let stamp = |o: &mut serde_json::Map<String, Value>| {
+        o.insert("schema".to_owned(), Value::from(JSON_SCHEMA));
+    };
+    match &mut value {
+        Value::Object(o) => stamp(o),
+        Value::Array(items) => {
+            for item in items {
+                if let Value::Object(o) = item {
+                    stamp(o);
+                }
+            }
+        }
+        _ => {}
+    }
+    value
+}
+
+/// Prints one `--json` output on stdout, on one line, with its schema
+/// version ([`with_schema`]). Every `--json` output goes through here.
+pub(crate) fn print_json(value: serde_json::Value) {
+    println!("{}", with_schema(value));
+}
+
 /// Prints `redguard: <message>` on stderr, masked.
 pub(crate) fn error(message: &str) {
     eprintln!("redguard: {}", mask(message));
@@ -95,6 +128,15 @@ mod tests {
         );
         assert_eq!(mask_url_passwords("redis://secret@h"), "redis://***@h");
         assert_eq!(mask_url_passwords("no url"), "no url");
+    }
+
+    #[test]
+    fn json_outputs_carry_the_schema_in_every_object() {
+        use serde_json::json;
+        assert_eq!(with_schema(json!({"a": 1}))["schema"], 1);
+        let list = with_schema(json!([{"a": 1}, {"b": 2}]));
+        assert!(list.as_array().unwrap().iter().all(|v| v["schema"] == 1));
+        assert_eq!(with_schema(json!([])), json!([]));
     }
 
     #[test]

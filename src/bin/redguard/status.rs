@@ -34,7 +34,7 @@ pub(crate) fn status(args: &StatusArgs, conn: &Connection) -> Result<ExitCode, F
     let name = name_bytes(&args.name)?;
     let found = read(conn, &name)?;
     if args.json {
-        println!("{}", to_json(&name, &found));
+        crate::out::print_json(to_json(&name, &found));
     } else {
         print!("{}", to_text(&name, &found));
     }
@@ -47,13 +47,23 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     let info = conn.client.lock(name).inspect().map_err(fail)?;
     let found = match &info.kind {
-        LockKind::Reentrant if is_once_run(&info) => match conn.client.once_inspect(name) {
-            Ok(once) if matches!(once.status, OnceStatus::Running { .. }) => {
-                Some(Found::Once(Box::new(once)))
+        // A run in progress is a fenced lock in layout: its runner's
+        // holder record, or its last-attempt record naming the one holder
+        // as a running attempt's runner, tells it apart.
+        LockKind::Reentrant | LockKind::Fenced
+            if is_once_run(&info) || matches!(info.kind, LockKind::Fenced) =>
+        {
+            match conn.client.once_inspect(name) {
+                Ok(once)
+                    if matches!(once.status, OnceStatus::Running { .. })
+                        && (is_once_run(&info) || runs_its_attempt(&info, &once)) =>
+                {
+                    Some(Found::Once(Box::new(once)))
+                }
+                Ok(_) | Err(redguard::Error::WrongType { .. }) => None,
+                Err(e) => return Err(fail(e)),
             }
-            Ok(_) => None,
-            Err(e) => return Err(fail(e)),
-        },
+        }
         LockKind::Free => match crate::sync_status::read(conn, name)? {
             Some(counter) => Some(Found::Counter(counter)),
             // A run-once key whose last attempt failed or was abandoned:
@@ -81,10 +91,38 @@ fn read(conn: &Connection, name: &[u8]) -> Result<Found, Failure> {
     Ok(found.unwrap_or(Found::Lock(info)))
 }
 
-/// The kind of a lock as `list` names it: `once` for a run in progress
-/// (as its runner's record says), else as [`kind_word`].
+/// Whether the lock's one holder is the runner of the `once` key's
+/// running last attempt (a run whose client keeps no holder record).
+fn runs_its_attempt(info: &LockInfo, once: &OnceInfo) -> bool {
+    match (info.holders.as_slice(), &once.last_attempt) {
+        ([(holder, _)], Some(attempt)) => {
+            attempt.state == redguard::AttemptState::Running && attempt.holder == holder.as_str()
+        }
+        _ => false,
+    }
+}
+
+/// The kind of a lock as `unlock --force` names it: as [`listed_kind`],
+/// and `once` also for a fenced lock whose one holder runs the key's
+/// running last attempt (a runner without a holder record). A failed look
+/// at the attempt leaves the kind as listed.
+pub(crate) fn named_kind(conn: &Connection, info: &LockInfo) -> &'static str {
+    if matches!(info.kind, LockKind::Fenced)
+        && !is_once_run(info)
+        && conn
+            .client
+            .once_inspect(&info.name)
+            .is_ok_and(|once| runs_its_attempt(info, &once))
+    {
+        return "once";
+    }
+    listed_kind(info)
+}
+
+/// The kind of a lock as `list` and `unlock --force` name it: `once` for
+/// a run in progress (as its runner's record says), else as [`kind_word`].
 pub(crate) fn listed_kind(info: &LockInfo) -> &'static str {
-    if matches!(info.kind, LockKind::Reentrant) && is_once_run(info) {
+    if matches!(info.kind, LockKind::Reentrant | LockKind::Fenced) && is_once_run(info) {
         "once"
     } else {
         kind_word(&info.kind)
@@ -115,6 +153,7 @@ pub(crate) fn kind_word(kind: &LockKind) -> &'static str {
     match kind {
         LockKind::Free => "free",
         LockKind::Reentrant => "reentrant",
+        LockKind::Fenced => "fenced",
         LockKind::Fair { .. } => "fair",
         LockKind::ReadWrite { .. } => "read_write",
         LockKind::Other { .. } => "other",
@@ -171,6 +210,7 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
             let what = match kind {
                 LockKind::ReadWrite { mode } => format!("read-write lock, {mode} mode"),
                 LockKind::Fair { .. } => "fair lock".to_owned(),
+                LockKind::Fenced => "fenced lock".to_owned(),
                 _ => "reentrant lock".to_owned(),
             };
             let _ = writeln!(s, "lock {name}: {state} ({what})");

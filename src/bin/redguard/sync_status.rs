@@ -72,9 +72,12 @@ impl Counter {
             sem.permits.len()
         );
         for permit in &sem.permits {
+            let client = sem
+                .record_of(&permit.id)
+                .map_or_else(String::new, |r| format!(", client {}", r.client));
             let _ = writeln!(
                 text,
-                "  permit {}: lease {}",
+                "  permit {}: lease {}{client}",
                 permit.id,
                 show::left(permit.lease_left)
             );
@@ -111,6 +114,9 @@ impl Counter {
             .map(|p| {
                 let mut permit = json!({
                     "id": p.id.to_string(),
+                    // A permit id is no holder id: the client that holds
+                    // it, for `redguard who`, is known by its record.
+                    "client": sem.record_of(&p.id).map(|r| r.client.as_str()),
                     "expires_in_ms": show::ms(p.lease_left),
                     "expires_at_unix_ms": show::unix_ms_in(p.lease_left),
                 });

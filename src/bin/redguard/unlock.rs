@@ -12,7 +12,6 @@ use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
 use crate::show;
-use crate::status::kind_word;
 
 /// `redguard unlock --force`.
 pub(crate) fn unlock(args: &UnlockArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -38,6 +37,8 @@ fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     if let LockKind::Other { redis_type } = &info.kind {
         return Err(not_a_lock(name, redis_type, conn));
     }
+    // Named before the removal: a run's attempt reads as abandoned after.
+    let kind = crate::status::named_kind(conn, &info);
     // A fair lock's force unlock also wakes the head of its queue.
     let removed = match &info.kind {
         LockKind::Fair { .. } => conn.client.fair_lock(name).force_unlock(),
@@ -47,7 +48,11 @@ fn lock(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     }
     .map_err(lib)?;
     if removed {
-        println!("removed lock {}: {}", show::name(name), summary(&info));
+        println!(
+            "removed lock {}: {}",
+            show::name(name),
+            summary(&info, kind)
+        );
         removed_holders(&info);
     } else if let LockKind::Fair { queue } = &info.kind {
         println!(
@@ -182,7 +187,9 @@ fn once(name: &[u8], conn: &Connection) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(info: &LockInfo) -> String {
+/// What a force unlock removed: `kind` (as `status` names it), the
+/// holders with their hold counts, the lease left.
+fn summary(info: &LockInfo, kind: &str) -> String {
     let holders: Vec<String> = info
         .holders
         .iter()
@@ -196,7 +203,7 @@ fn summary(info: &LockInfo) -> String {
     let kind = match &info.kind {
         LockKind::ReadWrite { mode } => format!("read-write, {mode} mode"),
         LockKind::Fair { queue } => format!("fair, {} queued", queue.len()),
-        other => kind_word(other).to_owned(),
+        _ => kind.to_owned(),
     };
     format!("{kind}; {holders}; ttl {}", show::ttl(info.ttl))
 }

@@ -61,7 +61,7 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
         if let Some(holder) = holder {
             out["holder"] = json!(holder);
         }
-        println!("{out}");
+        crate::out::print_json(out);
     } else if records.is_empty() {
         println!("client {client}: no record (not a redguard client, records off, or gone)");
     } else {

@@ -39,9 +39,11 @@ mod once_attempt;
 mod ops;
 mod readme;
 mod record_secrets;
+mod runbook;
 mod status;
 mod stop_cont;
 mod unlock;
+mod versions;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redguard");
 
@@ -133,7 +135,7 @@ impl Proc {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
 
-    fn signal(&self, signal: i32) {
+    pub(crate) fn signal(&self, signal: i32) {
         if self.child.is_some() {
             // SAFETY: kill(2) on our own child, not reaped yet.
             unsafe {
