@@ -398,6 +398,9 @@ fn run(spec: &OsStr) -> Result<u8, Failure> {
     let mut pending: Vec<(i32, bool)> = Vec::new();
     let status = loop {
         if parent_gone() {
+            if spec.own_group {
+                tree::kill_group();
+            }
             tree::kill_all_children();
             return Ok(code::SIGNAL_BASE + libc::SIGKILL as u8);
         }
@@ -423,6 +426,9 @@ fn run(spec: &OsStr) -> Result<u8, Failure> {
                 libc::kill(cmd_pid, libc::SIGKILL);
             }
             lease.tell(b"S\n");
+            if spec.own_group {
+                tree::kill_group();
+            }
             tree::kill_all_children();
             return Ok(code::SIGNAL_BASE + libc::SIGKILL as u8);
         }

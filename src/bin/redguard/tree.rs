@@ -9,6 +9,13 @@
 //! (and any orphans of the tree, daemons that left CMD's process group or
 //! session included) become the caller's children, and the next round
 //! kills them. A tree of depth D goes in D rounds of one /proc scan each.
+//!
+//! When the lease is about to end that is too slow on a loaded machine (a
+//! shell's `sleep` child outlived the key by being killed a round after
+//! the shell), so [`kill_group`] first kills every member of the caller's
+//! process group in one scan. It signals through a pidfd opened before the
+//! member's group is checked, so a pid reused by an unrelated process
+//! between the scan and the signal is never hit either.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -131,6 +138,69 @@ pub(crate) fn kill_all_children() {
     }
 }
 
+/// Kills, with SIGKILL, every process of the caller's process group but the
+/// caller, in one /proc scan: CMD's tree when the caller leads CMD's group,
+/// whatever its depth. Processes that left the group (daemons) are left to
+/// [`kill_all_children`], which the caller runs next.
+pub(crate) fn kill_group() {
+    // SAFETY: getpgrp and getpid have no preconditions.
+    let (group, me) = unsafe { (libc::getpgrp(), libc::getpid()) };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in dir.filter_map(|entry| {
+        entry
+            .ok()?
+            .file_name()
+            .to_str()?
+            .parse::<libc::pid_t>()
+            .ok()
+    }) {
+        if pid == me || group_of(pid) != Some(group) {
+            continue;
+        }
+        // SAFETY: pidfd_open takes a pid and flags, and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let Ok(fd) = libc::c_int::try_from(fd) else {
+            continue;
+        };
+        if fd < 0 {
+            continue;
+        }
+        // The fd names one process: checked again now, so that a pid that
+        // ended and was reused since the scan is not signalled.
+        if group_of(pid) == Some(group) {
+            // SAFETY: pidfd_send_signal on the fd opened above, no info.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd,
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+        }
+        // SAFETY: closes the fd opened above, once.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat`.
+fn group_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    group_in_stat(&stat)
+}
+
+/// The process group in a `/proc/<pid>/stat` line: the third field after
+/// the parenthesised command name.
+fn group_in_stat(stat: &str) -> Option<libc::pid_t> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// Stops the descendants gently: SIGTERM to each child (and to each
 /// descendant once it becomes a child), then [`kill_all_children`] after
 /// `grace`, or at once when `hurry` says so (it is asked every poll).
@@ -181,5 +251,7 @@ mod tests {
         assert_eq!(parent_in_stat("42 (sh) S 7 42 42 0"), Some(7));
         assert_eq!(parent_in_stat("42 (a) b) (c) R 9 1 1"), Some(9));
         assert_eq!(parent_in_stat("garbage"), None);
+        assert_eq!(group_in_stat("42 (a) b) (c) R 9 5 1"), Some(5));
+        assert_eq!(group_in_stat("42 (sh) S"), None);
     }
 }
