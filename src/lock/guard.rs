@@ -364,7 +364,7 @@ impl LockGuard {
             Ok(Release::Released) => {
                 self.state.mark_released();
                 let (kind, held) = (self.lock.hold_kind(), self.state.held_since().elapsed());
-                crate::metrics::released(self.lock.client().hooks().labels(kind, name), held);
+                crate::metrics::released(self.lock.client().hooks().labels(kind, name), Some(held));
                 log::debug!(
                     "redguard: released {kind} lock {:?} after holding it {held:?}",
                     String::from_utf8_lossy(name)
