@@ -46,12 +46,7 @@ impl Spinner {
                 bar.set_prefix(show::name(lock.name()));
                 bar.enable_steady_tick(Duration::from_millis(100));
                 loop {
-                    let msg = match lock.inspect() {
-                        Ok(info) if info.is_held() => show::describe_holder(&info),
-                        Ok(_) => "free, acquiring".to_owned(),
-                        Err(_) => "holder unknown (Redis did not answer)".to_owned(),
-                    };
-                    bar.set_message(msg);
+                    bar.set_message(show::look_holder(&lock));
                     match stopped.recv_timeout(REFRESH) {
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                         _ => break,
