@@ -199,7 +199,13 @@ mod imp {
     }
 
     pub(crate) fn held(kind: HoldKind, delta: f64) {
-        let key = key("redguard_held_locks", Labels { kind: kind.into(), name: None });
+        let key = key(
+            "redguard_held_locks",
+            Labels {
+                kind: kind.into(),
+                name: None,
+            },
+        );
         with_recorder(|r| r.register_gauge(&key, &METADATA)).increment(delta);
     }
 

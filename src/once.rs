@@ -11,11 +11,11 @@ use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::keys;
-use crate::lost::HoldKind;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lock::FencingToken;
 use crate::lock::acquire::{Attempt, wait_loop};
 use crate::lock::{Lock, LockGuard};
+use crate::lost::HoldKind;
 use crate::scripts::once::{self as script, Claim, Forget};
 use crate::scripts::{Acquire, Release};
 

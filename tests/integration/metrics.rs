@@ -48,9 +48,21 @@ fn the_example_prints_every_named_series() {
         ("once", 1.0, 1.0, Some(1.0)),
     ] {
         let of = |series: &str| sample(&text, &format!("{series}{{kind=\"{kind}\"}}"));
-        assert_eq!(of("redguard_acquisitions_total"), Some(grants), "{kind}:\n{text}");
-        assert_eq!(of("redguard_wait_seconds_count"), Some(grants), "{kind}:\n{text}");
-        assert_eq!(of("redguard_releases_total"), Some(releases), "{kind}:\n{text}");
+        assert_eq!(
+            of("redguard_acquisitions_total"),
+            Some(grants),
+            "{kind}:\n{text}"
+        );
+        assert_eq!(
+            of("redguard_wait_seconds_count"),
+            Some(grants),
+            "{kind}:\n{text}"
+        );
+        assert_eq!(
+            of("redguard_releases_total"),
+            Some(releases),
+            "{kind}:\n{text}"
+        );
         assert_eq!(of("redguard_hold_seconds_count"), holds, "{kind}:\n{text}");
     }
     // Every series is described, with its type, and the two histograms

@@ -173,10 +173,7 @@ fn finish(
     let holder = guard.holder_id().clone();
     let released = guard.unlock();
     if released.is_ok() {
-        log::info!(
-            "redguard: released lock {} as {holder}",
-            show::name(name)
-        );
+        log::info!("redguard: released lock {} as {holder}", show::name(name));
     }
     crate::child::await_release(
         &client,

@@ -193,7 +193,13 @@ fn finish(
         args.quiet,
     );
     match released {
-        Ok(()) => Ok(ExitCode::from(cmd_code)),
+        Ok(()) => {
+            log::info!(
+                "redguard: released permit {id} of semaphore {}",
+                show::name(name)
+            );
+            Ok(ExitCode::from(cmd_code))
+        }
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
             let what = format!("{why} of permit {id} of semaphore {}", show::name(name));

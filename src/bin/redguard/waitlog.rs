@@ -53,10 +53,7 @@ impl WaitLog {
     /// Starts logging the wait for `what` (such as `lock "nightly"`);
     /// `look` describes who holds it now (one round trip). Does nothing
     /// unless info lines are logged.
-    pub(crate) fn start(
-        what: String,
-        look: impl FnMut() -> String + Send + 'static,
-    ) -> WaitLog {
+    pub(crate) fn start(what: String, look: impl FnMut() -> String + Send + 'static) -> WaitLog {
         let started = Instant::now();
         let none = WaitLog {
             stop: None,
@@ -72,7 +69,10 @@ impl WaitLog {
         let spawned = thread::Builder::new()
             .name("redguard-waitlog".into())
             .spawn(move || {
-                if !matches!(stopped.recv_timeout(FIRST_LOOK), Err(RecvTimeoutError::Timeout)) {
+                if !matches!(
+                    stopped.recv_timeout(FIRST_LOOK),
+                    Err(RecvTimeoutError::Timeout)
+                ) {
                     return;
                 }
                 log::info!("redguard: waiting for {what}: {}", look());

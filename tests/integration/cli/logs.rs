@@ -57,6 +57,8 @@ fn mask_line(line: &str) -> String {
             Some("<PID>".to_owned())
         } else if is_holder_id(core) {
             Some("<HOLDER>".to_owned())
+        } else if core.len() == 32 && core.chars().all(|c| c.is_ascii_hexdigit()) {
+            Some("<PERMIT>".to_owned())
         } else if is_duration_part(core) {
             Some("<DUR>".to_owned())
         } else {
@@ -186,6 +188,31 @@ fn verbose_exec_tells_the_wait_the_run_and_the_end() {
     let out = waiter.wait(RUN_TIMEOUT);
     assert_eq!(out.code, Some(3), "{out:?}");
     golden("exec_wait_v.txt", &masked(&out.stderr));
+}
+
+/// `-v` on a `once` run: the runner's claim (holder id, fencing token),
+/// CMD's start and end, and the record; then on `exec --permits`: the
+/// permit and how long it took.
+#[test]
+fn verbose_once_and_permit_runs_tell_the_claim_and_the_permit() {
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let mut cmd = redguard(&url);
+    cmd.args(["-v", "once", "--ttl", "1h", NAME, "--", "true"]);
+    let once = run(cmd);
+    assert_eq!(once.code, Some(0), "{once:?}");
+    let mut cmd = redguard(&url);
+    cmd.args(["-v", "exec", "--permits", "2", "renders", "--", "true"]);
+    let permit = run(cmd);
+    assert_eq!(permit.code, Some(0), "{permit:?}");
+    golden(
+        "once_permit_v.txt",
+        &format!(
+            "{}--- exec --permits 2\n{}",
+            masked(&once.stderr),
+            masked(&permit.stderr)
+        ),
+    );
 }
 
 /// The busy (75) message names the holder by host, pid, program and age,
