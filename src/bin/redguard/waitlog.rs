@@ -76,15 +76,12 @@ impl WaitLog {
                     return;
                 }
                 log::info!("redguard: waiting for {what}: {}", look());
-                loop {
-                    match stopped.recv_timeout(period) {
-                        Err(RecvTimeoutError::Timeout) => log::info!(
-                            "redguard: still waiting for {what} after {}: {}",
-                            show::left(started.elapsed()),
-                            look()
-                        ),
-                        _ => break,
-                    }
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    log::info!(
+                        "redguard: still waiting for {what} after {}: {}",
+                        show::left(started.elapsed()),
+                        look()
+                    );
                 }
             });
         match spawned {
