@@ -5,7 +5,9 @@
 //! a wait, with a thread waiting), a timeout, renewals, releases, and a
 //! lease lost because another client deleted the lock; fair, fenced, read
 //! and write locks, a plain semaphore's permits and an expiring one's, a
-//! latch and a run-once key, each taken and given back. Prints the scrape
+//! latch and a run-once key, each taken and given back, and the semaphores,
+//! the latch and the run-once key each given up once while taken (a
+//! timeout of their kind). Prints the scrape
 //! text a Prometheus server would read (a real service would serve it over
 //! HTTP: the exporter's `http-listener` feature).
 //!
@@ -72,22 +74,31 @@ pub(crate) fn exercise(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let rw = client.read_write_lock("metrics:rw");
     rw.read().lock()?.unlock()?;
     rw.write().lock()?.unlock()?;
+    // The others each once more, given up while the one permit, the
+    // latch's count or the run is taken (timeouts).
     let pool = client.semaphore("metrics:pool");
-    pool.try_set_permits(2)?;
-    pool.acquire(1)?.release()?;
+    pool.try_set_permits(1)?;
+    let permits = pool.acquire(1)?;
+    assert!(other.semaphore("metrics:pool").try_acquire(1)?.is_none());
+    permits.release()?;
     let renders = client.expiring_semaphore("metrics:renders");
-    renders.try_set_permits(2)?;
-    renders.acquire()?.release()?;
+    renders.try_set_permits(1)?;
+    let permit = renders.acquire()?;
+    let busy = other.expiring_semaphore("metrics:renders").try_acquire()?;
+    assert!(busy.is_none(), "the one permit is taken");
+    permit.release()?;
     let latch = client.count_down_latch("metrics:latch");
     latch.try_set_count(1)?;
+    assert!(!latch.wait_for(Duration::ZERO)?, "the latch is still set");
     latch.count_down()?;
     latch.wait()?;
-    match client.once("metrics:nightly", Duration::from_secs(60))? {
-        redguard::Once::Run(run) => {
-            run.complete("ok")?;
-        }
-        _ => return Err("the run-once key was claimed before".into()),
-    }
+    let ttl = Duration::from_secs(60);
+    let redguard::Once::Run(run) = client.once("metrics:nightly", ttl)? else {
+        return Err("the run-once key was claimed before".into());
+    };
+    let running = other.once("metrics:nightly", ttl)?;
+    assert!(matches!(running, redguard::Once::Running { .. }));
+    run.complete("ok")?;
 
     // Deleted under its holder: the watchdog reports the loss.
     let doomed = client.lock("metrics:doomed").lock()?;

@@ -21,7 +21,6 @@ fn the_example_prints_every_named_series() {
     example::exercise(&ctx.server.url()).unwrap();
     let text = prometheus.render();
     for series in [
-        "redguard_timeouts_total{kind=\"reentrant\"}",
         "redguard_leases_lost_total{kind=\"reentrant\",reason=\"renewal_refused\"}",
         "redguard_renewals_total",
         "redguard_renewal_failures_total",
@@ -64,6 +63,17 @@ fn the_example_prints_every_named_series() {
             "{kind}:\n{text}"
         );
         assert_eq!(of("redguard_hold_seconds_count"), holds, "{kind}:\n{text}");
+    }
+    // A timeout of each kind that can be busy at a deadline.
+    for kind in ["reentrant", "semaphore", "permit", "latch", "once"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!("redguard_timeouts_total{{kind=\"{kind}\"}}")
+            ),
+            Some(1.0),
+            "{kind}:\n{text}"
+        );
     }
     // Every series is described, with its type, and the two histograms
     // are histograms (buckets), which aggregate across instances.
