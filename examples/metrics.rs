@@ -1,9 +1,13 @@
 //! redguard's metrics in Prometheus's text format.
 //!
 //! Installs `metrics-exporter-prometheus` as the `metrics` recorder, then
-//! runs a few locks through what the series count: acquisitions (one after
+//! runs every kind through what the series count: acquisitions (one after
 //! a wait, with a thread waiting), a timeout, renewals, releases, and a
-//! lease lost because another client deleted the lock. Prints the scrape
+//! lease lost because another client deleted the lock; fair, fenced, read
+//! and write locks, a plain semaphore's permits and an expiring one's, a
+//! latch and a run-once key, each taken and given back, and the semaphores,
+//! the latch and the run-once key each given up once while taken (a
+//! timeout of their kind). Prints the scrape
 //! text a Prometheus server would read (a real service would serve it over
 //! HTTP: the exporter's `http-listener` feature).
 //!
@@ -64,13 +68,37 @@ pub(crate) fn exercise(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     guard.unlock()?;
     waiter.join().map_err(|_| "the waiter panicked")??;
 
-    // A fair lock and a read lock, held and released.
+    // Every other kind, taken and given back.
     client.fair_lock("metrics:fair").lock()?.unlock()?;
-    client
-        .read_write_lock("metrics:rw")
-        .read()
-        .lock()?
-        .unlock()?;
+    client.fenced_lock("metrics:fenced").lock()?.unlock()?;
+    let rw = client.read_write_lock("metrics:rw");
+    rw.read().lock()?.unlock()?;
+    rw.write().lock()?.unlock()?;
+    // The others each once more, given up while the one permit, the
+    // latch's count or the run is taken (timeouts).
+    let pool = client.semaphore("metrics:pool");
+    pool.try_set_permits(1)?;
+    let permits = pool.acquire(1)?;
+    assert!(other.semaphore("metrics:pool").try_acquire(1)?.is_none());
+    permits.release()?;
+    let renders = client.expiring_semaphore("metrics:renders");
+    renders.try_set_permits(1)?;
+    let permit = renders.acquire()?;
+    let busy = other.expiring_semaphore("metrics:renders").try_acquire()?;
+    assert!(busy.is_none(), "the one permit is taken");
+    permit.release()?;
+    let latch = client.count_down_latch("metrics:latch");
+    latch.try_set_count(1)?;
+    assert!(!latch.wait_for(Duration::ZERO)?, "the latch is still set");
+    latch.count_down()?;
+    latch.wait()?;
+    let ttl = Duration::from_secs(60);
+    let redguard::Once::Run(run) = client.once("metrics:nightly", ttl)? else {
+        return Err("the run-once key was claimed before".into());
+    };
+    let running = other.once("metrics:nightly", ttl)?;
+    assert!(matches!(running, redguard::Once::Running { .. }));
+    run.complete("ok")?;
 
     // Deleted under its holder: the watchdog reports the loss.
     let doomed = client.lock("metrics:doomed").lock()?;

@@ -37,9 +37,13 @@ impl fmt::Debug for Hooks {
 
 impl Hooks {
     /// The metrics labels of an event of lock `name` of `kind`.
-    pub(crate) fn labels<'a>(&self, kind: HoldKind, name: &'a [u8]) -> Labels<'a> {
+    pub(crate) fn labels<'a>(
+        &self,
+        kind: impl Into<crate::metrics::Kind>,
+        name: &'a [u8],
+    ) -> Labels<'a> {
         Labels {
-            kind,
+            kind: kind.into(),
             name: self.metrics_names.then_some(name),
         }
     }

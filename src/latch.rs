@@ -145,14 +145,25 @@ impl CountDownLatch {
     /// As [`CountDownLatch::count`].
     pub fn count_down(&self) -> Result<u64> {
         self.check()?;
-        self.client.with_conn(&self.name, |conn| {
+        let left = self.client.with_conn(&self.name, |conn| {
             script::count_down(
                 conn,
                 self.client.publish(&self.name),
                 &self.name,
                 &self.channel,
             )
-        })
+        })?;
+        // A count-down is a latch's release (no hold time: it was never
+        // acquired).
+        crate::metrics::released(self.labels(), None);
+        Ok(left)
+    }
+
+    /// The metrics labels of this latch's events.
+    fn labels(&self) -> crate::metrics::Labels<'_> {
+        self.client
+            .hooks()
+            .labels(crate::metrics::Kind::Latch, &self.name)
     }
 
     /// The current count (Redisson's `getCount`): 0 when the latch is open.
@@ -241,7 +252,27 @@ impl CountDownLatch {
         self.wait_deadline(Some(deadline))
     }
 
+    /// Waits as [`CountDownLatch::wait_until`] says, counted in the
+    /// metrics: a wait that saw the latch open is an acquisition (with its
+    /// wait time), one that ran out a timeout.
     fn wait_deadline(&self, deadline: Option<Instant>) -> Result<bool> {
+        let started = Instant::now();
+        let mut waiting = crate::metrics::Waiting::none();
+        let opened = self.wait_open(deadline, &mut waiting);
+        drop(waiting);
+        match opened {
+            Ok(true) => crate::metrics::acquired(self.labels(), started.elapsed()),
+            Ok(false) => crate::metrics::timed_out(self.labels()),
+            Err(_) => {}
+        }
+        opened
+    }
+
+    fn wait_open(
+        &self,
+        deadline: Option<Instant>,
+        waiting: &mut crate::metrics::Waiting,
+    ) -> Result<bool> {
         let poll = self.client.config().poll_interval;
         let response = self.client.config().response_timeout;
         let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
@@ -274,6 +305,7 @@ impl CountDownLatch {
             if count == 0 {
                 return Ok(true);
             }
+            waiting.start(crate::metrics::Kind::Latch);
             let now = Instant::now();
             let sleep = match left(now) {
                 Some(l) if l.is_zero() => return Ok(false),

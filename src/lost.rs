@@ -174,8 +174,9 @@ pub(crate) fn notify(callback: &LostCallback, lost: &LostLease) {
     let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (callback.0)(lost)));
     if call.is_err() {
         log::error!(
-            "redguard: the on_lease_lost callback panicked for lock {:?}",
-            lost.name_lossy()
+            "redguard: the on_lease_lost callback panicked for lock {:?} held by {}",
+            lost.name_lossy(),
+            lost.holder
         );
     }
 }

@@ -15,6 +15,7 @@ use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lock::FencingToken;
 use crate::lock::acquire::{Attempt, wait_loop};
 use crate::lock::{Lock, LockGuard};
+use crate::lost::HoldKind;
 use crate::scripts::once::{self as script, Claim, Forget};
 use crate::scripts::{Acquire, Release};
 
@@ -666,6 +667,7 @@ impl Client {
                 expires_in: None,
             });
         }
+        let mut waiting = crate::metrics::Waiting::none();
         let found = wait_loop(self, lock.channel(), deadline, false, || {
             last = Unclaimed::Nothing;
             let sent = Instant::now();
@@ -730,6 +732,7 @@ impl Client {
                     }
                     let expires_in = pttl.expiry();
                     last = Unclaimed::Running(runner, expires_in);
+                    waiting.start(HoldKind::Once);
                     return Ok(Attempt::Busy(expires_in));
                 }
                 Ok(Claim::Free) => {
@@ -765,6 +768,16 @@ impl Client {
                 },
             )
         })?;
+        drop(waiting);
+        let labels = self.hooks().labels(HoldKind::Once, key);
+        match &found {
+            Some(Once::Run(_)) => crate::metrics::acquired(labels, started.elapsed()),
+            // Found running by another runner until the deadline: a claim
+            // given up, as a busy lock's.
+            Some(Once::Running { .. }) | None => crate::metrics::timed_out(labels),
+            // Nothing was claimed, and nothing waited for in vain.
+            Some(Once::Done(_)) => {}
+        }
         match (found, last) {
             (Some(once), _) => Ok(once),
             (None, Unclaimed::Running(holder, expires_in)) => {

@@ -233,6 +233,7 @@ impl Lock {
             if matches!(attempt, Ok(Attempt::Busy(_))) {
                 waiting.start(kind);
             }
+            trace_attempt(self, &holder_str, &attempt);
             attempt
         };
         let granted = match self.fair_keys() {
@@ -256,7 +257,7 @@ impl Lock {
             self.pass_read_wake();
         }
         drop(waiting);
-        log_outcome(self, started, granted.is_some());
+        log_outcome(self, &holder_str, started, granted.is_some());
         Ok(granted.map(|g| g.into_guard(self.clone(), holder, ms, renew)))
     }
 
@@ -486,7 +487,8 @@ impl Lock {
         let released = self.release_str(holder, ms);
         if let Err(e) = released {
             log::warn!(
-                "redguard: could not give back lock {:?}: {e}; it expires with its lease",
+                "redguard: could not give back lock {:?} held by {holder}: {e}; it expires \
+                 with its lease",
                 String::from_utf8_lossy(&self.inner.name),
                 e = e.chain()
             );
@@ -529,12 +531,15 @@ impl Lock {
             })
         });
         match released {
-            Ok(true) => log::debug!("redguard: released a grant whose reply was lost"),
+            Ok(true) => log::debug!(
+                "redguard: released a grant of lock {:?} to {holder} whose reply was lost",
+                String::from_utf8_lossy(key)
+            ),
             Ok(false) => {}
             Err(e) => log::warn!(
-                "redguard: acquire of {:?} has an unknown outcome and could not be undone \
-                 ({e}); a grant, if any, expires with its lease (and is dropped by this \
-                 thread's next release of the lock)",
+                "redguard: acquire of lock {:?} by {holder} has an unknown outcome and could \
+                 not be undone ({e}); a grant, if any, expires with its lease (and is dropped \
+                 by this thread's next release of the lock)",
                 String::from_utf8_lossy(key),
                 e = e.chain()
             ),
@@ -549,7 +554,7 @@ const MAX_INTERRUPTED_ATTEMPTS: u32 = 3;
 /// Logs (debug) how an acquisition of `lock` that began at `started`
 /// ended: granted after how long a wait, or not granted in time. Contention
 /// is no error: never more than debug.
-fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
+fn log_outcome(lock: &Lock, holder: &str, started: Instant, granted: bool) {
     let labels = lock.client().hooks().labels(lock.hold_kind(), lock.name());
     if granted {
         crate::metrics::acquired(labels, started.elapsed());
@@ -561,11 +566,35 @@ fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
         let kind = lock.hold_kind();
         let waited = started.elapsed();
         if granted {
-            log::debug!("redguard: acquired {kind} lock {name:?} after waiting {waited:?}");
+            log::debug!(
+                "redguard: acquired {kind} lock {name:?} as {holder} after waiting {waited:?}"
+            );
         } else {
-            log::debug!("redguard: {kind} lock {name:?} not acquired: busy for {waited:?}");
+            log::debug!(
+                "redguard: {kind} lock {name:?} not acquired by {holder}: busy for {waited:?}"
+            );
         }
     }
+}
+
+/// Logs (trace) what one acquire attempt of `holder` on `lock` met: the
+/// finest line there is, one per attempt, for `-vvv`.
+fn trace_attempt(lock: &Lock, holder: &str, attempt: &Result<Attempt<Granted>>) {
+    if !log::log_enabled!(log::Level::Trace) {
+        return;
+    }
+    let met = match attempt {
+        Ok(Attempt::Acquired(_)) => "granted".to_owned(),
+        Ok(Attempt::Busy(Some(ttl))) => format!("busy, the holder's lease ends in {ttl:?}"),
+        Ok(Attempt::Busy(None)) => "busy".to_owned(),
+        Ok(Attempt::Unknown(e)) => format!("unknown outcome ({e})"),
+        Err(e) => format!("failed ({e})"),
+    };
+    log::trace!(
+        "redguard: attempt on {} lock {:?} as {holder}: {met}",
+        lock.hold_kind(),
+        String::from_utf8_lossy(lock.name())
+    );
 }
 
 /// The waiter loop shared by every lock kind: attempt; when busy, register

@@ -49,9 +49,10 @@ impl Drop for QueueSeat<'_> {
             });
         if let Err(e) = left {
             log::warn!(
-                "redguard: could not leave the queue of fair lock {:?}: {e}; \
+                "redguard: could not leave the queue of fair lock {:?} as {}: {e}; \
                  the entry is pruned once it heads the queue past its deadline",
                 String::from_utf8_lossy(&self.lock.inner.name),
+                self.holder,
                 e = e.chain()
             );
         }

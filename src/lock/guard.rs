@@ -364,10 +364,11 @@ impl LockGuard {
             Ok(Release::Released) => {
                 self.state.mark_released();
                 let (kind, held) = (self.lock.hold_kind(), self.state.held_since().elapsed());
-                crate::metrics::released(self.lock.client().hooks().labels(kind, name), held);
+                crate::metrics::released(self.lock.client().hooks().labels(kind, name), Some(held));
                 log::debug!(
-                    "redguard: released {kind} lock {:?} after holding it {held:?}",
-                    String::from_utf8_lossy(name)
+                    "redguard: released {kind} lock {:?} held by {} for {held:?}",
+                    String::from_utf8_lossy(name),
+                    self.holder
                 );
                 Ok(())
             }
@@ -441,12 +442,15 @@ impl Drop for LockGuard {
         if let Err(e) = self.release() {
             match e {
                 Error::LockLost { .. } | Error::NotHeld { .. } => log::info!(
-                    "redguard: guard of lock {:?} dropped after its lease was lost",
-                    String::from_utf8_lossy(self.lock.name())
+                    "redguard: guard of lock {:?} held by {} dropped after its lease was lost",
+                    String::from_utf8_lossy(self.lock.name()),
+                    self.holder
                 ),
                 e => log::warn!(
-                    "redguard: unlock of {:?} failed: {e}; it expires with its lease",
+                    "redguard: unlock of lock {:?} held by {} failed: {e}; it expires with its \
+                     lease",
                     String::from_utf8_lossy(self.lock.name()),
+                    self.holder,
                     e = e.chain()
                 ),
             }

@@ -696,7 +696,7 @@ impl Lock {
                 Err(e) => {
                     log::debug!(
                         "redguard: could not learn what became of an interrupted release of \
-                         {:?}: {e}",
+                         lock {:?} by {holder}: {e}",
                         String::from_utf8_lossy(&self.inner.name),
                         e = e.chain()
                     );
@@ -718,8 +718,8 @@ impl Lock {
     pub(crate) fn give_back_lost(&self, holder: &HolderId) {
         if let Err(e) = self.release_all(holder) {
             log::warn!(
-                "redguard: could not give back lock {:?}, extended after its lease was lost: \
-                 {e}; it expires with the new lease",
+                "redguard: could not give back lock {:?} held by {holder}, extended after its \
+                 lease was lost: {e}; it expires with the new lease",
                 String::from_utf8_lossy(&self.inner.name),
                 e = e.chain()
             );

@@ -359,7 +359,9 @@ impl ExpiringSemaphore {
         // failed too: given back before the next attempt, so that a wait
         // that rides out an outage leaves no permit taken by nobody.
         let mut orphans: Vec<PermitId> = Vec::new();
-        wait_loop(&self.client, &self.channel, deadline, false, || {
+        let started = Instant::now();
+        let mut waiting = crate::metrics::Waiting::none();
+        let granted = wait_loop(&self.client, &self.channel, deadline, false, || {
             let mut failed = None;
             orphans.retain(|id| match self.release(id) {
                 Ok(_) => false,
@@ -371,8 +373,25 @@ impl ExpiringSemaphore {
             if let Some(e) = failed {
                 return Err(e);
             }
-            self.attempt(lease, ms, renew, &mut orphans)
-        })
+            let attempt = self.attempt(lease, ms, renew, &mut orphans);
+            if matches!(attempt, Ok(Attempt::Busy(_))) {
+                waiting.start(crate::lost::HoldKind::Permit);
+            }
+            attempt
+        })?;
+        drop(waiting);
+        match granted {
+            Some(_) => crate::metrics::acquired(self.labels(), started.elapsed()),
+            None => crate::metrics::timed_out(self.labels()),
+        }
+        Ok(granted)
+    }
+
+    /// The metrics labels of this semaphore's permits.
+    fn labels(&self) -> crate::metrics::Labels<'_> {
+        self.client
+            .hooks()
+            .labels(crate::lost::HoldKind::Permit, &self.name)
     }
 
     fn attempt(
@@ -641,6 +660,10 @@ impl PermitGuard {
         match released {
             Ok(true) => {
                 self.state.mark_released();
+                crate::metrics::released(
+                    self.semaphore.labels(),
+                    Some(self.state.held_since().elapsed()),
+                );
                 Ok(())
             }
             Ok(false) => {

@@ -322,6 +322,8 @@ impl Semaphore {
         if permits == 0 {
             return Ok(Some(SemaphoreGuard::new(self.clone(), 0)));
         }
+        let started = Instant::now();
+        let mut waiting = crate::metrics::Waiting::none();
         let granted = wait_loop(&self.client, &self.channel, deadline, false, || {
             let mut sent = false;
             let taken = self.client.with_conn(&self.name, |conn| {
@@ -330,7 +332,10 @@ impl Semaphore {
             });
             Ok(match taken {
                 Ok(true) => Attempt::Acquired(()),
-                Ok(false) => Attempt::Busy(None),
+                Ok(false) => {
+                    waiting.start(crate::metrics::Kind::Semaphore);
+                    Attempt::Busy(None)
+                }
                 // The permits may have been taken, and a permit has no
                 // owner to give it back by: trying again could take them
                 // twice. A call that never reached the server is retried.
@@ -338,7 +343,19 @@ impl Semaphore {
                 Err(e) => return Err(e),
             })
         })?;
+        drop(waiting);
+        match granted {
+            Some(()) => crate::metrics::acquired(self.labels(), started.elapsed()),
+            None => crate::metrics::timed_out(self.labels()),
+        }
         Ok(granted.map(|()| SemaphoreGuard::new(self.clone(), permits)))
+    }
+
+    /// The metrics labels of this semaphore's events.
+    fn labels(&self) -> crate::metrics::Labels<'_> {
+        self.client
+            .hooks()
+            .labels(crate::metrics::Kind::Semaphore, &self.name)
     }
 
     /// Gives back `permits` permits that this client took and kept with
@@ -376,7 +393,7 @@ impl Semaphore {
                 kept.insert(key.clone(), have - u64::from(permits));
             }
         }
-        let released = self.give_back(permits);
+        let released = self.give_back(permits, None);
         if released.is_err() {
             // Not given back: still this client's to release.
             *kept().entry(key).or_insert(0) += u64::from(permits);
@@ -384,7 +401,9 @@ impl Semaphore {
         released
     }
 
-    fn give_back(&self, permits: u32) -> Result<()> {
+    /// Gives `permits` back; `since`: when the guard giving them back took
+    /// them (`None`: kept permits, whose hold time is not known).
+    fn give_back(&self, permits: u32, since: Option<Instant>) -> Result<()> {
         self.client.with_conn(&self.name, |conn| {
             script::release(
                 conn,
@@ -394,6 +413,9 @@ impl Semaphore {
                 i64::from(permits),
             )
         })?;
+        if permits > 0 {
+            crate::metrics::released(self.labels(), since.map(|s| s.elapsed()));
+        }
         Ok(())
     }
 }
@@ -410,6 +432,8 @@ pub struct SemaphoreGuard {
     semaphore: Semaphore,
     permits: u32,
     done: bool,
+    /// When the permits were granted (the hold-time histogram).
+    since: Instant,
 }
 
 impl fmt::Debug for SemaphoreGuard {
@@ -427,6 +451,7 @@ impl SemaphoreGuard {
             semaphore,
             permits,
             done: false,
+            since: Instant::now(),
         }
     }
 
@@ -448,7 +473,7 @@ impl SemaphoreGuard {
     /// back (a semaphore has no lease to fall back on).
     pub fn release(mut self) -> Result<()> {
         self.done = true;
-        self.semaphore.give_back(self.permits)
+        self.semaphore.give_back(self.permits, Some(self.since))
     }
 
     /// Keeps the permits taken without giving them back; this client may
@@ -471,7 +496,7 @@ impl Drop for SemaphoreGuard {
         if self.done || self.permits == 0 {
             return;
         }
-        if let Err(e) = self.semaphore.give_back(self.permits) {
+        if let Err(e) = self.semaphore.give_back(self.permits, Some(self.since)) {
             log::warn!(
                 "redguard: could not give back {} permits of semaphore {:?}: {e}",
                 self.permits,

@@ -1206,8 +1206,9 @@ impl Watchdog {
         if told {
             if let Some(e) = detail {
                 log::debug!(
-                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    "redguard: last renewal error of lock {:?} held by {} before its loss: {e}",
                     entry.name(),
+                    entry.holder,
                     e = e.chain()
                 );
             }
@@ -1363,8 +1364,9 @@ impl Watchdog {
                 // Its loss was told at its deadline, while this attempt was
                 // under way: what became of it still says why.
                 log::debug!(
-                    "redguard: last renewal error of lock {:?} before its loss: {e}",
+                    "redguard: last renewal error of lock {:?} held by {} before its loss: {e}",
                     entry.name(),
+                    entry.holder,
                     e = e.chain()
                 );
             }
@@ -1459,9 +1461,10 @@ impl Watchdog {
             // Once per failure streak; the rest of it is logged at debug
             // level, and its end at warn level again.
             log::warn!(
-                "redguard: lease renewals failing ({err}, lock {:?} and {} more); retried with \
-                 backoff until each lease runs out",
+                "redguard: lease renewals failing ({err}, lock {:?} held by {} and {} more); \
+                 retried with backoff until each lease runs out",
                 entry.name(),
+                entry.holder,
                 failed.len() - 1,
                 err = err.chain()
             );
@@ -1481,9 +1484,10 @@ impl Watchdog {
         };
         let source = first.source.clone();
         log::debug!(
-            "redguard: renewal of lock {:?} failed ({err}); retrying after a pause, with the \
-             server's {} other failed renewal(s)",
+            "redguard: renewal of lock {:?} held by {} failed ({err}); retrying after a pause, \
+             with the server's {} other failed renewal(s)",
             first.name(),
+            first.holder,
             kept.len() - 1,
             err = err.chain()
         );

@@ -986,8 +986,9 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
             if let Err(e) = released {
                 broken = e.breaks_connection();
                 log::warn!(
-                    "redguard: could not release lock {:?} at client shutdown: {e}",
+                    "redguard: could not release lock {:?} held by {} at client shutdown: {e}",
                     entry.name(),
+                    entry.holder,
                     e = e.chain()
                 );
             }

@@ -87,6 +87,21 @@ impl OnLoss<'_> {
     }
 }
 
+/// How CMD ended, for the log line: its status as a shell reports it
+/// (`code`), and why redguard stopped it, if it did.
+fn ended_text(code: u8, timed_out: bool, lost: bool) -> String {
+    if timed_out {
+        return format!("stopped by --timeout, status {code}");
+    }
+    let signal = code
+        .checked_sub(code::SIGNAL_BASE)
+        .filter(|s| *s > 0)
+        .map(|s| format!(" ({})", signal_name(i32::from(s))))
+        .unwrap_or_default();
+    let why = if lost { ", stopped: lease lost" } else { "" };
+    format!("status {code}{signal}{why}")
+}
+
 /// Starts CMD (unless a signal already arrived) and waits for it while
 /// watching the lease with `valid_for` (how much longer it is known valid
 /// on this host's clock; zero once lost). Signals to redguard go to CMD
@@ -128,7 +143,17 @@ pub(crate) fn run_cmd(
     // The supervisor has its end of the link now (or never will).
     drop(theirs);
     match spawned {
-        Ok(Some(_pid)) => {}
+        Ok(Some(pid)) => {
+            let whose = if cfg!(target_os = "linux") {
+                "its supervisor's pid"
+            } else {
+                "pid"
+            };
+            log::info!(
+                "redguard: started CMD {} ({whose} {pid})",
+                crate::show::name(program.as_bytes())
+            );
+        }
         Ok(None) => {
             let signal = relay.interrupted().unwrap_or(libc::SIGTERM);
             out::error(&format!(
@@ -250,12 +275,18 @@ pub(crate) fn run_cmd(
             signal_name(signal)
         ));
     }
+    let code = if timed_out_at.is_some() {
+        code::TIMED_OUT
+    } else {
+        exit_status_code(status)
+    };
+    log::info!(
+        "redguard: CMD ended after {}: {}",
+        crate::show::left(started.elapsed()),
+        ended_text(code, timed_out_at.is_some(), lost_at.is_some())
+    );
     Ok(CmdEnd::Ended {
-        code: if timed_out_at.is_some() {
-            code::TIMED_OUT
-        } else {
-            exit_status_code(status)
-        },
+        code,
         lost: lost_at.is_some(),
         timed_out: timed_out_at.is_some(),
     })

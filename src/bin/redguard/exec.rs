@@ -18,6 +18,7 @@ use crate::out;
 use crate::relay::Relay;
 use crate::show;
 use crate::spinner::Spinner;
+use crate::waitlog::WaitLog;
 
 /// Runs `redguard exec`.
 pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -53,6 +54,10 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
 
     let spinner = Spinner::start(&lock, args.quiet);
+    let waitlog = WaitLog::start(format!("lock {}", show::name(&name)), {
+        let lock = lock.clone();
+        move || show::look_holder(&lock)
+    });
     // `--no-wait` is a wait of zero: one attempt, no waiting.
     let wait = if args.no_wait {
         Some(Duration::ZERO)
@@ -63,6 +68,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         Some(wait) => lock.try_lock_for(wait),
         None => lock.lock().map(Some),
     };
+    let waited = waitlog.stop();
     spinner.stop();
 
     if let Some(signal) = relay.interrupted() {
@@ -79,8 +85,11 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     let guard = match acquired {
         Ok(Some(granted)) => granted,
         Ok(None) => {
-            if !args.quiet {
-                out::error(&busy_message(&lock, &name));
+            let busy = busy_message(&lock, &name);
+            if args.quiet {
+                log::info!("redguard: {busy}");
+            } else {
+                out::error(&busy);
             }
             return Ok(ExitCode::from(args.conflict_exit_code));
         }
@@ -88,8 +97,10 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
     };
 
     log::info!(
-        "redguard: holding lock {} as {}; running CMD",
+        "redguard: acquired {} lock {} after {} as {}",
+        lock_kind(args),
         show::name(&name),
+        show::left(waited),
         guard.holder_id()
     );
     let mut cmd = Command::new(program);
@@ -159,7 +170,11 @@ fn finish(
     }
     let client = guard.lock().client().clone();
     let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
+    let holder = guard.holder_id().clone();
     let released = guard.unlock();
+    if released.is_ok() {
+        log::info!("redguard: released lock {} as {holder}", show::name(name));
+    }
     crate::child::await_release(
         &client,
         &format!("lock {}", show::name(name)),
@@ -201,6 +216,21 @@ fn finish(
             ));
             Ok(ExitCode::from(cmd_code))
         }
+    }
+}
+
+/// The kind of lock `exec` takes, as the log lines name it.
+fn lock_kind(args: &ExecArgs) -> &'static str {
+    if args.fair {
+        "fair"
+    } else if args.fenced {
+        "fenced"
+    } else if args.read {
+        "read"
+    } else if args.write {
+        "write"
+    } else {
+        "reentrant"
     }
 }
 

@@ -9,8 +9,12 @@
 //! journal can be put side by side:
 //!
 //! ```text
-//! 2026-11-28T01:20:00.123Z pid=4242 lock="nightly" [INFO] redguard: holding lock "nightly" as …
+//! 2026-11-28T01:20:00.123Z pid=4242 lock="nightly" [INFO] redguard: acquired reentrant lock "nightly" after 2ms as …
 //! ```
+//!
+//! What `-v` tells of a run (the wait, its progress, the grant, CMD's start
+//! and end, the release) is written where it happens; the wait's lines by
+//! [`crate::waitlog`].
 
 use std::io::Write;
 

@@ -29,6 +29,7 @@ mod sync_status;
 #[cfg(target_os = "linux")]
 mod tree;
 mod unlock;
+mod waitlog;
 mod who;
 
 use std::process::ExitCode;

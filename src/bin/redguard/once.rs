@@ -21,6 +21,7 @@ use crate::out;
 use crate::relay::Relay;
 use crate::show;
 use crate::spinner::Spinner;
+use crate::waitlog::WaitLog;
 
 /// Runs `redguard once`.
 pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failure> {
@@ -44,10 +45,18 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
     let relay = Relay::start(conn.client.clone())
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
     let spinner = Spinner::start(&conn.client.lock(&key), args.quiet || args.wait.is_none());
+    let waitlog = args.wait.map(|_| {
+        let lock = conn.client.lock(&key);
+        WaitLog::start(format!("the run of {}", show::name(&key)), move || {
+            show::look_holder(&lock)
+        })
+    });
+    let started = std::time::Instant::now();
     let found = match args.wait {
         Some(wait) => conn.client.once_wait(&key, args.ttl, wait),
         None => conn.client.once(&key, args.ttl),
     };
+    let waited = waitlog.map_or_else(|| started.elapsed(), WaitLog::stop);
     spinner.stop();
     if let Some(signal) = relay.interrupted() {
         // The shutdown that woke the wait also gave back a claim made in
@@ -61,14 +70,27 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
         return Ok(signal_exit(signal));
     }
     match found.map_err(|e| lib_failure(&e, &key, conn))? {
-        Once::Run(run) => run_once(args, &key, run, program, cmd_args, &relay, conn),
+        Once::Run(run) => {
+            log::info!(
+                "redguard: claimed run-once key {} after {} as {} (fencing token {}); this \
+                 process runs CMD",
+                show::name(&key),
+                show::left(waited),
+                run.holder_id(),
+                run.fencing_token()
+            );
+            run_once(args, &key, run, program, cmd_args, &relay, conn)
+        }
         Once::Done(outcome) => {
-            if !args.quiet {
-                out::error(&format!(
-                    "{} already ran: {}; CMD not run",
-                    show::name(&key),
-                    describe(&outcome)
-                ));
+            let done = format!(
+                "{} already ran: {}; CMD not run",
+                show::name(&key),
+                describe(&outcome)
+            );
+            if args.quiet {
+                log::info!("redguard: {done}");
+            } else {
+                out::error(&done);
             }
             Ok(ExitCode::from(recorded_status(&outcome)))
         }
@@ -84,10 +106,15 @@ pub(crate) fn once(args: &OnceArgs, conn: &Connection) -> Result<ExitCode, Failu
                     None => String::new(),
                 };
                 out::error(&format!(
-                    "{} is running{waited}: holder {holder}{}; CMD not run",
+                    "{} is running{waited}: {}; CMD not run",
                     show::name(&key),
-                    lease_left(expires_in)
+                    runner_text(conn, &key, &holder, expires_in)
                 ));
+            } else {
+                log::info!(
+                    "redguard: {} is running: holder {holder}; CMD not run",
+                    show::name(&key)
+                );
             }
             Ok(ExitCode::from(code::TEMPFAIL))
         }
@@ -202,7 +229,13 @@ fn run_once(
         end_attempt(failed_state);
     }
     match run.complete(record.to_string()) {
-        Ok(_) => Ok(ExitCode::from(status)),
+        Ok(_) => {
+            log::info!(
+                "redguard: recorded the run of {} (status {status})",
+                show::name(key)
+            );
+            Ok(ExitCode::from(status))
+        }
         Err(e) if e.is_lock_lost() => {
             out::error(&format!(
                 "lost the lease of run-once key {} before recording (CMD exited with {status}); \
@@ -541,6 +574,28 @@ pub(crate) fn describe(outcome: &Outcome) -> String {
 }
 
 /// "; its lease runs out in 2s unless renewed", or nothing.
+/// The runner of `key` that a caller found running, for its message: its
+/// host, pid, program and age when its record says (one more round trip),
+/// else its holder id and the lease left.
+fn runner_text(
+    conn: &Connection,
+    key: &[u8],
+    holder: &str,
+    expires_in: Option<Duration>,
+) -> String {
+    match conn.client.lock(key).inspect() {
+        Ok(info)
+            if info
+                .holders
+                .iter()
+                .any(|(h, _)| h.as_str() == holder && info.record_of(h).is_some()) =>
+        {
+            show::describe_holder(&info)
+        }
+        _ => format!("holder {holder}{}", lease_left(expires_in)),
+    }
+}
+
 fn lease_left(expires_in: Option<Duration>) -> String {
     match expires_in {
         Some(left) => format!(

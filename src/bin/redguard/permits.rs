@@ -16,6 +16,7 @@ use crate::fail::{Failure, code};
 use crate::out;
 use crate::relay::Relay;
 use crate::show;
+use crate::waitlog::WaitLog;
 
 /// Runs `redguard exec --permits N NAME -- CMD`.
 pub(crate) fn exec_with_permit(
@@ -49,10 +50,18 @@ pub(crate) fn exec_with_permit(
     })?;
     let relay = Relay::start(conn.client.clone())
         .map_err(|e| Failure::new(code::OSERR, format!("cannot install signal handlers: {e}")))?;
+    let waitlog = WaitLog::start(format!("a permit of semaphore {}", show::name(name)), {
+        let semaphore = semaphore.clone();
+        move || match (semaphore.available_permits(), semaphore.permits()) {
+            (Ok(free), Ok(all)) => format!("{free} of {all} permits free"),
+            _ => "permits unknown (Redis did not answer)".to_owned(),
+        }
+    });
     let acquired = match deadline {
         Some(deadline) => semaphore.try_acquire_until(deadline),
         None => semaphore.acquire().map(Some),
     };
+    let waited = waitlog.stop();
     if let Some(signal) = relay.interrupted() {
         drop(acquired);
         out::error(&format!(
@@ -65,18 +74,26 @@ pub(crate) fn exec_with_permit(
     let permit = match acquired {
         Ok(Some(permit)) => permit,
         Ok(None) => {
-            if !args.quiet {
-                out::error(&format!(
-                    "all {permits} permits of semaphore {} are held; not acquired in time, \
-                     CMD not run",
-                    show::name(name)
-                ));
+            let busy = format!(
+                "all {permits} permits of semaphore {} are held; not acquired in time, CMD not \
+                 run",
+                show::name(name)
+            );
+            if args.quiet {
+                log::info!("redguard: {busy}");
+            } else {
+                out::error(&busy);
             }
             return Ok(ExitCode::from(args.conflict_exit_code));
         }
         Err(e) => return Err(fail(e)),
     };
     let id = permit.id().to_string();
+    log::info!(
+        "redguard: acquired permit {id} of semaphore {} after {}",
+        show::name(name),
+        show::left(waited)
+    );
     let mut cmd = Command::new(program);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(name))
@@ -176,7 +193,13 @@ fn finish(
         args.quiet,
     );
     match released {
-        Ok(()) => Ok(ExitCode::from(cmd_code)),
+        Ok(()) => {
+            log::info!(
+                "redguard: released permit {id} of semaphore {}",
+                show::name(name)
+            );
+            Ok(ExitCode::from(cmd_code))
+        }
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
             let what = format!("{why} of permit {id} of semaphore {}", show::name(name));

@@ -89,7 +89,10 @@ pub(crate) fn not_a_lock(redis_type: &str) -> String {
 }
 
 /// One line naming the current holder(s) and the remaining ttl, for the
-/// spinner and the "busy" message.
+/// spinner, the waiting lines of `-v` and the "busy" message. A holder
+/// with a record is named by its host, pid, program and how long it has
+/// held the lock, then its holder id: what an operator needs to find the
+/// process.
 pub(crate) fn describe_holder(info: &LockInfo) -> String {
     let ttl = ttl(info.ttl);
     match (&info.kind, info.holders.as_slice()) {
@@ -97,10 +100,39 @@ pub(crate) fn describe_holder(info: &LockInfo) -> String {
             format!("not a lock: {} (ttl {ttl})", not_a_lock(redis_type))
         }
         (_, []) => format!("no holder recorded (ttl {ttl})"),
-        (_, [(holder, _)]) => format!("held by {holder} (ttl {ttl})"),
-        (_, [(holder, _), rest @ ..]) => {
-            format!("held by {holder} and {} more (ttl {ttl})", rest.len())
-        }
+        (_, [(holder, _)]) => format!("held by {}", holder_text(info, holder, &ttl)),
+        (_, [(holder, _), rest @ ..]) => format!(
+            "held by {} and {} more",
+            holder_text(info, holder, &ttl),
+            rest.len()
+        ),
+    }
+}
+
+/// One holder of `info`: `host H, pid P, program "X", for 3s (holder ID,
+/// ttl T)` from its record; `ID (ttl T)` without one.
+fn holder_text(info: &LockInfo, holder: &redguard::HolderId, ttl: &str) -> String {
+    let Some(record) = info.record_of(holder) else {
+        return format!("{holder} (ttl {ttl})");
+    };
+    let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let age = info
+        .held_for(holder)
+        .map_or_else(|| "an unknown time".to_owned(), left);
+    format!(
+        "host {}, pid {pid}, program {}, for {age} (holder {holder}, ttl {ttl})",
+        record.host,
+        name(record.program.as_bytes())
+    )
+}
+
+/// Who holds `lock` now, on one line ([`describe_holder`]); one round
+/// trip.
+pub(crate) fn look_holder(lock: &redguard::Lock) -> String {
+    match lock.inspect() {
+        Ok(info) if info.is_held() => describe_holder(&info),
+        Ok(_) => "free, acquiring".to_owned(),
+        Err(_) => "holder unknown (Redis did not answer)".to_owned(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The waiting line: on a terminal, a spinner on stderr with the time
 //! waited and the current holder (indicatif), refreshed by its own thread
 //! while the main thread blocks in `lock()`. Nothing at all when stderr is
-//! not a terminal or with `-q`.
+//! not a terminal, with `-q`, or at `-v` (the log's waiting lines instead).
 
 use std::io::IsTerminal;
 use std::thread::{self, JoinHandle};
@@ -29,7 +29,9 @@ impl Spinner {
             stop: None,
             thread: None,
         };
-        if quiet || !std::io::stderr().is_terminal() {
+        // At `-v` the waiting lines (`crate::waitlog`) take its place: a
+        // spinner redrawn under log lines would garble them.
+        if quiet || log::log_enabled!(log::Level::Info) || !std::io::stderr().is_terminal() {
             return none;
         }
         let (stop, stopped) = bounded::<()>(1);
@@ -46,12 +48,7 @@ impl Spinner {
                 bar.set_prefix(show::name(lock.name()));
                 bar.enable_steady_tick(Duration::from_millis(100));
                 loop {
-                    let msg = match lock.inspect() {
-                        Ok(info) if info.is_held() => show::describe_holder(&info),
-                        Ok(_) => "free, acquiring".to_owned(),
-                        Err(_) => "holder unknown (Redis did not answer)".to_owned(),
-                    };
-                    bar.set_message(msg);
+                    bar.set_message(show::look_holder(&lock));
                     match stopped.recv_timeout(REFRESH) {
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                         _ => break,

@@ -147,7 +147,10 @@ fn verbosity_flags_and_log_variables_turn_logging_on() {
     };
     assert_eq!(exec(&[], None), "", "quiet by default");
     let info = exec(&["-v"], None);
-    assert!(info.contains("[INFO] redguard: holding lock"), "{info}");
+    assert!(
+        info.contains("[INFO] redguard: acquired reentrant lock"),
+        "{info}"
+    );
     // Each line: UTC time with milliseconds, the pid, the lock.
     for line in info.lines() {
         let (time, rest) = line.split_once(' ').unwrap_or_default();

@@ -1,6 +1,7 @@
 //! The `redguard` binary end to end (`CARGO_BIN_EXE_redguard`), against a
 //! private redis-server per test, one file per subcommand or concern:
-//! `exec` (running a command under the lock), `exec_lease` (leases, signals
+//! `exec` (running a command under the lock), `logs` (what `-v` writes,
+//! against golden files), `exec_lease` (leases, signals
 //! and Redis faults under a running exec), `exec_tree` (CMD's process
 //! tree), `status`, `unlock`, `args` (usage errors and exit codes), `help`
 //! (help text, logging, durations), `readme` (the README's shell examples)
@@ -35,6 +36,7 @@ mod exec_outage;
 mod exec_signals;
 mod exec_tree;
 mod help;
+mod logs;
 mod once_attempt;
 mod ops;
 mod readme;
@@ -129,6 +131,11 @@ impl Proc {
             stderr,
             _dir: dir,
         }
+    }
+
+    /// What it has written to stderr so far.
+    pub(crate) fn stderr_so_far(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     pub(crate) fn pid(&self) -> i32 {
