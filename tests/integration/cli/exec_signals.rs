@@ -190,9 +190,11 @@ fn every_exit_path_releases_the_lock_and_deletes_the_holder_record() {
     assert_eq!(out.code, Some(70), "{out:?}");
     assert_nothing_held(&server, &name, Some(&client_of(&file)), "70");
 
-    // 70 after CMD ended: the key deleted just before CMD exits (a renewal
-    // is a second away), so the release finds it gone; the message says
-    // CMD ran within the lease.
+    // 70 after CMD ended: the key deleted just before CMD exits, so the
+    // release finds it gone; the message says CMD ran within the lease. A
+    // 30 s lease puts the next renewal 10 s away: with a 3 s lease, one
+    // came between the delete and CMD's exit on a loaded machine, and
+    // found the lease lost while CMD ran.
     let name = unique_name("exit-70-after");
     let file = dir.path().join(&name);
     let go = dir.path().join(format!("{name}.go"));
@@ -200,7 +202,7 @@ fn every_exit_path_releases_the_lock_and_deletes_the_holder_record() {
         "while [ ! -e {} ]; do sleep 0.01; done; exit 6",
         path_str(&go)
     );
-    let mut cmd = redguard(&server.url());
+    let mut cmd = redguard_timed(&server.url(), "30s", "1s");
     cmd.args(["exec", &name, "--", "sh", "-c"])
         .arg(cmd_writing_holder(&file, &tail));
     let mut p = Proc::spawn(cmd);

@@ -55,6 +55,9 @@ fn mask_line(line: &str) -> String {
             Some("<HOST>".to_owned())
         } else if core.parse::<u32>().is_ok() && words.last().is_some_and(|w| w == "pid") {
             Some("<PID>".to_owned())
+        } else if core.parse::<u64>().is_ok() && words.last().is_some_and(|w| w == "token") {
+            // A run-once key's counter starts at the server's clock.
+            Some("<TOKEN>".to_owned())
         } else if is_holder_id(core) {
             Some("<HOLDER>".to_owned())
         } else if core.len() == 32 && core.chars().all(|c| c.is_ascii_hexdigit()) {
