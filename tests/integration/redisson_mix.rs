@@ -1143,6 +1143,7 @@ fn fair_a_dead_rust_waiter_is_dropped_in_its_turn() {
 /// (`CountDownLatchPubSub`); an open latch makes it read the count again.
 /// `subscribed` is called once it listens. Returns when it found the count
 /// zero, or `None` when `timeout` passed first.
+#[cfg(feature = "cli")]
 fn java_await(
     server: &RedisServer,
     name: &str,
