@@ -327,6 +327,44 @@ impl Client {
         record::records_of(&self.shared.source, &id.hyphenated().to_string())
     }
 
+    /// The holder records that keep a wait ([`HolderRecord::waits`]): who
+    /// waits for what, on which host, since when, on every master. Each
+    /// record comes with its fixed fields and its waits, not its holds.
+    /// Redisson's waiters keep no record (a fair lock's queue and the
+    /// subscriber counts still show them).
+    ///
+    /// Reads only: one `SCAN` (`COUNT` 1,000, `MATCH
+    /// redguard:client:*`) per 1,000 keys of each master, and one pipelined
+    /// round trip per page that has records, each read bounded (an
+    /// `HSCAN … MATCH wait:*` of bounded `COUNT`, never `HGETALL`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], and connection, timeout and server errors (an
+    /// ACL user that may not `SCAN`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// for record in client.waiting_records()? {
+    ///     for wait in &record.waits {
+    ///         println!("{} pid {:?} waits for {:?} since {:?}", record.host, record.pid,
+    ///             String::from_utf8_lossy(&wait.name), wait.since);
+    ///     }
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn waiting_records(&self) -> Result<Vec<HolderRecord>> {
+        self.check_open()?;
+        let source = &self.shared.source;
+        let mut out = Vec::new();
+        for node in source.masters()? {
+            out.extend(record::waiting_on(source, node)?);
+        }
+        Ok(out)
+    }
+
     /// The Redis server's clock (`TIME`; on a Cluster, one master's), the
     /// clock of holder records and fair-lock deadlines. One round trip.
     ///

@@ -162,7 +162,7 @@ pub use once::{
     AttemptState, MAX_FAILED_ATTEMPT_TTL, MAX_OUTCOME_LEN, Once, OnceAttempt, OnceGuard,
     OnceStatus, Outcome,
 };
-pub use record::{HolderRecord, RecordCommand, RecordedHold};
+pub use record::{HolderRecord, RecordCommand, RecordedHold, RecordedWait};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

@@ -246,6 +246,7 @@ impl Lock {
                 wait_loop(
                     &self.inner.client,
                     &self.inner.channel,
+                    (&self.inner.name[..], kind.as_str()),
                     deadline,
                     queue_first,
                     || counted(self.attempt(&holder_str, lease, ms, renew, false)),
@@ -308,7 +309,10 @@ impl Lock {
         } else {
             self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) = acks.run(conn, response_timeout, script)?;
+                let source = self.inner.client.source();
+                let (reply, acked) = acks.run(conn, response_timeout, |conn| {
+                    crate::record::wait::ride_plain(conn, source, &self.inner.name, script)
+                })?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -461,6 +465,7 @@ impl Lock {
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
                 listen: true,
+                ended_wait: None,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,
@@ -585,6 +590,9 @@ fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
 /// not be undone is this holder's, and the next attempt re-enters it
 /// (its extra hold is dropped by the guard's release).
 ///
+/// `what` names the wait for the client's holder record: the name waited
+/// for and its kind (see [`crate::RecordedWait::kind`]).
+///
 /// With `queue_first`, a caller that finds other threads of its client
 /// already waiting on `channel` joins the back of their queue and waits for
 /// its wake-up before its first attempt, instead of barging in ahead of the
@@ -595,10 +603,14 @@ fn log_outcome(lock: &Lock, started: Instant, granted: bool) {
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
+    what: (&[u8], &'static str),
     deadline: Option<Instant>,
     queue_first: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
+    // Recorded from the first busy attempt on, deleted when this returns
+    // (or unwinds), whatever the end.
+    let mut entry = crate::record::wait::WaitEntry::new(client, what.0, what.1);
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
@@ -623,6 +635,7 @@ pub(crate) fn wait_loop<T>(
             Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
             Ok(Attempt::Busy(hint)) => {
                 outage.reset();
+                entry.busy();
                 hint
             }
             Ok(Attempt::Unknown(e)) => return Err(e),

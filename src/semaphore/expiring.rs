@@ -359,7 +359,8 @@ impl ExpiringSemaphore {
         // failed too: given back before the next attempt, so that a wait
         // that rides out an outage leaves no permit taken by nobody.
         let mut orphans: Vec<PermitId> = Vec::new();
-        wait_loop(&self.client, &self.channel, deadline, false, || {
+        let what = (&self.name[..], "permit");
+        wait_loop(&self.client, &self.channel, what, deadline, false, || {
             let mut failed = None;
             orphans.retain(|id| match self.release(id) {
                 Ok(_) => false,
@@ -391,14 +392,16 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                script::permit_acquire(
-                    conn,
-                    self.client.publish(&self.name),
-                    self.keys(),
-                    ms,
-                    self.skew_ms(),
-                    &[id.0],
-                )
+                crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
+                    script::permit_acquire(
+                        conn,
+                        self.client.publish(&self.name),
+                        self.keys(),
+                        ms,
+                        self.skew_ms(),
+                        &[id.0],
+                    )
+                })
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;
@@ -464,6 +467,7 @@ impl ExpiringSemaphore {
             })),
             classic_publish: self.client.config().interop.classic_publish,
             listen: false,
+            ended_wait: None,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

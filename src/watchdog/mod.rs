@@ -112,6 +112,9 @@ pub(crate) struct Entry {
     /// A lock hold, whose channel a force unlock publishes on: listened
     /// for once it lasted [`crate::subscriber::LISTEN_AFTER`].
     pub(crate) listen: bool,
+    /// The field of the wait that ended in this hold, to delete from the
+    /// client's record (set by [`register`]).
+    pub(crate) ended_wait: Option<Vec<u8>>,
 }
 
 impl Entry {
@@ -194,6 +197,18 @@ enum Command {
     /// An unlock message came on the channel of these holds: check each
     /// now.
     Verify(Vec<Arc<LeaseState>>),
+    /// A recorded wait ended without a recorded hold: its field goes with
+    /// the next record write on its server.
+    WaitEnded(Box<WaitEnded>),
+}
+
+/// A wait's field to delete from a client's record on one server.
+pub(crate) struct WaitEnded {
+    source: Arc<Source>,
+    node: NodeId,
+    spec: Arc<record::RecordSpec>,
+    counters: Arc<Counters>,
+    field: Vec<u8>,
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -290,8 +305,9 @@ pub(crate) fn attach() {
 
 /// Hands a newly held lock to the watchdog. Its first renewal (or, for a
 /// fixed lease, its expiry) is due at `due`.
-pub(crate) fn register(entry: Entry, due: Instant) {
+pub(crate) fn register(mut entry: Entry, due: Instant) {
     let shared: &'static Shared = &WATCHDOG;
+    entry.ended_wait = record::wait::hand_over(&entry.source, entry.server().1);
     // A client's first lock (after none) wakes the thread at once, so that
     // its server is watched from the start, not from the next wake-up.
     let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
@@ -344,6 +360,30 @@ pub(crate) fn verify(holds: Vec<Arc<LeaseState>>) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.running.load(Ordering::Acquire) {
         let _ = shared.commands.send(Command::Verify(holds));
+    }
+}
+
+/// Tells the watchdog that a recorded wait of a client on node `node` of
+/// `source` ended without a hold: `field` is deleted from the client's
+/// record there with the next record write (within a second).
+pub(crate) fn wait_ended(
+    source: Arc<Source>,
+    node: NodeId,
+    spec: Arc<record::RecordSpec>,
+    counters: Arc<Counters>,
+    field: Vec<u8>,
+) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared
+            .commands
+            .send(Command::WaitEnded(Box::new(WaitEnded {
+                source,
+                node,
+                spec,
+                counters,
+                field,
+            })));
     }
 }
 
@@ -647,6 +687,7 @@ impl Watchdog {
                     }
                 }
                 Ok(Command::Verify(holds)) => self.verify_holds(holds),
+                Ok(Command::WaitEnded(ended)) => self.wait_ended(*ended),
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -721,7 +762,7 @@ impl Watchdog {
             self.listen_tick = Some(now + crate::subscriber::LISTEN_AFTER);
         }
         let mut last_used: Option<Server> = None;
-        for (due, entry) in pending {
+        for (due, mut entry) in pending {
             if entry.hooks.record.is_some() {
                 // Short holds too keep the record alive: the client uses
                 // the server. Once per run of entries of one server.
@@ -730,6 +771,16 @@ impl Watchdog {
                     last_used = Some(server);
                     self.record_use(&entry, now);
                 }
+            }
+            if let Some(field) = entry.ended_wait.take()
+                && let Some(record) = self
+                    .servers
+                    .get_mut(&entry.server())
+                    .and_then(|s| s.record.as_mut())
+            {
+                // The wait that led to this hold ends in the write that
+                // records it.
+                record.ended(field);
             }
             if entry.finished() {
                 continue;
@@ -778,6 +829,21 @@ impl Watchdog {
         if self.young.is_empty() && self.young.capacity() > 1024 {
             self.young = std::collections::VecDeque::new();
         }
+    }
+
+    /// Deletes an ended wait's field with the next record write on its
+    /// server. A client with no record there yet gets one that is not
+    /// kept alive: it lives for the write.
+    fn wait_ended(&mut self, ended: WaitEnded) {
+        let server = (Arc::as_ptr(&ended.source) as usize, ended.node);
+        let now = Instant::now();
+        let Some(state) = self.state(server, &ended.source) else {
+            return;
+        };
+        state
+            .record
+            .get_or_insert_with(|| RecordState::idle(ended.spec, ended.counters, now))
+            .ended(ended.field);
     }
 
     /// Notes that the client of `entry` uses its server: its holder record
