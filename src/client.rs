@@ -176,12 +176,16 @@ impl Client {
             metrics_names: config.metrics_lock_names,
             listener: std::sync::OnceLock::new(),
             record: config.holder_record.then(|| {
-                Arc::new(RecordSpec::new(
+                let mut spec = RecordSpec::new(
                     &id,
                     config.program.as_deref(),
                     config.record_command,
                     config.watchdog_timeout,
-                ))
+                );
+                if let Some(host) = config.host.as_deref() {
+                    spec.set_host(host);
+                }
+                Arc::new(spec)
             }),
         });
         Ok(Client {

@@ -7,10 +7,12 @@
 //! started`, `PEXPIRE`) are packed ahead of the wait's next attempt and go
 //! out in the same write (see [`Riding`]); they go again every third of the
 //! record's lifetime, which keeps the record alive through a long wait.
-//! When the wait ends, the entry is deleted by the watchdog's next record
-//! write on that server: for a wait that ends in a recorded hold, the very
-//! write that records the hold ([`hand_over`]); otherwise (a timeout, an
-//! error, a panic, a latch that opened) a write within a second.
+//! When the wait ends, the entry is deleted: for a wait that ends in a
+//! recorded hold, by the very watchdog write that records the hold
+//! ([`hand_over`]); otherwise (a timeout, an error, a panic, a latch that
+//! opened, a permit of a plain semaphore) by one `HDEL` as the wait
+//! returns, or, when that fails, by the watchdog's next record write on
+//! that server.
 //!
 //! One wait per thread at a time: the state lives in a thread local, and
 //! only the commands of this thread's next call to the wait's server carry
@@ -125,7 +127,7 @@ impl<'c> WaitEntry<'c> {
         let now = Instant::now();
         if self.since.is_none() {
             self.since = Some(SystemTime::now());
-            let source = self.client.source();
+            let source: &Source = self.client.source();
             self.node = source.node_of(self.name);
             let node = self.node;
             self.key = super::key_for(&spec.client, |k| source.node_of(k) == node);
@@ -205,7 +207,21 @@ impl Drop for WaitEntry<'_> {
         let Some(current) = current.filter(|c| c.sent) else {
             return;
         };
-        if let Some(spec) = self.spec.clone() {
+        // One round trip on the caller's connection (the watchdog, which
+        // may have no connection to this server, would need one); the
+        // watchdog's next record write when that fails.
+        let deleted = self.key.as_ref().is_some_and(|key| {
+            self.client
+                .with_shared_conn(self.name, |conn| {
+                    redis::cmd("HDEL")
+                        .arg(&key[..])
+                        .arg(&current.field[..])
+                        .query::<i64>(conn)
+                        .map_err(crate::Error::redis)
+                })
+                .is_ok()
+        });
+        if !deleted && let Some(spec) = self.spec.clone() {
             crate::watchdog::wait_ended(
                 self.client.source().clone(),
                 self.node,
