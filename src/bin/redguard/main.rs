@@ -30,6 +30,7 @@ mod sync_status;
 #[cfg(target_os = "linux")]
 mod tree;
 mod unlock;
+mod waiters;
 mod who;
 
 use std::process::ExitCode;
