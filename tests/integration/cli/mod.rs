@@ -37,6 +37,7 @@ mod exec_tree;
 mod help;
 mod once_attempt;
 mod ops;
+mod opsview;
 mod readme;
 mod record_secrets;
 mod status;
