@@ -285,8 +285,8 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
 
 /// `list` names each kind with its columns: a lock, a plain semaphore and
 /// a latch (named by their waiters), a counter nothing names (said once),
-/// a finished `once` run (state, runner, age) and, with `--all` only, an
-/// application's string.
+/// a finished `once` run and a failed one (state, runner, age) and, with
+/// `--all` only, an application's string.
 #[test]
 fn list_shows_every_kind() {
     let ctx = TestContext::new();
@@ -304,6 +304,10 @@ fn list_shows_every_kind() {
     let mut cmd = redguard(&url);
     cmd.args(["once", &n("once"), "--", "true"]);
     assert_eq!(run(cmd).code, Some(0));
+    // A failed run keeps only its last attempt's record.
+    let mut cmd = redguard(&url);
+    cmd.args(["once", &n("failed"), "--", "sh", "-c", "exit 3"]);
+    assert_eq!(run(cmd).code, Some(3));
     let pattern = format!("{prefix}-*");
     std::thread::scope(|s| {
         let w1 = s.spawn(|| waiter.semaphore(n("sem")).try_acquire_for(3, ms(6_000)).map(|g| g.is_some()));
@@ -321,6 +325,7 @@ fn list_shows_every_kind() {
         assert_eq!(kind("latch"), Some("latch".into()), "{list:?}");
         assert_eq!(kind("counter"), Some("counter".into()), "{list:?}");
         assert_eq!(kind("once"), Some("once".into()), "{list:?}");
+        assert_eq!(kind("failed"), Some("once".into()), "{list:?}");
         assert_eq!(kind("app"), None, "{list:?}");
         let e = |k: &str| entry(&list, &n(k)).unwrap().clone();
         assert_eq!(e("sem")["available"], 2);
@@ -330,6 +335,7 @@ fn list_shows_every_kind() {
         assert_eq!(e("latch")["waiters"][0]["kind"], "latch");
         assert_eq!(e("counter")["value"], 5);
         assert_eq!(e("once")["state"], "done");
+        assert_eq!(e("failed")["state"], "failed");
         assert!(e("once")["age_ms"].as_u64().is_some(), "{}", e("once"));
         assert_eq!(e("lock")["waiters"].as_array().map(Vec::len), Some(0));
 
@@ -347,6 +353,7 @@ fn list_shows_every_kind() {
         assert!(line("counter").contains("counter 5"), "{text}");
         assert!(line("once").contains("once, done, runner host "), "{text}");
         assert!(line("once").contains(", age "), "{text}");
+        assert!(line("failed").contains("once, failed, runner host "), "{text}");
         assert!(line("lock").contains("reentrant"), "{text}");
         assert_eq!(text.matches("cannot tell apart").count(), 1, "{text}");
         assert!(!text.contains(&n("app")), "{text}");
