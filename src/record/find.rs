@@ -110,10 +110,7 @@ const WAIT_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
 /// # Errors
 ///
 /// Connection, timeout and server errors (an ACL user without `SCAN`).
-pub(crate) fn waiting_on(
-    source: &Source,
-    node: NodeId,
-) -> crate::error::Result<Vec<HolderRecord>> {
+pub(crate) fn waiting_on(source: &Source, node: NodeId) -> crate::error::Result<Vec<HolderRecord>> {
     let mut found = Vec::new();
     let pattern = format!("{KEY_PREFIX}*");
     let mut cursor: u64 = 0;
@@ -174,7 +171,8 @@ fn triples(replies: Vec<Value>) -> Vec<(Value, Value, Value)> {
 fn read_waits(key: &[u8], statics: Value, waits: Value, pttl: Value) -> Option<HolderRecord> {
     let client = client_of_key(key)?;
     let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(statics).ok()?;
-    let (_, waits): (u64, Vec<(Vec<u8>, Vec<u8>)>) = redis::from_redis_value(waits).ok()?;
+    type Page = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+    let (_, waits): Page = redis::from_redis_value(waits).ok()?;
     if waits.is_empty() {
         return None;
     }

@@ -365,7 +365,10 @@ mod tests {
         assert_eq!(r.ttl, Some(Ttl::Expires(Duration::from_millis(2500))));
         assert_eq!(r.waits.len(), 1);
         assert_eq!(r.waits[0].holder, format!("{UUID}:5").as_str());
-        assert_eq!((r.waits[0].name.as_slice(), r.waits[0].kind.as_str()), (&b"render"[..], "permit"));
+        assert_eq!(
+            (r.waits[0].name.as_slice(), r.waits[0].kind.as_str()),
+            (&b"render"[..], "permit")
+        );
         assert_eq!(
             r.waits[0].since,
             UNIX_EPOCH + Duration::from_millis(1_700_000_003_000)

@@ -291,7 +291,9 @@ impl ConnectionLike for Riding<'_> {
         };
         bytes.extend_from_slice(cmd);
         if self.plain {
-            let mut replies = self.conn.req_packed_commands(&bytes, 0, n + offset + count)?;
+            let mut replies = self
+                .conn
+                .req_packed_commands(&bytes, 0, n + offset + count)?;
             Ok(replies.split_off((n + offset).min(replies.len())))
         } else {
             self.conn.req_packed_commands(&bytes, offset + n, count)

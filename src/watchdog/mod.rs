@@ -375,15 +375,13 @@ pub(crate) fn wait_ended(
 ) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.ensure_running() {
-        let _ = shared
-            .commands
-            .send(Command::WaitEnded(Box::new(WaitEnded {
-                source,
-                node,
-                spec,
-                counters,
-                field,
-            })));
+        let _ = shared.commands.send(Command::WaitEnded(Box::new(WaitEnded {
+            source,
+            node,
+            spec,
+            counters,
+            field,
+        })));
     }
 }
 

@@ -439,7 +439,10 @@ fn a_killed_holders_record_expires_within_one_lease() {
 fn wait_fields(ctx: &TestContext, client: &redguard::Client) -> Vec<String> {
     let key = record_key(client);
     let fields: Vec<String> = ctx.server.cmd("HKEYS", &[key.as_bytes()]);
-    fields.into_iter().filter(|f| f.starts_with("wait:")).collect()
+    fields
+        .into_iter()
+        .filter(|f| f.starts_with("wait:"))
+        .collect()
 }
 
 /// The wait of `client` for `name`, as `waiting_records` reads it.
@@ -580,7 +583,13 @@ fn a_recorded_wait_costs_no_round_trip_of_its_own() {
         assert!(waiter.lock(&name).try_lock().unwrap().is_none());
         let (w0, e0) = (proxy.requests(), ctx.server.command_calls(&["evalsha"]));
         let h0 = ctx.server.command_calls(&["hset", "hdel"]);
-        assert!(waiter.lock(&name).try_lock_for(ms(1_500)).unwrap().is_none());
+        assert!(
+            waiter
+                .lock(&name)
+                .try_lock_for(ms(1_500))
+                .unwrap()
+                .is_none()
+        );
         // The entry's deletion (records on) within a second.
         crate::support::sleep(ms(1_200));
         let (w1, e1) = (proxy.requests(), ctx.server.command_calls(&["evalsha"]));

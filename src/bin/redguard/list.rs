@@ -93,10 +93,7 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
     // Every type: the counters are strings, a finished run is a hash of
     // other fields; only names that read as one of the kinds are kept.
-    let keys = conn
-        .client
-        .list_locks(&args.pattern, true)
-        .map_err(fail)?;
+    let keys = conn.client.list_locks(&args.pattern, true).map_err(fail)?;
     let waiters = Waiters::read(conn);
     let mut entries = Vec::new();
     let mut once_keys: Vec<Vec<u8>> = Vec::new();
@@ -125,7 +122,8 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
         }
         match conn.client.once_inspect(&key) {
             Ok(info) if info.last_attempt.is_some() => entries.push(Entry::Once(Box::new(info))),
-            Ok(_) | Err(redguard::Error::WrongType { .. } | redguard::Error::InvalidArgument(_)) => {}
+            Ok(_)
+            | Err(redguard::Error::WrongType { .. } | redguard::Error::InvalidArgument(_)) => {}
             Err(e) => return Err(fail(e)),
         }
     }

@@ -163,7 +163,11 @@ impl Counter {
                         show::left(permit.lease_left)
                     );
                     let line = record_line(sem.record_of(&permit.id), sem.held_for(&permit.id));
-                    let _ = writeln!(text, "    {line}{}", liveness_text(sem.record_of(&permit.id)));
+                    let _ = writeln!(
+                        text,
+                        "    {line}{}",
+                        liveness_text(sem.record_of(&permit.id))
+                    );
                 }
                 let _ = writeln!(
                     text,

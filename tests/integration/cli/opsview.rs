@@ -60,7 +60,8 @@ fn list_shows_the_render_incident() {
     // records outlive the test's looks.
     let exec = |cmd_args: &[&str]| {
         let mut cmd = redguard_timed(&url, "20s", "1s");
-        cmd.args(["exec", "--permits", "4", &name, "--"]).args(cmd_args);
+        cmd.args(["exec", "--permits", "4", &name, "--"])
+            .args(cmd_args);
         Proc::spawn(cmd)
     };
     let mut holders = Vec::new();
@@ -150,10 +151,9 @@ fn list_shows_the_render_incident() {
     }
     for pid in &waiter_pids {
         assert!(
-            text.lines()
-                .any(|l| l.trim_start().starts_with("waiter ")
-                    && l.contains(&format!("pid {pid},"))
-                    && l.contains("waiting for")),
+            text.lines().any(|l| l.trim_start().starts_with("waiter ")
+                && l.contains(&format!("pid {pid},"))
+                && l.contains("waiting for")),
             "{text}"
         );
     }
@@ -172,7 +172,13 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
     let hosts = ["host-a", "host-b", "host-c"];
     let clients: Vec<redguard::Client> = hosts
         .iter()
-        .map(|h| test_builder(&url).host(*h).program(format!("job on {h}")).build().unwrap())
+        .map(|h| {
+            test_builder(&url)
+                .host(*h)
+                .program(format!("job on {h}"))
+                .build()
+                .unwrap()
+        })
         .collect();
 
     // A reentrant lock.
@@ -182,7 +188,12 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
         let mut threads = Vec::new();
         for (i, client) in clients.iter().enumerate() {
             let mine = name.clone();
-            threads.push(s.spawn(move || client.lock(&mine).try_lock_for(ms(6_000)).map(|g| g.is_some())));
+            threads.push(s.spawn(move || {
+                client
+                    .lock(&mine)
+                    .try_lock_for(ms(6_000))
+                    .map(|g| g.is_some())
+            }));
             // One after the other: their ages differ.
             let (url, n) = (&url, &name);
             assert!(wait_until(Duration::from_secs(3), || {
@@ -193,7 +204,10 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
         }
         let v: Value = serde_json::from_str(&status(&url, &name, true)).unwrap();
         let waiters = v["waiters"].as_array().unwrap();
-        let got: Vec<&str> = waiters.iter().map(|w| w["host"].as_str().unwrap()).collect();
+        let got: Vec<&str> = waiters
+            .iter()
+            .map(|w| w["host"].as_str().unwrap())
+            .collect();
         assert_eq!(got, hosts, "{v}");
         let ages: Vec<u64> = waiters
             .iter()
@@ -203,7 +217,10 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
         for w in waiters {
             assert_eq!(w["pid"], std::process::id(), "{w}");
             assert_eq!(w["kind"], "reentrant", "{w}");
-            assert!(w["program"].as_str().unwrap().starts_with("job on host-"), "{w}");
+            assert!(
+                w["program"].as_str().unwrap().starts_with("job on host-"),
+                "{w}"
+            );
             assert!(w["waiting_since_unix_ms"].as_u64().is_some(), "{w}");
         }
         let text = status(&url, &name, false);
@@ -237,27 +254,46 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
         let mut threads = Vec::new();
         for (i, client) in clients.iter().enumerate() {
             let fair = fair.clone();
-            threads.push(s.spawn(move || client.fair_lock(&fair).try_lock_for(ms(8_000)).map(|g| g.is_some())));
+            threads.push(s.spawn(move || {
+                client
+                    .fair_lock(&fair)
+                    .try_lock_for(ms(8_000))
+                    .map(|g| g.is_some())
+            }));
             assert!(wait_until(Duration::from_secs(3), || queued(i as i64 + 1)));
         }
         // A Redisson waiter, queued last (its deadline far off).
         let java = "1c4f7e8a-0000-4000-8000-00000000beef:42";
-        let _: i64 = ctx.server.cmd("RPUSH", &[queue_key.as_bytes(), java.as_bytes()]);
-        let far = (unix_ms_now() + 600_000).to_string();
-        let timeouts = format!("redisson_lock_timeout:{{{fair}}}");
         let _: i64 = ctx
             .server
-            .cmd("ZADD", &[timeouts.as_bytes(), far.as_bytes(), java.as_bytes()]);
+            .cmd("RPUSH", &[queue_key.as_bytes(), java.as_bytes()]);
+        let far = (unix_ms_now() + 600_000).to_string();
+        let timeouts = format!("redisson_lock_timeout:{{{fair}}}");
+        let _: i64 = ctx.server.cmd(
+            "ZADD",
+            &[timeouts.as_bytes(), far.as_bytes(), java.as_bytes()],
+        );
         // Every queued redguard waiter recorded.
         assert!(wait_until(Duration::from_secs(3), || {
             let v: Value = serde_json::from_str(&status(&url, &fair, true)).unwrap();
-            v["queue"].as_array().is_some_and(|q| q.iter().filter(|w| w["record"] == true).count() == 3)
+            v["queue"]
+                .as_array()
+                .is_some_and(|q| q.iter().filter(|w| w["record"] == true).count() == 3)
         }));
         let v: Value = serde_json::from_str(&status(&url, &fair, true)).unwrap();
         let queue = v["queue"].as_array().unwrap();
         assert_eq!(queue.len(), 4, "{v}");
         let got: Vec<Value> = queue.iter().map(|w| w["host"].clone()).collect();
-        assert_eq!(got, vec![Value::from("host-a"), "host-b".into(), "host-c".into(), Value::Null], "{v}");
+        assert_eq!(
+            got,
+            vec![
+                Value::from("host-a"),
+                "host-b".into(),
+                "host-c".into(),
+                Value::Null
+            ],
+            "{v}"
+        );
         for (i, w) in queue.iter().enumerate() {
             assert_eq!(w["position"], i + 1, "{w}");
         }
@@ -272,10 +308,19 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
                 .lines()
                 .find(|l| l.contains(&format!("queued #{}:", i + 1)))
                 .unwrap_or_else(|| panic!("{text}"));
-            assert!(line.contains(&format!("host {host},")) && line.contains("waiting for"), "{text}");
+            assert!(
+                line.contains(&format!("host {host},")) && line.contains("waiting for"),
+                "{text}"
+            );
         }
-        assert!(text.contains("queued #4: 1c4f7e8a-0000-4000-8000-00000000beef:42"), "{text}");
-        assert!(text.contains("foreign waiters (queued, no record): 1"), "{text}");
+        assert!(
+            text.contains("queued #4: 1c4f7e8a-0000-4000-8000-00000000beef:42"),
+            "{text}"
+        );
+        assert!(
+            text.contains("foreign waiters (queued, no record): 1"),
+            "{text}"
+        );
         drop(held);
         for t in threads {
             assert!(t.join().unwrap().unwrap());
@@ -310,12 +355,18 @@ fn list_shows_every_kind() {
     assert_eq!(run(cmd).code, Some(3));
     let pattern = format!("{prefix}-*");
     std::thread::scope(|s| {
-        let w1 = s.spawn(|| waiter.semaphore(n("sem")).try_acquire_for(3, ms(6_000)).map(|g| g.is_some()));
+        let w1 = s.spawn(|| {
+            waiter
+                .semaphore(n("sem"))
+                .try_acquire_for(3, ms(6_000))
+                .map(|g| g.is_some())
+        });
         let w2 = s.spawn(|| waiter.count_down_latch(n("latch")).wait_for(ms(6_000)));
         assert!(wait_until(Duration::from_secs(4), || {
             let list = list_json(&url, &pattern);
             ["sem", "latch"].iter().all(|k| {
-                entry(&list, &n(k)).is_some_and(|e| e["waiters"].as_array().is_some_and(|w| w.len() == 1))
+                entry(&list, &n(k))
+                    .is_some_and(|e| e["waiters"].as_array().is_some_and(|w| w.len() == 1))
             })
         }));
         let list = list_json(&url, &pattern);
@@ -353,14 +404,20 @@ fn list_shows_every_kind() {
         assert!(line("counter").contains("counter 5"), "{text}");
         assert!(line("once").contains("once, done, runner host "), "{text}");
         assert!(line("once").contains(", age "), "{text}");
-        assert!(line("failed").contains("once, failed, runner host "), "{text}");
+        assert!(
+            line("failed").contains("once, failed, runner host "),
+            "{text}"
+        );
         assert!(line("lock").contains("reentrant"), "{text}");
         assert_eq!(text.matches("cannot tell apart").count(), 1, "{text}");
         assert!(!text.contains(&n("app")), "{text}");
         let mut cmd = redguard(&url);
         cmd.args(["list", "--all", &pattern]);
         let all = run(cmd).stdout;
-        assert!(all.contains(&format!("\"{}\": not a lock", n("app"))), "{all}");
+        assert!(
+            all.contains(&format!("\"{}\": not a lock", n("app"))),
+            "{all}"
+        );
 
         latch.count_down().unwrap();
         latch.count_down().unwrap();
