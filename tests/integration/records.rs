@@ -557,7 +557,8 @@ fn a_waiter_is_recorded_while_it_waits_and_its_entry_goes_with_the_wait() {
 
 /// The wait's entry costs no round trip: it rides on the wait's attempts
 /// (sent again every 300 ms here, a third of the record's 900 ms life).
-/// The same 1.5 s wait on a lock held by another client is measured with
+/// The same 1.5 s wait on a lock held by another client (without records)
+/// is measured with
 /// records on and off, the waiter connected through a proxy that counts
 /// its writes: the writes beyond the attempts (`EVALSHA`) are the same,
 /// plus at most the one record write that deletes the entry.
@@ -566,7 +567,11 @@ fn a_recorded_wait_costs_no_round_trip_of_its_own() {
     let ctx = TestContext::new();
     let proxy = crate::support::FaultProxy::start(ctx.server.port());
     let name = unique_name("rec-wait-rt");
-    let holder = test_builder(&ctx.server.url()).build().unwrap();
+    // Without a record of its own: no HSET of the holder's in the counts.
+    let holder = test_builder(&ctx.server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
     let _held = holder
         .lock(&name)
         .with_lease(Duration::from_secs(60))

@@ -45,8 +45,9 @@ enum Entry {
     Lock(LockInfo),
     /// A counter: a semaphore's permits or a latch's count.
     Counter(Vec<u8>, Box<Counter>),
-    /// A run-once key.
-    Once(Box<OnceInfo>),
+    /// A run-once key, with the claim as a lock while a run is in
+    /// progress.
+    Once(Box<OnceInfo>, Option<Box<LockInfo>>),
 }
 
 impl Entry {
@@ -54,7 +55,7 @@ impl Entry {
         match self {
             Entry::Lock(info) => &info.name,
             Entry::Counter(name, _) => name,
-            Entry::Once(info) => &info.key,
+            Entry::Once(info, _) => &info.key,
         }
     }
 
@@ -70,7 +71,7 @@ impl Entry {
                 let sem = counter.semaphore();
                 sem.permits.iter().filter_map(|p| sem.held_for(&p.id)).max()
             }
-            Entry::Once(info) => info.held_for(),
+            Entry::Once(info, _) => info.held_for(),
         }
     }
 
@@ -79,7 +80,7 @@ impl Entry {
         let ttl = match self {
             Entry::Lock(info) => info.ttl,
             Entry::Counter(_, counter) => counter.semaphore().ttl,
-            Entry::Once(info) => match &info.status {
+            Entry::Once(info, _) => match &info.status {
                 OnceStatus::Running { expires_in, .. } => expires_in.map(redguard::Ttl::Expires),
                 _ => None,
             },
@@ -121,7 +122,9 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
             continue;
         }
         match conn.client.once_inspect(&key) {
-            Ok(info) if info.last_attempt.is_some() => entries.push(Entry::Once(Box::new(info))),
+            Ok(info) if info.last_attempt.is_some() => {
+                entries.push(Entry::Once(Box::new(info), None));
+            }
             Ok(_)
             | Err(redguard::Error::WrongType { .. } | redguard::Error::InvalidArgument(_)) => {}
             Err(e) => return Err(fail(e)),
@@ -183,7 +186,7 @@ fn classify(
         LockKind::Other { redis_type } if redis_type == "hash" => {
             match conn.client.once_inspect(&info.name) {
                 Ok(once) if matches!(once.status, OnceStatus::Done(_)) => {
-                    Ok(Some(Entry::Once(Box::new(once))))
+                    Ok(Some(Entry::Once(Box::new(once), None)))
                 }
                 Ok(_) | Err(redguard::Error::WrongType { .. }) => other(info),
                 Err(e) => Err(fail(e)),
@@ -191,7 +194,7 @@ fn classify(
         }
         LockKind::Other { .. } => other(info),
         _ if listed_kind(&info) == "once" => match conn.client.once_inspect(&info.name) {
-            Ok(once) => Ok(Some(Entry::Once(Box::new(once)))),
+            Ok(once) => Ok(Some(Entry::Once(Box::new(once), Some(Box::new(info))))),
             Err(redguard::Error::WrongType { .. }) => Ok(Some(Entry::Lock(info))),
             Err(e) => Err(fail(e)),
         },
@@ -230,7 +233,7 @@ fn to_text(entry: &Entry, waiters: &Waiters) -> String {
     match entry {
         Entry::Lock(info) => lock_text(info, waiters),
         Entry::Counter(name, counter) => counter_text(name, counter, waiters),
-        Entry::Once(info) => once_text(info, waiters),
+        Entry::Once(info, _) => once_text(info, waiters),
     }
 }
 
@@ -238,7 +241,7 @@ fn to_json(entry: &Entry, waiters: &Waiters) -> Value {
     match entry {
         Entry::Lock(info) => lock_json(info, waiters),
         Entry::Counter(name, counter) => counter.json(name, waiters),
-        Entry::Once(info) => once_json(info, waiters),
+        Entry::Once(info, claim) => once_json(info, claim.as_deref(), waiters),
     }
 }
 
@@ -438,7 +441,7 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
     (runner, age)
 }
 
-fn once_json(info: &OnceInfo, waiters: &Waiters) -> Value {
+fn once_json(info: &OnceInfo, claim: Option<&LockInfo>, waiters: &Waiters) -> Value {
     let running = matches!(info.status, OnceStatus::Running { .. });
     let mut v = json!({
         "name": show::json_name(&info.key),
@@ -451,5 +454,9 @@ fn once_json(info: &OnceInfo, waiters: &Waiters) -> Value {
     v["age_ms"] = json!(age.map(show::ms));
     v["subscribers"] = json!(info.subscribers);
     v["waiters"] = waiters.json(&info.key);
+    if let Some(claim) = claim {
+        // A run in progress is a lock in layout: its holder as a lock's.
+        v["holders"] = holders_json(claim);
+    }
     v
 }

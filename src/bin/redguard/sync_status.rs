@@ -113,8 +113,8 @@ impl Counter {
             CounterKind::Unknown => {
                 let _ = writeln!(
                     text,
-                    "counter {shown}: {} (a semaphore's available permits, or a latch's count: \
-                     the layout cannot tell them apart)",
+                    "counter {shown}: {} (a semaphore's available permits, or a latch's count); \
+                     the layout cannot tell them apart",
                     sem.available
                 );
                 let _ = writeln!(
