@@ -465,7 +465,6 @@ impl Lock {
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
                 listen: true,
-                ended_wait: None,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,

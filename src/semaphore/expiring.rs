@@ -467,7 +467,6 @@ impl ExpiringSemaphore {
             })),
             classic_publish: self.client.config().interop.classic_publish,
             listen: false,
-            ended_wait: None,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

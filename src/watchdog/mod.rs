@@ -112,9 +112,6 @@ pub(crate) struct Entry {
     /// A lock hold, whose channel a force unlock publishes on: listened
     /// for once it lasted [`crate::subscriber::LISTEN_AFTER`].
     pub(crate) listen: bool,
-    /// The field of the wait that ended in this hold, to delete from the
-    /// client's record (set by [`register`]).
-    pub(crate) ended_wait: Option<Vec<u8>>,
 }
 
 impl Entry {
@@ -220,6 +217,11 @@ struct Life {
 
 struct Shared {
     pending: Mutex<Vec<(Instant, Entry)>>,
+    /// The fields of waits that ended in a hold registered since, pushed
+    /// with the hold's entry under the `pending` lock: each is deleted by
+    /// the record write that records its hold (kept apart from [`Entry`],
+    /// which a held lock keeps for as long as it is held).
+    ended_waits: Mutex<Vec<(Server, Vec<u8>)>>,
     /// When the thread plans to wake next (nanos since the origin); 0 while
     /// it is awake and will look at the pending list again before sleeping.
     next_wake: AtomicU64,
@@ -271,6 +273,7 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
     let (commands, receiver) = crossbeam_channel::unbounded();
     Shared {
         pending: Mutex::new(Vec::new()),
+        ended_waits: Mutex::new(Vec::new()),
         next_wake: AtomicU64::new(u64::MAX),
         wake_sent: AtomicBool::new(false),
         commands,
@@ -305,9 +308,10 @@ pub(crate) fn attach() {
 
 /// Hands a newly held lock to the watchdog. Its first renewal (or, for a
 /// fixed lease, its expiry) is due at `due`.
-pub(crate) fn register(mut entry: Entry, due: Instant) {
+pub(crate) fn register(entry: Entry, due: Instant) {
     let shared: &'static Shared = &WATCHDOG;
-    entry.ended_wait = record::wait::hand_over(&entry.source, entry.server().1);
+    let server = entry.server();
+    let ended = record::wait::hand_over(&entry.source, server.1);
     // A client's first lock (after none) wakes the thread at once, so that
     // its server is watched from the start, not from the next wake-up.
     let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
@@ -323,6 +327,14 @@ pub(crate) fn register(mut entry: Entry, due: Instant) {
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if let Some(field) = ended {
+            // Under the pending list's lock: taken with the entry.
+            shared
+                .ended_waits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((server, field));
+        }
         list.push((due, entry));
         list.len()
     };
@@ -745,13 +757,21 @@ impl Watchdog {
     }
 
     fn take_pending(&mut self) {
-        let pending = std::mem::take(
-            &mut *self
+        let (pending, ended) = {
+            let mut list = self
                 .shared
                 .pending
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+                .unwrap_or_else(PoisonError::into_inner);
+            let ended = std::mem::take(
+                &mut *self
+                    .shared
+                    .ended_waits
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            (std::mem::take(&mut *list), ended)
+        };
         let now = Instant::now();
         if pending.iter().any(|(_, e)| e.listen) && self.listen_tick.is_none() {
             // Holds to listen for come in: look at the pending list again
@@ -760,7 +780,7 @@ impl Watchdog {
             self.listen_tick = Some(now + crate::subscriber::LISTEN_AFTER);
         }
         let mut last_used: Option<Server> = None;
-        for (due, mut entry) in pending {
+        for (due, entry) in pending {
             if entry.hooks.record.is_some() {
                 // Short holds too keep the record alive: the client uses
                 // the server. Once per run of entries of one server.
@@ -769,16 +789,6 @@ impl Watchdog {
                     last_used = Some(server);
                     self.record_use(&entry, now);
                 }
-            }
-            if let Some(field) = entry.ended_wait.take()
-                && let Some(record) = self
-                    .servers
-                    .get_mut(&entry.server())
-                    .and_then(|s| s.record.as_mut())
-            {
-                // The wait that led to this hold ends in the write that
-                // records it.
-                record.ended(field);
             }
             if entry.finished() {
                 continue;
@@ -807,6 +817,17 @@ impl Watchdog {
                 ));
             }
             self.schedule.insert(due, entry);
+        }
+        // Taken with the entries of their holds (under one lock): each goes
+        // with the write recording its hold.
+        for (server, field) in ended {
+            if let Some(record) = self
+                .servers
+                .get_mut(&server)
+                .and_then(|s| s.record.as_mut())
+            {
+                record.ended(field);
+            }
         }
     }
 
