@@ -616,3 +616,46 @@ fn a_recorded_wait_costs_no_round_trip_of_its_own() {
         "writes beyond attempts: off {off:?}, on {on:?}"
     );
 }
+
+/// A wait that ends in an error leaves no entry either: the lock's key is
+/// replaced by a string while a client waits (its next attempt fails with
+/// `WRONGTYPE`, which ends the wait), and the waiter's entry goes within a
+/// second while its record (20 s) stays.
+#[test]
+fn a_waiter_that_fails_leaves_no_entry() {
+    let ctx = TestContext::new();
+    let name = unique_name("rec-wait-err");
+    let holder = test_builder(&ctx.server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let _held = holder
+        .lock(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .unwrap();
+    let waiter = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| waiter.lock(&name).lock().map(drop));
+        assert!(
+            wait_until(Duration::from_secs(2), || recorded_wait(
+                &ctx, &waiter, &name
+            )
+            .is_some()),
+            "the wait was not recorded"
+        );
+        let _: () = ctx.server.cmd("SET", &[name.as_bytes(), b"not a lock"]);
+        let err = wait.join().unwrap().unwrap_err();
+        assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    });
+    assert!(
+        wait_until(Duration::from_secs(2), || wait_fields(&ctx, &waiter)
+            .is_empty()),
+        "a failed waiter left {:?}",
+        wait_fields(&ctx, &waiter)
+    );
+    assert!(ctx.server.exists(record_key(&waiter)), "the record went");
+}
