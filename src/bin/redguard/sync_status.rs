@@ -261,13 +261,26 @@ pub(crate) fn liveness(record: Option<&redguard::HolderRecord>) -> Option<bool> 
     // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
     let rc = unsafe { libc::kill(pid, 0) };
     if rc == 0 {
-        return Some(true);
+        // A killed process not yet reaped by its parent still answers.
+        return Some(!is_zombie(pid));
     }
     match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::ESRCH) => Some(false),
         // EPERM: it exists, owned by someone else.
         _ => Some(true),
     }
+}
+
+/// Whether `pid` is a zombie (dead, not yet reaped), where `/proc` says.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+            Some(state == "Z" || state == "X")
+        })
+        .unwrap_or(false)
 }
 
 /// ", dead (pid not running on this host)" for a holder known dead, else
