@@ -176,12 +176,16 @@ impl Client {
             metrics_names: config.metrics_lock_names,
             listener: std::sync::OnceLock::new(),
             record: config.holder_record.then(|| {
-                Arc::new(RecordSpec::new(
+                let mut spec = RecordSpec::new(
                     &id,
                     config.program.as_deref(),
                     config.record_command,
                     config.watchdog_timeout,
-                ))
+                );
+                if let Some(host) = config.host.as_deref() {
+                    spec.set_host(host);
+                }
+                Arc::new(spec)
             }),
         });
         Ok(Client {
@@ -325,6 +329,44 @@ impl Client {
         let id = uuid::Uuid::parse_str(client)
             .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
         record::records_of(&self.shared.source, &id.hyphenated().to_string())
+    }
+
+    /// The holder records that keep a wait ([`HolderRecord::waits`]): who
+    /// waits for what, on which host, since when, on every master. Each
+    /// record comes with its fixed fields and its waits, not its holds.
+    /// Redisson's waiters keep no record (a fair lock's queue and the
+    /// subscriber counts still show them).
+    ///
+    /// Reads only: one `SCAN` (`COUNT` 1,000, `MATCH
+    /// redguard:client:*`) per 1,000 keys of each master, and one pipelined
+    /// round trip per page that has records, each read bounded (an
+    /// `HSCAN … MATCH wait:*` of bounded `COUNT`, never `HGETALL`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], and connection, timeout and server errors (an
+    /// ACL user that may not `SCAN`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// for record in client.waiting_records()? {
+    ///     for wait in &record.waits {
+    ///         println!("{} pid {:?} waits for {:?} since {:?}", record.host, record.pid,
+    ///             String::from_utf8_lossy(&wait.name), wait.since);
+    ///     }
+    /// }
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn waiting_records(&self) -> Result<Vec<HolderRecord>> {
+        self.check_open()?;
+        let source = &self.shared.source;
+        let mut out = Vec::new();
+        for node in source.masters()? {
+            out.extend(record::waiting_on(source, node)?);
+        }
+        Ok(out)
     }
 
     /// The Redis server's clock (`TIME`; on a Cluster, one master's), the

@@ -151,6 +151,7 @@ pub enum ConnectionMode {
 /// | [`on_lease_lost`](Builder::on_lease_lost) | none | |
 /// | [`holder_record`](Builder::holder_record) | `true` | |
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
+/// | [`host`](Builder::host) | this machine's host name | cut to 256 bytes |
 /// | [`record_command`](Builder::record_command) | [`Masked`](crate::RecordCommand::Masked) | |
 /// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
@@ -172,6 +173,7 @@ pub struct Builder {
     on_lease_lost: Option<LostCallback>,
     holder_record: bool,
     program: Option<String>,
+    host: Option<String>,
     record_command: RecordCommand,
     metrics_lock_names: bool,
     tls: Tls,
@@ -201,6 +203,7 @@ impl fmt::Debug for Builder {
             .field("on_lease_lost", &self.on_lease_lost.is_some())
             .field("holder_record", &self.holder_record)
             .field("program", &self.program)
+            .field("host", &self.host)
             .field("record_command", &self.record_command)
             .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
@@ -229,6 +232,7 @@ impl Default for Builder {
             on_lease_lost: None,
             holder_record: true,
             program: None,
+            host: None,
             record_command: RecordCommand::Masked,
             metrics_lock_names: false,
             tls: Tls::default(),
@@ -446,6 +450,15 @@ impl Builder {
         self
     }
 
+    /// The host name the holder record gives. Default: this machine's
+    /// (`gethostname`). For a process that runs for several hosts (a
+    /// container named after its pod, a test that plays several hosts).
+    /// Cut to 256 bytes. Redisson keeps no such record.
+    pub fn host(mut self, host: impl Into<String>) -> Builder {
+        self.host = Some(host.into());
+        self
+    }
+
     /// How much of the [`program`](Builder::program) text the holder
     /// record keeps: all of it, with credentials masked (the default),
     /// the program's name only, or nothing. See [`RecordCommand`] for what
@@ -585,6 +598,7 @@ impl Builder {
             on_lease_lost: self.on_lease_lost,
             holder_record: self.holder_record,
             program: self.program,
+            host: self.host,
             record_command: self.record_command,
             metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
@@ -610,6 +624,8 @@ pub(crate) struct Config {
     pub(crate) on_lease_lost: Option<LostCallback>,
     pub(crate) holder_record: bool,
     pub(crate) program: Option<String>,
+    /// The host name the holder record gives instead of this machine's.
+    pub(crate) host: Option<String>,
     pub(crate) record_command: RecordCommand,
     pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,

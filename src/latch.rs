@@ -176,10 +176,13 @@ impl CountDownLatch {
     pub fn count(&self) -> Result<u64> {
         self.check()?;
         let raw: Option<Vec<u8>> = self.client.with_conn(&self.name, |conn| {
-            redis::cmd("GET")
-                .arg(&self.name[..])
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, &self.name))
+            // A waiting thread's record entry rides on its next read.
+            crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
+                redis::cmd("GET")
+                    .arg(&self.name[..])
+                    .query(conn)
+                    .map_err(|e| Error::from_redis(e, &self.name))
+            })
         })?;
         match raw {
             None => Ok(0),
@@ -278,6 +281,9 @@ impl CountDownLatch {
         let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
         let mut waiter: Option<crate::subscriber::Waiter<'_>> = None;
         let mut outage = Outage::new(deadline);
+        // Recorded from the first read that finds it closed, deleted when
+        // this returns (or unwinds).
+        let mut entry = crate::record::wait::WaitEntry::new(&self.client, &self.name, "latch");
         loop {
             // Read again after registering: a zero message sent after this
             // read reaches the waiter.
@@ -306,6 +312,7 @@ impl CountDownLatch {
                 return Ok(true);
             }
             waiting.start(crate::metrics::Kind::Latch);
+            entry.busy();
             let now = Instant::now();
             let sleep = match left(now) {
                 Some(l) if l.is_zero() => return Ok(false),

@@ -163,7 +163,7 @@ pub use once::{
     OnceStatus, Outcome,
 };
 pub use outage::retry_until;
-pub use record::{HolderRecord, RecordCommand, RecordedHold};
+pub use record::{HolderRecord, RecordCommand, RecordedHold, RecordedWait};
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };

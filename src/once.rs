@@ -668,7 +668,7 @@ impl Client {
             });
         }
         let mut waiting = crate::metrics::Waiting::none();
-        let found = wait_loop(self, lock.channel(), deadline, false, || {
+        let found = wait_loop(self, lock.channel(), (key, "once"), deadline, false, || {
             last = Unclaimed::Nothing;
             let sent = Instant::now();
             let mut sent_script = false;
@@ -676,7 +676,9 @@ impl Client {
             let reply = self.with_conn(key, |conn| {
                 sent_script = true;
                 let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
+                    crate::record::wait::ride_plain(conn, self.source(), key, |conn| {
+                        script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
+                    })
                 })?;
                 if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                     short_acks = acked;

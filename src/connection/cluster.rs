@@ -469,7 +469,7 @@ impl Cluster {
                     redis::cmd("ASKING")
                         .query::<()>(conn)
                         .map_err(Error::redis)?;
-                    op(conn)
+                    op(&mut crate::record::wait::Plain(conn))
                 })
             } else {
                 node.pool.with_shared_conn(&mut op)

@@ -240,10 +240,22 @@ impl Source {
         key: &[u8],
         op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
+        // A waiting thread's record entry rides on its next call to the
+        // name's server (see `record::wait`).
+        let mut op = op;
+        let mut rider = crate::record::wait::take_rider(self, self.node_of(key));
+        let mut op = |conn: &mut dyn redis::ConnectionLike| match rider.take() {
+            None => op(conn),
+            prefix => op(&mut crate::record::wait::Riding {
+                conn,
+                prefix,
+                plain: false,
+            }),
+        };
         match self {
-            Source::Single(pool) => pool.with_shared_conn(op),
-            Source::Sentinel(sentinel) => sentinel.with_shared_conn(op),
-            Source::Cluster(cluster) => cluster.with_shared_conn(key, op),
+            Source::Single(pool) => pool.with_shared_conn(&mut op),
+            Source::Sentinel(sentinel) => sentinel.with_shared_conn(&mut op),
+            Source::Cluster(cluster) => cluster.with_shared_conn(key, &mut op),
         }
     }
 

@@ -429,7 +429,7 @@ impl Pool {
             Some(combiner) => {
                 self.located(combiner.with_conn(&|limit| self.connect_within(limit), op))
             }
-            None => self.with_conn(|conn| op(conn)),
+            None => self.with_conn(|conn| op(&mut crate::record::wait::Plain(conn))),
         }
     }
 

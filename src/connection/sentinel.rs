@@ -515,7 +515,7 @@ impl Sentinel {
             if !pool.combines() {
                 return pool.with_conn(|conn| {
                     *sent = true;
-                    op(conn)
+                    op(&mut crate::record::wait::Plain(conn))
                 });
             }
             let result = pool.with_shared_conn(&mut op);

@@ -247,6 +247,7 @@ impl Lock {
                 wait_loop(
                     &self.inner.client,
                     &self.inner.channel,
+                    (&self.inner.name[..], kind.as_str()),
                     deadline,
                     queue_first,
                     || counted(self.attempt(&holder_str, lease, ms, renew, false)),
@@ -309,7 +310,10 @@ impl Lock {
         } else {
             self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
-                let (reply, acked) = acks.run(conn, response_timeout, script)?;
+                let source = self.inner.client.source();
+                let (reply, acked) = acks.run(conn, response_timeout, |conn| {
+                    crate::record::wait::ride_plain(conn, source, &self.inner.name, script)
+                })?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {
@@ -614,6 +618,9 @@ fn trace_attempt(lock: &Lock, holder: &str, attempt: &Result<Attempt<Granted>>) 
 /// not be undone is this holder's, and the next attempt re-enters it
 /// (its extra hold is dropped by the guard's release).
 ///
+/// `what` names the wait for the client's holder record: the name waited
+/// for and its kind (see [`crate::RecordedWait::kind`]).
+///
 /// With `queue_first`, a caller that finds other threads of its client
 /// already waiting on `channel` joins the back of their queue and waits for
 /// its wake-up before its first attempt, instead of barging in ahead of the
@@ -624,10 +631,14 @@ fn trace_attempt(lock: &Lock, holder: &str, attempt: &Result<Attempt<Granted>>) 
 pub(crate) fn wait_loop<T>(
     client: &Client,
     channel: &[u8],
+    what: (&[u8], &'static str),
     deadline: Option<Instant>,
     queue_first: bool,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
+    // Recorded from the first busy attempt on, deleted when this returns
+    // (or unwinds), whatever the end.
+    let mut entry = crate::record::wait::WaitEntry::new(client, what.0, what.1);
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
@@ -652,6 +663,7 @@ pub(crate) fn wait_loop<T>(
             Ok(Attempt::Acquired(granted)) => return Ok(Some(granted)),
             Ok(Attempt::Busy(hint)) => {
                 outage.reset();
+                entry.busy();
                 hint
             }
             Ok(Attempt::Unknown(e)) => return Err(e),

@@ -76,7 +76,8 @@ impl Lock {
             holder,
             armed: false,
         };
-        wait_loop(&self.inner.client, &channel, deadline, false, || {
+        let what = (&self.inner.name[..], self.hold_kind().as_str());
+        wait_loop(&self.inner.client, &channel, what, deadline, false, || {
             // Once the deadline has passed this is the last attempt: do not
             // join the queue only to leave it again.
             let enqueue = deadline.is_none_or(|d| Instant::now() < d);

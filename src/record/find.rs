@@ -95,6 +95,99 @@ pub(crate) fn holding(
     found
 }
 
+/// Fields of a record's waits asked for in one `HSCAN` call: a record has
+/// its fixed fields, at most [`super::MAX_HOLDS`] holds and one wait per
+/// waiting thread; a hash at a record's key written by someone else costs
+/// no more than this to read.
+const WAIT_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
+
+/// The records on node `node` that keep at least one wait, each with its
+/// fixed fields and its waits (no holds). Searches every record there: one
+/// `SCAN` per 1,000 keys of the node, and one pipelined round trip per page
+/// that has records (`HMGET` of the fixed fields, an `HSCAN … MATCH wait:*`
+/// of bounded `COUNT` and `PTTL` per record: never a read of a whole hash).
+///
+/// # Errors
+///
+/// Connection, timeout and server errors (an ACL user without `SCAN`).
+pub(crate) fn waiting_on(source: &Source, node: NodeId) -> crate::error::Result<Vec<HolderRecord>> {
+    let mut found = Vec::new();
+    let pattern = format!("{KEY_PREFIX}*");
+    let mut cursor: u64 = 0;
+    for _ in 0..MAX_PAGES {
+        let (next, page) = source.with_node_conn(node, |conn| {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg("hash")
+                .query(conn)
+                .map_err(Error::redis)?;
+            if keys.is_empty() {
+                return Ok((next, Vec::new()));
+            }
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("HMGET").arg(&key[..]).arg(&STATICS[..]);
+                pipe.cmd("HSCAN")
+                    .arg(&key[..])
+                    .arg(0)
+                    .arg("MATCH")
+                    .arg("wait:*")
+                    .arg("COUNT")
+                    .arg(WAIT_SCAN_COUNT);
+                pipe.cmd("PTTL").arg(&key[..]);
+            }
+            pipe.ignore_errors();
+            let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
+            Ok((next, keys.into_iter().zip(triples(replies)).collect()))
+        })?;
+        for (key, (statics, waits, pttl)) in page {
+            found.extend(read_waits(&key, statics, waits, pttl));
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// The replies of a page of [`waiting_on`], three per key.
+fn triples(replies: Vec<Value>) -> Vec<(Value, Value, Value)> {
+    let mut replies = replies.into_iter();
+    let mut out = Vec::new();
+    while let (Some(a), Some(b), Some(c)) = (replies.next(), replies.next(), replies.next()) {
+        out.push((a, b, c));
+    }
+    out
+}
+
+/// The record at `key` from the replies of [`waiting_on`], when it keeps
+/// at least one wait.
+fn read_waits(key: &[u8], statics: Value, waits: Value, pttl: Value) -> Option<HolderRecord> {
+    let client = client_of_key(key)?;
+    let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(statics).ok()?;
+    type Page = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+    let (_, waits): Page = redis::from_redis_value(waits).ok()?;
+    if waits.is_empty() {
+        return None;
+    }
+    let pttl: i64 = redis::from_redis_value(pttl).unwrap_or(-2);
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = STATICS
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .zip(values)
+        .filter_map(|(field, value)| Some((field, value?)))
+        .chain(waits)
+        .collect();
+    let record = HolderRecord::parse(&client, pairs, pttl)?;
+    (!record.waits.is_empty()).then_some(record)
+}
+
 /// The replies of a page, two per key: `HMGET`'s and `PTTL`'s.
 fn pairs(replies: Vec<Value>) -> Vec<(Value, Value)> {
     let mut replies = replies.into_iter();

@@ -14,6 +14,11 @@
 //!   epoch on the server's clock), and `hold:<holder id>|<lock name>` →
 //!   the hold's start, ms on the server's clock, a space and the kind of
 //!   hold ([`HoldKind::as_str`]; at most [`MAX_HOLDS`] per record).
+//! * A waiting client adds `wait:<holder id>|<name>` → the wait's start
+//!   (ms since the epoch, by the waiter's clock), a space and what it waits
+//!   for ([`RecordedWait::kind`]), sent with the wait's own attempts (no
+//!   round trip of its own) and deleted when the wait ends, whatever its end
+//!   (`wait`).
 //! * Lifetime: `PEXPIRE` = the client's watchdog timeout, refreshed in the
 //!   round trips that renew its leases; deleted when the client shuts down.
 //!   A killed process's record is gone within one lease.
@@ -25,6 +30,7 @@ mod find;
 mod mask;
 mod read;
 mod spec;
+pub(crate) mod wait;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,7 +41,7 @@ use crate::holder::{ClientId, HolderId};
 use crate::lease::Ttl;
 use crate::lost::HoldKind;
 
-pub(crate) use find::holding;
+pub(crate) use find::{holding, waiting_on};
 pub use mask::RecordCommand;
 pub(crate) use read::{add_classic_elsewhere, around, clients_of, on_node, records_of};
 pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
@@ -49,6 +55,9 @@ pub(crate) const KEY_PREFIX: &str = "redguard:client:";
 
 /// The prefix of a hold field.
 const HOLD_PREFIX: &[u8] = b"hold:";
+
+/// The prefix of a wait field.
+const WAIT_PREFIX: &[u8] = b"wait:";
 
 /// The record key with suffix number `n` (0: none) of client `client`.
 pub(crate) fn key(client: &str, n: u32) -> Vec<u8> {
@@ -72,6 +81,16 @@ pub(crate) fn key_for(client: &str, mut wanted: impl FnMut(&[u8]) -> bool) -> Op
 pub(crate) fn hold_field(holder: &str, name: &[u8]) -> Vec<u8> {
     let mut field = Vec::with_capacity(HOLD_PREFIX.len() + holder.len() + 1 + name.len());
     field.extend_from_slice(HOLD_PREFIX);
+    field.extend_from_slice(holder.as_bytes());
+    field.push(b'|');
+    field.extend_from_slice(name);
+    field
+}
+
+/// The field saying that `holder` waits for `name`.
+pub(crate) fn wait_field(holder: &str, name: &[u8]) -> Vec<u8> {
+    let mut field = Vec::with_capacity(WAIT_PREFIX.len() + holder.len() + 1 + name.len());
+    field.extend_from_slice(WAIT_PREFIX);
     field.extend_from_slice(holder.as_bytes());
     field.push(b'|');
     field.extend_from_slice(name);
@@ -114,6 +133,29 @@ pub struct HolderRecord {
     /// How long until the record expires unless refreshed (the client's
     /// watchdog timeout at most).
     pub ttl: Option<Ttl>,
+    /// What the client's threads wait for, on the server it was read from
+    /// (each wait is kept while it lasts, and deleted when it ends).
+    pub waits: Vec<RecordedWait>,
+}
+
+/// One wait a [`HolderRecord`] keeps: a thread of the client waiting to
+/// acquire a lock, permits or a run-once claim, or for a latch to open.
+/// Redisson's waiters keep none (they show only as subscribers, or in a
+/// fair lock's queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordedWait {
+    /// The waiting thread's holder id (`<client id>:<thread>`), as a fair
+    /// lock's queue names it.
+    pub holder: HolderId,
+    /// The name waited for.
+    pub name: Vec<u8>,
+    /// When the wait began, by the waiter's clock (its first busy attempt).
+    pub since: SystemTime,
+    /// What is waited for: `reentrant`, `fair`, `fenced`, `read`, `write`
+    /// (a lock's kind, as [`HoldKind::as_str`]), `permit` (an expiring
+    /// semaphore), `semaphore`, `latch` or `once`.
+    pub kind: String,
 }
 
 /// One hold a [`HolderRecord`] keeps the start of.
@@ -161,6 +203,7 @@ impl HolderRecord {
             started: self.started,
             holds: Vec::new(),
             ttl: self.ttl,
+            waits: Vec::new(),
         }
     }
 
@@ -179,6 +222,7 @@ impl HolderRecord {
             started: None,
             holds: Vec::new(),
             ttl: crate::lease::Pttl::from_ms(pttl).remaining(),
+            waits: Vec::new(),
         };
         for (field, value) in fields {
             let text = || String::from_utf8_lossy(&value).into_owned();
@@ -188,6 +232,26 @@ impl HolderRecord {
                 b"program" => record.program = text(),
                 b"version" => record.version = text(),
                 b"started" => record.started = epoch_ms(&value),
+                f if f.starts_with(WAIT_PREFIX) => {
+                    let rest = &f[WAIT_PREFIX.len()..];
+                    let (Some(bar), Some(since)) =
+                        (rest.iter().position(|&b| b == b'|'), epoch_ms(&value))
+                    else {
+                        continue;
+                    };
+                    let kind = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|v| v.split_once(' '))
+                        .map_or_else(String::new, |(_, kind)| kind.trim().to_owned());
+                    record.waits.push(RecordedWait {
+                        holder: HolderId::from_stored(
+                            String::from_utf8_lossy(&rest[..bar]).into_owned(),
+                        ),
+                        name: rest[bar + 1..].to_vec(),
+                        since,
+                        kind,
+                    });
+                }
                 f if f.starts_with(HOLD_PREFIX) => {
                     let rest = &f[HOLD_PREFIX.len()..];
                     let (Some(bar), Some(since)) =
@@ -276,6 +340,10 @@ mod tests {
                 b"1700000002000 once".to_vec(),
             ),
             (b"hold:bad".to_vec(), b"x".to_vec()),
+            (
+                wait_field(&format!("{UUID}:5"), b"render"),
+                b"1700000003000 permit".to_vec(),
+            ),
         ];
         let r = HolderRecord::parse(UUID, fields, 2500).unwrap();
         assert_eq!((r.host.as_str(), r.pid), ("h1", Some(42)));
@@ -295,6 +363,16 @@ mod tests {
             Some(UNIX_EPOCH + Duration::from_millis(1_700_000_001_000))
         );
         assert_eq!(r.ttl, Some(Ttl::Expires(Duration::from_millis(2500))));
+        assert_eq!(r.waits.len(), 1);
+        assert_eq!(r.waits[0].holder, format!("{UUID}:5").as_str());
+        assert_eq!(
+            (r.waits[0].name.as_slice(), r.waits[0].kind.as_str()),
+            (&b"render"[..], "permit")
+        );
+        assert_eq!(
+            r.waits[0].since,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_003_000)
+        );
         assert!(HolderRecord::parse(UUID, Vec::new(), -2).is_none());
     }
 

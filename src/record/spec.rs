@@ -56,6 +56,11 @@ impl RecordSpec {
         }
     }
 
+    /// Records `host` as the host name instead of this machine's.
+    pub(crate) fn set_host(&mut self, host: &str) {
+        self.host = truncate(host, MAX_PROGRAM);
+    }
+
     /// The host name recorded.
     pub(crate) fn host(&self) -> &str {
         &self.host

@@ -361,7 +361,8 @@ impl ExpiringSemaphore {
         let mut orphans: Vec<PermitId> = Vec::new();
         let started = Instant::now();
         let mut waiting = crate::metrics::Waiting::none();
-        let granted = wait_loop(&self.client, &self.channel, deadline, false, || {
+        let what = (&self.name[..], "permit");
+        let granted = wait_loop(&self.client, &self.channel, what, deadline, false, || {
             let mut failed = None;
             orphans.retain(|id| match self.release(id) {
                 Ok(_) => false,
@@ -410,14 +411,16 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                script::permit_acquire(
-                    conn,
-                    self.client.publish(&self.name),
-                    self.keys(),
-                    ms,
-                    self.skew_ms(),
-                    &[id.0],
-                )
+                crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
+                    script::permit_acquire(
+                        conn,
+                        self.client.publish(&self.name),
+                        self.keys(),
+                        ms,
+                        self.skew_ms(),
+                        &[id.0],
+                    )
+                })
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;

@@ -324,11 +324,14 @@ impl Semaphore {
         }
         let started = Instant::now();
         let mut waiting = crate::metrics::Waiting::none();
-        let granted = wait_loop(&self.client, &self.channel, deadline, false, || {
+        let what = (&self.name[..], "semaphore");
+        let granted = wait_loop(&self.client, &self.channel, what, deadline, false, || {
             let mut sent = false;
             let taken = self.client.with_conn(&self.name, |conn| {
                 sent = true;
-                script::acquire(conn, &self.name, permits)
+                crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
+                    script::acquire(conn, &self.name, permits)
+                })
             });
             Ok(match taken {
                 Ok(true) => Attempt::Acquired(()),

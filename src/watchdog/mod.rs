@@ -194,6 +194,18 @@ enum Command {
     /// An unlock message came on the channel of these holds: check each
     /// now.
     Verify(Vec<Arc<LeaseState>>),
+    /// A recorded wait ended without a recorded hold: its field goes with
+    /// the next record write on its server.
+    WaitEnded(Box<WaitEnded>),
+}
+
+/// A wait's field to delete from a client's record on one server.
+pub(crate) struct WaitEnded {
+    source: Arc<Source>,
+    node: NodeId,
+    spec: Arc<record::RecordSpec>,
+    counters: Arc<Counters>,
+    field: Vec<u8>,
 }
 
 /// Whether the thread runs and how many clients exist.
@@ -205,6 +217,11 @@ struct Life {
 
 struct Shared {
     pending: Mutex<Vec<(Instant, Entry)>>,
+    /// The fields of waits that ended in a hold registered since, pushed
+    /// with the hold's entry under the `pending` lock: each is deleted by
+    /// the record write that records its hold (kept apart from [`Entry`],
+    /// which a held lock keeps for as long as it is held).
+    ended_waits: Mutex<Vec<(Server, Vec<u8>)>>,
     /// When the thread plans to wake next (nanos since the origin); 0 while
     /// it is awake and will look at the pending list again before sleeping.
     next_wake: AtomicU64,
@@ -256,6 +273,7 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
     let (commands, receiver) = crossbeam_channel::unbounded();
     Shared {
         pending: Mutex::new(Vec::new()),
+        ended_waits: Mutex::new(Vec::new()),
         next_wake: AtomicU64::new(u64::MAX),
         wake_sent: AtomicBool::new(false),
         commands,
@@ -292,6 +310,8 @@ pub(crate) fn attach() {
 /// fixed lease, its expiry) is due at `due`.
 pub(crate) fn register(entry: Entry, due: Instant) {
     let shared: &'static Shared = &WATCHDOG;
+    let server = entry.server();
+    let ended = record::wait::hand_over(&entry.source, server.1);
     // A client's first lock (after none) wakes the thread at once, so that
     // its server is watched from the start, not from the next wake-up.
     let first = entry.counters.watchdog_entries.load(Ordering::Relaxed) == 0;
@@ -307,6 +327,14 @@ pub(crate) fn register(entry: Entry, due: Instant) {
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if let Some(field) = ended {
+            // Under the pending list's lock: taken with the entry.
+            shared
+                .ended_waits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((server, field));
+        }
         list.push((due, entry));
         list.len()
     };
@@ -344,6 +372,28 @@ pub(crate) fn verify(holds: Vec<Arc<LeaseState>>) {
     let shared: &'static Shared = &WATCHDOG;
     if shared.running.load(Ordering::Acquire) {
         let _ = shared.commands.send(Command::Verify(holds));
+    }
+}
+
+/// Tells the watchdog that a recorded wait of a client on node `node` of
+/// `source` ended without a hold: `field` is deleted from the client's
+/// record there with the next record write (within a second).
+pub(crate) fn wait_ended(
+    source: Arc<Source>,
+    node: NodeId,
+    spec: Arc<record::RecordSpec>,
+    counters: Arc<Counters>,
+    field: Vec<u8>,
+) {
+    let shared: &'static Shared = &WATCHDOG;
+    if shared.ensure_running() {
+        let _ = shared.commands.send(Command::WaitEnded(Box::new(WaitEnded {
+            source,
+            node,
+            spec,
+            counters,
+            field,
+        })));
     }
 }
 
@@ -647,6 +697,7 @@ impl Watchdog {
                     }
                 }
                 Ok(Command::Verify(holds)) => self.verify_holds(holds),
+                Ok(Command::WaitEnded(ended)) => self.wait_ended(*ended),
                 Ok(Command::Suspect(source)) => {
                     let servers: Vec<Server> = self
                         .servers
@@ -706,13 +757,21 @@ impl Watchdog {
     }
 
     fn take_pending(&mut self) {
-        let pending = std::mem::take(
-            &mut *self
+        let (pending, ended) = {
+            let mut list = self
                 .shared
                 .pending
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+                .unwrap_or_else(PoisonError::into_inner);
+            let ended = std::mem::take(
+                &mut *self
+                    .shared
+                    .ended_waits
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            (std::mem::take(&mut *list), ended)
+        };
         let now = Instant::now();
         if pending.iter().any(|(_, e)| e.listen) && self.listen_tick.is_none() {
             // Holds to listen for come in: look at the pending list again
@@ -759,6 +818,17 @@ impl Watchdog {
             }
             self.schedule.insert(due, entry);
         }
+        // Taken with the entries of their holds (under one lock): each goes
+        // with the write recording its hold.
+        for (server, field) in ended {
+            if let Some(record) = self
+                .servers
+                .get_mut(&server)
+                .and_then(|s| s.record.as_mut())
+            {
+                record.ended(field);
+            }
+        }
     }
 
     /// Hands the holds that have lasted long enough by `now`, and are
@@ -778,6 +848,21 @@ impl Watchdog {
         if self.young.is_empty() && self.young.capacity() > 1024 {
             self.young = std::collections::VecDeque::new();
         }
+    }
+
+    /// Deletes an ended wait's field with the next record write on its
+    /// server. A client with no record there yet gets one that is not
+    /// kept alive: it lives for the write.
+    fn wait_ended(&mut self, ended: WaitEnded) {
+        let server = (Arc::as_ptr(&ended.source) as usize, ended.node);
+        let now = Instant::now();
+        let Some(state) = self.state(server, &ended.source) else {
+            return;
+        };
+        state
+            .record
+            .get_or_insert_with(|| RecordState::idle(ended.spec, ended.counters, now))
+            .ended(ended.field);
     }
 
     /// Notes that the client of `entry` uses its server: its holder record

@@ -70,6 +70,16 @@ impl RecordState {
         }
     }
 
+    /// The record of a client that holds nothing and took nothing on this
+    /// server: it is written only for what is pending (an ended wait's
+    /// deletion), not kept alive.
+    pub(super) fn idle(spec: Arc<RecordSpec>, counters: Arc<Counters>, now: Instant) -> Self {
+        let used_at = now.checked_sub(spec.ttl).unwrap_or(now);
+        let mut state = RecordState::new(spec, counters, now);
+        state.used_at = used_at;
+        state
+    }
+
     /// The client took a lock on this server.
     pub(super) fn used(&mut self, now: Instant) {
         self.used_at = now;
@@ -94,7 +104,8 @@ impl RecordState {
     /// When the record needs a write of its own, if it does: `holding`
     /// says whether the client holds something on the server.
     pub(super) fn due_at(&self, holding: bool, now: Instant) -> Option<Instant> {
-        if self.in_flight || !(holding || self.used_at + self.spec.ttl > now) {
+        let pending = !self.dels.is_empty();
+        if self.in_flight || !(holding || pending || self.used_at + self.spec.ttl > now) {
             return None;
         }
         if let Some(at) = self.no_key_until.filter(|&at| at > now) {

@@ -269,6 +269,34 @@ fn records_on_cluster(bed: &RedisCluster) {
     let listed = reader.list_locks("records*", false).unwrap();
     assert_eq!(listed.len(), names.len());
     subscribers_on_every_master(bed, &reader, &names[0]);
+    // A waiter on every master: each wait is recorded in the waiter's
+    // record on that lock's master (riding on the attempts sent there),
+    // found by a reader, and gone with the wait.
+    let waiter = builder(&bed.url()).host("cluster-waiter").build().unwrap();
+    let waiting = |name: &str| {
+        reader.waiting_records().unwrap().iter().any(|r| {
+            r.host == "cluster-waiter" && r.waits.iter().any(|w| w.name == name.as_bytes())
+        })
+    };
+    std::thread::scope(|s| {
+        for name in &names {
+            let waiter = &waiter;
+            s.spawn(move || {
+                let got = waiter.lock(name).try_lock_for(Duration::from_secs(2));
+                assert!(got.unwrap().is_none());
+            });
+        }
+        assert!(
+            wait_until(Duration::from_secs(2), || names.iter().all(|n| waiting(n))),
+            "{:?}",
+            reader.waiting_records()
+        );
+    });
+    assert!(
+        wait_until(Duration::from_secs(2), || names.iter().all(|n| !waiting(n))),
+        "{:?}",
+        reader.waiting_records()
+    );
     drop(guards);
     client.shutdown();
     assert!(

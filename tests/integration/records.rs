@@ -438,3 +438,228 @@ fn a_killed_holders_record_expires_within_one_lease() {
     assert!(gone <= TEST_WATCHDOG + ms(100), "{gone:?}");
     assert!(ctx.client.holder_records(&id).unwrap().is_empty());
 }
+
+/// The `wait:` fields of `client`'s record on `ctx`'s server.
+fn wait_fields(ctx: &TestContext, client: &redguard::Client) -> Vec<String> {
+    let key = record_key(client);
+    let fields: Vec<String> = ctx.server.cmd("HKEYS", &[key.as_bytes()]);
+    fields
+        .into_iter()
+        .filter(|f| f.starts_with("wait:"))
+        .collect()
+}
+
+/// The wait of `client` for `name`, as `waiting_records` reads it.
+fn recorded_wait(
+    ctx: &TestContext,
+    client: &redguard::Client,
+    name: &str,
+) -> Option<(redguard::HolderRecord, redguard::RecordedWait)> {
+    let id = client.id().to_string();
+    ctx.client
+        .waiting_records()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.client == id)
+        .find_map(|r| {
+            let wait = r.waits.iter().find(|w| w.name == name.as_bytes())?.clone();
+            Some((r, wait))
+        })
+}
+
+/// A waiting client says what it waits for in its record (its host as
+/// `Builder::host` set it, pid, program, the name, the kind, since when),
+/// with no record write of its own while it waits; the entry goes when the
+/// wait ends: after a timeout (within a second), and after a grant (with
+/// the write that records the hold).
+#[test]
+fn a_waiter_is_recorded_while_it_waits_and_its_entry_goes_with_the_wait() {
+    let ctx = TestContext::new();
+    let name = unique_name("rec-wait");
+    let holder = test_builder(&ctx.server.url()).build().unwrap();
+    let held = holder.lock(&name).lock().unwrap();
+    // A record living 20 s: only a deletion, not its expiry, can end the
+    // entry within the 2 s looked at.
+    let waiter = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(20))
+        .host("render-7")
+        .program("render --frame 12")
+        .build()
+        .unwrap();
+    let started = std::time::SystemTime::now();
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| {
+            let got = waiter.lock(&name).try_lock_for(ms(2_500)).unwrap();
+            (got.is_none(), waiter.holder_id())
+        });
+        let mut seen = None;
+        assert!(
+            wait_until(Duration::from_secs(2), || {
+                seen = recorded_wait(&ctx, &waiter, &name);
+                seen.is_some()
+            }),
+            "the wait was not recorded"
+        );
+        let (record, w) = seen.unwrap();
+        assert_eq!(record.host, "render-7");
+        assert_eq!(record.pid, Some(std::process::id()));
+        assert_eq!(record.program, "render --frame 12");
+        assert_eq!(w.kind, "reentrant");
+        assert!(
+            w.holder.as_str().starts_with(&waiter.id().to_string()),
+            "{w:?}"
+        );
+        let since = w.since.duration_since(started).unwrap_or_default();
+        assert!(since < Duration::from_secs(2), "since {since:?}");
+        assert_eq!(
+            waiter.stats().record_round_trips,
+            0,
+            "a record write of its own while waiting"
+        );
+        let (timed_out, thread_holder) = wait.join().unwrap();
+        assert!(timed_out);
+        assert_eq!(w.holder, thread_holder);
+    });
+    // Timed out: the entry goes, the record stays.
+    assert!(
+        wait_until(Duration::from_secs(2), || wait_fields(&ctx, &waiter)
+            .is_empty()),
+        "a timed-out waiter left {:?}",
+        wait_fields(&ctx, &waiter)
+    );
+    assert!(recorded_wait(&ctx, &waiter, &name).is_none());
+    assert!(ctx.server.exists(record_key(&waiter)), "the record went");
+    // Granted: the entry goes with the write that records the hold.
+    let key = record_key(&waiter);
+    let writes = std::thread::scope(|s| {
+        let wait = s.spawn(|| {
+            let guard = waiter.lock(&name).lock().unwrap();
+            let hold = hold_field(&name, guard.holder_id());
+            let swapped = wait_until(Duration::from_secs(2), || {
+                let has_hold: bool = ctx
+                    .server
+                    .cmd("HEXISTS", &[key.as_bytes(), hold.as_bytes()]);
+                has_hold && wait_fields(&ctx, &waiter).is_empty()
+            });
+            drop(guard);
+            swapped
+        });
+        assert!(wait_until(Duration::from_secs(2), || recorded_wait(
+            &ctx, &waiter, &name
+        )
+        .is_some()));
+        let before = waiter.stats().record_round_trips;
+        held.unlock().unwrap();
+        assert!(
+            wait.join().unwrap(),
+            "after the grant: no hold field, or the wait's field stayed"
+        );
+        waiter.stats().record_round_trips - before
+    });
+    eprintln!("record writes of their own after a granted wait: {writes}");
+}
+
+/// The wait's entry costs no round trip: it rides on the wait's attempts
+/// (sent again every 300 ms here, a third of the record's 900 ms life).
+/// The same 1.5 s wait on a lock held by another client (without records)
+/// is measured with
+/// records on and off, the waiter connected through a proxy that counts
+/// its writes: the writes beyond the attempts (`EVALSHA`) are the same,
+/// plus at most the one record write that deletes the entry.
+#[test]
+fn a_recorded_wait_costs_no_round_trip_of_its_own() {
+    let ctx = TestContext::new();
+    let proxy = crate::support::FaultProxy::start(ctx.server.port());
+    let name = unique_name("rec-wait-rt");
+    // Without a record of its own: no HSET of the holder's in the counts.
+    let holder = test_builder(&ctx.server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let _held = holder
+        .lock(&name)
+        .with_lease(Duration::from_secs(60))
+        .lock()
+        .unwrap();
+    let mut measured = Vec::new();
+    for records in [false, true] {
+        let waiter = test_builder(&proxy.url())
+            .holder_record(records)
+            .poll_interval(ms(100))
+            .build()
+            .unwrap();
+        // Connected and scripts loaded before counting.
+        assert!(waiter.lock(&name).try_lock().unwrap().is_none());
+        let (w0, e0) = (proxy.requests(), ctx.server.command_calls(&["evalsha"]));
+        let h0 = ctx.server.command_calls(&["hset", "hdel"]);
+        assert!(
+            waiter
+                .lock(&name)
+                .try_lock_for(ms(1_500))
+                .unwrap()
+                .is_none()
+        );
+        // The entry's deletion (records on) within a second.
+        crate::support::sleep(ms(1_200));
+        let (w1, e1) = (proxy.requests(), ctx.server.command_calls(&["evalsha"]));
+        let h1 = ctx.server.command_calls(&["hset", "hdel"]);
+        assert_eq!(
+            h1 > h0,
+            records,
+            "the entry's writes (HSET, then HDEL) reached the server"
+        );
+        let (writes, attempts) = (w1 - w0, e1 - e0);
+        eprintln!("records {records}: {writes} writes, {attempts} attempts");
+        measured.push((writes, attempts));
+        waiter.shutdown();
+    }
+    let (off, on) = (measured[0], measured[1]);
+    let extra = |(writes, attempts): (u64, u64)| writes.saturating_sub(attempts);
+    assert!(
+        extra(on) <= extra(off) + 1,
+        "writes beyond attempts: off {off:?}, on {on:?}"
+    );
+}
+
+/// A wait that ends in an error leaves no entry either: the lock's key is
+/// replaced by a string while a client waits (its next attempt fails with
+/// `WRONGTYPE`, which ends the wait), and the waiter's entry goes within a
+/// second while its record (20 s) stays.
+#[test]
+fn a_waiter_that_fails_leaves_no_entry() {
+    let ctx = TestContext::new();
+    let name = unique_name("rec-wait-err");
+    let holder = test_builder(&ctx.server.url())
+        .holder_record(false)
+        .build()
+        .unwrap();
+    let _held = holder
+        .lock(&name)
+        .with_lease(Duration::from_secs(30))
+        .lock()
+        .unwrap();
+    let waiter = test_builder(&ctx.server.url())
+        .watchdog_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        let wait = s.spawn(|| waiter.lock(&name).lock().map(drop));
+        assert!(
+            wait_until(Duration::from_secs(2), || recorded_wait(
+                &ctx, &waiter, &name
+            )
+            .is_some()),
+            "the wait was not recorded"
+        );
+        let _: () = ctx.server.cmd("SET", &[name.as_bytes(), b"not a lock"]);
+        let err = wait.join().unwrap().unwrap_err();
+        assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    });
+    assert!(
+        wait_until(Duration::from_secs(2), || wait_fields(&ctx, &waiter)
+            .is_empty()),
+        "a failed waiter left {:?}",
+        wait_fields(&ctx, &waiter)
+    );
+    assert!(ctx.server.exists(record_key(&waiter)), "the record went");
+}

@@ -217,11 +217,15 @@ pub(crate) enum Command {
     /// --allow-missing); --conflict-exit-code (75) when --wait runs out
     /// before the latch opens, or --count finds the latch set already.
     Latch(LatchArgs),
-    /// List the locks whose names match PATTERN (default `*`): holders with
-    /// host and pid, held for, lease left, waiters.
+    /// List what matches PATTERN (default `*`), each kind with its columns:
+    /// locks (holders with host and pid, held for, lease left), semaphores
+    /// (available permits), expiring semaphores (each permit with its
+    /// holder and lease left), latches (count), `once` keys (state,
+    /// runner, age), and for each its waiters.
     ///
-    /// Uses SCAN (1,000 keys per call) on every master, never KEYS. Keys of
-    /// other types are skipped; --all lists them as "not a lock". Exits 0.
+    /// Uses SCAN (1,000 keys per call) on every master, never KEYS, plus
+    /// one SCAN of the holder records for the waiters. Other keys are
+    /// skipped; --all lists them as "not a lock". Exits 0.
     #[command(after_help = crate::help::LIST_HELP)]
     List(ListArgs),
     /// Show everything one client holds, from its holder record: host,
@@ -512,7 +516,8 @@ pub(crate) struct ListArgs {
     #[arg(value_name = "PATTERN", default_value = "*")]
     pub(crate) pattern: String,
 
-    /// Also list keys that are not locks (as "not a lock").
+    /// Also list keys that are no lock, semaphore, latch or `once` key (as
+    /// "not a lock").
     #[arg(long)]
     pub(crate) all: bool,
 
@@ -525,9 +530,9 @@ pub(crate) struct ListArgs {
     #[arg(long, value_enum, default_value = "name")]
     pub(crate) sort: SortBy,
 
-    /// Only locks some holder has held for at least this long (by its
-    /// holder record): the stuck ones. Holders without a record are left
-    /// out.
+    /// Only what some holder has held for at least this long (by its
+    /// holder record): the stuck locks, permits and `once` runs. Holders
+    /// without a record are left out.
     #[arg(long, value_name = "DUR", value_parser = durations::any)]
     pub(crate) older_than: Option<std::time::Duration>,
 }

@@ -37,22 +37,38 @@ Exit status:
 
 /// `redguard status`'s exit statuses and JSON fields.
 pub(crate) const LIST_HELP: &str = "\
-Text: one line per lock: name, kind, lease left, waiters; then one line
-per holder: its id, hold count, host, pid and how long it has held the
-lock (\"no record\" for a holder without a holder record, such as a Java
-process); for a fair lock, one line per queued waiter with the time left
-until its deadline.
+Text: one line per name: name, kind, its own columns, lease left, and a
+waiters column (connections subscribed, waiters recorded); then:
+  lock                one line per holder (id, hold count, host, pid, held
+                      for; \"no record\" for a Java holder); fair: one line
+                      per queued waiter in order (deadline, host, pid,
+                      program, waiting for) and the count of foreign
+                      (queued, no record) waiters
+  expiring_semaphore  available and held permits; one line per permit
+                      (lease left, holder host, pid, program, held for;
+                      \"DEAD: pid not running on this host\" when its
+                      process is gone)
+  semaphore           available permits
+  latch               count
+  counter             a bare integer: a plain semaphore and a latch share
+                      this layout, so the kind is named only where a
+                      redguard waiter (or an expiring permit) tells it
+  once                state (running, done, failed, abandoned,
+                      timed_out), runner (host, pid, program), age (of
+                      the run in progress, or since the last one ended)
+and for every kind one line per recorded waiter: holder id, host, pid,
+program, how long it has waited and what it waits as.
 
 JSON (--json), one array of objects with the fields of `redguard status
---json` for a lock (schema, name, kind, held, expires_in_ms,
-expires_at_unix_ms, holders, queue, mode, subscribers); kind is \"once\"
-for a run of `redguard once` in progress (as its runner's record says),
-\"fenced\" for a fenced lock; with --all, other keys have kind \"other\"
-and redis_type. The array stays an array: each object carries its schema
-(an empty list carries none).
+--json` for that kind (schema, name, kind, ...); kind is one of
+reentrant, fair, fenced, read_write, expiring_semaphore, semaphore, latch,
+counter, once, and with --all other (with redis_type). once adds age_ms and
+subscribers; kind is \"once\" for a run of `redguard once` in progress.
+The array stays an array: each object carries its schema (an empty list
+carries none).
 
---older-than DUR keeps the locks one of whose holders has held them at
-least DUR (by its holder record), to find stuck holders.";
+--older-than DUR keeps what one of its holders has held at least DUR (by
+its holder record), to find stuck holders.";
 
 pub(crate) const STATUS_HELP: &str = "\
 Exit status:
@@ -71,7 +87,10 @@ fields are only added, never renamed, removed or given another meaning:
   schema              1, the version of this shape
   name                the name, escaped as above
   kind                free, reentrant, fair, fenced, read_write,
-                      expiring_semaphore, counter, once or other
+                      expiring_semaphore, semaphore, latch, counter, once
+                      or other (a plain semaphore and a latch are the
+                      same bare integer: counter, unless a redguard waiter
+                      names the kind)
   held                true when something is held (see Exit status)
   expires_in_ms       time left on the key; null for no key or no expiry
   expires_at_unix_ms  when the key expires; null likewise
@@ -86,25 +105,41 @@ fields are only added, never renamed, removed or given another meaning:
                       channel (one per client process; fair: also the
                       queued waiters' channels; on a Cluster, classic
                       subscribers of every master and sharded ones of
-                      the lock's); expiring_semaphore and once: of
-                      their channel; null when unknown
+                      the lock's); expiring_semaphore, semaphore, latch
+                      and once: of their channel; null when unknown
   mode                read_write: \"read\" or \"write\"
-  queue               fair: [{id, deadline_unix_ms}], first in line first
-                      (deadline null when the waiter has none)
-  value               counter: a semaphore's available permits or a
-                      latch's count
+  queue               fair: [{position, id, deadline_unix_ms, record,
+                      host, pid, program, kind, waiting_since_unix_ms,
+                      waiting_for_ms}], first in line first (deadline null
+                      when the waiter has none; record false and the rest
+                      null for a waiter without a record, as Redisson's)
+  foreign_waiters     fair: queued waiters without a record (Redisson's,
+                      or redguard's with records off); null when the
+                      records could not be searched
+  waiters             every kind: [{id, host, pid, program, kind,
+                      waiting_since_unix_ms, waiting_for_ms}], the
+                      redguard waiters that record their wait, longest
+                      waiting first (kind: reentrant, fair, fenced, read,
+                      write, permit, semaphore, latch or once;
+                      waiting_since by the waiter's clock); null when the
+                      records could not be searched
+  value               counter, semaphore, latch: the integer stored (a
+                      semaphore's available permits or a latch's count)
+  count               latch: its count
   semaphore_subscribers, latch_subscribers
                       counter: waiting clients subscribed to the
                       semaphore's and to the latch's channel
-  available           expiring_semaphore: permits available
+  available           expiring_semaphore, semaphore: permits available
   held_permits        expiring_semaphore: how many permits are held
   permits             expiring_semaphore: [{id, client, expires_in_ms,
                       expires_at_unix_ms, record, host, pid, program,
-                      version, held_for_ms, held_since_unix_ms}], the
-                      permits held, their lease left and what their
+                      version, held_for_ms, held_since_unix_ms, alive}],
+                      the permits held, their lease left and what their
                       holder's record says (as for a lock's holders);
                       client: the holding client's id for `redguard
-                      who` (null without a record)
+                      who` (null without a record); alive: whether the
+                      holder's pid runs, for a holder on this host (by
+                      host name), else null
   ran_at_unix_ms, by, exit_status, host, pid
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null

@@ -1,12 +1,18 @@
-//! `redguard list [PATTERN]`: the locks whose names match, with their
-//! holders (host, pid, held for), lease left and waiters (a fair lock's
-//! queue with each waiter's deadline), found with SCAN on
-//! every master (`Client::list_locks`).
+//! `redguard list [PATTERN]`: everything redguard knows of whose name
+//! matches, each kind with its own columns: locks (holders with host, pid,
+//! held for; lease left; waiters, a fair lock's queue in order),
+//! semaphores (available permits), expiring semaphores (each permit with
+//! its holder's record and lease left), latches (count), counters the
+//! layout cannot name (a plain semaphore and a latch are both a bare
+//! integer), `once` keys (state, runner, age), and for each the waiters
+//! that keep a record. Found with SCAN on every master
+//! (`Client::list_locks`), plus one SCAN of the holder records for the
+//! waiters.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use redguard::{LockInfo, LockKind};
+use redguard::{LockInfo, LockKind, OnceInfo, OnceStatus};
 use serde_json::{Value, json};
 
 use crate::cli::{ListArgs, SortBy};
@@ -14,54 +20,243 @@ use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
 use crate::show::expiry_fields;
-use crate::status::{holder_line, holders_json, listed_kind, queue_json, queue_text};
+use crate::status::{holder_line, holders_json, listed_kind};
+use crate::sync_status::{Counter, CounterKind};
+use crate::waiters::Waiters;
+
+/// The prefix of a run-once key's last-attempt record.
+const ATTEMPT_PREFIX: &[u8] = b"redguard_once_attempt:";
+
+/// Keys beside the synchronizers, never listed as one of them: fencing
+/// token counters, fair queues and their deadlines, holder records,
+/// one-use tokens, last-attempt records.
+const INTERNAL_PREFIXES: [&[u8]; 6] = [
+    b"redisson_lock_token:",
+    b"redisson_lock_queue:",
+    b"redisson_lock_timeout:",
+    b"redguard:client:",
+    b"redguard_token:",
+    ATTEMPT_PREFIX,
+];
+
+/// One thing listed.
+enum Entry {
+    /// A lock (or, with `--all`, a key of another kind).
+    Lock(LockInfo),
+    /// A counter: a semaphore's permits or a latch's count.
+    Counter(Vec<u8>, Box<Counter>),
+    /// A run-once key, with the claim as a lock while a run is in
+    /// progress.
+    Once(Box<OnceInfo>, Option<Box<LockInfo>>),
+}
+
+impl Entry {
+    fn name(&self) -> &[u8] {
+        match self {
+            Entry::Lock(info) => &info.name,
+            Entry::Counter(name, _) => name,
+            Entry::Once(info, _) => &info.key,
+        }
+    }
+
+    /// How long the longest-holding holder with a record has held it.
+    fn longest_hold(&self) -> Option<Duration> {
+        match self {
+            Entry::Lock(info) => info
+                .holders
+                .iter()
+                .filter_map(|(h, _)| info.held_for(h))
+                .max(),
+            Entry::Counter(_, counter) => {
+                let sem = counter.semaphore();
+                sem.permits.iter().filter_map(|p| sem.held_for(&p.id)).max()
+            }
+            Entry::Once(info, _) => info.held_for(),
+        }
+    }
+
+    /// Time left on its key.
+    fn ttl_left(&self) -> Option<Duration> {
+        let ttl = match self {
+            Entry::Lock(info) => info.ttl,
+            Entry::Counter(_, counter) => counter.semaphore().ttl,
+            Entry::Once(info, _) => match &info.status {
+                OnceStatus::Running { expires_in, .. } => expires_in.map(redguard::Ttl::Expires),
+                _ => None,
+            },
+        };
+        ttl.and_then(redguard::Ttl::expires_in)
+    }
+}
 
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {
-    let mut locks = conn
-        .client
-        .list_locks(&args.pattern, args.all)
-        .map_err(|e| Failure::from_lib(&e, &conn.server))?;
-    if let Some(min) = args.older_than {
-        locks.retain(|info| longest_hold(info).is_some_and(|held| held >= min));
+    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
+    // Every type: the counters are strings, a finished run is a hash of
+    // other fields; only names that read as one of the kinds are kept.
+    let keys = conn.client.list_locks(&args.pattern, true).map_err(fail)?;
+    let waiters = Waiters::read(conn);
+    let mut entries = Vec::new();
+    let mut once_keys: Vec<Vec<u8>> = Vec::new();
+    for info in keys {
+        if let Some(entry) = classify(conn, info, args.all, &mut once_keys)? {
+            entries.push(entry);
+        }
     }
-    sort(&mut locks, args.sort);
+    // Run-once keys whose last attempt failed or was abandoned keep only
+    // that record: found by their record's name.
+    let attempt_pattern = if args.pattern == "*" {
+        None
+    } else {
+        Some(format!("redguard_once_attempt:{{{}}}", args.pattern))
+    };
+    if let Some(pattern) = attempt_pattern {
+        for info in conn.client.list_locks(&pattern, true).map_err(fail)? {
+            once_keys.extend(attempt_key_of(&info.name));
+        }
+    }
+    once_keys.sort();
+    once_keys.dedup();
+    for key in once_keys {
+        if entries.iter().any(|e| e.name() == key.as_slice()) {
+            continue;
+        }
+        match conn.client.once_inspect(&key) {
+            Ok(info) if info.last_attempt.is_some() => {
+                entries.push(Entry::Once(Box::new(info), None));
+            }
+            Ok(_)
+            | Err(redguard::Error::WrongType { .. } | redguard::Error::InvalidArgument(_)) => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    if let Some(min) = args.older_than {
+        entries.retain(|e| e.longest_hold().is_some_and(|held| held >= min));
+    }
+    sort(&mut entries, args.sort);
     if args.json {
-        let all: Vec<Value> = locks.iter().map(to_json).collect();
+        let all: Vec<Value> = entries.iter().map(|e| to_json(e, &waiters)).collect();
         crate::out::print_json(Value::Array(all));
     } else {
-        for info in &locks {
-            print!("{}", to_text(info));
+        let mut unnamed = false;
+        for entry in &entries {
+            if let Entry::Counter(name, counter) = entry {
+                unnamed |= counter.kind(&waiters, name) == CounterKind::Unknown;
+            }
+            print!("{}", to_text(entry, &waiters));
+        }
+        if unnamed {
+            println!(
+                "(counter: a plain semaphore and a latch are both a bare integer, which the \
+                 layout cannot tell apart; the kind is named where a redguard waiter or an \
+                 expiring permit tells it)"
+            );
+        }
+        if waiters.unknown {
+            println!("(waiters: the holder records could not be searched)");
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// How long the longest-holding holder with a record has held the lock.
-fn longest_hold(info: &LockInfo) -> Option<Duration> {
-    info.holders
-        .iter()
-        .filter_map(|(h, _)| info.held_for(h))
-        .max()
+/// What a key found by the scan is: a lock, a counter, a run-once key, or
+/// (kept with `--all` only) something else. Keys beside the synchronizers
+/// are skipped; a last-attempt record adds its run-once key to `once_keys`.
+fn classify(
+    conn: &Connection,
+    info: LockInfo,
+    all: bool,
+    once_keys: &mut Vec<Vec<u8>>,
+) -> Result<Option<Entry>, Failure> {
+    let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
+    if let Some(key) = attempt_key_of(&info.name) {
+        once_keys.push(key);
+        return Ok(None);
+    }
+    let internal = INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p));
+    let other = |info: LockInfo| Ok(all.then_some(Entry::Lock(info)));
+    match &info.kind {
+        LockKind::Other { .. } if internal => other(info),
+        LockKind::Other { redis_type } if redis_type == "string" => {
+            match crate::sync_status::read(conn, &info.name)? {
+                Some(counter) => Ok(Some(Entry::Counter(info.name, Box::new(counter)))),
+                None => other(info),
+            }
+        }
+        LockKind::Other { redis_type } if redis_type == "hash" => {
+            match conn.client.once_inspect(&info.name) {
+                Ok(once) if matches!(once.status, OnceStatus::Done(_)) => {
+                    Ok(Some(Entry::Once(Box::new(once), None)))
+                }
+                Ok(_) | Err(redguard::Error::WrongType { .. }) => other(info),
+                Err(e) => Err(fail(e)),
+            }
+        }
+        LockKind::Other { .. } => other(info),
+        _ if listed_kind(&info) == "once" => match conn.client.once_inspect(&info.name) {
+            Ok(once) => Ok(Some(Entry::Once(Box::new(once), Some(Box::new(info))))),
+            Err(redguard::Error::WrongType { .. }) => Ok(Some(Entry::Lock(info))),
+            Err(e) => Err(fail(e)),
+        },
+        _ => Ok(Some(Entry::Lock(info))),
+    }
 }
 
-fn sort(locks: &mut [LockInfo], by: SortBy) {
+/// The run-once key of a last-attempt record's key
+/// (`redguard_once_attempt:{K}`, or `redguard_once_attempt:K` for a key
+/// with a brace of its own).
+fn attempt_key_of(key: &[u8]) -> Option<Vec<u8>> {
+    let rest = key.strip_prefix(ATTEMPT_PREFIX)?;
+    match rest.strip_prefix(b"{").and_then(|r| r.strip_suffix(b"}")) {
+        Some(inner) if !inner.contains(&b'{') => Some(inner.to_vec()),
+        _ => Some(rest.to_vec()),
+    }
+}
+
+fn sort(entries: &mut [Entry], by: SortBy) {
     match by {
-        SortBy::Name => locks.sort_by(|a, b| a.name.cmp(&b.name)),
-        SortBy::Held => locks.sort_by(|a, b| {
-            // Longest first; locks without a known start last.
-            longest_hold(b)
-                .cmp(&longest_hold(a))
-                .then_with(|| a.name.cmp(&b.name))
+        SortBy::Name => entries.sort_by(|a, b| a.name().cmp(b.name())),
+        SortBy::Held => entries.sort_by(|a, b| {
+            // Longest first; entries without a known start last.
+            b.longest_hold()
+                .cmp(&a.longest_hold())
+                .then_with(|| a.name().cmp(b.name()))
         }),
-        SortBy::Ttl => locks.sort_by_key(|info| {
-            let left = info.ttl.and_then(redguard::Ttl::expires_in);
-            (left.is_none(), left, info.name.clone())
+        SortBy::Ttl => entries.sort_by(|a, b| {
+            let (x, y) = (a.ttl_left(), b.ttl_left());
+            (x.is_none(), x, a.name()).cmp(&(y.is_none(), y, b.name()))
         }),
     }
 }
 
-fn to_text(info: &LockInfo) -> String {
+fn to_text(entry: &Entry, waiters: &Waiters) -> String {
+    match entry {
+        Entry::Lock(info) => lock_text(info, waiters),
+        Entry::Counter(name, counter) => counter_text(name, counter, waiters),
+        Entry::Once(info, _) => once_text(info, waiters),
+    }
+}
+
+fn to_json(entry: &Entry, waiters: &Waiters) -> Value {
+    match entry {
+        Entry::Lock(info) => lock_json(info, waiters),
+        Entry::Counter(name, counter) => counter.json(name, waiters),
+        Entry::Once(info, claim) => once_json(info, claim.as_deref(), waiters),
+    }
+}
+
+/// The waiters column: subscribed connections and recorded waiters.
+fn waiters_column(subscribed: Option<u64>, name: &[u8], waiters: &Waiters) -> String {
+    let subscribed = subscribed.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    let recorded = if waiters.unknown {
+        "?".to_owned()
+    } else {
+        waiters.of(name).len().to_string()
+    };
+    format!("waiters {subscribed} subscribed, {recorded} recorded")
+}
+
+fn lock_text(info: &LockInfo, waiters: &Waiters) -> String {
     use std::fmt::Write;
     let name = show::name(&info.name);
     let mut s = String::new();
@@ -82,14 +277,12 @@ fn to_text(info: &LockInfo) -> String {
         LockKind::Fair { queue } => format!("{} queued, ", info.queue_len.max(queue.len() as u64)),
         _ => String::new(),
     };
-    let subscribed = info
-        .subscribers
-        .map_or_else(|| "?".to_owned(), |n| n.to_string());
     let _ = writeln!(
         s,
-        "{name}: {}, ttl {}, waiters {queued}{subscribed} subscribed",
+        "{name}: {}, ttl {}, {queued}{}",
         listed_kind(info),
-        show::ttl(info.ttl)
+        show::ttl(info.ttl),
+        waiters_column(info.subscribers, &info.name, waiters)
     );
     for (holder, count) in &info.holders {
         let _ = writeln!(
@@ -98,13 +291,16 @@ fn to_text(info: &LockInfo) -> String {
             holder_line(info, holder)
         );
     }
-    if let LockKind::Fair { queue } = &info.kind {
-        s.push_str(&queue_text(queue, info.queue_len, "  "));
+    match &info.kind {
+        LockKind::Fair { queue } => {
+            s.push_str(&waiters.queue_text(&info.name, queue, info.queue_len, "  "));
+        }
+        _ => s.push_str(&waiters.text(&info.name, "  ")),
     }
     s
 }
 
-fn to_json(info: &LockInfo) -> Value {
+fn lock_json(info: &LockInfo, waiters: &Waiters) -> Value {
     let mut v = json!({
         "name": show::json_name(&info.name),
         "kind": listed_kind(info),
@@ -117,13 +313,150 @@ fn to_json(info: &LockInfo) -> Value {
             return v;
         }
         LockKind::Fair { queue } => {
-            v["queue"] = queue_json(queue);
+            v["queue"] = waiters.queue_json(&info.name, queue);
             v["queue_len"] = json!(info.queue_len.max(queue.len() as u64));
+            v["foreign_waiters"] = if waiters.unknown {
+                Value::Null
+            } else {
+                json!(waiters.foreign(&info.name, queue))
+            };
         }
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         _ => {}
     }
     v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
+    v["waiters"] = waiters.json(&info.name);
+    v
+}
+
+fn counter_text(name: &[u8], counter: &Counter, waiters: &Waiters) -> String {
+    use std::fmt::Write;
+    let shown = show::name(name);
+    let sem = counter.semaphore();
+    let latch = counter.latch();
+    let mut s = String::new();
+    let kind = counter.kind(waiters, name);
+    let (what, subscribed) = match kind {
+        CounterKind::Unknown => (format!("counter {}", sem.available), None),
+        CounterKind::Latch => (format!("latch, count {}", latch.count), latch.subscribers),
+        CounterKind::Semaphore => (
+            format!("semaphore, {} available", sem.available),
+            sem.subscribers,
+        ),
+        CounterKind::ExpiringSemaphore => (
+            format!(
+                "expiring_semaphore, {} available, {} held",
+                sem.available,
+                sem.permits.len()
+            ),
+            sem.subscribers,
+        ),
+    };
+    let column = match kind {
+        CounterKind::Unknown => {
+            let n = |c: Option<u64>| c.map_or_else(|| "?".to_owned(), |n| n.to_string());
+            let recorded = if waiters.unknown {
+                "?".to_owned()
+            } else {
+                waiters.of(name).len().to_string()
+            };
+            format!(
+                "waiters {} (semaphore) + {} (latch) subscribed, {recorded} recorded",
+                n(sem.subscribers),
+                n(latch.subscribers)
+            )
+        }
+        _ => waiters_column(subscribed, name, waiters),
+    };
+    let _ = writeln!(s, "{shown}: {what}, ttl {}, {column}", show::ttl(sem.ttl));
+    for permit in &sem.permits {
+        let record = sem.record_of(&permit.id);
+        let _ = writeln!(
+            s,
+            "  permit {} (lease {} left): {}{}",
+            permit.id,
+            show::left(permit.lease_left),
+            crate::record_view::record_line(record, sem.held_for(&permit.id)),
+            crate::sync_status::liveness_text(record)
+        );
+    }
+    s.push_str(&waiters.text(name, "  "));
+    s
+}
+
+/// The state, runner and age of a run-once key, for people.
+fn once_text(info: &OnceInfo, waiters: &Waiters) -> String {
+    use std::fmt::Write;
+    let (runner, age) = once_runner(info);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: once, {}, runner {runner}, age {}, {}",
+        show::name(&info.key),
+        crate::once::state_word(info),
+        age.map_or_else(|| "unknown".to_owned(), show::left),
+        waiters_column(info.subscribers, &info.key, waiters)
+    );
+    s.push_str(&waiters.text(&info.key, "  "));
+    s
+}
+
+/// Who runs (or last ran) a run-once key, on one line, and since when the
+/// state has lasted: a run in progress since its start, a finished run or
+/// failed attempt since its end.
+fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
+    let now = SystemTime::now();
+    let since = |at: SystemTime| now.duration_since(at).ok();
+    if let Some(a) = &info.last_attempt {
+        let pid = a.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        let age = match &info.status {
+            OnceStatus::Running { .. } => info.held_for().or_else(|| since(a.started_at)),
+            _ => a.ended_at.and_then(since).or_else(|| since(a.started_at)),
+        };
+        return (
+            format!(
+                "host {}, pid {pid}, program {}",
+                a.host,
+                show::name(a.program.as_bytes())
+            ),
+            age,
+        );
+    }
+    let runner = match (&info.record, info.runner()) {
+        (Some(r), _) => format!(
+            "host {}, pid {}, program {}",
+            r.host,
+            r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            show::name(r.program.as_bytes())
+        ),
+        (None, Some(id)) => format!("{id} (no record)"),
+        (None, None) => "unknown".to_owned(),
+    };
+    let age = match &info.status {
+        OnceStatus::Running { .. } => info.held_for(),
+        OnceStatus::Done(outcome) => since(outcome.at),
+        _ => None,
+    };
+    (runner, age)
+}
+
+fn once_json(info: &OnceInfo, claim: Option<&LockInfo>, waiters: &Waiters) -> Value {
+    let running = matches!(info.status, OnceStatus::Running { .. });
+    let mut v = json!({
+        "name": show::json_name(&info.key),
+        "kind": "once",
+        "held": running,
+        "state": crate::once::state_word(info),
+    });
+    crate::once::info_fields(info, &mut v);
+    let (_, age) = once_runner(info);
+    v["age_ms"] = json!(age.map(show::ms));
+    v["subscribers"] = json!(info.subscribers);
+    v["waiters"] = waiters.json(&info.key);
+    if let Some(claim) = claim {
+        // A run in progress is a lock in layout: its holder as a lock's.
+        v["holders"] = holders_json(claim);
+    }
     v
 }

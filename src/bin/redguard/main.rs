@@ -30,6 +30,7 @@ mod sync_status;
 mod tree;
 mod unlock;
 mod waitlog;
+mod waiters;
 mod who;
 
 use std::process::ExitCode;

@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use redguard::{LockInfo, LockKind, OnceInfo, OnceStatus, QueuedWaiter};
+use redguard::{LockInfo, LockKind, OnceInfo, OnceStatus};
 use serde_json::{Value, json};
 
 use crate::cli::{StatusArgs, name_bytes};
@@ -14,6 +14,7 @@ use crate::fail::{Failure, code};
 use crate::record_view::{record_json, record_line};
 use crate::show;
 use crate::sync_status::Counter;
+use crate::waiters::Waiters;
 
 /// Exit status of `status` when nothing is held.
 const FREE: u8 = 1;
@@ -33,10 +34,14 @@ enum Found {
 pub(crate) fn status(args: &StatusArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let name = name_bytes(&args.name)?;
     let found = read(conn, &name)?;
+    let waiters = match &found {
+        Found::Lock(info) if matches!(info.kind, LockKind::Other { .. }) => Waiters::default(),
+        _ => Waiters::read(conn),
+    };
     if args.json {
-        crate::out::print_json(to_json(&name, &found));
+        crate::out::print_json(to_json(&name, &found, &waiters));
     } else {
-        print!("{}", to_text(&name, &found));
+        print!("{}", to_text(&name, &found, &waiters));
     }
     Ok(ExitCode::from(exit_code(&found)))
 }
@@ -161,18 +166,22 @@ pub(crate) fn kind_word(kind: &LockKind) -> &'static str {
     }
 }
 
-fn to_text(name: &[u8], found: &Found) -> String {
+fn to_text(name: &[u8], found: &Found, waiters: &Waiters) -> String {
     match found {
-        Found::Lock(info) => lock_text(name, info),
-        Found::Counter(counter) => counter.text(name),
-        Found::Once(once) => crate::once::info_text(once),
+        Found::Lock(info) => lock_text(name, info, waiters),
+        Found::Counter(counter) => counter.text(name, waiters),
+        Found::Once(once) => {
+            let mut s = crate::once::info_text(once);
+            s.push_str(&waiters.text(name, "  "));
+            s
+        }
     }
 }
 
-fn to_json(name: &[u8], found: &Found) -> Value {
+fn to_json(name: &[u8], found: &Found, waiters: &Waiters) -> Value {
     match found {
-        Found::Lock(info) => lock_json(name, info),
-        Found::Counter(counter) => counter.json(name),
+        Found::Lock(info) => lock_json(name, info, waiters),
+        Found::Counter(counter) => counter.json(name, waiters),
         Found::Once(once) => {
             let running = matches!(once.status, OnceStatus::Running { .. });
             let mut v = json!({
@@ -182,18 +191,22 @@ fn to_json(name: &[u8], found: &Found) -> Value {
                 "state": crate::once::state_word(once),
             });
             crate::once::info_fields(once, &mut v);
+            v["waiters"] = waiters.json(name);
             v
         }
     }
 }
 
-fn lock_text(name: &[u8], info: &LockInfo) -> String {
+fn lock_text(raw_name: &[u8], info: &LockInfo, waiters: &Waiters) -> String {
     use std::fmt::Write;
-    let name = show::name(name);
+    let name = show::name(raw_name);
     let mut s = String::new();
     match &info.kind {
         LockKind::Free => {
             let _ = writeln!(s, "lock {name}: free");
+            // Waiters of a name that holds nothing yet (a semaphore
+            // without permits, a latch not yet set) still show.
+            s.push_str(&waiters.text(raw_name, "  "));
             return s;
         }
         LockKind::Other { redis_type } => {
@@ -228,51 +241,18 @@ fn lock_text(name: &[u8], info: &LockInfo) -> String {
     let subscribed = info
         .subscribers
         .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
-    let _ = writeln!(s, "  waiters: {queued}{subscribed} subscribed");
-    if let LockKind::Fair { queue } = &info.kind {
-        s.push_str(&queue_text(queue, info.queue_len, "  "));
+    let recorded = waiters.of(raw_name).len();
+    let _ = writeln!(
+        s,
+        "  waiters: {queued}{subscribed} subscribed, {recorded} recorded"
+    );
+    match &info.kind {
+        LockKind::Fair { queue } => {
+            s.push_str(&waiters.queue_text(raw_name, queue, info.queue_len, "  "));
+        }
+        _ => s.push_str(&waiters.text(raw_name, "  ")),
     }
     s
-}
-
-/// A fair lock's queue for people, one line per waiter read (first in
-/// line first) with how long until its deadline, each line after `indent`;
-/// then how many more of the `total` were not read.
-pub(crate) fn queue_text(queue: &[QueuedWaiter], total: u64, indent: &str) -> String {
-    use std::fmt::Write;
-    let now = std::time::SystemTime::now();
-    let mut s = String::new();
-    for (i, waiter) in queue.iter().enumerate() {
-        let deadline = match waiter.deadline {
-            Some(at) => match at.duration_since(now) {
-                Ok(left) => format!("deadline in {}", show::left(left)),
-                Err(_) => "deadline passed".to_owned(),
-            },
-            None => "no deadline".to_owned(),
-        };
-        let _ = writeln!(
-            s,
-            "{indent}queued #{}: {} ({deadline})",
-            i + 1,
-            waiter.holder
-        );
-    }
-    let more = total.saturating_sub(queue.len() as u64);
-    if more > 0 {
-        let _ = writeln!(s, "{indent}... and {more} more queued (not read)");
-    }
-    s
-}
-
-/// A fair lock's queue for `--json`: `[{id, deadline_unix_ms}]`, first in
-/// line first.
-pub(crate) fn queue_json(queue: &[QueuedWaiter]) -> Value {
-    queue
-        .iter()
-        .map(
-            |w| json!({"id": w.holder.as_str(), "deadline_unix_ms": w.deadline.map(show::unix_ms)}),
-        )
-        .collect()
 }
 
 /// What `holder`'s record says, on one line: host, pid, program and how
@@ -308,7 +288,7 @@ pub(crate) fn holders_json(info: &LockInfo) -> Value {
         .collect()
 }
 
-fn lock_json(name: &[u8], info: &LockInfo) -> Value {
+fn lock_json(name: &[u8], info: &LockInfo, waiters: &Waiters) -> Value {
     let mut v = json!({
         "name": show::json_name(name),
         "kind": kind_word(&info.kind),
@@ -317,10 +297,16 @@ fn lock_json(name: &[u8], info: &LockInfo) -> Value {
     show::expiry_fields(info.ttl, &mut v);
     v["holders"] = holders_json(info);
     v["subscribers"] = json!(info.subscribers);
+    v["waiters"] = waiters.json(name);
     match &info.kind {
         LockKind::Fair { queue } => {
-            v["queue"] = queue_json(queue);
+            v["queue"] = waiters.queue_json(name, queue);
             v["queue_len"] = json!(info.queue_len.max(queue.len() as u64));
+            v["foreign_waiters"] = if waiters.unknown {
+                Value::Null
+            } else {
+                json!(waiters.foreign(name, queue))
+            };
         }
         LockKind::ReadWrite { mode } => v["mode"] = json!(mode),
         LockKind::Other { redis_type } => v["redis_type"] = json!(redis_type),

@@ -39,6 +39,7 @@ mod help;
 mod logs;
 mod once_attempt;
 mod ops;
+mod opsview;
 mod readme;
 mod record_secrets;
 mod runbook;

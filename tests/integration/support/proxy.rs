@@ -111,6 +111,9 @@ struct Shared {
     reply_fault: Mutex<Option<ReplyFaultPlan>>,
     /// Replies cut or garbled so far.
     reply_faults_done: AtomicUsize,
+    /// Chunks read from clients (a client's write of a command or a
+    /// pipeline, when the client waits for replies between writes).
+    requests: AtomicU64,
 }
 
 /// Which way a pump copies.
@@ -169,6 +172,7 @@ impl FaultProxy {
             mode: Mutex::new(Mode::Pass),
             listener: Mutex::new(Some(listener)),
             reset_epoch: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
             open: AtomicUsize::new(0),
@@ -269,6 +273,12 @@ impl FaultProxy {
     /// How many replies were cut or garbled (or requests lost) so far.
     pub fn reply_faults_done(&self) -> usize {
         self.shared.reply_faults_done.load(Ordering::SeqCst)
+    }
+
+    /// Chunks read from clients so far: one per write of a client that
+    /// waits for its replies before writing again (a round trip).
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::SeqCst)
     }
 
     /// The number of proxied connections currently open.
@@ -527,6 +537,7 @@ fn pump(
         let mut chunk = &buf[..n];
         match direction {
             Direction::Up => {
+                shared.requests.fetch_add(1, Ordering::SeqCst);
                 if arm_reply_fault(shared, chunk, armed) {
                     break;
                 }
