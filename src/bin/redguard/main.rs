@@ -29,8 +29,8 @@ mod sync_status;
 #[cfg(target_os = "linux")]
 mod tree;
 mod unlock;
-mod waitlog;
 mod waiters;
+mod waitlog;
 mod who;
 
 use std::process::ExitCode;
