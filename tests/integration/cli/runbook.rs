@@ -274,7 +274,7 @@ fn recipe_a_latch_that_never_opens() {
         wait_until(Duration::from_secs(10), || {
             run_line("redguard status batch-7", &url, dir.path())
                 .stdout
-                .contains("1 on the latch")
+                .contains("1 subscribed, 1 recorded")
         }),
         "the waiter never subscribed"
     );
@@ -286,8 +286,9 @@ fn recipe_a_latch_that_never_opens() {
         panic!("the recipe has 3 lines: {out:?}");
     };
     assert!(
-        status.stdout.contains("counter \"batch-7\": 1 ")
-            && status.stdout.contains("1 on the latch"),
+        status.stdout.contains("latch \"batch-7\": count 1 ")
+            && status.stdout.contains("1 subscribed, 1 recorded")
+            && status.stdout.contains("waiting for"),
         "{status:?}"
     );
     assert_eq!(count_down.code, Some(0), "{count_down:?}");
