@@ -464,6 +464,21 @@ impl Client {
             self.shared.config.release_on_shutdown,
             Some(self.shared.config.response_timeout),
         );
+        // A record a wait wrote and no hold kept (the watchdog deleted
+        // those of holds): gone with the client, not a lease later. Kept,
+        // as the holds' records are, when the locks are left to their lease.
+        if self.shared.config.release_on_shutdown
+            && let Some(spec) = &self.shared.hooks.record
+        {
+            for (node, key) in spec.take_wait_records() {
+                let _ = self.shared.source.with_node_conn(node, |conn| {
+                    redis::cmd("DEL")
+                        .arg(&key[..])
+                        .query::<i64>(conn)
+                        .map_err(Error::redis)
+                });
+            }
+        }
     }
 
     /// `true` after [`Client::shutdown`].

@@ -2,7 +2,7 @@
 //! [`RecordWrite`], one write of it to one server: its commands and what
 //! their replies say. No I/O.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
@@ -26,6 +26,9 @@ pub(crate) struct RecordSpec {
     started: Instant,
     /// The record's lifetime: the client's watchdog timeout.
     pub(crate) ttl: Duration,
+    /// The record keys a wait wrote (with their node): deleted at
+    /// shutdown, as the watchdog deletes those of the holds.
+    waited_on: Mutex<Vec<(crate::connection::NodeId, Vec<u8>)>>,
 }
 
 impl RecordSpec {
@@ -53,7 +56,29 @@ impl RecordSpec {
             program: truncate(&super::mask::recorded(&program, how), MAX_PROGRAM),
             started: Instant::now(),
             ttl,
+            waited_on: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A wait wrote the record `key` on `node`.
+    pub(crate) fn note_wait_record(&self, node: crate::connection::NodeId, key: &[u8]) {
+        let mut keys = self
+            .waited_on
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !keys.iter().any(|(n, k)| *n == node && k == key) {
+            keys.push((node, key.to_vec()));
+        }
+    }
+
+    /// The record keys waits wrote, each once.
+    pub(crate) fn take_wait_records(&self) -> Vec<(crate::connection::NodeId, Vec<u8>)> {
+        std::mem::take(
+            &mut *self
+                .waited_on
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Records `host` as the host name instead of this machine's.

@@ -157,6 +157,7 @@ impl<'c> WaitEntry<'c> {
         let (Some(key), Some(since)) = (&self.key, self.since) else {
             return;
         };
+        spec.note_wait_record(self.node, key);
         let since_ms = since
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -210,14 +211,23 @@ impl Drop for WaitEntry<'_> {
         // One round trip on the caller's connection (the watchdog, which
         // may have no connection to this server, would need one); the
         // watchdog's next record write when that fails.
+        // After a shutdown that released the client's locks, the whole
+        // record goes: this wait's last attempt may have written it again
+        // after the shutdown deleted it.
+        let whole = self.client.is_shut_down() && self.client.config().release_on_shutdown;
         let deleted = self.key.as_ref().is_some_and(|key| {
             self.client
                 .with_shared_conn(self.name, |conn| {
-                    redis::cmd("HDEL")
-                        .arg(&key[..])
-                        .arg(&current.field[..])
-                        .query::<i64>(conn)
-                        .map_err(crate::Error::redis)
+                    let mut cmd = if whole {
+                        redis::cmd("DEL")
+                    } else {
+                        redis::cmd("HDEL")
+                    };
+                    cmd.arg(&key[..]);
+                    if !whole {
+                        cmd.arg(&current.field[..]);
+                    }
+                    cmd.query::<i64>(conn).map_err(crate::Error::redis)
                 })
                 .is_ok()
         });

