@@ -477,10 +477,9 @@ impl Client {
         self.shared.source.with_conn(key, op)
     }
 
-    /// Runs `op` on a connection to the server that owns `key`, shared
-    /// with other threads when the client combines
-    /// ([`ConnectionMode::Combining`](crate::ConnectionMode::Combining)).
-    /// `op` must leave the connection as it found it.
+    /// Runs `op` on the shared connection of the server that owns `key`
+    /// (pipelined with other threads' calls; see `connection`'s module
+    /// doc). `op` must leave the connection as it found it.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],

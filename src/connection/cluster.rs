@@ -321,8 +321,7 @@ impl Cluster {
             self.options.connect_timeout,
             self.options.response_timeout,
         )?
-        .named(self.options.name.clone())
-        .combining(self.options.combining);
+        .named(self.options.name.clone());
         let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
             return Ok(id);
@@ -658,7 +657,6 @@ mod tests {
             name: None,
             tls: super::super::Tls::default(),
             pool_size: 2,
-            combining: None,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
         }
