@@ -319,7 +319,8 @@ impl Pool {
             }
             if let Some(password) = settings.password() {
                 if hello {
-                    auth.arg("AUTH").arg(settings.username().unwrap_or("default"));
+                    auth.arg("AUTH")
+                        .arg(settings.username().unwrap_or("default"));
                 } else if let Some(user) = settings.username() {
                     auth.arg(user);
                 }

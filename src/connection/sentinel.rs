@@ -654,11 +654,7 @@ impl Inner {
                     self.settings.response_timeout,
                 )
             });
-        let pool = Arc::new(
-            pool?
-                .master_only()
-                .named(self.settings.name.clone()),
-        );
+        let pool = Arc::new(pool?.master_only().named(self.settings.name.clone()));
         if let Some(old) = slot.as_ref() {
             log::info!(
                 "redguard: master {:?} of {} moved from {} to {}",

@@ -1021,7 +1021,6 @@ mod tests {
         addr
     }
 
-
     /// Connects to `addr` with `response` as read and write timeout.
     fn connector(
         addr: SocketAddr,

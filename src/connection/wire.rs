@@ -25,8 +25,9 @@ use super::patient::Patient;
 pub(crate) enum Wire {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Boxed: a TLS session is a kilobyte, a socket a few bytes.
     #[cfg(feature = "tls")]
-    Tls(tls::TlsWire),
+    Tls(Box<tls::TlsWire>),
 }
 
 impl std::fmt::Debug for Wire {
@@ -369,10 +370,10 @@ mod tls {
                     .complete_io(&mut io)
                     .map_err(|e| Error::redis(redis::RedisError::from(e)))?;
             }
-            Ok(super::Wire::Tls(TlsWire {
+            Ok(super::Wire::Tls(Box::new(TlsWire {
                 tcp,
                 session: Mutex::new(session),
-            }))
+            })))
         }
     }
 
