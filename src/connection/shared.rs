@@ -54,6 +54,8 @@ use crate::error::{Error, Result};
 /// The reading end of a shared link.
 struct Reader {
     stream: Arc<Wire>,
+    /// Bumped at every read that got bytes (see [`Live::heard`]).
+    heard: Arc<AtomicU64>,
     parser: redis::Parser,
     /// The replies already read of the oldest command awaiting replies,
     /// when it brings several and the reading stopped between them.
@@ -67,6 +69,7 @@ struct Reader {
 /// holds whole already, and keeps a partial one for the next call.
 struct Feed<'a> {
     stream: &'a Wire,
+    heard: &'a AtomicU64,
     buffered_only: bool,
     starved: bool,
 }
@@ -82,7 +85,11 @@ impl Read for Feed<'_> {
                 }
             };
         }
-        self.stream.read(buf)
+        let n = self.stream.read(buf)?;
+        if n > 0 {
+            self.heard.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(n)
     }
 }
 
@@ -92,6 +99,7 @@ impl Reader {
     fn replies(&mut self, count: usize, buffered_only: bool) -> RedisResult<Option<Vec<Value>>> {
         let mut feed = Feed {
             stream: &self.stream,
+            heard: &self.heard,
             buffered_only,
             starved: false,
         };
@@ -172,6 +180,10 @@ struct Live {
     pending: VecDeque<Arc<Slot>>,
     /// Replies read on this connection.
     replies: u64,
+    /// Reads that got bytes on this connection: a command that waited its
+    /// whole response timeout while this stayed as it was when the command
+    /// went out heard nothing at all (see [`Shared::drop_if_silent`]).
+    heard: Arc<AtomicU64>,
 }
 
 /// One thread's command and, later, its replies.
@@ -191,6 +203,8 @@ struct Slot {
     link: AtomicU64,
     reused: AtomicBool,
     mark: AtomicU64,
+    /// Set when it goes out: the connection's [`Live::heard`] then.
+    heard: AtomicU64,
 }
 
 enum SlotState {
@@ -262,6 +276,7 @@ impl Shared {
             link: AtomicU64::new(0),
             reused: AtomicBool::new(false),
             mark: AtomicU64::new(0),
+            heard: AtomicU64::new(0),
         })
     }
 
@@ -412,10 +427,12 @@ impl Shared {
                     Ok(link) => {
                         st.made += 1;
                         fresh = Some(st.made);
+                        let heard = Arc::new(AtomicU64::new(0));
                         st.live = Some(Live {
                             id: st.made,
                             reader: Some(Reader {
                                 stream: link.wire.clone(),
+                                heard: heard.clone(),
                                 parser: link.parser,
                                 partial: Vec::new(),
                                 timeout: self.response_timeout,
@@ -424,6 +441,7 @@ impl Shared {
                             reading: false,
                             pending: VecDeque::new(),
                             replies: 0,
+                            heard,
                         });
                     }
                     Err(e) => {
@@ -448,11 +466,13 @@ impl Shared {
                 continue;
             };
             let (id, replies) = (live.id, live.replies);
+            let heard = live.heard.load(Ordering::Relaxed);
             let reused = fresh != Some(id);
             let mut out = |s: &Arc<Slot>| {
                 s.link.store(id, Ordering::Relaxed);
                 s.reused.store(reused, Ordering::Relaxed);
                 s.mark.store(replies, Ordering::Relaxed);
+                s.heard.store(heard, Ordering::Relaxed);
                 live.pending.push_back(s.clone());
             };
             bytes.clear();
@@ -594,6 +614,8 @@ impl Shared {
             if now >= deadline {
                 if matches!(*s, SlotState::Sent) {
                     *s = SlotState::Abandoned;
+                    drop(s);
+                    self.drop_if_silent(lane, slot, now - sent);
                     return (Err(no_reply(now - sent)), false);
                 }
                 // Queued: take it back under the lane's lock (lane before
@@ -648,6 +670,7 @@ impl Shared {
                 let deadline = self.deadline(slot);
                 if now >= deadline {
                     let outcome = give_up(slot, sent);
+                    self.drop_if_silent(lane, slot, now - sent);
                     self.pass_reading(lane, id, reader);
                     return outcome;
                 }
@@ -672,6 +695,7 @@ impl Shared {
                 // is unknown; the next thread reads on.
                 Err(e) if e.is_timeout() => {
                     let outcome = give_up(slot, sent);
+                    self.drop_if_silent(lane, slot, sent.elapsed());
                     self.pass_reading(lane, id, reader);
                     return outcome;
                 }
@@ -714,9 +738,35 @@ impl Shared {
     /// Drops connection `id` (unless it was dropped already) and fails
     /// every command awaiting a reply on it with `err`.
     fn break_link(&self, lane: &Lane, id: u64, err: &RedisError) {
+        self.drop_live(lane, |live| live.id == id, err);
+    }
+
+    /// Drops `slot`'s connection when nothing at all was read on it since
+    /// `slot` went out, `waited` ago (its whole response timeout): the
+    /// server is frozen, or the connection dead without a word (a middlebox
+    /// that forgot it, a path that lost bytes), and every later command
+    /// would wait as long. A pooled connection is dropped after one timeout
+    /// too. The commands in flight on it fail at once, their outcome
+    /// unknown, and the next command makes a fresh connection. One that
+    /// still hears replies, however late, stays.
+    fn drop_if_silent(&self, lane: &Lane, slot: &Slot, waited: Duration) {
+        let (id, heard) = (
+            slot.link.load(Ordering::Relaxed),
+            slot.heard.load(Ordering::Relaxed),
+        );
+        self.drop_live(
+            lane,
+            |live| live.id == id && live.heard.load(Ordering::Relaxed) == heard,
+            &no_reply(waited),
+        );
+    }
+
+    /// Drops the lane's connection when `doomed` says so, and fails every
+    /// command awaiting a reply on it with `err`.
+    fn drop_live(&self, lane: &Lane, doomed: impl FnOnce(&Live) -> bool, err: &RedisError) {
         let broken = {
             let mut st = lock(&lane.state);
-            if st.live.as_ref().is_some_and(|live| live.id == id) {
+            if st.live.as_ref().is_some_and(doomed) {
                 st.live.take()
             } else {
                 None
@@ -808,11 +858,69 @@ struct Through<'a> {
     connect_error: Option<Error>,
 }
 
+impl Through<'_> {
+    fn request(&mut self, cmd: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+        let result = self.shared.request(
+            self.lane,
+            self.connect,
+            &mut self.connect_error,
+            cmd,
+            replies,
+        );
+        UNSENT.set(result.as_ref().is_err_and(is_unsent));
+        result
+    }
+}
+
+thread_local! {
+    /// Whether this thread's last request on a shared connection failed
+    /// without being written (see [`unsent`]).
+    static UNSENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's last request on a shared connection since
+/// [`forget_unsent`] failed without a byte of it written: it was still
+/// queued at its deadline, or its connection could not be made. Nothing of
+/// it ran, so nothing is to be undone.
+pub(crate) fn unsent() -> bool {
+    UNSENT.get()
+}
+
+/// Clears what [`unsent`] says, before a call that may not go through a
+/// shared connection at all (a Cluster call sent on after `ASK`).
+pub(crate) fn forget_unsent() {
+    UNSENT.set(false);
+}
+
+/// What the errors of commands never written carry (see [`not_sent`],
+/// [`connect_cause`]).
+#[derive(Debug)]
+struct Unsent(String);
+
+impl std::fmt::Display for Unsent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsent {}
+
+fn is_unsent(e: &RedisError) -> bool {
+    type Cause = Arc<dyn std::error::Error + Send + Sync>;
+    let Some(source) = std::error::Error::source(e) else {
+        return false;
+    };
+    let io = match source.downcast_ref::<Cause>() {
+        Some(cause) => cause.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
+    };
+    io.and_then(io::Error::get_ref)
+        .is_some_and(|inner| inner.is::<Unsent>())
+}
+
 impl redis::ConnectionLike for Through<'_> {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let mut replies =
-            self.shared
-                .request(self.lane, self.connect, &mut self.connect_error, cmd, 1)?;
+        let mut replies = self.request(cmd, 1)?;
         replies.pop().unwrap_or(Value::Nil).extract_error()
     }
 
@@ -822,13 +930,7 @@ impl redis::ConnectionLike for Through<'_> {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let replies = self.shared.request(
-            self.lane,
-            self.connect,
-            &mut self.connect_error,
-            cmd,
-            offset + count,
-        )?;
+        let replies = self.request(cmd, offset + count)?;
         let mut out = Vec::with_capacity(count);
         for value in replies.into_iter().skip(offset) {
             out.push(value.extract_error()?);
@@ -869,10 +971,10 @@ fn lane_of_thread(lanes: usize) -> usize {
 fn not_sent(waited: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!(
+        Unsent(format!(
             "the command was still queued for its shared connection after {} and was not sent",
             Human(waited)
-        ),
+        )),
     ))
 }
 
@@ -893,7 +995,7 @@ fn no_reply(waited: Duration) -> RedisError {
 fn connect_cause(e: &Error) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,
-        e.chain(),
+        Unsent(e.chain()),
     ))
 }
 
@@ -1187,6 +1289,7 @@ mod tests {
             reading: false,
             pending: slots.iter().cloned().collect(),
             replies: 0,
+            heard: Arc::default(),
         };
         let next = hand_reading(&mut live, Some(&slots[1])).unwrap();
         assert!(Arc::ptr_eq(&next, &slots[2]));
@@ -1388,6 +1491,45 @@ mod tests {
         let connect = connector(addr, RESPONSE);
         assert_eq!(echo(&duplex, &connect, "warm").unwrap(), "warm");
         assert_eq!(echo(&duplex, &connect, "again").unwrap(), "again");
+    }
+
+    /// A connection on which nothing at all came back for a whole response
+    /// timeout is dropped, as a pooled one is: the next call makes a fresh
+    /// connection and gets its reply there, instead of waiting behind the
+    /// silence (a frozen server, or a connection a middlebox forgot).
+    #[test]
+    fn a_connection_silent_for_a_whole_timeout_is_dropped() {
+        const RESPONSE: Duration = Duration::from_millis(300);
+        let addr = echo_server(2, |c, _| {
+            if c == 0 {
+                Act::Late(Duration::from_secs(3))
+            } else {
+                Act::Answer
+            }
+        });
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        let connect = connector(addr, RESPONSE);
+        let e = echo(&shared, &connect, "unheard").unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+        assert_eq!(echo(&shared, &connect, "next").unwrap(), "next");
+    }
+
+    /// A command whose connection could not be made says it was never
+    /// written ([`unsent`]: nothing to undo); one written whose reply is
+    /// late does not (its outcome is unknown).
+    #[test]
+    fn unsent_tells_commands_never_written_from_those_written() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        assert!(echo(&shared, &connector(closed, RESPONSE), "refused").is_err());
+        assert!(unsent());
+        let addr = echo_server(1, |_, _| Act::Late(RESPONSE * 2));
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        assert!(echo(&shared, &connector(addr, RESPONSE), "late").is_err());
+        assert!(!unsent());
     }
 
     /// The parser keeps a reply that came in halves across a read timeout
