@@ -85,7 +85,9 @@ pub struct Stats {
     pub subscribed_channels: usize,
     /// Open pub/sub connections: 0 or 1.
     pub pubsub_connections: usize,
-    /// Open pooled connections.
+    /// Open connections of the pools: the exclusive ones (idle or in use,
+    /// at most [`Builder::pool_size`](crate::Builder::pool_size) per
+    /// server) and the shared connection of lock calls (one per server).
     pub pool_connections: usize,
     /// Lease renewals the watchdog has sent for this client since it was
     /// made: one per held lock and renewal period, plus one per held lock
