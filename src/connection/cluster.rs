@@ -453,10 +453,10 @@ impl Cluster {
         })
     }
 
-    /// [`Cluster::with_conn`] on the node's shared connections when the
-    /// client combines. A call sent on after `ASK` takes a connection of
-    /// its own: `ASKING` holds only for the next command on its connection,
-    /// which on a shared one may be another thread's.
+    /// [`Cluster::with_conn`] on the node's shared connection. A call sent
+    /// on after `ASK` takes a connection of its own: `ASKING` holds only
+    /// for the next command on its connection, which on a shared one may
+    /// be another thread's.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],

@@ -1138,13 +1138,13 @@ mod tests {
         }
     }
 
-    /// `ECHO token` through `duplex`: the reply or the error.
+    /// `ECHO token` through `shared`: the reply or the error.
     fn echo(
-        duplex: &Shared,
+        shared: &Shared,
         connect: &dyn Fn(Option<Duration>) -> Result<Link>,
         token: &str,
     ) -> Result<String> {
-        duplex.with_conn(connect, |conn| {
+        shared.with_conn(connect, |conn| {
             redis::cmd("ECHO")
                 .arg(token)
                 .query::<String>(conn)
@@ -1161,15 +1161,15 @@ mod tests {
         threads: u32,
         stagger: Duration,
     ) -> Vec<(Duration, Result<String>)> {
-        let duplex = Arc::new(Shared::new(1, response, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, response, Duration::from_secs(1)));
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, response);
                     std::thread::sleep(stagger * t);
                     let began = Instant::now();
-                    let result = echo(&duplex, &connect, &format!("t{t}"));
+                    let result = echo(&shared, &connect, &format!("t{t}"));
                     (began.elapsed(), result)
                 })
             })
@@ -1178,12 +1178,12 @@ mod tests {
     }
 
     fn echo_shared(
-        duplex: &Shared,
+        shared: &Shared,
         addr: SocketAddr,
         response: Duration,
         token: &str,
     ) -> Result<String> {
-        echo(duplex, &connector(addr, response), token)
+        echo(shared, &connector(addr, response), token)
     }
 
     /// 32 threads, 300 calls each, on one connection of a server that
@@ -1194,16 +1194,16 @@ mod tests {
     fn under_load_every_call_gets_its_own_reply() {
         const RESPONSE: Duration = Duration::from_secs(3);
         let addr = echo_server(1, |_, _| Act::Answer);
-        let duplex = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
         let handles: Vec<_> = (0..32)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, RESPONSE);
                     (0..300)
                         .map(|i| {
                             let token = format!("t{t}-{i}");
-                            echo(&duplex, &connect, &token).map(|reply| (token, reply))
+                            echo(&shared, &connect, &token).map(|reply| (token, reply))
                         })
                         .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
                         .collect::<Vec<_>>()
@@ -1233,32 +1233,32 @@ mod tests {
             let mut buf = vec![0u8; 1 << 16];
             while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
         });
-        let duplex = Arc::new(Shared::new(
+        let shared = Arc::new(Shared::new(
             1,
             Duration::from_secs(5),
             Duration::from_secs(1),
         ));
-        let mine = duplex.slot(Vec::new(), 1, Instant::now());
+        let mine = shared.slot(Vec::new(), 1, Instant::now());
         let writer = {
-            let (duplex, mine) = (duplex.clone(), mine.clone());
+            let (shared, mine) = (shared.clone(), mine.clone());
             std::thread::spawn(move || {
                 let connect = connector(addr, Duration::from_secs(5));
-                let lane = &duplex.lanes[0];
+                let lane = &shared.lanes[0];
                 let mut st = lock(&lane.state);
                 st.writing = true;
                 // Far more than the socket buffers hold: the write blocks
                 // until the server reads.
                 let big = vec![b'x'; 64 << 20];
-                duplex.write_turn(lane, st, &mine, Some(&big), &connect, &mut None)
+                shared.write_turn(lane, st, &mine, Some(&big), &connect, &mut None)
             })
         };
-        let lane = &duplex.lanes[0];
+        let lane = &shared.lanes[0];
         let until = Instant::now() + Duration::from_secs(5);
         while lock(&lane.state).live.is_none() {
             assert!(Instant::now() < until, "the writer did not connect");
             std::thread::park_timeout(Duration::from_millis(5));
         }
-        let queued = duplex.slot(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1, Instant::now());
+        let queued = shared.slot(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1, Instant::now());
         lock(&lane.state).queue.push_back(queued.clone());
         mine.finish(Ok(vec![Value::Okay]), false);
         go.send(()).unwrap();
@@ -1274,9 +1274,9 @@ mod tests {
     fn the_reading_is_handed_to_the_oldest_waiting_command_but_not_the_writer() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let duplex = Shared::new(1, Duration::from_secs(1), Duration::from_secs(1));
+        let shared = Shared::new(1, Duration::from_secs(1), Duration::from_secs(1));
         let slots: Vec<_> = (0..4)
-            .map(|_| duplex.slot(Vec::new(), 1, Instant::now()))
+            .map(|_| shared.slot(Vec::new(), 1, Instant::now()))
             .collect();
         *lock(&slots[0].state) = SlotState::Abandoned;
         for slot in &slots[1..] {
@@ -1353,15 +1353,15 @@ mod tests {
             7 => Act::Late(RESPONSE + RESPONSE / 4),
             _ => Act::Answer,
         });
-        let duplex = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
         let handles: Vec<_> = (0..8u32)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, RESPONSE);
                     std::thread::sleep(Duration::from_millis(15) * t);
                     let began = Instant::now();
-                    let result = echo(&duplex, &connect, &format!("t{t}"));
+                    let result = echo(&shared, &connect, &format!("t{t}"));
                     (began.elapsed(), result)
                 })
             })
@@ -1384,7 +1384,7 @@ mod tests {
         assert!(*took >= RESPONSE && *took <= RESPONSE + SLACK, "{took:?}");
         // The same connection: the late reply comes first, then this one.
         let connect = connector(addr, RESPONSE);
-        assert_eq!(echo(&duplex, &connect, "after").unwrap(), "after");
+        assert_eq!(echo(&shared, &connect, "after").unwrap(), "after");
     }
 
     /// A frozen server (it answers the first command late, then nothing):
@@ -1487,10 +1487,10 @@ mod tests {
             (0, 1) => Act::Cut,
             _ => Act::Answer,
         });
-        let duplex = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
         let connect = connector(addr, RESPONSE);
-        assert_eq!(echo(&duplex, &connect, "warm").unwrap(), "warm");
-        assert_eq!(echo(&duplex, &connect, "again").unwrap(), "again");
+        assert_eq!(echo(&shared, &connect, "warm").unwrap(), "warm");
+        assert_eq!(echo(&shared, &connect, "again").unwrap(), "again");
     }
 
     /// A connection on which nothing at all came back for a whole response
