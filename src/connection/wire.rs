@@ -57,6 +57,8 @@ impl Wire {
     /// records decrypted along with an earlier read), without waiting;
     /// `None` when there is none.
     pub(crate) fn read_buffered(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        #[cfg(not(feature = "tls"))]
+        let _ = buf;
         match self {
             Wire::Tcp(_) | Wire::Unix(_) => Ok(None),
             #[cfg(feature = "tls")]
