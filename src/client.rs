@@ -85,7 +85,9 @@ pub struct Stats {
     pub subscribed_channels: usize,
     /// Open pub/sub connections: 0 or 1.
     pub pubsub_connections: usize,
-    /// Open pooled connections.
+    /// Open connections of the pools: the exclusive ones (idle or in use,
+    /// at most [`Builder::pool_size`](crate::Builder::pool_size) per
+    /// server) and the shared connection of lock calls (one per server).
     pub pool_connections: usize,
     /// Lease renewals the watchdog has sent for this client since it was
     /// made: one per held lock and renewal period, plus one per held lock
@@ -534,10 +536,9 @@ impl Client {
         self.shared.source.with_conn(key, op)
     }
 
-    /// Runs `op` on a connection to the server that owns `key`, shared
-    /// with other threads when the client combines
-    /// ([`ConnectionMode::Combining`](crate::ConnectionMode::Combining)).
-    /// `op` must leave the connection as it found it.
+    /// Runs `op` on the shared connection of the server that owns `key`
+    /// (pipelined with other threads' calls; see `connection`'s module
+    /// doc). `op` must leave the connection as it found it.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],

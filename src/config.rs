@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::sentinel::SentinelOptions;
-use crate::connection::{ConnectOptions, Deployment, Sharing, Tls};
+use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::interop::{ClassicPublish, Interop};
@@ -45,87 +45,6 @@ const MAX_POOL_SIZE: usize = 4096;
 /// call runs, so a huge batch would stall every client of the server.
 const MAX_RENEW_BATCH: usize = 10_000;
 
-/// How a client's lock calls use connections to a server
-/// ([`Builder::connection_mode`]).
-///
-/// Only the calls that acquire and release a lock combine: anything that
-/// needs a connection's state to itself (`MULTI`/`EXEC`, pub/sub, the
-/// watchdog's pipelines) keeps using the pool. Through Sentinel, the
-/// master has the shared connections (new ones after a failover). On a
-/// Cluster, each master node has `connections` of its own, and a call sent
-/// on after an `ASK` redirection takes a pooled connection (`ASKING` holds
-/// only for the next command on its connection); slot migrations and a
-/// manual failover are tested with it.
-///
-/// Calls that wait for replica acknowledgement
-/// ([`Builder::min_replica_acks`]) keep a pooled connection too. `WAIT`
-/// acknowledges everything written before it on its connection, so one
-/// pipelined behind the script on a shared connection would be correct;
-/// but Redis answers nothing else on that connection until the replicas
-/// have acknowledged or the wait timed out, so every thread sharing it
-/// would wait as long, and the reply needs a longer read timeout than the
-/// others'. On its own connection the script and its `WAIT` still go out
-/// in one write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ConnectionMode {
-    /// Each call takes a pooled connection ([`Builder::pool_size`]) for
-    /// itself: one write and one read per command. The best for a few
-    /// threads, and what a single thread gets in either mode.
-    #[default]
-    Exclusive,
-    /// Threads share `connections` connections (each thread keeps to one).
-    /// Commands that threads send at the same moment on one connection go
-    /// out in one write, and their replies come back in one read: Redis
-    /// pays one pair of system calls for the lot. No thread is started: the
-    /// first thread to find the connection idle writes and reads for the
-    /// others, which wait for their replies.
-    ///
-    /// Each call still waits at most the response timeout for its reply,
-    /// counted from when it was queued (plus the connect timeout while the
-    /// shared connection is being made, as for a pooled one). A call that
-    /// is still queued at its deadline is taken back unsent
-    /// ([`Error::Timeout`]); one sent whose reply is late, or whose
-    /// connection broke, has an unknown outcome, handled as on a connection
-    /// of its own (an acquire is undone). A shared connection that breaks
-    /// before its first reply is tried once more on a fresh one, as a
-    /// pooled connection is.
-    ///
-    /// Worth it when many threads lock different names: Redis then reads
-    /// and writes once per batch: 8 threads on 2 cores did 1.2–1.7 times
-    /// the lock/unlock cycles of exclusive connections (BENCHMARKS.md). It
-    /// costs a contended lock's hand-off: the woken waiter's acquire may
-    /// wait for the shared connection to be handed to it.
-    Combining {
-        /// Shared connections, 1 ..= 4096 (beside the pool, which the
-        /// calls that do not combine still use).
-        connections: usize,
-    },
-    /// As [`Combining`](ConnectionMode::Combining), but a thread's command
-    /// is written at once while other threads' replies are still being
-    /// read: several batches are in flight on one connection. One thread
-    /// writes at a time (commands that come meanwhile go out in its next
-    /// write), one reads the replies in order and hands each to its
-    /// thread. Timeouts and broken connections are handled as in
-    /// `Combining`, except that a command is written, not queued, whenever
-    /// no other thread is writing, so a late reply makes it fail with an
-    /// unknown outcome rather than "not sent".
-    ///
-    /// Needs a plain TCP connection with RESP2: with TLS, a Unix socket or
-    /// RESP3 the calls combine as in `Combining`.
-    ///
-    /// 8 threads locking different names on one duplex connection did 1.33
-    /// times the lock/unlock cycles of exclusive connections and 2.2 times
-    /// those of `Combining` on 2 cores; a contended lock's hand-off was 6–8 %
-    /// slower than with exclusive connections. With many threads per
-    /// connection (64 or 256 on 4) `Combining` did 6–9 % more (BENCHMARKS.md,
-    /// "Duplex combining").
-    Duplex {
-        /// Shared connections, 1 ..= 4096.
-        connections: usize,
-    },
-}
-
 /// Configuration of a [`Client`](crate::Client), made by
 /// [`Client::builder`](crate::Client::builder).
 ///
@@ -141,7 +60,6 @@ pub enum ConnectionMode {
 /// | [`response_timeout`](Builder::response_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`connect_timeout`](Builder::connect_timeout) | 3 s | 1 ms ..= 1 day |
 /// | [`pool_size`](Builder::pool_size) | 16 | 1 ..= 4096 |
-/// | [`connection_mode`](Builder::connection_mode) | [`Exclusive`](ConnectionMode::Exclusive) | `Combining`, `Duplex`: 1 ..= 4096 connections |
 /// | [`poll_interval`](Builder::poll_interval) | 1 s | 1 ms ..= 1 day |
 /// | [`renew_batch`](Builder::renew_batch) | 100 | 1 ..= 10 000 |
 /// | [`fair_wait_timeout`](Builder::fair_wait_timeout) | 300 s | 5 ms ..= 365 days, ≥ 3 × response timeout |
@@ -162,7 +80,6 @@ pub struct Builder {
     /// Seed URLs of a Redis Cluster (set by [`Builder::cluster`]).
     cluster: Option<Vec<String>>,
     pool_size: usize,
-    connection_mode: ConnectionMode,
     watchdog_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -192,7 +109,6 @@ impl fmt::Debug for Builder {
             .field("url_set", &self.url.is_some())
             .field("cluster_seeds", &self.cluster.as_ref().map_or(0, Vec::len))
             .field("pool_size", &self.pool_size)
-            .field("connection_mode", &self.connection_mode)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -221,7 +137,6 @@ impl Default for Builder {
             url: None,
             cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
-            connection_mode: ConnectionMode::Exclusive,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -278,21 +193,15 @@ impl Builder {
         self
     }
 
-    /// Most connections the client keeps open for lock operations (the
-    /// subscriber's pub/sub connection and the watchdog's connection are
-    /// extra). Default 16; must be at least 1.
+    /// Most exclusive connections the client keeps open to each server,
+    /// for the calls that need a connection to themselves (`MULTI`/`EXEC`,
+    /// `WAIT` for [`min_replica_acks`](Builder::min_replica_acks), the
+    /// status and administrative commands). Lock calls share one more
+    /// connection per server, pipelined, whatever the number of threads;
+    /// the subscriber's pub/sub connection and the watchdog's connection
+    /// are extra. Default 16; must be at least 1.
     pub fn pool_size(mut self, size: usize) -> Builder {
         self.pool_size = size;
-        self
-    }
-
-    /// How lock calls use connections: each call on a pooled connection of
-    /// its own ([`ConnectionMode::Exclusive`], the default), or concurrent
-    /// calls combined into pipelines on a few shared connections
-    /// ([`ConnectionMode::Combining`], [`ConnectionMode::Duplex`]). See
-    /// [`ConnectionMode`].
-    pub fn connection_mode(mut self, mode: ConnectionMode) -> Builder {
-        self.connection_mode = mode;
         self
     }
 
@@ -554,14 +463,6 @@ impl Builder {
                 self.pool_size
             )));
         }
-        if let ConnectionMode::Combining { connections } | ConnectionMode::Duplex { connections } =
-            self.connection_mode
-            && !(1..=MAX_POOL_SIZE).contains(&connections)
-        {
-            return Err(Error::invalid(format!(
-                "combining connections {connections} is outside 1 ..= {MAX_POOL_SIZE}"
-            )));
-        }
         if !(1..=MAX_RENEW_BATCH).contains(&self.renew_batch) {
             return Err(Error::invalid(format!(
                 "renew batch {} is outside 1 ..= {MAX_RENEW_BATCH}",
@@ -587,7 +488,6 @@ impl Builder {
         Ok(Config {
             deployment,
             pool_size: self.pool_size,
-            connection_mode: self.connection_mode,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
@@ -613,7 +513,6 @@ impl Builder {
 pub(crate) struct Config {
     pub(crate) deployment: Deployment,
     pub(crate) pool_size: usize,
-    pub(crate) connection_mode: ConnectionMode,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -641,17 +540,6 @@ impl Config {
             name,
             tls: self.tls.clone(),
             pool_size: self.pool_size,
-            combining: match self.connection_mode {
-                ConnectionMode::Combining { connections } => Some(Sharing {
-                    connections,
-                    duplex: false,
-                }),
-                ConnectionMode::Duplex { connections } => Some(Sharing {
-                    connections,
-                    duplex: true,
-                }),
-                ConnectionMode::Exclusive => None,
-            },
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
         }

@@ -144,7 +144,7 @@ mod undo;
 mod watchdog;
 
 pub use client::{Client, Stats};
-pub use config::{Builder, ConnectionMode};
+pub use config::Builder;
 pub use error::{Error, RedisCause, Result, TimeoutKind};
 pub use fencing::FencedWrite;
 pub use holder::{ClientId, GuardNoSend, HolderId};

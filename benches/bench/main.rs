@@ -12,14 +12,11 @@
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
-//! bench --port P --combining 1 ...   any mode with redguard's client combining on 1 connection
-//! bench --port P --ab-combining [--combining 1]   S1/S3 A/B: combining ("redguard") vs exclusive ("floor")
-//! bench --port P --ab-s2 [--combining 1] [--s2-rounds 4]   S2 A/B: combining ("a") vs exclusive ("b")
-//! bench --port P --ab-scale [--scale-rounds 2] [--scale-secs 1]   S3: 256 threads combining on 4
-//!                                connections ("a") vs 8 threads on exclusive connections ("b")
-//! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-pools 1,4,16] [--scale-secs 1]
-//!                           [--scale-only combining]
-//!                                S3 with many threads on few connections, exclusive vs combining
+//! bench --port P --s2-runs [--s2-rounds 4]   S2 runs: release→other p50/p99 per run
+//! bench --port P --ab-scale [--scale-rounds 2] [--scale-secs 1]   S3: 256 threads ("a") vs 8
+//!                                threads ("b"), each on one default client
+//! bench --port P --s3-scale [--scale-threads 8,64,256] [--scale-secs 1]
+//!                                S3 with many threads on one client
 //! bench --cluster-seeds P1,P2,P3 --ab-classic   S1/S3 A/B of ClassicPublish::Always against Auto
 //! bench --port P --ab-records                     S1/S3 A/B of holder records on against off
 //! bench --cluster-seeds P1,P2,P3 [--floor | --ab [--floor-publish] | --w1 ...]   the same modes on a running
@@ -47,7 +44,6 @@
 )]
 
 mod ab;
-mod combining;
 mod observe;
 mod protocol;
 mod scale;
@@ -55,6 +51,7 @@ mod scenarios;
 mod stats;
 mod sync;
 mod target;
+mod threads;
 mod workers;
 
 use std::process::ExitCode;
@@ -79,7 +76,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "ab_combining", "ab_s2", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "s2_runs", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -109,58 +106,30 @@ struct Args {
     /// records cost.
     #[arg(long)]
     ab_records: bool,
-    /// redguard's client combines concurrent calls on this many shared
-    /// connections (`ConnectionMode::Combining`), in every mode.
+    /// `--s2-rounds` S2 runs of redguard: each run's acquisitions/s and
+    /// release→other p50/p99.
     #[arg(long)]
-    combining: Option<usize>,
-    /// With `--combining`: duplex combining (`ConnectionMode::Duplex`: a
-    /// thread writes while others' replies are read) instead of combining
-    /// in turns.
-    #[arg(long)]
-    duplex: bool,
-    /// In `--ab-combining` and `--ab-s2`: the "b" side combines in turns
-    /// on `--combining` connections instead of using exclusive ones (with
-    /// `--duplex`: duplex against combining in turns).
-    #[arg(long)]
-    b_combining: bool,
-    /// S1 and S3 A/B of redguard combining (reported as "redguard", on
-    /// `--combining` connections, default 1) against redguard on exclusive
-    /// connections (reported as "floor").
-    #[arg(long)]
-    ab_combining: bool,
-    /// S2 A/B of redguard combining (reported as "a", on `--combining`
-    /// connections, default 1) against redguard on exclusive connections
-    /// ("b"): whole S2 runs alternating in one process, `--s2-rounds` each.
-    #[arg(long)]
-    ab_s2: bool,
-    /// S3 A/B of 256 threads combining on 4 connections against 8 threads
-    /// on exclusive connections, `--scale-rounds` phases of `--scale-secs`
-    /// per side, interleaved.
+    s2_runs: bool,
+    /// S3 A/B of 256 threads against 8 threads, each on one default
+    /// client, `--scale-rounds` phases of `--scale-secs` per side,
+    /// interleaved.
     #[arg(long)]
     ab_scale: bool,
-    /// S2 A/B: runs per side.
+    /// S2 runs.
     #[arg(long, default_value_t = 4)]
     s2_rounds: usize,
-    /// S3 with `--scale-threads` × `--scale-pools`, exclusive against
-    /// combining, interleaved.
+    /// S3 with each of `--scale-threads` on one client, interleaved.
     #[arg(long)]
     s3_scale: bool,
     /// S3 scale: thread counts.
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 64, 256])]
     scale_threads: Vec<usize>,
-    /// S3 scale: pool sizes (exclusive) = shared connections (combining).
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16])]
-    scale_pools: Vec<usize>,
     /// S3 scale: seconds per phase.
     #[arg(long, default_value_t = 1.0)]
     scale_secs: f64,
-    /// S3 scale: phases per mode and point.
+    /// S3 scale: phases per thread count.
     #[arg(long, default_value_t = 2)]
     scale_rounds: usize,
-    /// S3 scale: only these modes' phases, in this order (one mode:
-    /// profiling it; `exclusive,combining,duplex`: all three interleaved).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    scale_only: Vec<combining::ScaleMode>,
     /// The raw-Redis floor's row instead of redguard's: two EVALSHA round
     /// trips per cycle, spinning in S2.
     #[arg(long)]
@@ -263,22 +232,12 @@ fn main() -> ExitCode {
     let url = target.client_url.clone();
     let _ = now_ns();
     let classic = args.classic_publish;
-    let combining = args.combining;
-    let shared_mode = |connections| {
-        if args.duplex {
-            redguard::ConnectionMode::Duplex { connections }
-        } else {
-            redguard::ConnectionMode::Combining { connections }
-        }
-    };
     let client_with = |classic| {
-        let builder = Client::builder().url(&url).classic_publish(classic);
-        match combining {
-            Some(connections) => builder.connection_mode(shared_mode(connections)),
-            None => builder,
-        }
-        .build()
-        .expect("redguard client")
+        Client::builder()
+            .url(&url)
+            .classic_publish(classic)
+            .build()
+            .expect("redguard client")
     };
     let client = || client_with(classic);
 
@@ -308,40 +267,20 @@ fn main() -> ExitCode {
             "s1": ab::run_ab_s1(&always, &auto, "bench:ab:s1", args.ab_rounds, 1000),
             "s3": ab::run_ab_s3(&always, &auto, args.ab_rounds / 2, Duration::from_millis(500)),
         }})
-    } else if args.ab_combining {
-        let connections = combining.unwrap_or(1);
-        let (shared, exclusive) =
-            combining_and_other(&url, shared_mode(connections), args.b_combining);
-        let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
-        json!({"ab_combining": {
-            "a": format!("redguard, {:?}", shared_mode(connections)),
-            "b": b_name(args.b_combining, connections),
-            "s1": ab::run_ab_s1(&a, &b, "bench:ab:s1", args.ab_rounds, 1000),
-            "s3": ab::run_ab_s3(&a, &b, args.ab_rounds / 2, Duration::from_millis(500)),
-        }})
-    } else if args.ab_s2 {
-        let connections = combining.unwrap_or(1);
-        let (shared, exclusive) =
-            combining_and_other(&url, shared_mode(connections), args.b_combining);
-        let (a, b) = (guard_factory(&shared), guard_factory(&exclusive));
-        let mut out = combining::run_ab_s2(&a, &b, args.s2_rounds);
-        out["a_mode"] = json!(format!("redguard, {:?}", shared_mode(connections)));
-        out["b_mode"] = json!(b_name(args.b_combining, connections));
-        json!({ "ab_s2": out })
+    } else if args.s2_runs {
+        json!({ "s2_runs": threads::run_s2_runs(&guard_factory(&client()), args.s2_rounds) })
     } else if args.ab_scale {
-        combining::run_ab_scale(
+        threads::run_ab_scale(
             &url,
             args.scale_rounds,
             Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
         )
     } else if args.s3_scale {
-        combining::run_s3_scale(
+        threads::run_s3_scale(
             &url,
             &args.scale_threads,
-            &args.scale_pools,
             args.scale_rounds,
             Duration::from_secs_f64(args.scale_secs.clamp(0.05, 60.0)),
-            &args.scale_only,
         )
     } else if args.ab {
         let (sut, floor) = (guard_factory(&client()), target.floor_factory());
@@ -407,6 +346,7 @@ fn main() -> ExitCode {
                          "uncontended_api": "Lock::try_lock() + LockGuard::unlock()",
                          "lease": "watchdog: 30 s lease renewed every 10 s (lock TTL argument not applicable)",
                          "pool_size": 16,
+                         "connections": "lock calls pipelined on one shared connection; the pool for MULTI/EXEC, WAIT, status",
                          "poll_interval_ms": 1000u64,
                          "commands_per_cycle": "EVALSHA lock + EVALSHA unlock (unlock PUBLISHes on full release)"},
             "s1": s1, "s2": s2, "s2_tuned": Value::Null, "s3": s3,
@@ -442,34 +382,4 @@ fn run_row(factory: &Factory, only: &[Scenario]) -> (Value, Value, Value) {
 /// `--classic-publish`: `auto` or `always`.
 fn parse_classic_publish(s: &str) -> Result<redguard::ClassicPublish, String> {
     s.parse().map_err(|e: redguard::Error| e.to_string())
-}
-
-/// Two clients of `url` for a combining A/B: one in `mode`, the other on
-/// exclusive connections, or with `b_combining` combining in turns on as
-/// many connections.
-fn combining_and_other(
-    url: &str,
-    mode: redguard::ConnectionMode,
-    b_combining: bool,
-) -> (Client, Client) {
-    let build = |b: redguard::Builder| b.url(url).build().expect("redguard client");
-    let other = match mode {
-        redguard::ConnectionMode::Combining { connections }
-        | redguard::ConnectionMode::Duplex { connections }
-            if b_combining =>
-        {
-            Client::builder().connection_mode(redguard::ConnectionMode::Combining { connections })
-        }
-        _ => Client::builder(),
-    };
-    (build(Client::builder().connection_mode(mode)), build(other))
-}
-
-/// What the "b" side of a combining A/B is.
-fn b_name(b_combining: bool, connections: usize) -> String {
-    if b_combining {
-        format!("redguard, combining in turns on {connections} connections")
-    } else {
-        "redguard, exclusive connections".to_owned()
-    }
 }

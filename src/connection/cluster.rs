@@ -321,8 +321,7 @@ impl Cluster {
             self.options.connect_timeout,
             self.options.response_timeout,
         )?
-        .named(self.options.name.clone())
-        .combining(self.options.combining);
+        .named(self.options.name.clone());
         let mut nodes = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = nodes.iter().position(|n| n.addr == addr) {
             return Ok(id);
@@ -454,10 +453,10 @@ impl Cluster {
         })
     }
 
-    /// [`Cluster::with_conn`] on the node's shared connections when the
-    /// client combines. A call sent on after `ASK` takes a connection of
-    /// its own: `ASKING` holds only for the next command on its connection,
-    /// which on a shared one may be another thread's.
+    /// [`Cluster::with_conn`] on the node's shared connection. A call sent
+    /// on after `ASK` takes a connection of its own: `ASKING` holds only
+    /// for the next command on its connection, which on a shared one may
+    /// be another thread's.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],
@@ -660,7 +659,6 @@ mod tests {
             name: None,
             tls: super::super::Tls::default(),
             pool_size: 2,
-            combining: None,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
         }

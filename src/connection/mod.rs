@@ -1,15 +1,48 @@
 //! Where connections come from: "a connection for this key". Lock code never
-//! sees the deployment: a single server today, through the crate's own
-//! pool; Sentinel and Cluster are further cases of [`Source`].
+//! sees the deployment: a single server, a Sentinel master and each Cluster
+//! node are reached through a [`pool::Pool`] of their own; Sentinel and
+//! Cluster are further cases of [`Source`].
+//!
+//! # One connection model
+//!
+//! Each server's pool has two kinds of connections, and no setting chooses
+//! between them: the kind is the call's.
+//!
+//! * **One shared connection** ([`shared`]) carries the calls that acquire
+//!   and release locks and permits, from every thread of the client: a
+//!   thread's command is written at once, while the replies of earlier
+//!   ones are still being read (pipelined, as a multiplexed connection of
+//!   an asynchronous client). Commands that come while another thread
+//!   writes go out in its next write, and one read brings back the replies
+//!   of many: Redis pays one pair of system calls for the lot. No thread
+//!   is started; a thread alone writes and reads itself, one write and one
+//!   read per command as on a connection of its own. It works on every
+//!   transport redguard speaks, TCP, Unix sockets and TLS, with RESP2 or
+//!   RESP3 ([`wire`]).
+//! * **Exclusive pooled connections** ([`pool`]) carry every call that
+//!   needs a connection's state to itself: `MULTI`/`EXEC`, `WAIT` (for
+//!   `min_replica_acks`: Redis answers nothing else on a connection until
+//!   the replicas acknowledged), pub/sub, the watchdog's renewal
+//!   pipelines, a Cluster call sent on after `ASK` (`ASKING` holds only
+//!   for the next command of its connection), and the administrative
+//!   commands.
+//!
+//! A call on the shared connection keeps every guarantee of a pooled one:
+//! it waits at most the response timeout from when it was queued or sent;
+//! one still queued at its deadline is taken back unsent; one sent whose
+//! reply is late, or whose connection broke, has an unknown outcome and is
+//! handled as on a connection of its own (an acquire is undone); a reused
+//! connection found dead before any reply is tried once more on a fresh
+//! one. Through Sentinel the master has the shared connection (a new one
+//! after a failover); on a Cluster each master node has one.
 
 pub(crate) mod cluster;
-pub(crate) mod combine;
-pub(crate) mod duplex;
-mod lane_conn;
 mod patient;
 pub(crate) mod pool;
 pub(crate) mod sentinel;
 pub(crate) mod server;
+pub(crate) mod shared;
+mod wire;
 
 use std::sync::Arc;
 
@@ -165,15 +198,6 @@ pub(crate) enum Source {
 /// same server can share one round trip.
 pub(crate) type NodeId = usize;
 
-/// Shared connections: how many, and whether a command is written while
-/// the replies of earlier ones are read ([`duplex`]) or in turns
-/// ([`combine`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sharing {
-    pub(crate) connections: usize,
-    pub(crate) duplex: bool,
-}
-
 /// How a [`Source`]'s connections are made, whatever the deployment.
 #[derive(Clone)]
 pub(crate) struct ConnectOptions {
@@ -181,8 +205,6 @@ pub(crate) struct ConnectOptions {
     pub(crate) name: Option<Arc<str>>,
     pub(crate) tls: Tls,
     pub(crate) pool_size: usize,
-    /// Shared connections for combining, `None` for exclusive ones.
-    pub(crate) combining: Option<Sharing>,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
 }
@@ -204,8 +226,7 @@ impl Source {
                     options.connect_timeout,
                     options.response_timeout,
                 )?
-                .named(options.name.clone())
-                .combining(options.combining),
+                .named(options.name.clone()),
             )),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(
                 spec.clone(),
@@ -230,11 +251,9 @@ impl Source {
         }
     }
 
-    /// Runs `op` on a connection to the server that owns `key`, shared with
-    /// other threads when the client combines (each node has its own shared
-    /// connections); else as [`Source::with_conn`]. `op` must leave the
-    /// connection as it found it: no `MULTI`, no pub/sub, no timeouts
-    /// changed.
+    /// Runs `op` on the shared connection of the server that owns `key`
+    /// (see [`shared`]). `op` must leave the connection as it found it: no
+    /// `MULTI`, no pub/sub, no `WAIT`, no timeouts changed.
     pub(crate) fn with_shared_conn<T>(
         &self,
         key: &[u8],

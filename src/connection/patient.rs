@@ -1,4 +1,4 @@
-//! Reads and writes of redguard's own sockets (duplex combining) that ride
+//! Reads and writes of redguard's own sockets (the shared connections) that ride
 //! out an interrupted call. On Linux a read or write with a timeout
 //! (`SO_RCVTIMEO`, `SO_SNDTIMEO`) fails with EINTR when the process is
 //! stopped and continued, even without a signal handler (signal(7)); the
@@ -11,6 +11,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// How many interruptions one call rides out before it reports the last.
@@ -18,7 +19,47 @@ const MAX_INTERRUPTIONS: u32 = 64;
 
 /// A socket whose reads and writes are made again after EINTR.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Patient<'a>(pub(crate) &'a TcpStream);
+pub(crate) struct Patient<'a, S: Socket>(pub(crate) &'a S);
+
+/// A blocking socket with read and write timeouts: TCP or a Unix socket.
+pub(crate) trait Socket {
+    fn read_timeout(&self) -> io::Result<Option<Duration>>;
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn write_timeout(&self) -> io::Result<Option<Duration>>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn read_once(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_once(&self, buf: &[u8]) -> io::Result<usize>;
+}
+
+macro_rules! socket {
+    ($t:ty) => {
+        impl Socket for $t {
+            fn read_timeout(&self) -> io::Result<Option<Duration>> {
+                <$t>::read_timeout(self)
+            }
+            fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                <$t>::set_read_timeout(self, timeout)
+            }
+            fn write_timeout(&self) -> io::Result<Option<Duration>> {
+                <$t>::write_timeout(self)
+            }
+            fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                <$t>::set_write_timeout(self, timeout)
+            }
+            fn read_once(&self, buf: &mut [u8]) -> io::Result<usize> {
+                let mut s = self;
+                s.read(buf)
+            }
+            fn write_once(&self, buf: &[u8]) -> io::Result<usize> {
+                let mut s = self;
+                s.write(buf)
+            }
+        }
+    };
+}
+
+socket!(TcpStream);
+socket!(UnixStream);
 
 /// One direction of a socket: its timeout, and one call in it.
 trait Direction {
@@ -26,10 +67,10 @@ trait Direction {
     fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
 }
 
-struct Reading<'a>(&'a TcpStream);
-struct Writing<'a>(&'a TcpStream);
+struct Reading<'a, S: Socket>(&'a S);
+struct Writing<'a, S: Socket>(&'a S);
 
-impl Direction for Reading<'_> {
+impl<S: Socket> Direction for Reading<'_, S> {
     fn timeout(&self) -> io::Result<Option<Duration>> {
         self.0.read_timeout()
     }
@@ -38,7 +79,7 @@ impl Direction for Reading<'_> {
     }
 }
 
-impl Direction for Writing<'_> {
+impl<S: Socket> Direction for Writing<'_, S> {
     fn timeout(&self) -> io::Result<Option<Duration>> {
         self.0.write_timeout()
     }
@@ -86,17 +127,17 @@ fn patiently(
     result
 }
 
-impl Read for Patient<'_> {
+impl<S: Socket> Read for Patient<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut stream = self.0;
-        patiently(&Reading(self.0), || stream.read(buf))
+        let stream = self.0;
+        patiently(&Reading(stream), || stream.read_once(buf))
     }
 }
 
-impl Write for Patient<'_> {
+impl<S: Socket> Write for Patient<'_, S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut stream = self.0;
-        patiently(&Writing(self.0), || stream.write(buf))
+        let stream = self.0;
+        patiently(&Writing(stream), || stream.write_once(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {

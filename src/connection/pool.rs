@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::connection::combine::Combiner;
-use crate::connection::duplex::{Duplex, Link};
+use crate::connection::Tls;
 use crate::connection::server::{self, Server};
-use crate::connection::{Sharing, Tls};
+use crate::connection::shared::Shared;
+use crate::connection::wire::{self, Link, Wire};
 use crate::error::{Error, Result, TimeoutKind};
 
 #[cfg(feature = "tls")]
@@ -62,11 +62,11 @@ pub(crate) struct Pool {
     server: OnceLock<Option<Server>>,
     /// What each new connection is named (`CLIENT SETNAME`), if anything.
     name: Option<std::sync::Arc<str>>,
-    /// Shared connections, when lock calls combine.
-    combiner: Option<Combiner>,
-    /// Shared connections written and read at once, when lock calls
-    /// combine that way.
-    duplex: Option<Duplex>,
+    /// The shared connection of lock calls (see [`super::shared`]).
+    shared: Shared,
+    /// How shared connections speak TLS, for a `rediss://` server.
+    #[cfg(feature = "tls")]
+    tls: wire::TlsSetup,
 }
 
 struct State {
@@ -124,8 +124,9 @@ impl Pool {
             master_only: false,
             server: OnceLock::new(),
             name: None,
-            combiner: None,
-            duplex: None,
+            shared: Shared::new(SHARED_CONNECTIONS, response_timeout, connect_timeout),
+            #[cfg(feature = "tls")]
+            tls: wire::TlsSetup::new(tls),
         })
     }
 
@@ -263,9 +264,10 @@ impl Pool {
         Ok(())
     }
 
-    /// A plain TCP connection for duplex combining (see
+    /// A connection for the shared connection (see
     /// [`Pool::connect_within`]), set up here as redis-rs sets up its own:
-    /// `AUTH` when there is a password, `SELECT` when the database is not 0.
+    /// `HELLO 3` for RESP3 (with the credentials), else `AUTH` when there
+    /// is a password; `SELECT` when the database is not 0.
     fn connect_link_within(&self, limit: Option<Duration>) -> Result<Link> {
         self.setting_up(limit, |until| self.connect_link_until(until))
     }
@@ -274,30 +276,57 @@ impl Pool {
         let addr = self.addr();
         let left = |full: Duration| step_budget(until, crate::outage::setup_timeout(full));
         let info = self.client.get_connection_info();
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return Err(Error::invalid(format!(
-                "{addr}: duplex combining needs a plain TCP connection"
-            )));
-        };
         let connect_timeout = left(self.connect_timeout);
-        let stream = connect_tcp(host, *port, connect_timeout).map_err(|e| {
-            self.connect_error(
-                Error::redis(redis::RedisError::from(e)),
-                &addr,
-                connect_timeout,
-            )
-        })?;
-        let setup_timeout = left(self.response_timeout);
-        let mut link = Link::new(stream, setup_timeout)
-            .map_err(|e| Error::redis(redis::RedisError::from(e)))?;
-        let settings = info.redis_settings();
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
+        let io_error = |e: std::io::Error| Error::redis(redis::RedisError::from(e));
+        let refused = |e: std::io::Error| self.connect_error(io_error(e), &addr, connect_timeout);
+        let wire = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                Wire::Tcp(wire::connect_tcp(host, *port, connect_timeout).map_err(refused)?)
             }
-            auth.arg(password)
-                .query::<()>(&mut link)
+            redis::ConnectionAddr::Unix(path) => {
+                Wire::Unix(std::os::unix::net::UnixStream::connect(path).map_err(refused)?)
+            }
+            #[cfg(feature = "tls")]
+            redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => {
+                let tcp = wire::connect_tcp(host, *port, connect_timeout).map_err(refused)?;
+                // The handshake is bounded as the first round trip is.
+                let handshake = left(self.response_timeout);
+                tcp.set_read_timeout(Some(handshake)).map_err(io_error)?;
+                tcp.set_write_timeout(Some(handshake)).map_err(io_error)?;
+                self.tls
+                    .connect(tcp, host, *insecure)
+                    .map_err(|e| self.connect_error(e, &addr, handshake))?
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{addr}: no shared connection over {other}"
+                )));
+            }
+        };
+        let setup_timeout = left(self.response_timeout);
+        let mut link = Link::new(wire, setup_timeout).map_err(io_error)?;
+        let settings = info.redis_settings();
+        let hello = settings.protocol().supports_resp3();
+        if hello || settings.password().is_some() {
+            let mut auth = redis::cmd(if hello { "HELLO" } else { "AUTH" });
+            if hello {
+                auth.arg(3);
+            }
+            if let Some(password) = settings.password() {
+                if hello {
+                    auth.arg("AUTH")
+                        .arg(settings.username().unwrap_or("default"));
+                } else if let Some(user) = settings.username() {
+                    auth.arg(user);
+                }
+                auth.arg(password);
+            }
+            auth.query::<redis::Value>(&mut link)
                 .map_err(|e| self.connect_error(Error::redis(e), &addr, setup_timeout))?;
         }
         if settings.db() != 0 {
@@ -308,8 +337,7 @@ impl Pool {
         }
         self.prepare(&mut link, &addr)?;
         if setup_timeout != self.response_timeout {
-            link.set_timeouts(self.response_timeout)
-                .map_err(|e| Error::redis(redis::RedisError::from(e)))?;
+            link.set_timeouts(self.response_timeout).map_err(io_error)?;
         }
         Ok(link)
     }
@@ -375,62 +403,15 @@ impl Pool {
         }
     }
 
-    /// Makes lock calls combine on shared connections (`None`: exclusive
-    /// connections). Duplex combining needs a plain TCP connection with
-    /// RESP2 (see [`super::duplex`]); others combine in turns.
-    pub(crate) fn combining(mut self, sharing: Option<Sharing>) -> Pool {
-        let plain = matches!(
-            self.client.get_connection_info().addr(),
-            redis::ConnectionAddr::Tcp(..)
-        ) && !self
-            .client
-            .get_connection_info()
-            .redis_settings()
-            .protocol()
-            .supports_resp3();
-        match sharing {
-            Some(Sharing {
-                connections,
-                duplex: true,
-            }) if plain => {
-                self.duplex = Some(Duplex::new(
-                    connections,
-                    self.response_timeout,
-                    self.connect_timeout,
-                ));
-            }
-            Some(Sharing { connections, .. }) => {
-                self.combiner = Some(Combiner::new(
-                    connections,
-                    self.response_timeout,
-                    self.connect_timeout,
-                ));
-            }
-            None => {}
-        }
-        self
-    }
-
-    /// `true` when lock calls combine on shared connections.
-    pub(crate) fn combines(&self) -> bool {
-        self.combiner.is_some() || self.duplex.is_some()
-    }
-
-    /// Runs `op` on a shared connection when the pool combines, else on a
-    /// pooled one.
+    /// Runs `op` on the shared connection (see [`super::shared`]).
     pub(crate) fn with_shared_conn<T>(
         &self,
-        mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
-        if let Some(duplex) = &self.duplex {
-            return self.located(duplex.with_conn(&|limit| self.connect_link_within(limit), op));
-        }
-        match &self.combiner {
-            Some(combiner) => {
-                self.located(combiner.with_conn(&|limit| self.connect_within(limit), op))
-            }
-            None => self.with_conn(|conn| op(&mut crate::record::wait::Plain(conn))),
-        }
+        self.located(
+            self.shared
+                .with_conn(&|limit| self.connect_link_within(limit), op),
+        )
     }
 
     /// Runs `op` on a pooled connection.
@@ -572,21 +553,19 @@ impl Pool {
         };
         self.freed.notify_all();
         drop(idle);
-        if let Some(combiner) = &self.combiner {
-            combiner.flush();
-        }
-        if let Some(duplex) = &self.duplex {
-            duplex.flush();
-        }
+        self.shared.flush();
     }
 
     /// Connections currently open (idle or in use).
     pub(crate) fn open_connections(&self) -> usize {
-        self.state().open
-            + self.combiner.as_ref().map_or(0, Combiner::open_connections)
-            + self.duplex.as_ref().map_or(0, Duplex::open_connections)
+        self.state().open + self.shared.open_connections()
     }
 }
+
+/// Shared connections per server. One carries as many commands as the
+/// server answers (BENCHMARKS.md, "One connection model"): more would
+/// only split the batches.
+const SHARED_CONNECTIONS: usize = 1;
 
 /// How many times one connect starts over after an interrupted socket
 /// call (see [`Pool::connect_within`]): a process stopped and continued
@@ -626,25 +605,6 @@ pub(crate) fn is_not_master(err: &Error) -> bool {
             if cause.code() == Some("READONLY")
                 || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
     )
-}
-
-/// A TCP connection to `host:port` within `timeout` for each address the
-/// name resolves to, tried in turn, as redis-rs connects.
-fn connect_tcp(host: &str, port: u16, timeout: Duration) -> std::io::Result<std::net::TcpStream> {
-    use std::net::ToSocketAddrs;
-    let mut last = None;
-    for addr in (host, port).to_socket_addrs()? {
-        match std::net::TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => return Ok(stream),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("{host} has no address"),
-        )
-    }))
 }
 
 #[cfg(test)]

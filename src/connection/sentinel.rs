@@ -503,21 +503,15 @@ impl Sentinel {
         })
     }
 
-    /// [`Sentinel::with_conn`] on the master's shared connections when the
-    /// client combines. `op` runs before its shared connection is made, so
-    /// a call counts as unsent when its connection was refused: its command
-    /// was never written (as a Cluster reads a refusal).
+    /// [`Sentinel::with_conn`] on the master's shared connection. `op`
+    /// runs before its shared connection is made, so a call counts as
+    /// unsent when its connection was refused: its command was never
+    /// written (as a Cluster reads a refusal).
     pub(crate) fn with_shared_conn<T>(
         &self,
         mut op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         self.on_master(|pool, sent| {
-            if !pool.combines() {
-                return pool.with_conn(|conn| {
-                    *sent = true;
-                    op(&mut crate::record::wait::Plain(conn))
-                });
-            }
             let result = pool.with_shared_conn(&mut op);
             *sent = !matches!(&result, Err(e) if is_refusal(e));
             result
@@ -662,12 +656,7 @@ impl Inner {
                     self.settings.response_timeout,
                 )
             });
-        let pool = Arc::new(
-            pool?
-                .master_only()
-                .named(self.settings.name.clone())
-                .combining(self.settings.combining),
-        );
+        let pool = Arc::new(pool?.master_only().named(self.settings.name.clone()));
         if let Some(old) = slot.as_ref() {
             log::info!(
                 "redguard: master {:?} of {} moved from {} to {}",

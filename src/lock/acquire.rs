@@ -304,8 +304,15 @@ impl Lock {
             self.inner
                 .client
                 .with_shared_conn(&self.inner.name, |conn| {
-                    *sent_script = true;
-                    script(conn)
+                    // A script still queued at its deadline, or whose
+                    // shared connection could not be made, was not
+                    // written: nothing ran, nothing is to be undone.
+                    crate::connection::shared::forget_unsent();
+                    let result = script(conn);
+                    if !crate::connection::shared::unsent() {
+                        *sent_script = true;
+                    }
+                    result
                 })
         } else {
             self.inner.client.with_conn(&self.inner.name, |conn| {

@@ -703,7 +703,6 @@ mod tests {
             name: None,
             tls: Tls::default(),
             pool_size: 1,
-            combining: None,
             connect_timeout: Duration::from_millis(200),
             response_timeout: Duration::from_millis(200),
         };

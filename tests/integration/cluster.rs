@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redguard::{ClassicPublish, Client, ConnectionMode, Error};
+use redguard::{ClassicPublish, Client, Error};
 
 mod sharded;
 
@@ -113,15 +113,12 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
         });
     }
     timed_case("f1_manual_failover", || f1_manual_failover(&bed));
-    timed_case("f3 Exclusive", || {
-        f3_slot_migration(&bed, ConnectionMode::Exclusive, 1);
+    timed_case("f3 one thread", || {
+        f3_slot_migration(&bed, 1);
     });
-    if !case_client_side("F3 combining and duplex") {
-        timed_case("f3 Combining", || {
-            f3_slot_migration(&bed, ConnectionMode::Combining { connections: 1 }, 4);
-        });
-        timed_case("f3 Duplex", || {
-            f3_slot_migration(&bed, ConnectionMode::Duplex { connections: 1 }, 4);
+    if !case_client_side("F3 four threads") {
+        timed_case("f3 four threads", || {
+            f3_slot_migration(&bed, 4);
         });
     }
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
@@ -1206,15 +1203,13 @@ fn f1_manual_failover(bed: &RedisCluster) {
     bed.failover(master);
 }
 
-/// E1's loop on a Cluster: an exclusive and a combining client, two threads
-/// each, acquire → increment → release one lock until stopped.
+/// E1's loop on a Cluster: two clients, two threads each (their calls
+/// share each client's connection to the node), acquire → increment →
+/// release one lock until stopped.
 fn contend(bed: &RedisCluster, name: &str) -> Contention {
     let clients = [
         builder(&bed.url()).build().unwrap(),
-        builder(&bed.url())
-            .connection_mode(ConnectionMode::Combining { connections: 1 })
-            .build()
-            .unwrap(),
+        builder(&bed.url()).build().unwrap(),
     ];
     let locks = (0..4).map(|i| clients[i % 2].lock(name)).collect();
     let contention = Contention::start(locks, ms(2000));
@@ -1230,8 +1225,7 @@ fn finish_after_more(contention: Contention, more: u64) {
     let resumed = contention.wait_for_more(more, Duration::from_secs(10));
     let report = contention.stop();
     eprintln!(
-        "F1: {} critical sections of an exclusive and a combining client across the failover, \
-         overlaps {:?}",
+        "F1: {} critical sections of two clients across the failover, overlaps {:?}",
         report.completed, report.overlaps
     );
     assert!(
@@ -1246,12 +1240,11 @@ fn finish_after_more(contention: Contention, more: u64) {
 }
 
 /// F3: the slot of a lock moves back and forth between two masters while
-/// `threads` threads of one client in `mode` run 1,000 acquire/release
-/// cycles between them, each on its own name in that slot (with
-/// `Combining`, their calls share the node's connection: pipelines meet
-/// `MOVED`, `ASK` and `TRYAGAIN`).
-fn f3_slot_migration(bed: &RedisCluster, mode: ConnectionMode, threads: usize) {
-    let client = builder(&bed.url()).connection_mode(mode).build().unwrap();
+/// `threads` threads of one client run 1,000 acquire/release cycles
+/// between them, each on its own name in that slot (their calls share the
+/// node's connection: pipelines meet `MOVED`, `ASK` and `TRYAGAIN`).
+fn f3_slot_migration(bed: &RedisCluster, threads: usize) {
+    let client = builder(&bed.url()).build().unwrap();
     let masters = bed.masters();
     let first = name_on(bed, masters[0], "f3");
     let s = slot(first.as_bytes());
@@ -1309,7 +1302,7 @@ fn f3_slot_migration(bed: &RedisCluster, mode: ConnectionMode, threads: usize) {
         .flat_map(|w| w.join().unwrap())
         .collect();
     eprintln!(
-        "F3 ({mode:?}, {threads} threads): {F3_CYCLES} cycles during {moves} slot moves in \
+        "F3 ({threads} threads): {F3_CYCLES} cycles during {moves} slot moves in \
          {:?}; {} errors",
         started.elapsed(),
         errors.len()

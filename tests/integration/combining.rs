@@ -1,49 +1,34 @@
-//! `ConnectionMode::Combining`: many threads' lock calls pipelined on a few
-//! shared connections, with every fault handled per call.
+//! The one connection model: many threads' lock calls pipelined on one
+//! shared connection per server, on every transport, with every fault
+//! handled per call.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-
-use redguard::ConnectionMode;
 
 use crate::support::{
     FaultProxy, Mode, RedisServer, ReplyFault, TEST_RESPONSE, ms, racy_increment, sleep,
     test_builder, unique_name, wait_until,
 };
 
-fn shared(url: &str, mode: ConnectionMode) -> redguard::Client {
-    test_builder(url).connection_mode(mode).build().unwrap()
+/// A default client of `url`: lock calls share its connection.
+fn shared(url: &str) -> redguard::Client {
+    test_builder(url).build().unwrap()
 }
 
-/// Combining in turns (`ConnectionMode::Combining`).
-fn in_turns(connections: usize) -> ConnectionMode {
-    ConnectionMode::Combining { connections }
+/// As [`shared`], without holder records: the watchdog then opens no
+/// connection for leased locks, and the server lists only the lock calls'.
+fn unrecorded(url: &str) -> redguard::Client {
+    test_builder(url).holder_record(false).build().unwrap()
 }
 
-/// Duplex combining (`ConnectionMode::Duplex`).
-fn duplex(connections: usize) -> ConnectionMode {
-    ConnectionMode::Duplex { connections }
-}
-
-/// 16 threads on 2 shared connections, four names with four threads each:
-/// every racy increment made under the lock survives, so no two threads
-/// held a name at once; and the server saw far fewer connections than
-/// threads.
+/// 16 threads, four names with four threads each: every racy increment
+/// made under the lock survives, so no two threads held a name at once;
+/// and the server saw far fewer connections than threads.
 #[test]
 fn shared_connections_keep_mutual_exclusion() {
-    keep_mutual_exclusion(in_turns(2));
-}
-
-/// The same with duplex combining.
-#[test]
-fn duplex_connections_keep_mutual_exclusion() {
-    keep_mutual_exclusion(duplex(2));
-}
-
-fn keep_mutual_exclusion(mode: ConnectionMode) {
     let server = RedisServer::start();
-    let client = shared(&server.url(), mode);
+    let client = shared(&server.url());
     let prefix = unique_name("comb-mx");
     let (threads, rounds) = (16, 60);
     let start = Arc::new(Barrier::new(threads));
@@ -73,25 +58,13 @@ fn keep_mutual_exclusion(mode: ConnectionMode) {
     }
 }
 
-/// A pipeline of 8 acquires whose replies are cut off: each of the 8 calls
-/// fails with a transient error of unknown outcome and is undone (no key
-/// left behind); the calls of other pipelines are not failed.
+/// A reply lost mid-pipeline: 8 acquires are written one by one while a
+/// first one is in flight, in the order the threads come, so those whose
+/// replies came before the cut get them; the cut one and those after it
+/// fail with a transient error of unknown outcome and are undone (no key
+/// left behind).
 #[test]
-fn a_reply_lost_mid_pipeline_fails_exactly_its_pipeline_and_undoes_it() {
-    reply_lost_mid_pipeline(in_turns(1));
-}
-
-/// The same with duplex combining: the 8 acquires are written one by one
-/// while the first is in flight, in the order the threads come, so those
-/// whose replies came before the cut get them; the cut one and those after
-/// it fail and are undone.
-#[test]
-fn duplex_a_reply_lost_mid_pipeline_fails_the_calls_in_flight_and_undoes_them() {
-    reply_lost_mid_pipeline(duplex(1));
-}
-
-fn reply_lost_mid_pipeline(mode: ConnectionMode) {
-    let in_turns = matches!(mode, ConnectionMode::Combining { .. });
+fn a_reply_lost_mid_pipeline_fails_the_calls_in_flight_and_undoes_them() {
     crate::support::capture_logs();
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
@@ -100,7 +73,6 @@ fn reply_lost_mid_pipeline(mode: ConnectionMode) {
     let client = test_builder(&proxy.url())
         .response_timeout(Duration::from_secs(1))
         .watchdog_timeout(Duration::from_secs(3))
-        .connection_mode(mode)
         .build()
         .unwrap();
     let prefix = unique_name("comb-cut");
@@ -142,26 +114,16 @@ fn reply_lost_mid_pipeline(mode: ConnectionMode) {
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     proxy.set_mode(Mode::Pass);
     let first = first.join().unwrap();
-    // In turns, the first acquire's reply is read before the 8 go out; in
-    // duplex they are in flight with it, and its reply may come in the
-    // same cut segment as t4's.
-    assert!(
-        first.is_ok() || !in_turns,
-        "the pipeline before is not failed"
-    );
+    // The 8 are in flight with the first acquire, whose reply may come in
+    // the same cut segment as t4's.
     if let Err(e) = &first {
         assert!(e.is_transient(), "{e:?}");
         assert!(!server.exists(format!("{prefix}:first")));
     }
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    if in_turns {
-        assert_eq!(proxy.reply_faults_done(), 2);
-        assert_eq!(failed.len(), 8, "{results:?}");
-    } else {
-        // Tried once more only when no reply came after its write.
-        assert!((1..=2).contains(&proxy.reply_faults_done()));
-        assert!(results[4].is_err(), "{results:?}");
-    }
+    // Tried once more only when no reply came after its write.
+    assert!((1..=2).contains(&proxy.reply_faults_done()));
+    assert!(results[4].is_err(), "{results:?}");
     for e in failed {
         assert!(
             e.is_transient() && (e.is_connection() || e.is_timeout()),
@@ -179,21 +141,11 @@ fn reply_lost_mid_pipeline(mode: ConnectionMode) {
 
 /// A frozen server with 64 threads on one shared connection: each call
 /// returns by its own deadline (its response timeout, and those of the
-/// undo of an unknown outcome), not after the calls queued before it.
+/// undo of an unknown outcome), not after the calls written before it.
 #[test]
 fn a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
-    frozen_server_64_threads(in_turns(1));
-}
-
-/// The same with duplex combining (the calls are written, not queued).
-#[test]
-fn duplex_a_frozen_server_lets_each_of_64_threads_return_by_its_own_deadline() {
-    frozen_server_64_threads(duplex(1));
-}
-
-fn frozen_server_64_threads(mode: ConnectionMode) {
     let server = RedisServer::start();
-    let client = shared(&server.url(), mode);
+    let client = shared(&server.url());
     let prefix = unique_name("comb-frozen");
     client
         .lock(format!("{prefix}:warm"))
@@ -243,18 +195,8 @@ fn frozen_server_64_threads(mode: ConnectionMode) {
 /// ever hold a name at once, and once the load stops no lock is left.
 #[test]
 fn kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
-    kill_9_under_load(in_turns(2));
-}
-
-/// The same with duplex combining.
-#[test]
-fn duplex_kill_9_under_pipelined_load_leaves_no_double_owner_and_no_orphan() {
-    kill_9_under_load(duplex(2));
-}
-
-fn kill_9_under_load(mode: ConnectionMode) {
     let mut server = RedisServer::start();
-    let client = shared(&server.url(), mode);
+    let client = shared(&server.url());
     let prefix = unique_name("comb-kill");
     let held: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
     let (doubles, cycles, stop) = (
@@ -317,29 +259,12 @@ fn kill_9_under_load(mode: ConnectionMode) {
     }
 }
 
-/// No shared connection is no mode: refused when built, with the bounds.
-#[test]
-fn combining_on_zero_connections_is_refused() {
-    for mode in [in_turns(0), duplex(0)] {
-        let err = redguard::Client::builder()
-            .url("redis://127.0.0.1:1/")
-            .connection_mode(mode)
-            .build()
-            .unwrap_err();
-        assert!(
-            matches!(err, redguard::Error::InvalidArgument(_)),
-            "{mode:?}: {err:?}"
-        );
-        assert!(err.to_string().contains("1 ..= 4096"), "{err}");
-    }
-}
-
-/// Duplex connections are set up by redguard, not redis-rs: the URL's user
+/// Shared connections are set up by redguard, not redis-rs: the URL's user
 /// and password (`AUTH`) and database (`SELECT`) are used, and the
 /// connection is named as a pooled one is; a wrong password is
 /// `Error::Auth`.
 #[test]
-fn duplex_connections_authenticate_select_the_database_and_are_named() {
+fn shared_connections_authenticate_select_the_database_and_are_named() {
     let server = RedisServer::start();
     let () = server.cmd(
         "ACL",
@@ -348,7 +273,7 @@ fn duplex_connections_authenticate_select_the_database_and_are_named() {
         ],
     );
     let url = format!("redis://dup:dup-pw@127.0.0.1:{}/3", server.port());
-    let client = shared(&url, duplex(1));
+    let client = shared(&url);
     let name = unique_name("dup-auth");
     let guard = client.lock(&name).lock().unwrap();
     assert!(!server.exists(&name), "the lock is not in database 0");
@@ -362,9 +287,111 @@ fn duplex_connections_authenticate_select_the_database_and_are_named() {
     guard.unlock().unwrap();
 
     let wrong = format!("redis://dup:wrong@127.0.0.1:{}/", server.port());
-    let err = shared(&wrong, duplex(1))
-        .lock(&name)
-        .try_lock()
-        .unwrap_err();
+    let err = shared(&wrong).lock(&name).try_lock().unwrap_err();
+    assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
+}
+
+/// `threads` threads of `client` take and release a lock of their own 40
+/// times each, all at once (with a lease: no renewals); no key
+/// is left. Returns the client's connections the server lists then
+/// (`CLIENT LIST` lines bearing its id): the shared connection, and at
+/// most one more (the watchdog's, or the subscriber's), where a
+/// connection per call would show up to one per thread.
+pub(crate) fn connections_after_concurrent_cycles(
+    client: &redguard::Client,
+    server: &RedisServer,
+    threads: usize,
+) -> Vec<String> {
+    let prefix = unique_name("one-conn");
+    let start = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let lock = client
+                .lock(format!("{prefix}:{t}"))
+                .with_lease(Duration::from_secs(10));
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                for _ in 0..40 {
+                    let guard = lock.try_lock().unwrap().expect("a lock of its own");
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for t in 0..threads {
+        assert!(!server.exists(format!("{prefix}:{t}")), "{t} left behind");
+    }
+    let list: String = server.cmd("CLIENT", &[b"LIST"]);
+    let short = &client.id().to_string()[..8];
+    list.lines()
+        .filter(|l| l.contains(short))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Lock calls of 16 threads go through one shared connection over TCP:
+/// the server sees one or two connections of the client, not one per
+/// thread.
+#[test]
+fn lock_calls_of_16_threads_share_one_tcp_connection() {
+    let server = RedisServer::start();
+    let client = unrecorded(&server.url());
+    let conns = connections_after_concurrent_cycles(&client, &server, 16);
+    assert!(conns.len() <= 2, "{conns:#?}");
+}
+
+/// The same over a Unix socket (`redis+unix://`): Unix connections
+/// (`flags=U`).
+#[test]
+fn lock_calls_of_16_threads_share_one_unix_socket_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redis.sock");
+    let path = path.to_str().unwrap();
+    let server = RedisServer::start_with(&["--unixsocket", path, "--unixsocketperm", "700"]);
+    let client = unrecorded(&format!("redis+unix://{path}"));
+    let conns = connections_after_concurrent_cycles(&client, &server, 16);
+    assert!(conns.len() <= 2, "{conns:#?}");
+    assert!(conns[0].contains(" flags=U"), "{conns:#?}");
+}
+
+/// The same with RESP3 (`?protocol=resp3`), an ACL user and database 3:
+/// the shared connection says `HELLO 3` with the credentials, selects the
+/// database, and speaks RESP3 (`resp=3`); a wrong password is
+/// `Error::Auth`.
+#[test]
+fn lock_calls_share_one_resp3_connection_with_credentials_and_database() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[b"SETUSER", b"r3", b"on", b">r3-pw", b"~*", b"&*", b"+@all"],
+    );
+    let url = format!(
+        "redis://r3:r3-pw@127.0.0.1:{}/3?protocol=resp3",
+        server.port()
+    );
+    let client = unrecorded(&url);
+    let name = unique_name("resp3");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(!server.exists(&name), "the lock is not in database 0");
+    guard.unlock().unwrap();
+    let conns = connections_after_concurrent_cycles(&client, &server, 16);
+    // The watchdog's connection of the first lock may still be open: it
+    // speaks RESP3 too (redis-rs's), as the shared one must.
+    assert!(conns.len() <= 2, "{conns:#?}");
+    for l in &conns {
+        assert!(
+            l.contains(" db=3 ") && l.contains(" user=r3 ") && l.contains(" resp=3"),
+            "{l}"
+        );
+    }
+    let wrong = format!(
+        "redis://r3:wrong@127.0.0.1:{}/?protocol=resp3",
+        server.port()
+    );
+    let err = shared(&wrong).lock(&name).try_lock().unwrap_err();
     assert!(matches!(err, redguard::Error::Auth(_)), "{err:?}");
 }

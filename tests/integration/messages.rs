@@ -269,35 +269,28 @@ fn a_connection_broken_under_a_call_names_its_server() {
 
 /// A reply that never comes (the server is stopped after the connection
 /// was made): a `Timeout` of kind `Reply` with the response timeout as its
-/// limit and the server, in both connection modes; a new connection to the
-/// stopped server: kind `Connect`.
+/// limit and the server, on the shared connection and on a pooled one (a
+/// status call); a new connection to the stopped server: kind `Connect`.
 #[test]
 fn a_reply_timeout_names_its_kind_limit_and_server() {
     let server = RedisServer::start();
     let response = Duration::from_millis(400);
     let at = format!("127.0.0.1:{}/0", server.port());
-    let modes = [
-        redguard::ConnectionMode::Exclusive,
-        redguard::ConnectionMode::Combining { connections: 1 },
-        redguard::ConnectionMode::Duplex { connections: 1 },
-    ];
-    let clients: Vec<_> = modes
-        .iter()
-        .map(|&mode| {
-            let client = test_builder(&server.url())
-                .watchdog_timeout(Duration::from_secs(9))
-                .response_timeout(response)
-                .connection_mode(mode)
-                .build()
-                .unwrap();
-            let lock = client.lock(unique_name("timeout"));
-            assert!(!lock.is_locked().unwrap());
-            (client, lock)
-        })
-        .collect();
+    let client = test_builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(9))
+        .response_timeout(response)
+        .build()
+        .unwrap();
+    let lock = client.lock(unique_name("timeout"));
+    assert!(!lock.is_locked().unwrap());
+    assert!(lock.try_lock().unwrap().unwrap().unlock().is_ok());
     server.sigstop();
-    for ((_, lock), mode) in clients.iter().zip(modes) {
-        let err = lock.is_locked().unwrap_err();
+    let calls: [(&str, &dyn Fn() -> redguard::Result<()>); 2] = [
+        ("pooled", &|| lock.is_locked().map(drop)),
+        ("shared", &|| lock.try_lock().map(drop)),
+    ];
+    for (mode, call) in calls {
+        let err = call().unwrap_err();
         eprintln!("{mode:?}: {}", chain(&err));
         assert!(err.is_timeout() && err.is_transient(), "{err:?}");
         match &err {

@@ -1,5 +1,5 @@
 //! Threads sharing a pool smaller than their number wait for each other's
-//! connections and all finish.
+//! connections and all finish; their lock calls share one more connection.
 
 use std::time::Duration;
 
@@ -18,7 +18,10 @@ fn threads_share_a_one_connection_pool() {
             let lock = client.lock(unique_name("pool"));
             std::thread::spawn(move || {
                 for _ in 0..200 {
-                    lock.try_lock().unwrap().expect("free").unlock().unwrap();
+                    let guard = lock.try_lock().unwrap().expect("free");
+                    // A status call takes the pool's one connection.
+                    assert!(lock.is_locked().unwrap());
+                    guard.unlock().unwrap();
                 }
             })
         })
@@ -26,5 +29,6 @@ fn threads_share_a_one_connection_pool() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(client.stats().pool_connections, 1);
+    // The pool's one exclusive connection and the shared one.
+    assert_eq!(client.stats().pool_connections, 2);
 }

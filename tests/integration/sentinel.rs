@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redguard::ConnectionMode;
-
 use crate::support::{
     BedOptions, Contention, SentinelBed, TEST_WATCHDOG, capture_logs, case_client_side,
     logged_lines, ms, test_builder, timed_case, unique_name, wait_until,
@@ -397,9 +395,9 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 /// E1: two clients × two threads acquire → increment → release in a loop
 /// while the master is `kill -9`ed. Work resumes within 5 s of the kill, no
 /// `READONLY` reaches a caller after that, no two holders overlap, and the
-/// counter equals the completed critical sections. The second client and
-/// the patient caller combine (`ConnectionMode::Combining`): their shared
-/// connection to the master follows the failover too.
+/// counter equals the completed critical sections. Each client's two
+/// threads share its connection to the master, which follows the
+/// failover too, as the patient caller's does.
 ///
 /// The overlap and counter checks hold for one failover of a dead master.
 /// With the bed's 1 s `down-after-milliseconds`, the sentinels now and then
@@ -407,14 +405,12 @@ fn e2_unacknowledged_extensions_do_not_count(bed: &mut SentinelBed) {
 /// first switch, while it is alive: until the clients hear that second
 /// `+switch-master`, they write to the old master, and a grant there is not
 /// on the new one. Two holders at once can then be seen in either
-/// connection mode (RELIABILITY.md, E1); when such a switch is heard, or
+/// kind of connection (RELIABILITY.md, E1); when such a switch is heard, or
 /// two nodes answer as master, once the threads stop, the case says so and
 /// skips those two checks.
 fn e1_failover_under_contention(bed: &mut SentinelBed) {
     let name = unique_name("e1");
-    // The second client's two threads share one connection to the master.
-    let combining = || builder(bed).connection_mode(ConnectionMode::Combining { connections: 1 });
-    let clients = [builder(bed).build().unwrap(), combining().build().unwrap()];
+    let clients = [builder(bed).build().unwrap(), builder(bed).build().unwrap()];
     let locks = (0..4).map(|i| clients[i % 2].lock(&name)).collect();
     let contention = Contention::start(locks, ms(2000));
     assert!(
@@ -424,7 +420,7 @@ fn e1_failover_under_contention(bed: &mut SentinelBed) {
     // A caller with a deadline that starts right at the kill, on a client
     // whose connections go to the old master: it rides out the failover
     // and gets the lock, no error.
-    let patient = combining().build().unwrap();
+    let patient = builder(bed).build().unwrap();
     drop(patient.lock(unique_name("e1-warm")).lock().unwrap());
     let old = bed.master_port();
     bed.drain_switches();
@@ -1052,9 +1048,8 @@ type DualMasters = (Duration, Vec<u16>);
 
 /// Stress (not part of the suite; run with `--ignored`): E1's contention
 /// across `REDGUARD_E1_ROUNDS` failovers (default 10), with one client per
-/// letter of `REDGUARD_E1_CLIENTS` (default `xc`: `x` exclusive, `c`
-/// combining on 1 shared connection, `d` duplex combining on 1), two
-/// threads each. Every round kills the master, keeps the threads going
+/// letter of `REDGUARD_E1_CLIENTS` (default `xx`: two clients; every
+/// client's calls share its connection to the master), two threads each. Every round kills the master, keeps the threads going
 /// until 3 s after the first `+switch-master`, and prints the switches it
 /// heard and any overlap.
 ///
@@ -1066,7 +1061,7 @@ fn sentinel_failover_overlap_stress() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let letters = std::env::var("REDGUARD_E1_CLIENTS").unwrap_or_else(|_| "xc".to_owned());
+    let letters = std::env::var("REDGUARD_E1_CLIENTS").unwrap_or_else(|_| "xx".to_owned());
     let forced = std::env::var("REDGUARD_E1_FAULT").is_ok_and(|f| f == "failover");
     let mut bed = bed();
     let mut all = Vec::new();
@@ -1074,15 +1069,7 @@ fn sentinel_failover_overlap_stress() {
         bed.heal();
         let clients: Vec<redguard::Client> = letters
             .chars()
-            .map(|c| {
-                let b = builder(&bed);
-                let b = match c {
-                    'c' => b.connection_mode(ConnectionMode::Combining { connections: 1 }),
-                    'd' => b.connection_mode(ConnectionMode::Duplex { connections: 1 }),
-                    _ => b,
-                };
-                b.build().unwrap()
-            })
+            .map(|_| builder(&bed).build().unwrap())
             .collect();
         let name = unique_name("e1-stress");
         let locks = (0..clients.len() * 2)

@@ -1,6 +1,6 @@
-//! Full-duplex combining: threads share a few connections, and a thread's
-//! command is written while the replies of earlier ones are still being
-//! read.
+//! Shared connections: threads' lock calls share one connection per
+//! server, and a thread's command is written while the replies of earlier
+//! ones are still being read.
 //!
 //! Each shared connection has two roles, each held by at most one thread,
 //! and no thread of its own:
@@ -20,122 +20,42 @@
 //! So the server gets a new command as soon as a thread has one, not once
 //! every reply of the last batch was read: several batches are in flight on
 //! one connection, as with an asynchronous client's multiplexed connection.
+//! A thread alone writes and reads itself: one write and one read per
+//! command, as on a connection of its own.
 //!
-//! The guarantees are those of [`super::combine`]: each thread waits at
-//! most the response timeout from when it sent or queued; a command still
-//! queued at its deadline is taken back and was never sent; a command
-//! written whose reply is late fails with an unknown outcome (its reply is
-//! read and dropped later, and the connection stays); a connection that
-//! breaks fails exactly the commands written on it whose replies were not
-//! read, and one that breaks before any reply to a command written on it
-//! when it was already in use is tried once more on a fresh connection.
+//! Guarantees. Each thread waits at most the response timeout from when it
+//! sent or queued (plus the connect timeout while the connection is being
+//! made). A command still queued at its deadline is taken back and was
+//! never sent ([`not_sent`]); a command written whose reply is late fails
+//! with an unknown outcome ([`no_reply`]; its reply is read and dropped
+//! later, and the connection stays). A connection that breaks fails
+//! exactly the commands written on it whose replies were not read, each
+//! with the connection's error; one that breaks before any reply to a
+//! command written on it when it was already in use is tried once more on
+//! a fresh connection, as a pooled connection is.
 //!
-//! It needs the socket itself, to read and write it from two threads:
-//! redis-rs's blocking connection owns its socket. So only plain TCP
-//! connections with RESP2 take this path; the connection is set up here
-//! (`AUTH`, `SELECT`) and by the pool's own setup (see `Pool`).
+//! The socket is read and written from two threads, which redis-rs's
+//! blocking connection cannot do: see [`super::wire`], for TCP, Unix
+//! sockets and TLS, RESP2 and RESP3.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
-use super::combine::{connect_cause, lane_of_thread, lock, no_reply, not_sent};
-use super::lane_conn::{self, Requests};
-use super::patient::Patient;
+use super::wire::{Link, Wire};
+use crate::duration_text::Human;
 use crate::error::{Error, Result};
-
-/// A plain TCP connection to Redis whose socket can be read and written
-/// from two threads at once; used one request at a time while it is set up.
-pub(crate) struct Link {
-    stream: Arc<TcpStream>,
-    parser: redis::Parser,
-}
-
-impl std::fmt::Debug for Link {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").finish_non_exhaustive()
-    }
-}
-
-impl Link {
-    /// A link on `stream`, with `timeout` for reads and writes. Small
-    /// writes go out at once (`TCP_NODELAY`): a write while earlier replies
-    /// are unread would else wait for them to be acknowledged.
-    ///
-    /// # Errors
-    ///
-    /// The socket's, when an option cannot be set.
-    pub(crate) fn new(stream: TcpStream, timeout: Duration) -> io::Result<Link> {
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        Ok(Link {
-            stream: Arc::new(stream),
-            parser: redis::Parser::new(),
-        })
-    }
-
-    /// Sets the read and write timeouts.
-    ///
-    /// # Errors
-    ///
-    /// The socket's.
-    pub(crate) fn set_timeouts(&self, timeout: Duration) -> io::Result<()> {
-        self.stream.set_read_timeout(Some(timeout))?;
-        self.stream.set_write_timeout(Some(timeout))
-    }
-
-    fn recv(&mut self) -> RedisResult<Value> {
-        self.parser.parse_value(Patient(&self.stream))
-    }
-}
-
-impl redis::ConnectionLike for Link {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        Patient(&self.stream).write_all(cmd)?;
-        self.recv()?.extract_error()
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        Patient(&self.stream).write_all(cmd)?;
-        let mut out = Vec::with_capacity(count);
-        for i in 0..offset + count {
-            let value = self.recv()?;
-            if i >= offset {
-                out.push(value.extract_error()?);
-            }
-        }
-        Ok(out)
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.req_packed_command(&redis::cmd("PING").get_packed_command())
-            .is_ok()
-    }
-
-    fn is_open(&self) -> bool {
-        true
-    }
-}
 
 /// The reading end of a shared link.
 struct Reader {
-    stream: Arc<TcpStream>,
+    stream: Arc<Wire>,
+    /// Bumped at every read that got bytes (see [`Live::heard`]).
+    heard: Arc<AtomicU64>,
     parser: redis::Parser,
     /// The replies already read of the oldest command awaiting replies,
     /// when it brings several and the reading stopped between them.
@@ -148,7 +68,8 @@ struct Reader {
 /// read (and says so in `starved`): the parser then gives only a reply it
 /// holds whole already, and keeps a partial one for the next call.
 struct Feed<'a> {
-    stream: &'a TcpStream,
+    stream: &'a Wire,
+    heard: &'a AtomicU64,
     buffered_only: bool,
     starved: bool,
 }
@@ -156,10 +77,19 @@ struct Feed<'a> {
 impl Read for Feed<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.buffered_only {
-            self.starved = true;
-            return Err(io::ErrorKind::WouldBlock.into());
+            return match self.stream.read_buffered(buf)? {
+                Some(n) if n > 0 => Ok(n),
+                _ => {
+                    self.starved = true;
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+            };
         }
-        Patient(self.stream).read(buf)
+        let n = self.stream.read(buf)?;
+        if n > 0 {
+            self.heard.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(n)
     }
 }
 
@@ -169,11 +99,14 @@ impl Reader {
     fn replies(&mut self, count: usize, buffered_only: bool) -> RedisResult<Option<Vec<Value>>> {
         let mut feed = Feed {
             stream: &self.stream,
+            heard: &self.heard,
             buffered_only,
             starved: false,
         };
         while self.partial.len() < count {
             match self.parser.parse_value(&mut feed) {
+                // Not a reply (RESP3): nothing waits for it.
+                Ok(Value::Push { .. }) => {}
                 Ok(value) => self.partial.push(value),
                 Err(_) if feed.starved => return Ok(None),
                 Err(e) => return Err(e),
@@ -190,14 +123,14 @@ impl Reader {
         } else {
             left.max(Duration::from_millis(1))
         };
-        if want != self.timeout && self.stream.set_read_timeout(Some(want)).is_ok() {
+        if want != self.timeout && self.stream.set_read_timeout(want).is_ok() {
             self.timeout = want;
         }
     }
 }
 
 /// The shared connections of one server.
-pub(crate) struct Duplex {
+pub(crate) struct Shared {
     lanes: Box<[Lane]>,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -205,9 +138,9 @@ pub(crate) struct Duplex {
     base: Instant,
 }
 
-impl std::fmt::Debug for Duplex {
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Duplex")
+        f.debug_struct("Shared")
             .field("lanes", &self.lanes.len())
             .finish_non_exhaustive()
     }
@@ -237,7 +170,7 @@ struct LaneState {
 /// A connection in use.
 struct Live {
     id: u64,
-    stream: Arc<TcpStream>,
+    stream: Arc<Wire>,
     /// The reading end, while no thread reads.
     reader: Option<Reader>,
     /// A thread reads, or was handed the reading and is waking up.
@@ -247,6 +180,10 @@ struct Live {
     pending: VecDeque<Arc<Slot>>,
     /// Replies read on this connection.
     replies: u64,
+    /// Reads that got bytes on this connection: a command that waited its
+    /// whole response timeout while this stayed as it was when the command
+    /// went out heard nothing at all (see [`Shared::drop_if_silent`]).
+    heard: Arc<AtomicU64>,
 }
 
 /// One thread's command and, later, its replies.
@@ -255,7 +192,7 @@ struct Slot {
     bytes: Vec<u8>,
     /// How many replies it brings back (a pipeline: several).
     replies: usize,
-    /// Nanoseconds after [`Duplex::base`]: the response timeout after it
+    /// Nanoseconds after [`Shared::base`]: the response timeout after it
     /// was sent or queued, moved on while a connection is being made.
     deadline: AtomicU64,
     state: Mutex<SlotState>,
@@ -266,6 +203,8 @@ struct Slot {
     link: AtomicU64,
     reused: AtomicBool,
     mark: AtomicU64,
+    /// Set when it goes out: the connection's [`Live::heard`] then.
+    heard: AtomicU64,
 }
 
 enum SlotState {
@@ -302,7 +241,7 @@ impl Slot {
 /// A result, and whether the command may be sent once more.
 type Outcome = (RedisResult<Vec<Value>>, bool);
 
-impl Duplex {
+impl Shared {
     /// `connections` shared connections (made when first needed), each
     /// command waiting at most `response_timeout` for its reply; new
     /// connections are made within `connect_timeout`.
@@ -310,8 +249,8 @@ impl Duplex {
         connections: usize,
         response_timeout: Duration,
         connect_timeout: Duration,
-    ) -> Duplex {
-        Duplex {
+    ) -> Shared {
+        Shared {
             lanes: (0..connections.max(1)).map(|_| Lane::default()).collect(),
             response_timeout,
             connect_timeout,
@@ -337,6 +276,7 @@ impl Duplex {
             link: AtomicU64::new(0),
             reused: AtomicBool::new(false),
             mark: AtomicU64::new(0),
+            heard: AtomicU64::new(0),
         })
     }
 
@@ -380,7 +320,19 @@ impl Duplex {
         op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
         let lane = &self.lanes[lane_of_thread(self.lanes.len())];
-        lane_conn::with_conn(self, lane, connect, op)
+        let mut conn = Through {
+            shared: self,
+            lane,
+            connect,
+            connect_error: None,
+        };
+        let result = op(&mut conn);
+        // A failure to connect is kept typed for the caller: redis-rs's
+        // interface carries only its own error type.
+        match (result, conn.connect_error.take()) {
+            (Err(_), Some(e)) => Err(e),
+            (result, _) => result,
+        }
     }
 
     /// Sends `bytes` (`replies` commands) on `lane` and waits for the
@@ -475,18 +427,21 @@ impl Duplex {
                     Ok(link) => {
                         st.made += 1;
                         fresh = Some(st.made);
+                        let heard = Arc::new(AtomicU64::new(0));
                         st.live = Some(Live {
                             id: st.made,
                             reader: Some(Reader {
-                                stream: link.stream.clone(),
+                                stream: link.wire.clone(),
+                                heard: heard.clone(),
                                 parser: link.parser,
                                 partial: Vec::new(),
                                 timeout: self.response_timeout,
                             }),
-                            stream: link.stream,
+                            stream: link.wire,
                             reading: false,
                             pending: VecDeque::new(),
                             replies: 0,
+                            heard,
                         });
                     }
                     Err(e) => {
@@ -511,11 +466,13 @@ impl Duplex {
                 continue;
             };
             let (id, replies) = (live.id, live.replies);
+            let heard = live.heard.load(Ordering::Relaxed);
             let reused = fresh != Some(id);
             let mut out = |s: &Arc<Slot>| {
                 s.link.store(id, Ordering::Relaxed);
                 s.reused.store(reused, Ordering::Relaxed);
                 s.mark.store(replies, Ordering::Relaxed);
+                s.heard.store(heard, Ordering::Relaxed);
                 live.pending.push_back(s.clone());
             };
             bytes.clear();
@@ -563,7 +520,7 @@ impl Duplex {
             for q in expired {
                 q.finish(Err(not_sent(self.response_timeout)), false);
             }
-            let written = Patient(&stream).write_all(data);
+            let written = stream.write_all(data);
             st = lock(&lane.state);
             if let Err(e) = written {
                 drop(st);
@@ -657,6 +614,8 @@ impl Duplex {
             if now >= deadline {
                 if matches!(*s, SlotState::Sent) {
                     *s = SlotState::Abandoned;
+                    drop(s);
+                    self.drop_if_silent(lane, slot, now - sent);
                     return (Err(no_reply(now - sent)), false);
                 }
                 // Queued: take it back under the lane's lock (lane before
@@ -711,6 +670,7 @@ impl Duplex {
                 let deadline = self.deadline(slot);
                 if now >= deadline {
                     let outcome = give_up(slot, sent);
+                    self.drop_if_silent(lane, slot, now - sent);
                     self.pass_reading(lane, id, reader);
                     return outcome;
                 }
@@ -735,6 +695,7 @@ impl Duplex {
                 // is unknown; the next thread reads on.
                 Err(e) if e.is_timeout() => {
                     let outcome = give_up(slot, sent);
+                    self.drop_if_silent(lane, slot, sent.elapsed());
                     self.pass_reading(lane, id, reader);
                     return outcome;
                 }
@@ -777,9 +738,35 @@ impl Duplex {
     /// Drops connection `id` (unless it was dropped already) and fails
     /// every command awaiting a reply on it with `err`.
     fn break_link(&self, lane: &Lane, id: u64, err: &RedisError) {
+        self.drop_live(lane, |live| live.id == id, err);
+    }
+
+    /// Drops `slot`'s connection when nothing at all was read on it since
+    /// `slot` went out, `waited` ago (its whole response timeout): the
+    /// server is frozen, or the connection dead without a word (a middlebox
+    /// that forgot it, a path that lost bytes), and every later command
+    /// would wait as long. A pooled connection is dropped after one timeout
+    /// too. The commands in flight on it fail at once, their outcome
+    /// unknown, and the next command makes a fresh connection. One that
+    /// still hears replies, however late, stays.
+    fn drop_if_silent(&self, lane: &Lane, slot: &Slot, waited: Duration) {
+        let (id, heard) = (
+            slot.link.load(Ordering::Relaxed),
+            slot.heard.load(Ordering::Relaxed),
+        );
+        self.drop_live(
+            lane,
+            |live| live.id == id && live.heard.load(Ordering::Relaxed) == heard,
+            &no_reply(waited),
+        );
+    }
+
+    /// Drops the lane's connection when `doomed` says so, and fails every
+    /// command awaiting a reply on it with `err`.
+    fn drop_live(&self, lane: &Lane, doomed: impl FnOnce(&Live) -> bool, err: &RedisError) {
         let broken = {
             let mut st = lock(&lane.state);
-            if st.live.as_ref().is_some_and(|live| live.id == id) {
+            if st.live.as_ref().is_some_and(doomed) {
                 st.live.take()
             } else {
                 None
@@ -787,7 +774,7 @@ impl Duplex {
         };
         let Some(live) = broken else { return };
         // The thread reading or writing it stops at once.
-        let _ = live.stream.shutdown(Shutdown::Both);
+        live.stream.shutdown();
         let dropped = err.is_connection_dropped();
         for slot in live.pending {
             let retry = dropped
@@ -862,20 +849,154 @@ fn give_up(slot: &Slot, sent: Instant) -> Outcome {
     }
 }
 
-impl Requests for Duplex {
-    type Lane = Lane;
-    type Link = Link;
+/// A connection whose commands go through a lane: what a caller's
+/// operation sees, each of its calls one request.
+struct Through<'a> {
+    shared: &'a Shared,
+    lane: &'a Lane,
+    connect: &'a dyn Fn(Option<Duration>) -> Result<Link>,
+    connect_error: Option<Error>,
+}
 
-    fn request(
-        &self,
-        lane: &Lane,
-        connect: &dyn Fn(Option<Duration>) -> Result<Link>,
-        connect_error: &mut Option<Error>,
-        bytes: &[u8],
-        replies: usize,
-    ) -> RedisResult<Vec<Value>> {
-        Duplex::request(self, lane, connect, connect_error, bytes, replies)
+impl Through<'_> {
+    fn request(&mut self, cmd: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+        let result = self.shared.request(
+            self.lane,
+            self.connect,
+            &mut self.connect_error,
+            cmd,
+            replies,
+        );
+        UNSENT.set(result.as_ref().is_err_and(is_unsent));
+        result
     }
+}
+
+thread_local! {
+    /// Whether this thread's last request on a shared connection failed
+    /// without being written (see [`unsent`]).
+    static UNSENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's last request on a shared connection since
+/// [`forget_unsent`] failed without a byte of it written: it was still
+/// queued at its deadline, or its connection could not be made. Nothing of
+/// it ran, so nothing is to be undone.
+pub(crate) fn unsent() -> bool {
+    UNSENT.get()
+}
+
+/// Clears what [`unsent`] says, before a call that may not go through a
+/// shared connection at all (a Cluster call sent on after `ASK`).
+pub(crate) fn forget_unsent() {
+    UNSENT.set(false);
+}
+
+/// What the errors of commands never written carry (see [`not_sent`],
+/// [`connect_cause`]).
+#[derive(Debug)]
+struct Unsent(String);
+
+impl std::fmt::Display for Unsent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsent {}
+
+fn is_unsent(e: &RedisError) -> bool {
+    type Cause = Arc<dyn std::error::Error + Send + Sync>;
+    let Some(source) = std::error::Error::source(e) else {
+        return false;
+    };
+    let io = match source.downcast_ref::<Cause>() {
+        Some(cause) => cause.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
+    };
+    io.and_then(io::Error::get_ref)
+        .is_some_and(|inner| inner.is::<Unsent>())
+}
+
+impl redis::ConnectionLike for Through<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies = self.request(cmd, 1)?;
+        replies.pop().unwrap_or(Value::Nil).extract_error()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let replies = self.request(cmd, offset + count)?;
+        let mut out = Vec::with_capacity(count);
+        for value in replies.into_iter().skip(offset) {
+            out.push(value.extract_error()?);
+        }
+        Ok(out)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.req_packed_command(&redis::cmd("PING").get_packed_command())
+            .is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        true
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Each thread keeps to one lane (threads are spread over the lanes in the
+/// order they first send), so that a thread's commands stay in order.
+fn lane_of_thread(lanes: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i) % lanes
+}
+
+/// The error of a command that waited for its lane past its deadline and
+/// was taken back unsent: nothing ran.
+fn not_sent(waited: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        Unsent(format!(
+            "the command was still queued for its shared connection after {} and was not sent",
+            Human(waited)
+        )),
+    ))
+}
+
+/// The error of a command sent, whose reply did not come by its deadline:
+/// its outcome is unknown.
+fn no_reply(waited: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "sent on a shared connection, unanswered after {}",
+            Human(waited)
+        ),
+    ))
+}
+
+/// A failure to connect in redis-rs's terms, for the commands that were to
+/// use the connection (their callers get the typed error).
+fn connect_cause(e: &Error) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        Unsent(e.chain()),
+    ))
 }
 
 #[cfg(test)]
@@ -884,14 +1005,123 @@ impl Requests for Duplex {
     reason = "the pauses are the scenario: threads sending one after another while a reply is late"
 )]
 mod tests {
-    //! Duplex lanes against loopback servers that answer late, in halves,
+    //! Shared lanes against loopback servers that answer late, in halves,
     //! or cut the connection in the middle of the commands in flight.
     //! Every caller gets its own reply or an error, never another's; each
     //! returns by its own deadline.
 
     use super::*;
-    use crate::connection::combine::delivery_tests::{self, Act, echo_server};
-    use std::net::SocketAddr;
+    use std::io::Write;
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    /// The response timeout of the lanes in these scenarios.
+    const RESPONSE: Duration = Duration::from_millis(150);
+
+    /// What the server does with one command.
+    #[derive(Clone, Copy)]
+    enum Act {
+        Answer,
+        /// Answers after this pause (the commands after it wait too, as
+        /// on a slow server).
+        Late(Duration),
+        /// Answers in two writes, this pause between them (the caller
+        /// reads half a reply).
+        Split(Duration),
+        /// Closes the connection without answering this command or any
+        /// after it.
+        Cut,
+    }
+
+    /// One complete command at the start of `buf` (a RESP array of bulk
+    /// strings) and its length in bytes.
+    fn parse(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+        fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+            let end = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+            let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+            Some((n, end + 2))
+        }
+        let (count, mut at) = line(buf, 0)?;
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (len, start) = line(buf, at)?;
+            if buf.len() < start + len + 2 {
+                return None;
+            }
+            args.push(buf[start..start + len].to_vec());
+            at = start + len + 2;
+        }
+        Some((args, at))
+    }
+
+    /// Serves one connection: `plan(command index)` says what to do.
+    fn serve(mut conn: TcpStream, plan: &dyn Fn(usize) -> Act) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut index = 0;
+        loop {
+            while let Some((args, used)) = parse(&buf) {
+                buf.drain(..used);
+                let reply = match args.last() {
+                    Some(arg) if args.len() > 1 => {
+                        let mut r = format!("${}\r\n", arg.len()).into_bytes();
+                        r.extend_from_slice(arg);
+                        r.extend_from_slice(b"\r\n");
+                        r
+                    }
+                    _ => b"+PONG\r\n".to_vec(),
+                };
+                match plan(index) {
+                    Act::Answer => {}
+                    Act::Late(pause) => std::thread::sleep(pause),
+                    Act::Split(pause) => {
+                        let half = reply.len() / 2;
+                        if conn.write_all(&reply[..half]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(pause);
+                        index += 1;
+                        if conn.write_all(&reply[half..]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Act::Cut => {
+                        let _ = conn.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
+                index += 1;
+                if conn.write_all(&reply).is_err() {
+                    return;
+                }
+            }
+            match conn.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return,
+            }
+        }
+    }
+
+    /// An echo server; `plan(connection index, command index)`. It accepts
+    /// `connections` connections, then closes its port (a reconnect is
+    /// refused).
+    fn echo_server(
+        connections: usize,
+        plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
+    ) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let plan = Arc::new(plan);
+        std::thread::spawn(move || {
+            for (c, conn) in listener.incoming().take(connections).enumerate() {
+                let Ok(conn) = conn else { return };
+                let plan = plan.clone();
+                std::thread::spawn(move || serve(conn, &|i| plan(c, i)));
+            }
+        });
+        addr
+    }
 
     /// Connects to `addr` with `response` as read and write timeout.
     fn connector(
@@ -901,17 +1131,20 @@ mod tests {
         move |_| {
             let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
                 .map_err(|e| Error::redis(RedisError::from(e)))?;
-            Link::new(stream, response).map_err(|e| Error::redis(RedisError::from(e)))
+            stream
+                .set_nodelay(true)
+                .map_err(|e| Error::redis(RedisError::from(e)))?;
+            Link::new(Wire::Tcp(stream), response).map_err(|e| Error::redis(RedisError::from(e)))
         }
     }
 
-    /// `ECHO token` through `duplex`: the reply or the error.
+    /// `ECHO token` through `shared`: the reply or the error.
     fn echo(
-        duplex: &Duplex,
+        shared: &Shared,
         connect: &dyn Fn(Option<Duration>) -> Result<Link>,
         token: &str,
     ) -> Result<String> {
-        duplex.with_conn(connect, |conn| {
+        shared.with_conn(connect, |conn| {
             redis::cmd("ECHO")
                 .arg(token)
                 .query::<String>(conn)
@@ -928,15 +1161,15 @@ mod tests {
         threads: u32,
         stagger: Duration,
     ) -> Vec<(Duration, Result<String>)> {
-        let duplex = Arc::new(Duplex::new(1, response, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, response, Duration::from_secs(1)));
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, response);
                     std::thread::sleep(stagger * t);
                     let began = Instant::now();
-                    let result = echo(&duplex, &connect, &format!("t{t}"));
+                    let result = echo(&shared, &connect, &format!("t{t}"));
                     (began.elapsed(), result)
                 })
             })
@@ -944,21 +1177,13 @@ mod tests {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     }
 
-    fn echo_duplex(
-        duplex: &Duplex,
+    fn echo_shared(
+        shared: &Shared,
         addr: SocketAddr,
         response: Duration,
         token: &str,
     ) -> Result<String> {
-        echo(duplex, &connector(addr, response), token)
-    }
-
-    #[test]
-    fn each_caller_gets_its_own_reply_or_an_error() {
-        delivery_tests::every_caller_gets_its_own_reply_or_an_error(
-            Duplex::new(1, delivery_tests::RESPONSE, Duration::from_secs(1)),
-            echo_duplex,
-        );
+        echo(shared, &connector(addr, response), token)
     }
 
     /// 32 threads, 300 calls each, on one connection of a server that
@@ -969,16 +1194,16 @@ mod tests {
     fn under_load_every_call_gets_its_own_reply() {
         const RESPONSE: Duration = Duration::from_secs(3);
         let addr = echo_server(1, |_, _| Act::Answer);
-        let duplex = Arc::new(Duplex::new(1, RESPONSE, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
         let handles: Vec<_> = (0..32)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, RESPONSE);
                     (0..300)
                         .map(|i| {
                             let token = format!("t{t}-{i}");
-                            echo(&duplex, &connect, &token).map(|reply| (token, reply))
+                            echo(&shared, &connect, &token).map(|reply| (token, reply))
                         })
                         .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
                         .collect::<Vec<_>>()
@@ -1008,32 +1233,32 @@ mod tests {
             let mut buf = vec![0u8; 1 << 16];
             while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
         });
-        let duplex = Arc::new(Duplex::new(
+        let shared = Arc::new(Shared::new(
             1,
             Duration::from_secs(5),
             Duration::from_secs(1),
         ));
-        let mine = duplex.slot(Vec::new(), 1, Instant::now());
+        let mine = shared.slot(Vec::new(), 1, Instant::now());
         let writer = {
-            let (duplex, mine) = (duplex.clone(), mine.clone());
+            let (shared, mine) = (shared.clone(), mine.clone());
             std::thread::spawn(move || {
                 let connect = connector(addr, Duration::from_secs(5));
-                let lane = &duplex.lanes[0];
+                let lane = &shared.lanes[0];
                 let mut st = lock(&lane.state);
                 st.writing = true;
                 // Far more than the socket buffers hold: the write blocks
                 // until the server reads.
                 let big = vec![b'x'; 64 << 20];
-                duplex.write_turn(lane, st, &mine, Some(&big), &connect, &mut None)
+                shared.write_turn(lane, st, &mine, Some(&big), &connect, &mut None)
             })
         };
-        let lane = &duplex.lanes[0];
+        let lane = &shared.lanes[0];
         let until = Instant::now() + Duration::from_secs(5);
         while lock(&lane.state).live.is_none() {
             assert!(Instant::now() < until, "the writer did not connect");
             std::thread::park_timeout(Duration::from_millis(5));
         }
-        let queued = duplex.slot(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1, Instant::now());
+        let queued = shared.slot(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1, Instant::now());
         lock(&lane.state).queue.push_back(queued.clone());
         mine.finish(Ok(vec![Value::Okay]), false);
         go.send(()).unwrap();
@@ -1049,9 +1274,9 @@ mod tests {
     fn the_reading_is_handed_to_the_oldest_waiting_command_but_not_the_writer() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let duplex = Duplex::new(1, Duration::from_secs(1), Duration::from_secs(1));
+        let shared = Shared::new(1, Duration::from_secs(1), Duration::from_secs(1));
         let slots: Vec<_> = (0..4)
-            .map(|_| duplex.slot(Vec::new(), 1, Instant::now()))
+            .map(|_| shared.slot(Vec::new(), 1, Instant::now()))
             .collect();
         *lock(&slots[0].state) = SlotState::Abandoned;
         for slot in &slots[1..] {
@@ -1059,11 +1284,12 @@ mod tests {
         }
         let mut live = Live {
             id: 1,
-            stream: Arc::new(stream),
+            stream: Arc::new(Wire::Tcp(stream)),
             reader: None,
             reading: false,
             pending: slots.iter().cloned().collect(),
             replies: 0,
+            heard: Arc::default(),
         };
         let next = hand_reading(&mut live, Some(&slots[1])).unwrap();
         assert!(Arc::ptr_eq(&next, &slots[2]));
@@ -1127,15 +1353,15 @@ mod tests {
             7 => Act::Late(RESPONSE + RESPONSE / 4),
             _ => Act::Answer,
         });
-        let duplex = Arc::new(Duplex::new(1, RESPONSE, Duration::from_secs(1)));
+        let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
         let handles: Vec<_> = (0..8u32)
             .map(|t| {
-                let duplex = duplex.clone();
+                let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, RESPONSE);
                     std::thread::sleep(Duration::from_millis(15) * t);
                     let began = Instant::now();
-                    let result = echo(&duplex, &connect, &format!("t{t}"));
+                    let result = echo(&shared, &connect, &format!("t{t}"));
                     (began.elapsed(), result)
                 })
             })
@@ -1158,7 +1384,7 @@ mod tests {
         assert!(*took >= RESPONSE && *took <= RESPONSE + SLACK, "{took:?}");
         // The same connection: the late reply comes first, then this one.
         let connect = connector(addr, RESPONSE);
-        assert_eq!(echo(&duplex, &connect, "after").unwrap(), "after");
+        assert_eq!(echo(&shared, &connect, "after").unwrap(), "after");
     }
 
     /// A frozen server (it answers the first command late, then nothing):
@@ -1189,12 +1415,66 @@ mod tests {
         }
     }
 
+    /// Eight threads send 40 `ECHO`s each, one unique token per call, on
+    /// one connection (response timeout [`RESPONSE`]). The server
+    /// answers one command in 9 late (past the deadline of every command
+    /// queued behind it), sends half of another reply and the rest too
+    /// late, and cuts one connection in 3 at its fifth command. No call
+    /// ever gets another call's token; some get their own, some fail.
+    #[test]
+    fn each_caller_gets_its_own_reply_or_an_error() {
+        let lane = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        let addr = echo_server(1000, |c, i| match (c % 3, i % 9) {
+            (0, _) if i == 5 => Act::Cut,
+            (_, 4) => Act::Late(RESPONSE * 2),
+            (_, 7) => Act::Split(RESPONSE * 2),
+            _ => Act::Answer,
+        });
+        let lane = Arc::new(lane);
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let lane = lane.clone();
+                std::thread::spawn(move || {
+                    let (mut own, mut failed, mut foreign) = (0, 0, Vec::new());
+                    for i in 0..40 {
+                        let token = format!("t{t}-{i}");
+                        match echo_shared(&lane, addr, RESPONSE, &token) {
+                            Ok(reply) if reply == token => own += 1,
+                            Ok(reply) => foreign.push((token, reply)),
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (own, failed, foreign)
+                })
+            })
+            .collect();
+        let (mut own, mut failed) = (0, 0);
+        for h in handles {
+            let (o, f, foreign) = h.join().unwrap();
+            assert!(foreign.is_empty(), "replies of other calls: {foreign:?}");
+            own += o;
+            failed += f;
+        }
+        assert!(own > 0 && failed > 0, "own {own}, failed {failed}");
+    }
+
+    /// A command written on a reused shared connection whose
+    /// server then drops it unanswered may have run: its caller is not told
+    /// "refused" (which a Sentinel or Cluster source reads as never sent,
+    /// and sends again elsewhere) when the reconnect is refused.
     #[test]
     fn a_command_lost_with_a_reused_connection_is_not_reported_refused() {
-        delivery_tests::a_command_lost_with_a_reused_connection_is_not_refused(
-            Duplex::new(1, delivery_tests::RESPONSE, Duration::from_secs(1)),
-            echo_duplex,
-        );
+        let lane = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        // One connection: the first command is answered, the second cut;
+        // then the port is closed.
+        let addr = echo_server(1, |_, i| if i == 0 { Act::Answer } else { Act::Cut });
+        assert_eq!(echo_shared(&lane, addr, RESPONSE, "warm").unwrap(), "warm");
+        let err = echo_shared(&lane, addr, RESPONSE, "lost").unwrap_err();
+        let refused = err
+            .redis_error()
+            .is_some_and(RedisError::is_connection_refusal);
+        assert!(!refused, "reported as refused: {err}");
+        assert!(err.is_connection(), "{err}");
     }
 
     /// A reused connection that the server dropped (it restarted) before
@@ -1207,10 +1487,49 @@ mod tests {
             (0, 1) => Act::Cut,
             _ => Act::Answer,
         });
-        let duplex = Duplex::new(1, RESPONSE, Duration::from_secs(1));
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
         let connect = connector(addr, RESPONSE);
-        assert_eq!(echo(&duplex, &connect, "warm").unwrap(), "warm");
-        assert_eq!(echo(&duplex, &connect, "again").unwrap(), "again");
+        assert_eq!(echo(&shared, &connect, "warm").unwrap(), "warm");
+        assert_eq!(echo(&shared, &connect, "again").unwrap(), "again");
+    }
+
+    /// A connection on which nothing at all came back for a whole response
+    /// timeout is dropped, as a pooled one is: the next call makes a fresh
+    /// connection and gets its reply there, instead of waiting behind the
+    /// silence (a frozen server, or a connection a middlebox forgot).
+    #[test]
+    fn a_connection_silent_for_a_whole_timeout_is_dropped() {
+        const RESPONSE: Duration = Duration::from_millis(300);
+        let addr = echo_server(2, |c, _| {
+            if c == 0 {
+                Act::Late(Duration::from_secs(3))
+            } else {
+                Act::Answer
+            }
+        });
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        let connect = connector(addr, RESPONSE);
+        let e = echo(&shared, &connect, "unheard").unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+        assert_eq!(echo(&shared, &connect, "next").unwrap(), "next");
+    }
+
+    /// A command whose connection could not be made says it was never
+    /// written ([`unsent`]: nothing to undo); one written whose reply is
+    /// late does not (its outcome is unknown).
+    #[test]
+    fn unsent_tells_commands_never_written_from_those_written() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        assert!(echo(&shared, &connector(closed, RESPONSE), "refused").is_err());
+        assert!(unsent());
+        let addr = echo_server(1, |_, _| Act::Late(RESPONSE * 2));
+        let shared = Shared::new(1, RESPONSE, Duration::from_secs(1));
+        assert!(echo(&shared, &connector(addr, RESPONSE), "late").is_err());
+        assert!(!unsent());
     }
 
     /// The parser keeps a reply that came in halves across a read timeout
