@@ -88,7 +88,10 @@ fn a_thousand_waiters_on_50_locks_share_one_pubsub_connection() {
         let acquired = acquired.clone();
         threads.push(
             std::thread::Builder::new()
-                .stack_size(64 * 1024)
+                // Small stacks, as a server with many threads gives them;
+                // 64 KB was too little for a debug build's wait once the
+                // shared connection and the waiter's record rode on it.
+                .stack_size(128 * 1024)
                 .spawn(move || {
                     let g = lock.try_lock_for(Duration::from_secs(60)).unwrap();
                     assert!(g.is_some());
