@@ -268,8 +268,17 @@ fn a_record_found_gone_is_rebuilt_with_the_live_holds() {
         rebuilt,
         "the record was not rebuilt with the live holds: {present:?}"
     );
-    // The rebuild's own write has landed: the others are not in it.
-    assert_eq!(present, [true, true, false, false]);
+    // The others are not in it, or not for long: the released hold's
+    // field may come back with a rebuild that ran before the watchdog
+    // took in the release, whose deletion of the field follows (seen once
+    // on Redis 6.2); it must be gone within a renewal period.
+    let expected = [true, true, false, false];
+    let mut present = present;
+    let settled = wait_until(TEST_WATCHDOG / 3, || {
+        present = fields.iter().map(|f| hexists(f)).collect();
+        present == expected
+    });
+    assert!(settled, "{present:?}");
     drop((kept, held, elsewhere));
 }
 
