@@ -70,10 +70,26 @@ pub(crate) fn latch(args: &LatchArgs, conn: &Connection) -> Result<ExitCode, Fai
         say(format!("latch {}: {left} left", show::name(&name)));
         return Ok(ExitCode::SUCCESS);
     }
-    let open = match deadline {
-        Some(deadline) => latch.wait_until(deadline).map_err(fail)?,
-        None => latch.wait().map(|()| true).map_err(fail)?,
+    // At -v: the wait's start with the count left, then a line a minute.
+    let waitlog = crate::waitlog::WaitLog::start(format!("latch {}", show::name(&name)), {
+        let latch = latch.clone();
+        move || match latch.count() {
+            Ok(left) => format!("count {left} left"),
+            Err(_) => "count unknown (Redis did not answer)".to_owned(),
+        }
+    });
+    let waited = match deadline {
+        Some(deadline) => latch.wait_until(deadline),
+        None => latch.wait().map(|()| true),
     };
+    let waited_for = waitlog.stop();
+    let open = waited.map_err(fail)?;
+    log::info!(
+        "redguard: latch {} {} after {}",
+        show::name(&name),
+        if open { "opened" } else { "still closed" },
+        show::left(waited_for)
+    );
     if open {
         say(format!("latch {} is open", show::name(&name)));
         return Ok(ExitCode::SUCCESS);

@@ -264,3 +264,38 @@ fn three_vs_are_trace() {
         "{trace}"
     );
 }
+
+/// `latch --wait -v` tells its wait as `exec` does: its start with the
+/// count left, a progress line each period, and how it ended.
+#[test]
+fn verbose_latch_wait_tells_the_count_and_the_opening() {
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let latch = ctx.client.count_down_latch("v-batch");
+    assert!(latch.try_set_count(1).unwrap());
+    let mut cmd = redguard(&url);
+    cmd.env("REDGUARD_LOG_PROGRESS", "300ms")
+        .args(["-v", "latch", "v-batch", "--wait", "20s"]);
+    let mut p = Proc::spawn(cmd);
+    assert!(
+        wait_until(Duration::from_secs(10), || p
+            .stderr_so_far()
+            .contains("still waiting for latch \"v-batch\"")),
+        "no progress line: {}",
+        p.stderr_so_far()
+    );
+    latch.count_down().unwrap();
+    let out = p.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("waiting for latch \"v-batch\": count 1 left"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("latch \"v-batch\" opened after"),
+        "{}",
+        out.stderr
+    );
+}
