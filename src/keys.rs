@@ -196,6 +196,11 @@ pub(crate) fn semaphore_channel(name: &[u8]) -> Vec<u8> {
 
 /// The permit leases of an expiring-permit semaphore: `{name}:timeout`, a
 /// zset of permit id -> lease end (ms since the epoch).
+/// The most members of an expiring semaphore's lease set read at once
+/// (those whose leases end first): a set of unknown size (another
+/// application's key by that name) is never read whole.
+pub(crate) const MAX_PERMITS_READ: isize = 10_000;
+
 pub(crate) fn permit_timeouts(name: &[u8]) -> Vec<u8> {
     let mut out = tagged(name);
     out.extend_from_slice(b":timeout");

@@ -33,7 +33,8 @@ pub struct SemaphoreInfo {
     /// The counter key's remaining lifetime: `None` when it does not exist.
     pub ttl: Option<Ttl>,
     /// The expiring permits held (Redisson's `{name}:timeout` set), in
-    /// order of lease end. A plain semaphore's permits have no owner and
+    /// order of lease end: the first 10,000 (a lease set is never read
+    /// whole). A plain semaphore's permits have no owner and
     /// are not listed: they show only as fewer available permits.
     pub permits: Vec<HeldPermit>,
     /// The holder records that keep the start of one of [`permits`]
@@ -245,7 +246,7 @@ fn read_semaphore(client: &Client, name: &[u8]) -> Result<SemaphoreInfo> {
                 .cmd("ZRANGE")
                 .arg(&timeouts)
                 .arg(0)
-                .arg(-1)
+                .arg(keys::MAX_PERMITS_READ - 1)
                 .arg("WITHSCORES");
         })
     })?;

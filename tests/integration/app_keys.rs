@@ -368,6 +368,35 @@ fn a_long_fair_queue_is_read_to_a_bound() {
     assert_eq!(info.queue_len, 2_500);
 }
 
+/// An expiring semaphore whose lease set holds 25,000 members (another
+/// application's sorted set by that name, or a leak): `inspect` and
+/// `leases` read the 10,000 that end first, never the whole set.
+#[test]
+fn a_huge_lease_set_is_read_to_a_bound() {
+    let ctx = TestContext::new();
+    let name = unique_name("big-leases");
+    let set = format!("{{{name}}}:timeout");
+    let mut conn = ctx.server.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..25_000_u64 {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&i.to_be_bytes());
+        pipe.cmd("ZADD")
+            .arg(&set)
+            .arg(4_000_000_000_000_u64 + i)
+            .arg(&id[..])
+            .ignore();
+    }
+    pipe.query::<()>(&mut conn).unwrap();
+    let semaphore = ctx.client.expiring_semaphore(&name);
+    let leases = semaphore.leases().unwrap();
+    assert_eq!(leases.len(), 10_000);
+    let info = semaphore.inspect().unwrap();
+    assert_eq!(info.permits.len(), 10_000);
+    let card: u64 = ctx.server.cmd("ZCARD", &[set.as_bytes()]);
+    assert_eq!(card, 25_000, "read, not changed");
+}
+
 /// A fair lock held by a Java holder with `waiters` Java waiters queued
 /// (the first with a deadline far ahead); its name.
 pub(crate) fn long_fair_queue(server: &RedisServer, waiters: usize) -> String {
