@@ -202,10 +202,21 @@ fn permits_name_their_client_and_who_takes_either_id() {
     let lock = ctx.client.lock(unique_name("who-holder"));
     let guard = lock.lock().unwrap();
     let holder = guard.holder_id().as_str().to_owned();
-    let mut who = redguard(&url);
-    who.args(["who", &holder]);
-    let out = run(who);
-    assert_eq!(out.code, Some(0), "{out:?}");
+    // The watchdog writes the record just after the acquire: awaited, as
+    // `who` found none once when asked at once.
+    let mut out = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let mut who = redguard(&url);
+            who.args(["who", &holder]);
+            let o = run(who);
+            let found = o.code == Some(0);
+            out = Some(o);
+            found
+        }),
+        "{out:?}"
+    );
+    let out = out.unwrap();
     assert!(out.stdout.contains(&format!("as {holder}")), "{out:?}");
 }
 
