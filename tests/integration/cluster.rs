@@ -339,10 +339,16 @@ fn subscribers_on_every_master(bed: &RedisCluster, reader: &Client, name: &str) 
             listed.first().and_then(|l| l.subscribers),
         )
     };
+    // The lock's holder may listen on the same channel for a force unlock
+    // (a hold that lasted 100 ms): one more, when its subscription lands
+    // where the count looks (seen on Valkey 8). Counting only the slot's
+    // master would give 1 or 2.
+    let settled = |c: (Option<u64>, Option<u64>)| {
+        c == (Some(want), Some(want)) || c == (Some(want + 1), Some(want + 1))
+    };
     assert!(
-        wait_until(Duration::from_secs(3), || counted()
-            == (Some(want), Some(want))),
-        "subscribers counted {:?}, want {want}",
+        wait_until(Duration::from_secs(3), || settled(counted())),
+        "subscribers counted {:?}, want {want} (or one more, the holder)",
         counted()
     );
     drop(subs);
