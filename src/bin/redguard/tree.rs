@@ -75,27 +75,35 @@ pub(crate) fn parent() -> libc::pid_t {
 /// read.
 pub(crate) fn children() -> Vec<libc::pid_t> {
     let me = std::process::id() as libc::pid_t;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|entry| {
-        let pid = entry
-            .ok()?
-            .file_name()
-            .to_str()?
-            .parse::<libc::pid_t>()
-            .ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        (parent_in_stat(&stat)? == me).then_some(pid)
-    })
-    .collect()
+    processes()
+        .filter(|&pid| stat_field(pid, PARENT) == Some(me))
+        .collect()
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: the second field after the
-/// command name, which is in parentheses and may itself hold `)`.
-fn parent_in_stat(stat: &str) -> Option<libc::pid_t> {
+/// Every pid in /proc now (none when /proc cannot be read).
+fn processes() -> impl Iterator<Item = libc::pid_t> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
+/// Fields of `/proc/<pid>/stat`, counted after the command name.
+const PARENT: usize = 1;
+const GROUP: usize = 2;
+
+/// Field `n` of `/proc/<pid>/stat` (see [`in_stat`]).
+fn stat_field(pid: libc::pid_t, n: usize) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    in_stat(&stat, n)
+}
+
+/// Field `n` of a `/proc/<pid>/stat` line, counted from 0 after the
+/// command name, which is in parentheses and may itself hold `)`: the
+/// parent pid is [`PARENT`], the process group [`GROUP`].
+fn in_stat(stat: &str, n: usize) -> Option<libc::pid_t> {
     let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    rest.split_whitespace().nth(n)?.parse().ok()
 }
 
 /// Reaps every child that has ended, without blocking; returns the status of
@@ -145,18 +153,8 @@ pub(crate) fn kill_all_children() {
 pub(crate) fn kill_group() {
     // SAFETY: getpgrp and getpid have no preconditions.
     let (group, me) = unsafe { (libc::getpgrp(), libc::getpid()) };
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for pid in dir.filter_map(|entry| {
-        entry
-            .ok()?
-            .file_name()
-            .to_str()?
-            .parse::<libc::pid_t>()
-            .ok()
-    }) {
-        if pid == me || group_of(pid) != Some(group) {
+    for pid in processes() {
+        if pid == me || stat_field(pid, GROUP) != Some(group) {
             continue;
         }
         // SAFETY: pidfd_open takes a pid and flags, and returns a new fd.
@@ -169,7 +167,7 @@ pub(crate) fn kill_group() {
         }
         // The fd names one process: checked again now, so that a pid that
         // ended and was reused since the scan is not signalled.
-        if group_of(pid) == Some(group) {
+        if stat_field(pid, GROUP) == Some(group) {
             // SAFETY: pidfd_send_signal on the fd opened above, no info.
             unsafe {
                 libc::syscall(
@@ -186,19 +184,6 @@ pub(crate) fn kill_group() {
             libc::close(fd);
         }
     }
-}
-
-/// The process group of `pid`, from `/proc/<pid>/stat`.
-fn group_of(pid: libc::pid_t) -> Option<libc::pid_t> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    group_in_stat(&stat)
-}
-
-/// The process group in a `/proc/<pid>/stat` line: the third field after
-/// the parenthesised command name.
-fn group_in_stat(stat: &str) -> Option<libc::pid_t> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Stops the descendants gently: SIGTERM to each child (and to each
@@ -248,10 +233,10 @@ mod tests {
 
     #[test]
     fn parent_pid_is_read_past_odd_command_names() {
-        assert_eq!(parent_in_stat("42 (sh) S 7 42 42 0"), Some(7));
-        assert_eq!(parent_in_stat("42 (a) b) (c) R 9 1 1"), Some(9));
-        assert_eq!(parent_in_stat("garbage"), None);
-        assert_eq!(group_in_stat("42 (a) b) (c) R 9 5 1"), Some(5));
-        assert_eq!(group_in_stat("42 (sh) S"), None);
+        assert_eq!(in_stat("42 (sh) S 7 42 42 0", PARENT), Some(7));
+        assert_eq!(in_stat("42 (a) b) (c) R 9 1 1", PARENT), Some(9));
+        assert_eq!(in_stat("garbage", PARENT), None);
+        assert_eq!(in_stat("42 (a) b) (c) R 9 5 1", GROUP), Some(5));
+        assert_eq!(in_stat("42 (sh) S", GROUP), None);
     }
 }
