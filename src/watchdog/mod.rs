@@ -615,7 +615,7 @@ fn run(shared: &'static Shared) {
     let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
     let mut dog = Watchdog {
         shared,
-        schedule: Schedule::default(),
+        schedule: Schedule::new(Entry::window),
         servers: HashMap::new(),
         reports_tx,
         reports_rx,
@@ -1093,7 +1093,7 @@ impl Watchdog {
         let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
         // Straight from the schedule into the groups: with 100 000 held
         // locks a tick's due entries are many megabytes, copied once.
-        while let Some(entry) = self.schedule.pop_one_due(now, Entry::window) {
+        while let Some(entry) = self.schedule.pop_one_due(now) {
             let Some(entry) = self.still_wanted(entry) else {
                 continue;
             };
@@ -1667,7 +1667,7 @@ mod tests {
         let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
         Watchdog {
             shared: &WATCHDOG,
-            schedule: Schedule::default(),
+            schedule: Schedule::new(Entry::window),
             servers: HashMap::new(),
             reports_tx,
             reports_rx,
