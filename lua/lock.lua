@@ -13,6 +13,7 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
+-- @prelude
 if not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
     return not_a_lock()
 end

@@ -17,6 +17,7 @@ if count > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
+-- @prelude
 redis.call('del', KEYS[1])
 notify(KEYS[2], ARGV[1])
 return 1

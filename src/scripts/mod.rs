@@ -24,13 +24,15 @@ macro_rules! notifying {
         }
     };
     (@variant $flags:literal, $prelude:expr, $name:literal) => {
-        redis::Script::new(concat!(
-            "local cluster, always_classic = ",
-            $flags,
-            "\n",
-            include_str!("../../lua/notify.lua"),
-            $prelude,
-            include_str!(concat!("../../lua/", $name, ".lua"))
+        redis::Script::new(&$crate::scripts::assemble(
+            concat!(
+                "local cluster, always_classic = ",
+                $flags,
+                "\n",
+                include_str!("../../lua/notify.lua"),
+                $prelude,
+            ),
+            include_str!(concat!("../../lua/", $name, ".lua")),
         ))
     };
 }
@@ -40,11 +42,30 @@ macro_rules! notifying {
 /// by `lua/<name>.lua`.
 macro_rules! shaped {
     ($name:literal) => {
-        redis::Script::new(concat!(
+        redis::Script::new(&$crate::scripts::assemble(
             include_str!("../../lua/lock_shape.lua"),
-            include_str!(concat!("../../lua/", $name, ".lua"))
+            include_str!(concat!("../../lua/", $name, ".lua")),
         ))
     };
+}
+
+/// Where a script's prelude goes: a line of its own in the script's text.
+const PRELUDE_MARK: &str = "\n-- @prelude\n";
+
+/// `body` with `prelude` (helper functions, settings) put at its
+/// `-- @prelude` line, or before it all when it has none. Lua makes a
+/// closure of every `local function` each time the script runs: a script
+/// whose common path needs no helper names the place after that path, and
+/// the path runs without them (a lock taken or re-entered, one hold of
+/// several let go).
+pub(crate) fn assemble(prelude: &str, body: &str) -> String {
+    match body.find(PRELUDE_MARK) {
+        Some(at) => {
+            let at = at + 1;
+            [&body[..at], prelude, &body[at..]].concat()
+        }
+        None => [prelude, body].concat(),
+    }
 }
 
 /// How the scripts that wake waiters publish their messages
@@ -705,6 +726,30 @@ mod tests {
             assert!(text.contains("KEYS[1]"));
             assert!(text.contains("Returns"));
         }
+    }
+
+    #[test]
+    fn a_prelude_goes_at_its_mark_or_first() {
+        assert_eq!(
+            assemble("P\n", "a\n-- @prelude\nb\n"),
+            "a\nP\n-- @prelude\nb\n"
+        );
+        assert_eq!(assemble("P\n", "a\nb\n"), "P\na\nb\n");
+        // The lock's and the unlock's common paths run before any helper
+        // is made.
+        let lock = assemble(
+            include_str!("../../lua/lock_shape.lua"),
+            include_str!("../../lua/lock.lua"),
+        );
+        let first_helper = lock.find("local function").unwrap();
+        assert!(lock.find("    return nil\nend\n").unwrap() < first_helper);
+        let unlock = assemble(
+            "local function notify() end\n",
+            include_str!("../../lua/unlock.lua"),
+        );
+        assert!(
+            unlock.find("    return 0\nend\n").unwrap() < unlock.find("local function").unwrap()
+        );
     }
 
     #[test]
