@@ -7,7 +7,8 @@
 /// A script that wakes waiters: `lua/notify.lua` (its `notify` function
 /// publishes an unlock message as the deployment needs it) followed by
 /// `lua/<name>.lua`, which calls `notify` and never PUBLISH itself; one
-/// variant per [`Publish`].
+/// variant per [`Publish`]. The classic variant (one server, Sentinel)
+/// publishes in place of each call instead ([`publish_inline`]).
 macro_rules! notifying {
     ($name:literal) => {
         notifying!($name, "")
@@ -18,7 +19,10 @@ macro_rules! notifying {
     };
     ($name:literal, $prelude:expr) => {
         $crate::scripts::Notifying {
-            classic: notifying!(@variant "false, false", $prelude, $name),
+            classic: redis::Script::new(&$crate::scripts::assemble(
+                $prelude,
+                &$crate::scripts::publish_inline(include_str!(concat!("../../lua/", $name, ".lua"))),
+            )),
             cluster: notifying!(@variant "true, false", $prelude, $name),
             cluster_always: notifying!(@variant "true, true", $prelude, $name),
         }
@@ -66,6 +70,13 @@ pub(crate) fn assemble(prelude: &str, body: &str) -> String {
         }
         None => [prelude, body].concat(),
     }
+}
+
+/// `body` with each `notify(` call made a classic `PUBLISH`, which is all
+/// `notify` does outside a Cluster: the script then makes no closure of
+/// `notify` at each run (a full release runs its publish without one).
+pub(crate) fn publish_inline(body: &str) -> String {
+    body.replace("notify(", "redis.call('publish', ")
 }
 
 /// How the scripts that wake waiters publish their messages
@@ -726,6 +737,17 @@ mod tests {
             assert!(text.contains("KEYS[1]"));
             assert!(text.contains("Returns"));
         }
+    }
+
+    #[test]
+    fn the_classic_variant_publishes_in_place_and_the_cluster_ones_through_notify() {
+        let classic = assemble("", &publish_inline(include_str!("../../lua/unlock.lua")));
+        assert!(!classic.contains("notify("));
+        assert!(classic.contains("redis.call('publish', KEYS[2], ARGV[1])"));
+        let notify = include_str!("../../lua/notify.lua");
+        // Outside a Cluster, notify is exactly one classic PUBLISH.
+        let classic_branch = "    if not cluster then\n        redis.call('publish', channel, message)\n        return\n    end\n";
+        assert!(notify.contains(classic_branch));
     }
 
     #[test]

@@ -56,13 +56,11 @@ impl Bed {
     }
 
     /// The SHA1 of the script `lua/<name>.lua` as a client on one server
-    /// sends it (after `lua/notify.lua`, classic publishing), loaded on
-    /// the server: the bytes that name its calls for a reply fault.
+    /// sends it (classic publishing: each `notify(` call is a `PUBLISH` in
+    /// place), loaded on the server: the bytes that name its calls for a
+    /// reply fault.
     fn notifying_sha(&self, script: &str) -> String {
-        let text = format!(
-            "local cluster, always_classic = false, false\n{}{script}",
-            include_str!("../../lua/notify.lua")
-        );
+        let text = script.replace("notify(", "redis.call('publish', ");
         self.server.cmd("SCRIPT", &[b"LOAD", text.as_bytes()])
     }
 
