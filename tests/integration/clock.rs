@@ -12,7 +12,7 @@ use crate::support::{
 /// The catalogue's lease, renewed every 500 ms.
 const LEASE: Duration = Duration::from_millis(1500);
 
-/// H2 child: runs under `faketime -f '+1h'` with the monotonic clock left
+/// H2 child: runs with libfaketime's `FAKETIME=+1h`, the monotonic clock left
 /// alone; reports its wall clock, takes the lock and holds it until told.
 #[test]
 #[ignore = "child process of h2_an_hour_of_wall_clock_offset_changes_nothing"]
@@ -36,7 +36,7 @@ fn h2_child_holder() {
     guard.unlock().unwrap();
 }
 
-/// H2: the holder runs under `faketime -f '+1h'`
+/// H2: the holder runs with libfaketime's `FAKETIME=+1h`
 /// (`FAKETIME_DONT_FAKE_MONOTONIC=1`): its wall clock is an hour ahead, yet
 /// over 4 s (8 renewal periods) it loses nothing, and the key's PTTL, read
 /// every 10 ms, jumps back up every L/3: the median period within ± 10 %
@@ -50,15 +50,11 @@ fn h2_an_hour_of_wall_clock_offset_changes_nothing() {
     let server = RedisServer::start();
     let name = unique_name("h2");
     let url = server.url();
-    let mut child = ChildTest::spawn_under(
-        &["faketime", "-f", "+1h"],
+    let mut child = ChildTest::spawn_faked(
+        "+1h",
         "clock::h2_child_holder",
         "h2",
-        &[
-            ("RG_URL", &url),
-            ("RG_NAME", &name),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
+        &[("RG_URL", &url), ("RG_NAME", &name)],
     );
     let wall: u64 = child
         .expect_line("WALL ", Duration::from_secs(20))

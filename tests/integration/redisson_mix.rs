@@ -353,15 +353,14 @@ fn java_permit_child() {
 /// Spawns the Java child with its clock `offset` ("+2s" or "-2s") and
 /// checks that faketime moved its clock by about that much.
 fn java_child(server: &RedisServer, name: &str, offset: &str, ahead: bool) -> ChildTest {
-    let child = ChildTest::spawn_under(
-        &["faketime", "-f", offset],
+    let child = ChildTest::spawn_faked(
+        offset,
         "redisson_mix::java_permit_child",
         "java",
         &[
             ("RG_URL", &server.url()),
             ("RG_NAME", name),
             ("RG_LEASE_MS", &PERMIT_LEASE.as_millis().to_string()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ],
     );
     let wall: u64 = child
@@ -450,7 +449,7 @@ fn java_ahead_of_a_renewed_permit(server: &RedisServer, client: &redguard::Clien
 
 /// Issue 22, part 2: Redisson stamps permit lease ends with its own clock,
 /// redguard with the server's. A Java client whose clock runs 2 s behind
-/// (`faketime -f -2s`) holds the only permit for 3 s by its clock; one 2 s
+/// (libfaketime, `FAKETIME=-2s`) holds the only permit for 3 s by its clock; one 2 s
 /// ahead takes the only permit from a Rust holder, whether its lease is
 /// fixed (3 s) or renewed by the watchdog (900 ms). With the default
 /// (`permit_clock_skew` 0) both directions let two holders share the one
