@@ -740,7 +740,7 @@ mod tests {
     }
 
     #[test]
-    fn the_classic_variant_publishes_in_place_and_the_cluster_ones_through_notify() {
+    fn the_classic_variant_publishes_in_place_of_notify() {
         let classic = assemble("", &publish_inline(include_str!("../../lua/unlock.lua")));
         assert!(!classic.contains("notify("));
         assert!(classic.contains("redis.call('publish', KEYS[2], ARGV[1])"));

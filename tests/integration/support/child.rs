@@ -32,17 +32,6 @@ pub struct ChildTest {
 }
 
 impl ChildTest {
-    /// Runs the `#[ignore]`d test `test` (its full path, e.g.
-    /// `"fair_lock::a8_child_waiter"`) of this test binary in a new process,
-    /// with `CHILD_ENV` set to `role` and the extra variables `env`.
-    ///
-    /// # Panics
-    ///
-    /// If `role` is empty or the process cannot be started.
-    pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> ChildTest {
-        ChildTest::spawn_under(&[], test, role, env)
-    }
-
     /// [`spawn`](Self::spawn) with the child's wall clock moved by
     /// `offset` (libfaketime's `FAKETIME`: "+1h", "-2s") and its monotonic
     /// clock left alone. libfaketime is preloaded directly: the `faketime`
@@ -63,33 +52,20 @@ impl ChildTest {
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ];
         all.extend_from_slice(env);
-        ChildTest::spawn_under(&[], test, role, &all)
+        ChildTest::spawn(test, role, &all)
     }
 
-    /// [`spawn`](Self::spawn) under a launcher: `launcher` is a command and
-    /// its arguments, to which the test binary and its arguments are
-    /// appended (e.g. `["setsid"]`). An empty launcher runs
-    /// the binary directly.
+    /// Runs the `#[ignore]`d test `test` (its full path, e.g.
+    /// `"fair_lock::a8_child_waiter"`) of this test binary in a new process,
+    /// with `CHILD_ENV` set to `role` and the extra variables `env`.
     ///
     /// # Panics
     ///
-    /// As [`spawn`](Self::spawn).
-    pub fn spawn_under(
-        launcher: &[&str],
-        test: &str,
-        role: &str,
-        env: &[(&str, &str)],
-    ) -> ChildTest {
+    /// If `role` is empty or the process cannot be started.
+    pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> ChildTest {
         assert!(!role.is_empty(), "a child test needs a non-empty role");
         let exe = std::env::current_exe().expect("path of the test binary");
-        let mut cmd = match launcher.split_first() {
-            Some((program, args)) => {
-                let mut cmd = Command::new(program);
-                cmd.args(args).arg(exe);
-                cmd
-            }
-            None => Command::new(exe),
-        };
+        let mut cmd = Command::new(exe);
         cmd.args([
             "--exact",
             test,
