@@ -9,7 +9,7 @@
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
 --          (lock_shape.lua) nor a run-once record (waited on as held); it is left untouched.
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end

@@ -9,11 +9,15 @@
 -- Returns  nil   the holder does not hold the lock (nothing changed)
 --          0     still held by the holder: hold count decremented, lease refreshed
 --          1     fully released: key deleted and ARGV[1] published once
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local held = redis.call('hget', KEYS[1], ARGV[3])
+if not held then
     return nil
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if count > 0 then
+-- More holds than this one; or a value no lock writes, which HINCRBY
+-- refuses with nothing changed.
+local count = tonumber(held)
+if count == nil or count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], '-1')
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
 end
