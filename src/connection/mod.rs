@@ -14,7 +14,11 @@
 //!   ones are still being read (pipelined, as a multiplexed connection of
 //!   an asynchronous client). Commands that come while another thread
 //!   writes go out in its next write, and one read brings back the replies
-//!   of many: Redis pays one pair of system calls for the lot. No thread
+//!   of many: Redis pays one pair of system calls for the lot. When a read
+//!   hands replies to several threads while the server still has
+//!   commands to answer, their next commands go out together in one write
+//!   (the last of them back writes it), which is what keeps one connection
+//!   ahead of several as threads are added (256 threads: BENCHMARKS.md). No thread
 //!   is started; a thread alone writes and reads itself, one write and one
 //!   read per command as on a connection of its own. It works on every
 //!   transport redguard speaks, TCP, Unix sockets and TLS, with RESP2 or
