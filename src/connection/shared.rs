@@ -1242,6 +1242,23 @@ mod tests {
         })
     }
 
+    /// `calls` calls of `ECHO <tag>-<i>` through `shared`, one after the
+    /// other: those that did not get their own token back.
+    fn echo_calls(
+        shared: &Shared,
+        connect: &dyn Fn(Option<Duration>) -> Result<Link>,
+        tag: &str,
+        calls: usize,
+    ) -> Vec<Result<(String, String)>> {
+        (0..calls)
+            .map(|i| {
+                let token = format!("{tag}-{i}");
+                echo(shared, connect, &token).map(|reply| (token, reply))
+            })
+            .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
+            .collect()
+    }
+
     /// Thread `t` of `threads` sends `ECHO t<t>` `t` × `stagger` after the
     /// start, on one shared connection; each thread's result and how long
     /// its call took.
@@ -1290,13 +1307,7 @@ mod tests {
                 let shared = shared.clone();
                 std::thread::spawn(move || {
                     let connect = connector(addr, RESPONSE);
-                    (0..300)
-                        .map(|i| {
-                            let token = format!("t{t}-{i}");
-                            echo(&shared, &connect, &token).map(|reply| (token, reply))
-                        })
-                        .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
-                        .collect::<Vec<_>>()
+                    echo_calls(&shared, &connect, &format!("t{t}"), 300)
                 })
             })
             .collect();
@@ -1326,13 +1337,7 @@ mod tests {
                     std::thread::spawn(move || {
                         let connect = connector(addr, RESPONSE);
                         start.wait();
-                        (0..2)
-                            .map(|i| {
-                                let token = format!("r{round}-t{t}-{i}");
-                                echo(&shared, &connect, &token).map(|reply| (token, reply))
-                            })
-                            .filter(|r| !matches!(r, Ok((token, reply)) if token == reply))
-                            .collect::<Vec<_>>()
+                        echo_calls(&shared, &connect, &format!("r{round}-t{t}"), 2)
                     })
                 })
                 .collect();
