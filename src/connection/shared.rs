@@ -186,8 +186,8 @@ struct LaneState {
 /// before they are back, and a command goes out at once; from it on, the
 /// server is busy for a while, and one write for a burst of commands
 /// saves the client and the server a system call and a segment per
-/// command (with 256 threads on one client, 15–25 % more cycles per
-/// second in S3, BENCHMARKS.md).
+/// command (with 256 threads on one client, about 18 % more cycles per
+/// second in S3 and a lower p99 wait, BENCHMARKS.md).
 const BURST_IN_FLIGHT: usize = 4;
 
 /// A connection in use.
