@@ -562,10 +562,11 @@ impl Pool {
     }
 }
 
-/// Shared connections per server. One carries as many commands as the
-/// server answers (BENCHMARKS.md, "One connection model"): more would
-/// only split the batches.
-const SHARED_CONNECTIONS: usize = 1;
+/// Shared connections per server at most. One carries what a few dozen
+/// threads send; more are opened only as many more threads keep one busy
+/// (see [`Shared`]'s growth), up to this many (BENCHMARKS.md, "Many
+/// threads on one client").
+const SHARED_CONNECTIONS: usize = 4;
 
 /// How many times one connect starts over after an interrupted socket
 /// call (see [`Pool::connect_within`]): a process stopped and continued

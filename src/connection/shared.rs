@@ -134,9 +134,12 @@ impl Reader {
     }
 }
 
-/// The shared connections of one server.
+/// The shared connections of one server: one at first, more (up to the
+/// number of lanes) as the demand is seen (see [`Shared::grow`]).
 pub(crate) struct Shared {
     lanes: Box<[Lane]>,
+    /// Lanes in use: threads spread over the first `active`.
+    active: AtomicUsize,
     response_timeout: Duration,
     connect_timeout: Duration,
     /// What the slots' deadlines count from.
@@ -189,6 +192,14 @@ struct LaneState {
 /// command (with 256 threads on one client, about 18 % more cycles per
 /// second in S3 and a lower p99 wait, BENCHMARKS.md).
 const BURST_IN_FLIGHT: usize = 4;
+
+/// Threads at once on one shared connection (handed replies by one read
+/// and still to come back, or awaiting replies) from which another lane
+/// is put in use: one connection's reader hands every reply out alone,
+/// and from some dozens of threads on it two or four connections carry
+/// more (64 and 256 threads: BENCHMARKS.md). Only replies count: a frozen
+/// server, whose callers pile up unanswered, opens nothing.
+const GROW_AT: usize = 24;
 
 /// A connection in use.
 struct Live {
@@ -278,6 +289,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             lanes: (0..connections.max(1)).map(|_| Lane::default()).collect(),
+            active: AtomicUsize::new(1),
             response_timeout,
             connect_timeout,
             base: Instant::now(),
@@ -346,7 +358,11 @@ impl Shared {
         connect: &dyn Fn(Option<Duration>) -> Result<Link>,
         op: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
-        let lane = &self.lanes[lane_of_thread(self.lanes.len())];
+        let active = self
+            .active
+            .load(Ordering::Relaxed)
+            .clamp(1, self.lanes.len());
+        let lane = &self.lanes[lane_of_thread(active)];
         let mut conn = Through {
             shared: self,
             lane,
@@ -727,8 +743,13 @@ impl Shared {
                     if Arc::ptr_eq(&front, slot) {
                         own = Some(values);
                     } else if hand_out(&mut st, &front, values) {
+                        let demand =
+                            st.handed_out + st.live.as_ref().map_or(0, |l| l.pending.len());
                         drop(st);
                         front.thread.unpark();
+                        if demand >= GROW_AT {
+                            self.grow();
+                        }
                     }
                 }
                 Ok(None) => break,
@@ -753,6 +774,25 @@ impl Shared {
         match own {
             Some(values) => (Ok(values), false),
             None => self.wait(lane, slot, sent, connect, connect_error),
+        }
+    }
+
+    /// Puts one more lane in use, up to all of them (each twice as many as
+    /// before): one connection's answered commands showed [`GROW_AT`]
+    /// threads at once on it. Lanes are never put out of use; a lane's
+    /// connection is made by the first call that goes through it.
+    fn grow(&self) {
+        let active = self.active.load(Ordering::Relaxed);
+        let more = (active * 2).min(self.lanes.len());
+        if more > active
+            && self
+                .active
+                .compare_exchange(active, more, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            log::debug!(
+                "redguard: {more} shared connections to one server (threads waiting on one: {GROW_AT} or more)"
+            );
         }
     }
 
@@ -1346,6 +1386,34 @@ mod tests {
                 assert!(wrong.is_empty(), "round {round}: {wrong:?}");
             }
         }
+    }
+
+    /// 64 threads calling at once on a server that answers put more
+    /// lanes in use, each with a connection of its own; 8 threads stay on
+    /// one. Every call gets its own reply either way.
+    #[test]
+    fn many_threads_open_more_shared_connections_and_a_few_do_not() {
+        const RESPONSE: Duration = Duration::from_secs(3);
+        let run = |threads: u32| {
+            let addr = echo_server(4, |_, _| Act::Answer);
+            let shared = Arc::new(Shared::new(4, RESPONSE, Duration::from_secs(1)));
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let shared = shared.clone();
+                    std::thread::spawn(move || {
+                        let connect = connector(addr, RESPONSE);
+                        echo_calls(&shared, &connect, &format!("t{t}"), 200)
+                    })
+                })
+                .collect();
+            for h in handles {
+                let wrong = h.join().unwrap();
+                assert!(wrong.is_empty(), "{wrong:?}");
+            }
+            shared.open_connections()
+        };
+        assert!(run(64) >= 2, "64 threads stayed on one connection");
+        assert_eq!(run(8), 1, "8 threads opened more than one connection");
     }
 
     /// A writer whose reply was read (by another thread) while its write
