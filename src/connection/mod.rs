@@ -18,7 +18,12 @@
 //!   hands replies to several threads while the server still has
 //!   commands to answer, their next commands go out together in one write
 //!   (the last of them back writes it), which is what keeps one connection
-//!   ahead of several as threads are added (256 threads: BENCHMARKS.md). No thread
+//!   ahead of several as threads are added. When one read hands replies
+//!   to dozens of threads at once, the client spreads its threads over
+//!   two, then four shared connections to that server (its reader hands
+//!   each reply out alone, and is then the bottleneck; 64 and 256
+//!   threads: BENCHMARKS.md); a frozen server, which answers nothing,
+//!   opens none. No thread
 //!   is started; a thread alone writes and reads itself, one write and one
 //!   read per command as on a connection of its own. It works on every
 //!   transport redguard speaks, TCP, Unix sockets and TLS, with RESP2 or

@@ -1,6 +1,8 @@
 //! Shared connections: threads' lock calls share one connection per
 //! server, and a thread's command is written while the replies of earlier
-//! ones are still being read.
+//! ones are still being read. With many threads at once (a read hands
+//! replies to [`GROW_AT`] or more), the threads are spread over two, then
+//! four connections (lanes), which are kept for the client's life.
 //!
 //! Each shared connection has two roles, each held by at most one thread,
 //! and no thread of its own:
