@@ -128,6 +128,8 @@ mod lease;
 mod lock;
 mod lost;
 mod metrics;
+#[cfg(test)]
+mod mock_server;
 mod multi;
 mod once;
 mod outage;
