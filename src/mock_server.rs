@@ -98,15 +98,19 @@ fn serve(mut conn: TcpStream, plan: &dyn Fn(usize) -> Act) {
     }
 }
 
-/// An echo server; `plan(connection index, command index)`. It accepts
-/// `connections` connections, then closes its port (a reconnect is
-/// refused).
+/// An echo server on a free loopback port; `plan(connection index,
+/// command index)`. It accepts `connections` connections, then closes its
+/// port (a reconnect is refused).
+///
+/// # Errors
+///
+/// No loopback port could be had.
 pub(crate) fn echo_server(
     connections: usize,
     plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
-) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
     let plan = Arc::new(plan);
     std::thread::spawn(move || {
         for (c, conn) in listener.incoming().take(connections).enumerate() {
@@ -115,5 +119,5 @@ pub(crate) fn echo_server(
             std::thread::spawn(move || serve(conn, &|i| plan(c, i)));
         }
     });
-    addr
+    Ok(addr)
 }

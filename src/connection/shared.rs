@@ -932,6 +932,9 @@ fn hand_out(st: &mut LaneState, slot: &Slot, values: Vec<Value>) -> bool {
         return false;
     }
     st.handed_out += 1;
+    // Set before `Done` shows, under the slot's lock: a thread that sees
+    // its reply also sees that it is to report back (`Slot::finish` would
+    // let it see `Done` first).
     slot.handed.store(true, Ordering::Relaxed);
     *s = SlotState::Done(Ok(values), false);
     true
@@ -1143,11 +1146,19 @@ mod tests {
     //! returns by its own deadline.
 
     use super::*;
-    use crate::mock_server::{Act, echo_server};
+    use crate::mock_server::Act;
     use std::net::{SocketAddr, TcpListener, TcpStream};
 
     /// The response timeout of the lanes in these scenarios.
     const RESPONSE: Duration = Duration::from_millis(150);
+
+    /// [`crate::mock_server::echo_server`], which a test cannot run without.
+    fn echo_server(
+        connections: usize,
+        plan: impl Fn(usize, usize) -> Act + Send + Sync + 'static,
+    ) -> SocketAddr {
+        crate::mock_server::echo_server(connections, plan).expect("a loopback port")
+    }
 
     /// Connects to `addr` with `response` as read and write timeout.
     fn connector(
@@ -1195,6 +1206,34 @@ mod tests {
             .collect()
     }
 
+    /// `threads` threads that start together and make `calls` calls each
+    /// through `shared` (tokens `<tag>-t<t>-<i>`); fails the test naming
+    /// every call that did not get its own reply.
+    fn each_gets_its_own(
+        shared: &Arc<Shared>,
+        addr: SocketAddr,
+        response: Duration,
+        threads: u32,
+        calls: usize,
+        tag: &str,
+    ) {
+        let start = Arc::new(std::sync::Barrier::new(threads as usize));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (shared, start, tag) = (shared.clone(), start.clone(), format!("{tag}-t{t}"));
+                std::thread::spawn(move || {
+                    let connect = connector(addr, response);
+                    start.wait();
+                    echo_calls(&shared, &connect, &tag, calls)
+                })
+            })
+            .collect();
+        for h in handles {
+            let wrong = h.join().unwrap();
+            assert!(wrong.is_empty(), "{tag}: {wrong:?}");
+        }
+    }
+
     /// Thread `t` of `threads` sends `ECHO t<t>` `t` × `stagger` after the
     /// start, on one shared connection; each thread's result and how long
     /// its call took.
@@ -1238,19 +1277,7 @@ mod tests {
         const RESPONSE: Duration = Duration::from_secs(3);
         let addr = echo_server(1, |_, _| Act::Answer);
         let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
-        let handles: Vec<_> = (0..32)
-            .map(|t| {
-                let shared = shared.clone();
-                std::thread::spawn(move || {
-                    let connect = connector(addr, RESPONSE);
-                    echo_calls(&shared, &connect, &format!("t{t}"), 300)
-                })
-            })
-            .collect();
-        for h in handles {
-            let wrong = h.join().unwrap();
-            assert!(wrong.is_empty(), "{wrong:?}");
-        }
+        each_gets_its_own(&shared, addr, RESPONSE, 32, 300, "load");
     }
 
     /// Rounds of 8 threads that each make two calls together and stop: a
@@ -1266,21 +1293,7 @@ mod tests {
         let addr = echo_server(1, |_, _| Act::Answer);
         let shared = Arc::new(Shared::new(1, RESPONSE, Duration::from_secs(1)));
         for round in 0..150 {
-            let start = Arc::new(std::sync::Barrier::new(8));
-            let handles: Vec<_> = (0..8)
-                .map(|t| {
-                    let (shared, start) = (shared.clone(), start.clone());
-                    std::thread::spawn(move || {
-                        let connect = connector(addr, RESPONSE);
-                        start.wait();
-                        echo_calls(&shared, &connect, &format!("r{round}-t{t}"), 2)
-                    })
-                })
-                .collect();
-            for h in handles {
-                let wrong = h.join().unwrap();
-                assert!(wrong.is_empty(), "round {round}: {wrong:?}");
-            }
+            each_gets_its_own(&shared, addr, RESPONSE, 8, 2, &format!("round {round}"));
         }
     }
 
@@ -1293,19 +1306,7 @@ mod tests {
         let run = |threads: u32| {
             let addr = echo_server(4, |_, _| Act::Answer);
             let shared = Arc::new(Shared::new(4, RESPONSE, Duration::from_secs(1)));
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let shared = shared.clone();
-                    std::thread::spawn(move || {
-                        let connect = connector(addr, RESPONSE);
-                        echo_calls(&shared, &connect, &format!("t{t}"), 200)
-                    })
-                })
-                .collect();
-            for h in handles {
-                let wrong = h.join().unwrap();
-                assert!(wrong.is_empty(), "{wrong:?}");
-            }
+            each_gets_its_own(&shared, addr, RESPONSE, threads, 200, "many");
             shared.open_connections()
         };
         assert!(run(64) >= 2, "64 threads stayed on one connection");
