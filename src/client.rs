@@ -9,15 +9,12 @@ use std::time::Duration;
 
 use crate::config::{Builder, Config};
 use crate::connection::Source;
+use crate::context::ClientContext;
 use crate::error::{Error, Result};
 use crate::holder::{ClientId, HolderId};
-use crate::hooks::Hooks;
-use crate::latch::CountDownLatch;
 use crate::lease::Counters;
-use crate::lock::{Lock, ReadWriteLock};
 use crate::record::{self, HolderRecord, RecordSpec};
-use crate::semaphore::{ExpiringSemaphore, Semaphore};
-use crate::subscriber::Subscriber;
+use crate::subscriber::{Reactions, Subscriber};
 use crate::watchdog;
 
 /// A handle on one Redis deployment, from which locks are made.
@@ -29,7 +26,7 @@ use crate::watchdog;
 /// by one watchdog thread per process, shared by all clients, and one
 /// renewal thread per server in use; they end when no client is left.
 ///
-/// Dropping the last handle (every [`Lock`] holds one) or calling
+/// Dropping the last handle (every [`Lock`](crate::Lock) holds one) or calling
 /// [`Client::shutdown`] stops the subscriber thread and, unless disabled
 /// with [`Builder::release_on_shutdown`], releases the locks the client
 /// still holds.
@@ -55,7 +52,7 @@ pub(crate) struct Shared {
     source: Arc<Source>,
     subscriber: OnceLock<Option<Subscriber>>,
     counters: Arc<Counters>,
-    hooks: Arc<Hooks>,
+    context: Arc<ClientContext>,
     shut_down: AtomicBool,
 }
 
@@ -173,7 +170,7 @@ impl Client {
         // Counted until `watchdog::client_gone` (shutdown or drop).
         watchdog::attach();
         crate::metrics::register();
-        let hooks = Arc::new(Hooks {
+        let context = Arc::new(ClientContext {
             on_lost: config.on_lease_lost.clone(),
             metrics_names: config.metrics_lock_names,
             listener: std::sync::OnceLock::new(),
@@ -197,98 +194,10 @@ impl Client {
                 source: Arc::new(source),
                 subscriber: OnceLock::new(),
                 counters: Arc::new(Counters::default()),
-                hooks,
+                context,
                 shut_down: AtomicBool::new(false),
             }),
         })
-    }
-
-    /// A reentrant lock named `name` (Redisson's `RLock`). Cheap: no I/O.
-    ///
-    /// The name is the Redis key of the lock hash, byte for byte, so a
-    /// Redisson client using the same name excludes and is excluded by this
-    /// lock. Any bytes are allowed; an empty name or one longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) is reported as
-    /// [`Error::InvalidArgument`] by the lock's operations.
-    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
-        Lock::new(self.clone(), name.as_ref())
-    }
-
-    /// A fair lock named `name` (Redisson's `RFairLock`): a [`Lock`] whose
-    /// waiters get it first come, first served. Cheap: no I/O.
-    ///
-    /// * **Order**: a waiter joins the queue `redisson_lock_queue:{name}` on
-    ///   its first attempt, once; only the queue head may take the free
-    ///   lock. Re-entry by the holding thread works as for [`Lock`].
-    /// * **No herd**: a release wakes only the next waiter, on its own
-    ///   channel `redisson_lock__channel:{name}:<holder id>`.
-    /// * **Dead waiters**: each waiter has a deadline in
-    ///   `redisson_lock_timeout:{name}` (ms since the epoch, on the Redis
-    ///   server's clock, never the client's), computed as Redisson does: the
-    ///   deadline of the waiter ahead plus its wait,
-    ///   [`Builder::fair_wait_timeout`] (300 s by default), less the waits
-    ///   of those granted since. Each attempt of a queued waiter raises its
-    ///   deadline to at least now + its wait (and the deadlines behind it by
-    ///   as much); a queue head whose deadline passed is pruned by the next
-    ///   acquire or release.
-    /// * **Every way out of a wait** (acquired, timed out, error, client
-    ///   shut down) removes the waiter from the queue and the deadline set.
-    ///
-    /// A Redisson `RFairLock` of the same name excludes and is excluded by
-    /// this lock and shares its queue with the same arithmetic: Java and
-    /// redguard waiters in any mix are served in the order they joined
-    /// (docs/REDISSON.md, "Mixing with Redisson", for clocks and limits).
-    pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
-        Lock::new_fair(self.clone(), name.as_ref())
-    }
-
-    /// A fenced lock named `name` (Redisson's `RFencedLock`): a reentrant
-    /// [`Lock`] whose every acquisition, re-entry included, also increments
-    /// the counter `redisson_lock_token:{name}` in the same script, so each
-    /// guard carries a larger [`FencingToken`](crate::FencingToken)
-    /// ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
-    /// Pass it with every write made under the lock and let the storage
-    /// refuse older ones, for instance with [`Client::fenced_set`]. Cheap:
-    /// no I/O.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.fenced_lock("invoice:7").lock()?;
-    /// let token = guard.fencing_token().expect("fenced grants carry a token");
-    /// client.fenced_set("{invoice:7}:pdf", b"...", token)?;
-    /// # Ok::<(), redguard::Error>(())
-    /// ```
-    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> Lock {
-        Lock::new_fenced(self.clone(), name.as_ref())
-    }
-
-    /// A read-write lock named `name` (Redisson's `RReadWriteLock`): its
-    /// [`read`](ReadWriteLock::read) side is shared by readers, its
-    /// [`write`](ReadWriteLock::write) side exclusive; both are [`Lock`]
-    /// handles. Cheap: no I/O.
-    pub fn read_write_lock(&self, name: impl AsRef<[u8]>) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name.as_ref())
-    }
-
-    /// A counting semaphore named `name` (Redisson's `RSemaphore`). Cheap:
-    /// no I/O.
-    pub fn semaphore(&self, name: impl AsRef<[u8]>) -> Semaphore {
-        Semaphore::new(self.clone(), name.as_ref())
-    }
-
-    /// A semaphore whose permits carry an id and a lease (Redisson's
-    /// `RPermitExpirableSemaphore`): a crashed holder's permit comes back
-    /// within one lease. Cheap: no I/O.
-    pub fn expiring_semaphore(&self, name: impl AsRef<[u8]>) -> ExpiringSemaphore {
-        ExpiringSemaphore::new(self.clone(), name.as_ref())
-    }
-
-    /// A count-down latch named `name` (Redisson's `RCountDownLatch`).
-    /// Cheap: no I/O.
-    pub fn count_down_latch(&self, name: impl AsRef<[u8]>) -> CountDownLatch {
-        CountDownLatch::new(self.clone(), name.as_ref())
     }
 
     /// This client's id: the first half of every holder id it writes.
@@ -470,7 +379,7 @@ impl Client {
         // those of holds): gone with the client, not a lease later. Kept,
         // as the holds' records are, when the locks are left to their lease.
         if self.shared.config.release_on_shutdown
-            && let Some(spec) = &self.shared.hooks.record
+            && let Some(spec) = &self.shared.context.record
         {
             for (node, key) in spec.take_wait_records() {
                 let _ = self.shared.source.with_node_conn(node, |conn| {
@@ -514,17 +423,18 @@ impl Client {
         &self.shared.counters
     }
 
-    pub(crate) fn hooks(&self) -> &Arc<Hooks> {
-        &self.shared.hooks
+    pub(crate) fn context(&self) -> &Arc<ClientContext> {
+        &self.shared.context
     }
 
     /// How this client's scripts publish the unlock messages of `key`
-    /// (see [`Source::publish_for`]), under its [`ClassicPublish`](crate::ClassicPublish) setting.
+    /// (see [`Source::sharded_publish`]), under its
+    /// [`ClassicPublish`](crate::ClassicPublish) setting.
     pub(crate) fn publish(&self, key: &[u8]) -> crate::scripts::Publish {
-        self.shared
-            .source
-            .publish_for(key)
-            .with_classic(self.shared.config.interop.classic_publish)
+        crate::scripts::Publish::of(
+            self.shared.source.sharded_publish(key),
+            self.shared.config.interop.classic_publish,
+        )
     }
 
     /// Runs `op` on a connection to the server that owns `key`.
@@ -553,12 +463,17 @@ impl Client {
         self.shared
             .subscriber
             .get_or_init(|| {
+                let reactions = Reactions {
+                    verify: watchdog::verify,
+                    suspect: watchdog::suspect,
+                };
                 match Subscriber::start(
                     self.shared.source.clone(),
                     self.shared.config.response_timeout,
+                    reactions,
                 ) {
                     Ok(sub) => {
-                        let _ = self.shared.hooks.listener.set(sub.listener());
+                        let _ = self.shared.context.listener.set(Arc::new(sub.listener()));
                         Some(sub)
                     }
                     Err(e) => {

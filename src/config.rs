@@ -9,10 +9,10 @@ use crate::connection::sentinel::SentinelOptions;
 use crate::connection::{ConnectOptions, Deployment, Tls};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
-use crate::interop::{ClassicPublish, Interop};
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lost::{LostCallback, LostLease};
 use crate::record::RecordCommand;
+use crate::redisson_settings::{ClassicPublish, Interop};
 use crate::replicas::ReplicaAcks;
 
 /// Default lease of watchdog-renewed locks: 30 s (Redisson's `lockWatchdogTimeout`).

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::outage::Outage;
 use crate::scripts::latch as script;
 use crate::subscriber::Event;
+use crate::wait::Outage;
 
 /// A count-down latch named by a Redis key (Redisson's `RCountDownLatch`):
 /// set a count, let workers anywhere count it down, and wait until it
@@ -162,7 +162,7 @@ impl CountDownLatch {
     /// The metrics labels of this latch's events.
     fn labels(&self) -> crate::metrics::Labels<'_> {
         self.client
-            .hooks()
+            .context()
             .labels(crate::metrics::Kind::Latch, &self.name)
     }
 
@@ -177,7 +177,7 @@ impl CountDownLatch {
         self.check()?;
         let raw: Option<Vec<u8>> = self.client.with_conn(&self.name, |conn| {
             // A waiting thread's record entry rides on its next read.
-            crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
+            crate::connection::prelude::ride_plain(conn, self.client.source(), &self.name, |conn| {
                 redis::cmd("GET")
                     .arg(&self.name[..])
                     .query(conn)
@@ -283,7 +283,7 @@ impl CountDownLatch {
         let mut outage = Outage::new(deadline);
         // Recorded from the first read that finds it closed, deleted when
         // this returns (or unwinds).
-        let mut entry = crate::record::wait::WaitEntry::new(&self.client, &self.name, "latch");
+        let mut entry = crate::wait::WaitEntry::new(&self.client, &self.name, "latch");
         loop {
             // Read again after registering: a zero message sent after this
             // read reaches the waiter.
@@ -302,7 +302,7 @@ impl CountDownLatch {
                                 return Err(Error::Shutdown);
                             }
                         }
-                        None => crate::backoff::pause_until(Instant::now() + pause),
+                        None => crate::retry::pause_until(Instant::now() + pause),
                     }
                     self.client.check_open()?;
                     continue;
@@ -338,5 +338,14 @@ impl CountDownLatch {
             }
             self.client.check_open()?;
         }
+    }
+}
+
+/// The count-down latch handle of a client.
+impl Client {
+    /// A count-down latch named `name` (Redisson's `RCountDownLatch`).
+    /// Cheap: no I/O.
+    pub fn count_down_latch(&self, name: impl AsRef<[u8]>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.as_ref())
     }
 }

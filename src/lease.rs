@@ -13,6 +13,12 @@ use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::lost::HoldKind;
 
+/// How long a hold lasts before its client's subscriber listens on its
+/// lock's channel for a force unlock (the watchdog hands it over then). A
+/// force unlock within this time of the grant is noticed at the next
+/// renewal instead.
+pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(100);
+
 /// The longest lease accepted: 365 days. Longer leases are rejected with
 /// [`Error::InvalidArgument`] (Redis itself refuses expiries that overflow
 /// its clock arithmetic, well before `i64::MAX` ms).
@@ -62,7 +68,7 @@ pub(crate) struct Counters {
     pub(crate) hold_checks: AtomicU64,
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
-    pub(crate) retries: crate::pending::Pending,
+    pub(crate) retries: crate::retry::InFlight,
 }
 
 /// The bit of [`LeaseState::valid_until`] that says the lease is lost.

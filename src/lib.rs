@@ -112,16 +112,14 @@
 //!   threads already waiting instead of racing them (Redisson lets it win).
 //!   `try_lock` never waits and takes a free lock at once.
 
-mod backoff;
 mod client;
 mod config;
 mod connection;
+mod context;
 mod duration_text;
 mod error;
 mod fencing;
 mod holder;
-mod hooks;
-mod interop;
 mod keys;
 mod latch;
 mod lease;
@@ -132,17 +130,17 @@ mod metrics;
 mod mock_server;
 mod multi;
 mod once;
-mod outage;
-mod pending;
 mod record;
+mod redisson_settings;
 mod replicas;
+mod retry;
 mod scripts;
 mod semaphore;
+mod snapshot;
 mod subscriber;
-mod sync_info;
+mod synchronizer_info;
 mod token;
-mod transaction;
-mod undo;
+mod wait;
 mod watchdog;
 
 pub use client::{Client, Stats};
@@ -150,7 +148,6 @@ pub use config::Builder;
 pub use error::{Error, RedisCause, Result, TimeoutKind};
 pub use fencing::FencedWrite;
 pub use holder::{ClientId, GuardNoSend, HolderId};
-pub use interop::ClassicPublish;
 pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
@@ -164,13 +161,14 @@ pub use once::{
     AttemptState, MAX_FAILED_ATTEMPT_TTL, MAX_OUTCOME_LEN, Once, OnceAttempt, OnceGuard,
     OnceStatus, Outcome,
 };
-pub use outage::retry_until;
 pub use record::{HolderRecord, RecordCommand, RecordedHold, RecordedWait};
+pub use redisson_settings::ClassicPublish;
 pub use semaphore::{
     ExpiringSemaphore, MAX_PERMITS, PermitGuard, PermitId, Semaphore, SemaphoreGuard,
 };
-pub use sync_info::{HeldPermit, LatchInfo, OnceInfo, SemaphoreInfo};
+pub use synchronizer_info::{HeldPermit, LatchInfo, OnceInfo, SemaphoreInfo};
 pub use token::{ParseTokenError, TOKEN_BYTES, Token};
+pub use wait::retry_until;
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]

@@ -661,7 +661,8 @@ impl Client {
         let mut orphan_given_back = false;
         // This thread's release of the key may still be retried after a
         // failover (see `Lock::acquire`).
-        if !crate::lock::holds::wait_released(self.id().as_u128(), lock.hold_key(), deadline) {
+        if !crate::lock::thread_holds::wait_released(self.id().as_u128(), lock.hold_key(), deadline)
+        {
             return Ok(Once::Running {
                 holder: holder_str.to_string(),
                 expires_in: None,
@@ -676,7 +677,7 @@ impl Client {
             let reply = self.with_conn(key, |conn| {
                 sent_script = true;
                 let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    crate::record::wait::ride_plain(conn, self.source(), key, |conn| {
+                    crate::connection::prelude::ride_plain(conn, self.source(), key, |conn| {
                         script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
                     })
                 })?;
@@ -713,8 +714,11 @@ impl Client {
                 }) => {
                     if *runner == *holder_str {
                         if !orphan_given_back
-                            && crate::lock::holds::current(self.id().as_u128(), lock.hold_key())
-                                .is_none()
+                            && crate::lock::thread_holds::current(
+                                self.id().as_u128(),
+                                lock.hold_key(),
+                            )
+                            .is_none()
                         {
                             // This thread runs nothing here: the claim is
                             // one of its own whose reply was lost and whose
@@ -771,7 +775,7 @@ impl Client {
             )
         })?;
         drop(waiting);
-        let labels = self.hooks().labels(HoldKind::Once, key);
+        let labels = self.context().labels(HoldKind::Once, key);
         match &found {
             Some(Once::Run(_)) => crate::metrics::acquired(labels, started.elapsed()),
             // Found running by another runner until the deadline: a claim
@@ -849,7 +853,7 @@ impl Client {
     /// This process's host, pid and program, for a last-attempt record:
     /// as its holder record keeps them (with records off: no program).
     fn runner_fields(&self) -> (String, u32, String) {
-        match &self.hooks().record {
+        match &self.context().record {
             Some(spec) => (
                 spec.host().to_owned(),
                 spec.pid(),

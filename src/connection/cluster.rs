@@ -18,25 +18,17 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use super::pool::Pool;
 use super::server::Server;
 use super::{ConnectOptions, NodeId};
-use crate::backoff::{Backoff, pause_until};
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::retry::{Backoff, pause_until};
 
 /// Attempts of one call, redirections and retries together: a bound beside
 /// the time budget, against a redirection loop between two nodes that
 /// disagree.
 const MAX_ATTEMPTS: usize = 100;
-/// Pauses before retrying `TRYAGAIN` / `CLUSTERDOWN` or an unreachable
-/// master within one call: from 5 ms, doubling (with jitter) up to 50 ms.
-const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_millis(50);
 /// Least time between two slot-map refreshes: many callers meeting the same
 /// `MOVED` refresh once.
 const REFRESH_EVERY: Duration = Duration::from_millis(50);
-/// After a refresh that reached no node, the next one waits longer: from
-/// [`REFRESH_EVERY`], doubling (with jitter) up to 2 s, so that a cluster
-/// that is down is not asked (each node in turn) dozens of times a second.
-const MAX_REFRESH_PAUSE: Duration = Duration::from_secs(2);
 /// Least time a call keeps following redirections and retrying.
 const MIN_BUDGET: Duration = Duration::from_secs(2);
 /// No node owns the slot (yet).
@@ -258,7 +250,7 @@ impl Cluster {
             slots: RwLock::new(vec![UNOWNED; usize::from(keys::SLOTS)]),
             refreshed: Mutex::new(Refresh {
                 not_before: None,
-                failures: Backoff::new(REFRESH_EVERY, MAX_REFRESH_PAUSE),
+                failures: Backoff::slot_map_refresh(REFRESH_EVERY),
             }),
         };
         // Seeds are nodes too: their pools exist before the first map, and
@@ -346,7 +338,7 @@ impl Cluster {
     /// Reloads the slot map from the first node that answers `CLUSTER
     /// SLOTS`: known nodes first, then the seeds. At most once per
     /// [`REFRESH_EVERY`] unless `force`, and less often while refreshes
-    /// reach no node (see [`MAX_REFRESH_PAUSE`]).
+    /// reach no node (see [`Backoff::slot_map_refresh`]).
     fn refresh(&self, force: bool) -> Result<()> {
         let mut refreshed = self
             .refreshed
@@ -468,7 +460,7 @@ impl Cluster {
                     redis::cmd("ASKING")
                         .query::<()>(conn)
                         .map_err(Error::redis)?;
-                    op(&mut crate::record::wait::Plain(conn))
+                    op(&mut super::prelude::Plain(conn))
                 })
             } else {
                 node.pool.with_shared_conn(&mut op)
@@ -487,7 +479,7 @@ impl Cluster {
         // A slot move or a failover takes about a second: wait for it within
         // the time a call may take anyway (connect + response).
         let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
-        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let mut backoff = Backoff::cluster_call();
         let mut ask: Option<NodeId> = None;
         let mut attempt = 0;
         loop {
@@ -520,7 +512,7 @@ impl Cluster {
                     let pause = backoff.next_pause();
                     // A waiting call retries by itself, with its own
                     // deadline (see `crate::outage`).
-                    if started.elapsed() + pause > crate::outage::inner_budget(budget) {
+                    if started.elapsed() + pause > super::budget::inner_budget(budget) {
                         return result;
                     }
                     pause_until(Instant::now() + pause);

@@ -45,9 +45,11 @@
 //! one. Through Sentinel the master has the shared connection (a new one
 //! after a failover); on a Cluster each master node has one.
 
+pub(crate) mod budget;
 pub(crate) mod cluster;
-mod patient;
+mod eintr;
 pub(crate) mod pool;
+pub(crate) mod prelude;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 pub(crate) mod shared;
@@ -58,7 +60,6 @@ use std::sync::Arc;
 use redis::IntoConnectionInfo;
 
 use crate::error::{Error, Result};
-use crate::scripts::Publish;
 use pool::Pool;
 
 /// Where a client's Redis lives, from its URL (or builder calls): one case
@@ -268,13 +269,13 @@ impl Source {
         key: &[u8],
         op: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
     ) -> Result<T> {
-        // A waiting thread's record entry rides on its next call to the
-        // name's server (see `record::wait`).
+        // This thread's prelude (a waiting thread's record entry) rides on
+        // its next call to the name's server (see `prelude`).
         let mut op = op;
-        let mut rider = crate::record::wait::take_rider(self, self.node_of(key));
+        let mut rider = prelude::take(self, self.node_of(key));
         let mut op = |conn: &mut dyn redis::ConnectionLike| match rider.take() {
             None => op(conn),
-            prefix => op(&mut crate::record::wait::Riding {
+            prefix => op(&mut prelude::Riding {
                 conn,
                 prefix,
                 plain: false,
@@ -344,19 +345,16 @@ impl Source {
         }
     }
 
-    /// How scripts that wake waiters publish for `key`: on a Cluster node
-    /// with sharded pub/sub (Redis 7+, Valkey), `SPUBLISH` and a classic
-    /// `PUBLISH` only for classic listeners ([`Publish::Cluster`]); on a
-    /// node without it (Redis 6.2), and outside a Cluster, classic
-    /// `PUBLISH` ([`Publish::Classic`]). Each node's version is learned
-    /// once, by its pool's first connection; a node not asked yet gets
-    /// [`Publish::Cluster`], whose script falls back to `PUBLISH` by itself.
-    pub(crate) fn publish_for(&self, key: &[u8]) -> Publish {
+    /// Whether messages about `key` go out with sharded pub/sub: on a
+    /// Cluster node that has it (Redis 7+, Valkey), `true`; on a node
+    /// without it (Redis 6.2), and outside a Cluster, `false`. Each node's
+    /// version is learned once, by its pool's first connection; a node not
+    /// asked yet counts as having it (the scripts that `SPUBLISH` fall back
+    /// to `PUBLISH` by themselves).
+    pub(crate) fn sharded_publish(&self, key: &[u8]) -> bool {
         match self {
-            Source::Cluster(cluster) if cluster.sharded_pubsub(cluster.node_of(key)) => {
-                Publish::Cluster
-            }
-            Source::Single(_) | Source::Sentinel(_) | Source::Cluster(_) => Publish::Classic,
+            Source::Cluster(cluster) => cluster.sharded_pubsub(cluster.node_of(key)),
+            Source::Single(_) | Source::Sentinel(_) => false,
         }
     }
 

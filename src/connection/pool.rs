@@ -206,7 +206,7 @@ impl Pool {
 
     fn connect_until(&self, until: Option<Instant>) -> Result<redis::Connection> {
         let addr = self.addr();
-        let left = |full: Duration| step_budget(until, crate::outage::setup_timeout(full));
+        let left = |full: Duration| step_budget(until, super::budget::setup_timeout(full));
         let connect_timeout = left(self.connect_timeout);
         let mut conn = self
             .client
@@ -274,7 +274,7 @@ impl Pool {
 
     fn connect_link_until(&self, until: Option<Instant>) -> Result<Link> {
         let addr = self.addr();
-        let left = |full: Duration| step_budget(until, crate::outage::setup_timeout(full));
+        let left = |full: Duration| step_budget(until, super::budget::setup_timeout(full));
         let info = self.client.get_connection_info();
         let connect_timeout = left(self.connect_timeout);
         let io_error = |e: std::io::Error| Error::redis(redis::RedisError::from(e));

@@ -41,20 +41,15 @@ use redis::IntoConnectionInfo;
 
 use super::pool::{Pool, is_not_master};
 use super::{ConnectOptions, Deployment};
-use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::retry::Backoff;
 
 /// Port of a sentinel whose address in a `redis+sentinel://` URL names none.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
 
-/// Pauses between two rediscovery attempts inside one call: from 10 ms,
-/// doubling (with jitter) up to 100 ms, within the call's connect timeout.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_millis(100);
-/// Pauses of the `+switch-master` listener before it tries a sentinel again
-/// after a failure: from 50 ms up to 2 s (with jitter), started small again
-/// by a subscription that lasted.
-const LISTEN_FIRST_RETRY: Duration = Duration::from_millis(50);
+/// A `+switch-master` subscription that lasted this long starts the
+/// listener's reconnect pauses again from the first (the cap of
+/// [`Backoff::sentinel_listener`]).
 const LISTEN_MAX_RETRY: Duration = Duration::from_secs(2);
 /// How long the `+switch-master` listener blocks in one read before it
 /// checks whether its client is still alive.
@@ -528,8 +523,8 @@ impl Sentinel {
         let start = Instant::now();
         // A waiting call's deadline bounds this, and once it met a failure
         // it retries by itself: one try here (see `crate::outage`).
-        let budget = crate::outage::inner_budget(inner.settings.connect_timeout);
-        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let budget = super::budget::inner_budget(inner.settings.connect_timeout);
+        let mut backoff = Backoff::sentinel_lookup();
         loop {
             let master = match inner.master() {
                 Ok(master) => master,
@@ -598,7 +593,7 @@ fn pause_within(backoff: &mut Backoff, start: Instant, budget: Duration) -> bool
     if start.elapsed() + pause >= budget {
         return false;
     }
-    crate::backoff::pause_until(Instant::now() + pause);
+    crate::retry::pause_until(Instant::now() + pause);
     true
 }
 
@@ -825,7 +820,7 @@ fn not_a_sentinel(e: redis::RedisError, label: &str) -> Error {
 /// failover of ours is announced. Ends once its client is gone.
 fn listen(weak: &Weak<Inner>) {
     let mut index = 0;
-    let mut backoff = Backoff::new(LISTEN_FIRST_RETRY, LISTEN_MAX_RETRY);
+    let mut backoff = Backoff::sentinel_listener();
     let mut first = true;
     loop {
         // Every attempt after the first waits: a sentinel that refuses,
@@ -835,7 +830,7 @@ fn listen(weak: &Weak<Inner>) {
             if weak.strong_count() == 0 {
                 return;
             }
-            crate::backoff::pause_until(Instant::now() + pause);
+            crate::retry::pause_until(Instant::now() + pause);
         }
         let Some(inner) = weak.upgrade() else { return };
         let n = inner.sentinels.len();

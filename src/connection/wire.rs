@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use super::patient::Patient;
+use super::eintr::Patient;
 
 /// The socket of one shared connection.
 pub(crate) enum Wire {
@@ -245,7 +245,7 @@ mod tls {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
     use super::super::Tls;
-    use super::super::patient::Patient;
+    use super::super::eintr::Patient;
     use crate::error::{Error, Result};
 
     /// A TLS session over a TCP socket, read by one thread while another

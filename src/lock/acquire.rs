@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
 use crate::lock::guard::LockGuard;
-use crate::lock::{Kind, Lock, holds};
-use crate::outage::Outage;
+use crate::lock::{Kind, Lock, thread_holds};
 use crate::scripts::{self, Acquire, FairKeys, SyncHold};
 use crate::subscriber::Event;
+use crate::wait::Outage;
 use crate::watchdog;
 
 /// Writes the four public acquire methods of a handle type, the
@@ -224,7 +224,8 @@ impl Lock {
         }
         // This thread's release of the lock may still be retried after a
         // failover: it drops every hold of this holder, a new one too.
-        if !holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline) {
+        if !thread_holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline)
+        {
             return Ok(None);
         }
         let mut waiting = crate::metrics::Waiting::none();
@@ -243,7 +244,8 @@ impl Lock {
             None => {
                 // A re-entry never queues: it would wait for itself.
                 let queue_first =
-                    holds::current(self.inner.client.id().as_u128(), self.hold_key()).is_none();
+                    thread_holds::current(self.inner.client.id().as_u128(), self.hold_key())
+                        .is_none();
                 wait_loop(
                     &self.inner.client,
                     &self.inner.channel,
@@ -319,7 +321,7 @@ impl Lock {
                 *sent_script = true;
                 let source = self.inner.client.source();
                 let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    crate::record::wait::ride_plain(conn, source, &self.inner.name, script)
+                    crate::connection::prelude::ride_plain(conn, source, &self.inner.name, script)
                 })?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
@@ -367,7 +369,8 @@ impl Lock {
                 && e.is_interrupted()
                 && sent_script
                 && interrupted < MAX_INTERRUPTED_ATTEMPTS
-                && holds::current(self.inner.client.id().as_u128(), self.hold_key()).is_none()
+                && thread_holds::current(self.inner.client.id().as_u128(), self.hold_key())
+                    .is_none()
             {
                 interrupted += 1;
                 self.release_unknown(holder);
@@ -416,7 +419,7 @@ impl Lock {
                 // or a wrong password never got that far.
                 if sent_script
                     && e.breaks_connection()
-                    && holds::current(client_id, self.hold_key()).is_none()
+                    && thread_holds::current(client_id, self.hold_key()).is_none()
                 {
                     // The script may have run: do not leave a hold nobody
                     // knows of (it would block everyone for a whole lease).
@@ -435,7 +438,7 @@ impl Lock {
             return Ok(Attempt::Busy(Some(Duration::ZERO)));
         }
         let counters = self.inner.client.counters().clone();
-        let (state, fresh) = holds::enter(client_id, self.hold_key(), || {
+        let (state, fresh) = thread_holds::enter(client_id, self.hold_key(), || {
             Arc::new(LeaseState::since(
                 sent,
                 valid_until,
@@ -467,7 +470,7 @@ impl Lock {
                 source: self.inner.client.source().clone(),
                 counters: self.inner.client.counters().clone(),
                 kind: self.hold_kind(),
-                hooks: self.inner.client.hooks().clone(),
+                context: self.inner.client.context().clone(),
                 renewed_at: sent,
                 acks: self.replica_acks(),
                 response_timeout: self.inner.client.config().response_timeout,
@@ -521,7 +524,7 @@ impl Lock {
         };
         let sync = self.sync_hold(holder);
         let (key, channel) = (&self.inner.name, &self.inner.channel);
-        let released = crate::undo::give_back(|| {
+        let released = crate::retry::give_back(|| {
             self.inner.client.with_shared_conn(key, |conn| match &sync {
                 Some(hold) => scripts::release_sync_hold(
                     conn,
@@ -566,7 +569,10 @@ const MAX_INTERRUPTED_ATTEMPTS: u32 = 3;
 /// ended: granted after how long a wait, or not granted in time. Contention
 /// is no error: never more than debug.
 fn log_outcome(lock: &Lock, holder: &str, started: Instant, granted: bool) {
-    let labels = lock.client().hooks().labels(lock.hold_kind(), lock.name());
+    let labels = lock
+        .client()
+        .context()
+        .labels(lock.hold_kind(), lock.name());
     if granted {
         crate::metrics::acquired(labels, started.elapsed());
     } else {
@@ -645,7 +651,7 @@ pub(crate) fn wait_loop<T>(
 ) -> Result<Option<T>> {
     // Recorded from the first busy attempt on, deleted when this returns
     // (or unwinds), whatever the end.
-    let mut entry = crate::record::wait::WaitEntry::new(client, what.0, what.1);
+    let mut entry = crate::wait::WaitEntry::new(client, what.0, what.1);
     let poll = client.config().poll_interval;
     let response_timeout = client.config().response_timeout;
     let mut waiter = None;
@@ -682,7 +688,7 @@ pub(crate) fn wait_loop<T>(
                             return Err(Error::Shutdown);
                         }
                     }
-                    None => crate::backoff::pause_until(Instant::now() + pause),
+                    None => crate::retry::pause_until(Instant::now() + pause),
                 }
                 client.check_open()?;
                 continue;

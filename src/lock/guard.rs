@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::holder::HolderId;
 use crate::lease::{self, LeaseState, lease_ms};
-use crate::lock::{FencingToken, Lock, holds};
+use crate::lock::{FencingToken, Lock, thread_holds};
 use crate::scripts::Release;
-use crate::watchdog::retry::Handle;
+use crate::watchdog::retried::Handle;
 
 /// One hold of a [`Lock`], returned by [`Lock::lock`] and friends.
 ///
@@ -251,7 +251,7 @@ impl LockGuard {
                     // Still at work: what it does next may give the hold
                     // back (above), which this thread's next acquire of
                     // the lock must not meet.
-                    holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
+                    thread_holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
                     Err(Error::Timeout {
                         kind: crate::TimeoutKind::Lease,
                         limit: Duration::from_millis(self.lease_ms),
@@ -334,7 +334,7 @@ impl LockGuard {
         }
         let client = self.lock.client().id().as_u128();
         let name = self.lock.name();
-        let left = holds::leave(client, self.lock.hold_key(), &self.state);
+        let left = thread_holds::leave(client, self.lock.hold_key(), &self.state);
         if self.state.is_marked_lost() {
             return Err(Error::lost(name));
         }
@@ -364,7 +364,10 @@ impl LockGuard {
             Ok(Release::Released) => {
                 self.state.mark_released();
                 let (kind, held) = (self.lock.hold_kind(), self.state.held_since().elapsed());
-                crate::metrics::released(self.lock.client().hooks().labels(kind, name), Some(held));
+                crate::metrics::released(
+                    self.lock.client().context().labels(kind, name),
+                    Some(held),
+                );
                 log::debug!(
                     "redguard: released {kind} lock {:?} held by {} for {held:?}",
                     String::from_utf8_lossy(name),
@@ -404,7 +407,7 @@ impl LockGuard {
             }
         };
         if left == 0 || self.state.is_marked_lost() || self.state.is_released() {
-            holds::forget(client, self.lock.hold_key(), &self.state);
+            thread_holds::forget(client, self.lock.hold_key(), &self.state);
         }
         outcome
     }
@@ -428,7 +431,7 @@ impl LockGuard {
             err,
             move || lock.release_all(&holder).map(|_| ()),
         );
-        holds::releasing(
+        thread_holds::releasing(
             self.lock.client().id().as_u128(),
             self.lock.hold_key(),
             retry.clone(),

@@ -389,7 +389,7 @@ impl Lock {
             Vec<String>,
             u64,
         ) = self.client().with_conn(name, |conn| {
-            crate::transaction::snapshot(conn, &queue_key, |pipe| {
+            crate::snapshot::snapshot(conn, &queue_key, |pipe| {
                 pipe.cmd("TYPE")
                     .arg(name)
                     .cmd("PTTL")
@@ -427,7 +427,7 @@ impl Lock {
             "hash" => {
                 let token_key = keys::token(name);
                 let replies: Vec<Value> = self.client().with_conn(name, |conn| {
-                    crate::transaction::snapshot(conn, name, |pipe| {
+                    crate::snapshot::snapshot(conn, name, |pipe| {
                         HashLook::add(pipe, name);
                         pipe.cmd("PTTL").arg(name);
                         pipe.cmd("EXISTS").arg(&token_key);

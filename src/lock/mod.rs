@@ -6,11 +6,11 @@ pub(crate) mod acquire;
 mod fair;
 mod fencing_token;
 mod guard;
-pub(crate) mod holds;
 mod inspect;
 mod read_write;
 mod scan;
 mod shape;
+pub(crate) mod thread_holds;
 
 use std::fmt;
 use std::sync::Arc;
@@ -592,7 +592,7 @@ impl Lock {
 
     /// Hands `op` on this lock, which just failed with `err` (a failover
     /// error) on a lease of `lease` valid until `until`, to the watchdog to
-    /// be retried (see `watchdog::retry`); `what` names it in logs.
+    /// be retried (see `watchdog::retried`); `what` names it in logs.
     pub(crate) fn submit_retry(
         &self,
         what: String,
@@ -600,9 +600,9 @@ impl Lock {
         until: std::time::Instant,
         err: Error,
         op: impl FnMut() -> Result<()> + Send + 'static,
-    ) -> crate::watchdog::retry::Handle {
+    ) -> crate::watchdog::retried::Handle {
         let client = self.client();
-        crate::watchdog::retry::submit(
+        crate::watchdog::retried::submit(
             what,
             self.key().clone(),
             client.source().clone(),
@@ -761,5 +761,70 @@ impl Lock {
             return Err(acks.not_replicated(&self.inner.name, acked));
         }
         Ok(renewed)
+    }
+}
+
+/// The lock handles of a client (defined here, beside [`Lock`], so that
+/// the client core knows no lock kind).
+impl Client {
+    /// A reentrant lock named `name` (Redisson's `RLock`). Cheap: no I/O.
+    ///
+    /// The name is the Redis key of the lock hash, byte for byte, so a
+    /// Redisson client using the same name excludes and is excluded by this
+    /// lock. Any bytes are allowed; an empty name or one longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) is reported as
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) by the lock's operations.
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// A fair lock named `name` (Redisson's `RFairLock`): a [`Lock`] whose
+    /// waiters get it first come, first served. Cheap: no I/O.
+    ///
+    /// * **Order**: a waiter joins the queue `redisson_lock_queue:{name}` on
+    ///   its first attempt, once; only the queue head may take the free
+    ///   lock. Re-entry by the holding thread works as for [`Lock`].
+    /// * **No herd**: a release wakes only the next waiter, on its own
+    ///   channel `redisson_lock__channel:{name}:<holder id>`.
+    /// * **Dead waiters**: each waiter has a deadline in
+    ///   `redisson_lock_timeout:{name}` (ms since the epoch, on the Redis
+    ///   server's clock, never the client's), computed as Redisson does: the
+    ///   deadline of the waiter ahead plus its wait,
+    ///   [`Builder::fair_wait_timeout`](crate::Builder::fair_wait_timeout) (300 s by default), less the waits
+    ///   of those granted since. Each attempt of a queued waiter raises its
+    ///   deadline to at least now + its wait (and the deadlines behind it by
+    ///   as much); a queue head whose deadline passed is pruned by the next
+    ///   acquire or release.
+    /// * **Every way out of a wait** (acquired, timed out, error, client
+    ///   shut down) removes the waiter from the queue and the deadline set.
+    ///
+    /// A Redisson `RFairLock` of the same name excludes and is excluded by
+    /// this lock and shares its queue with the same arithmetic: Java and
+    /// redguard waiters in any mix are served in the order they joined
+    /// (docs/REDISSON.md, "Mixing with Redisson", for clocks and limits).
+    pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new_fair(self.clone(), name.as_ref())
+    }
+
+    /// A fenced lock named `name` (Redisson's `RFencedLock`): a reentrant
+    /// [`Lock`] whose every acquisition, re-entry included, also increments
+    /// the counter `redisson_lock_token:{name}` in the same script, so each
+    /// guard carries a larger [`FencingToken`](crate::FencingToken)
+    /// ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    /// Pass it with every write made under the lock and let the storage
+    /// refuse older ones, for instance with [`Client::fenced_set`](crate::Client::fenced_set). Cheap:
+    /// no I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let client = redguard::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.fenced_lock("invoice:7").lock()?;
+    /// let token = guard.fencing_token().expect("fenced grants carry a token");
+    /// client.fenced_set("{invoice:7}:pdf", b"...", token)?;
+    /// # Ok::<(), redguard::Error>(())
+    /// ```
+    pub fn fenced_lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new_fenced(self.clone(), name.as_ref())
     }
 }

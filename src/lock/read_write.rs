@@ -252,7 +252,7 @@ impl Lock {
     /// itself).
     pub(crate) fn reads_here(&self) -> bool {
         let read_key = read_hold_key(&self.inner.name);
-        crate::lock::holds::current(self.inner.client.id().as_u128(), &read_key).is_some()
+        crate::lock::thread_holds::current(self.inner.client.id().as_u128(), &read_key).is_some()
     }
 
     pub(crate) fn rw_acquire(
@@ -355,4 +355,15 @@ fn read_hold_key(name: &[u8]) -> Vec<u8> {
     key.extend_from_slice(PREFIX);
     key.extend_from_slice(name);
     key
+}
+
+/// The read-write lock handle of a client.
+impl Client {
+    /// A read-write lock named `name` (Redisson's `RReadWriteLock`): its
+    /// [`read`](ReadWriteLock::read) side is shared by readers, its
+    /// [`write`](ReadWriteLock::write) side exclusive; both are [`Lock`]
+    /// handles. Cheap: no I/O.
+    pub fn read_write_lock(&self, name: impl AsRef<[u8]>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.as_ref())
+    }
 }

@@ -7,12 +7,12 @@ use std::marker::PhantomData;
 use crate::holder::NotSend;
 use std::time::{Duration, Instant};
 
-use crate::backoff::pause_until;
 use crate::error::{Error, Result};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
 use crate::multi::members::{Held, Member, canonical, check_members};
-use crate::outage::Outage;
+use crate::retry::pause_until;
+use crate::wait::Outage;
 
 /// Several locks taken together: all of them or none (Redisson's
 /// `RedissonMultiLock`).

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::backoff::pause_until;
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
 use crate::lease::{clock_drift, lease_ms};
 use crate::lock::acquire::acquire_methods;
 use crate::lock::{Lock, LockGuard};
 use crate::multi::members::{Held, Member, canonical, check_members};
+use crate::retry::pause_until;
 
 /// A lock over N independent Redis masters that holds when a majority of
 /// them grant it: the Redis "Redlock" algorithm (Redisson's

@@ -100,6 +100,20 @@ pub(crate) enum Publish {
 }
 
 impl Publish {
+    /// How scripts publish for a key whose node has sharded pub/sub
+    /// (`sharded`, from `Source::sharded_publish`), under `classic`:
+    /// `SPUBLISH` and a classic `PUBLISH` only for classic listeners
+    /// ([`Publish::Cluster`], or [`Publish::ClusterAlways`]), else classic
+    /// `PUBLISH` ([`Publish::Classic`]).
+    pub(crate) fn of(sharded: bool, classic: ClassicPublish) -> Publish {
+        let publish = if sharded {
+            Publish::Cluster
+        } else {
+            Publish::Classic
+        };
+        publish.with_classic(classic)
+    }
+
     /// The way `self` becomes under `classic`: [`Publish::Cluster`] sends
     /// the classic message on every release with [`ClassicPublish::Always`].
     pub(crate) fn with_classic(self, classic: ClassicPublish) -> Publish {
@@ -128,9 +142,9 @@ impl Notifying {
     }
 }
 
-mod holds;
 pub(crate) mod latch;
 pub(crate) mod rwlock;
+mod scripted_holds;
 pub(crate) mod semaphore;
 
 use std::sync::LazyLock;
@@ -139,10 +153,10 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::error::{Error, Result};
-use crate::interop::ClassicPublish;
 use crate::keys::UNLOCK_MESSAGE;
 use crate::lease::Pttl;
-pub(crate) use holds::{
+use crate::redisson_settings::ClassicPublish;
+pub(crate) use scripted_holds::{
     SyncHold, SyncRenewal, release_all as release_sync_hold, renew_batch as renew_sync_batch,
 };
 

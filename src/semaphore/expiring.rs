@@ -275,7 +275,7 @@ impl ExpiringSemaphore {
         type Lease = (Vec<u8>, f64);
         let (time, members): ((u64, u64), Vec<Lease>) =
             self.client.with_conn(&self.name, |conn| {
-                crate::transaction::snapshot(conn, &self.timeouts, |pipe| {
+                crate::snapshot::snapshot(conn, &self.timeouts, |pipe| {
                     pipe.cmd("TIME")
                         .cmd("ZRANGE")
                         .arg(&self.timeouts[..])
@@ -392,7 +392,7 @@ impl ExpiringSemaphore {
     /// The metrics labels of this semaphore's permits.
     fn labels(&self) -> crate::metrics::Labels<'_> {
         self.client
-            .hooks()
+            .context()
             .labels(crate::lost::HoldKind::Permit, &self.name)
     }
 
@@ -412,16 +412,21 @@ impl ExpiringSemaphore {
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
             let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
-                    script::permit_acquire(
-                        conn,
-                        self.client.publish(&self.name),
-                        self.keys(),
-                        ms,
-                        self.skew_ms(),
-                        &[id.0],
-                    )
-                })
+                crate::connection::prelude::ride_plain(
+                    conn,
+                    self.client.source(),
+                    &self.name,
+                    |conn| {
+                        script::permit_acquire(
+                            conn,
+                            self.client.publish(&self.name),
+                            self.keys(),
+                            ms,
+                            self.skew_ms(),
+                            &[id.0],
+                        )
+                    },
+                )
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {
                 short_acks = acked;
@@ -441,7 +446,7 @@ impl ExpiringSemaphore {
             Err(e) => {
                 if sent_script
                     && e.breaks_connection()
-                    && crate::undo::give_back(|| self.release(&id)).is_err()
+                    && crate::retry::give_back(|| self.release(&id)).is_err()
                 {
                     // The permit may have been taken: give it back rather
                     // than leave it unusable for a whole lease; if that
@@ -476,7 +481,7 @@ impl ExpiringSemaphore {
             source: self.client.source().clone(),
             counters: self.client.counters().clone(),
             kind: crate::lost::HoldKind::Permit,
-            hooks: self.client.hooks().clone(),
+            context: self.client.context().clone(),
             renewed_at: sent,
             acks,
             response_timeout: self.client.config().response_timeout,
@@ -557,7 +562,7 @@ pub struct PermitGuard {
     done: bool,
     /// The retry of a release that met an unreachable or changing server,
     /// with that failure, for [`PermitGuard::release`] to wait on.
-    retry: Option<(crate::watchdog::retry::Handle, String)>,
+    retry: Option<(crate::watchdog::retried::Handle, String)>,
 }
 
 impl fmt::Debug for PermitGuard {
@@ -683,7 +688,7 @@ impl PermitGuard {
                 let cause = e.chain();
                 let (semaphore, id) = (self.semaphore.clone(), self.id);
                 let client = &self.semaphore.client;
-                let retry = crate::watchdog::retry::submit(
+                let retry = crate::watchdog::retried::submit(
                     format!(
                         "release of permit {} of semaphore {:?}",
                         self.id,
@@ -724,6 +729,16 @@ impl Drop for PermitGuard {
                 ),
             }
         }
+    }
+}
+
+/// The expiring semaphore handle of a client.
+impl Client {
+    /// A semaphore whose permits carry an id and a lease (Redisson's
+    /// `RPermitExpirableSemaphore`): a crashed holder's permit comes back
+    /// within one lease. Cheap: no I/O.
+    pub fn expiring_semaphore(&self, name: impl AsRef<[u8]>) -> ExpiringSemaphore {
+        ExpiringSemaphore::new(self.clone(), name.as_ref())
     }
 }
 

@@ -329,9 +329,12 @@ impl Semaphore {
             let mut sent = false;
             let taken = self.client.with_conn(&self.name, |conn| {
                 sent = true;
-                crate::record::wait::ride_plain(conn, self.client.source(), &self.name, |conn| {
-                    script::acquire(conn, &self.name, permits)
-                })
+                crate::connection::prelude::ride_plain(
+                    conn,
+                    self.client.source(),
+                    &self.name,
+                    |conn| script::acquire(conn, &self.name, permits),
+                )
             });
             Ok(match taken {
                 Ok(true) => Attempt::Acquired(()),
@@ -357,7 +360,7 @@ impl Semaphore {
     /// The metrics labels of this semaphore's events.
     fn labels(&self) -> crate::metrics::Labels<'_> {
         self.client
-            .hooks()
+            .context()
             .labels(crate::metrics::Kind::Semaphore, &self.name)
     }
 
@@ -507,5 +510,14 @@ impl Drop for SemaphoreGuard {
                 e = e.chain()
             );
         }
+    }
+}
+
+/// The semaphore handle of a client.
+impl Client {
+    /// A counting semaphore named `name` (Redisson's `RSemaphore`). Cheap:
+    /// no I/O.
+    pub fn semaphore(&self, name: impl AsRef<[u8]>) -> Semaphore {
+        Semaphore::new(self.clone(), name.as_ref())
     }
 }

@@ -12,7 +12,7 @@
 //! Holders listen too: the watchdog hands over every lock hold that lasted
 //! [`LISTEN_AFTER`] ([`Listener`]), its channel is subscribed (a few per
 //! turn, one round trip each), and any message there has the watchdog
-//! check the hold at once ([`holds`]): a force unlock is heard at once.
+//! check the hold at once ([`listened`]): a force unlock is heard at once.
 //!
 //! When the connection breaks, every waiter is woken to retry (messages may
 //! have been lost) and keeps going on its bounded wait while the thread
@@ -20,7 +20,7 @@
 //! server may have restarted and lost its data, so the client's leases
 //! there are checked at once.
 
-mod holds;
+mod listened;
 mod registry;
 mod sharded;
 
@@ -33,12 +33,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 pub(crate) use registry::Event;
 use registry::{Mailbox, Registered, Registry, WaiterId};
 
-use crate::backoff::Backoff;
 use crate::connection::Source;
 use crate::error::Result;
 use crate::lease::LeaseState;
-pub(crate) use holds::LISTEN_AFTER;
-use holds::Listened;
+use crate::retry::Backoff;
+pub(crate) use listened::LISTEN_AFTER;
+use listened::Listened;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
@@ -64,7 +64,7 @@ const HOLD_TURN_EVERY: Duration = Duration::from_millis(5);
 enum Control {
     Subscribe(Vec<u8>),
     Unsubscribe(Vec<u8>),
-    /// Held locks wait to be listened for (see [`holds`]).
+    /// Held locks wait to be listened for (see [`listened`]).
     Holds,
     Shutdown,
 }
@@ -73,6 +73,19 @@ struct Shared {
     registry: Mutex<Registry>,
     listened: Mutex<Listened>,
     connections: AtomicUsize,
+    reactions: Reactions,
+}
+
+/// What the subscriber asks of the watchdog, handed in when the client
+/// starts it: the subscriber knows no watchdog, only these two calls.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reactions {
+    /// A message arrived on the channel of these listened holds (a force
+    /// unlock publishes there): check them on the server at once.
+    pub(crate) verify: fn(Vec<Arc<LeaseState>>),
+    /// The pub/sub connection to `source` broke: the server may have
+    /// restarted and lost its data, so its leases are checked at once.
+    pub(crate) suspect: fn(&Arc<Source>),
 }
 
 impl Shared {
@@ -115,11 +128,16 @@ impl std::fmt::Debug for Subscriber {
 impl Subscriber {
     /// Starts the thread. It ends when this handle is dropped or
     /// [`Subscriber::shutdown`] is called.
-    pub(crate) fn start(source: Arc<Source>, response_timeout: Duration) -> Result<Subscriber> {
+    pub(crate) fn start(
+        source: Arc<Source>,
+        response_timeout: Duration,
+        reactions: Reactions,
+    ) -> Result<Subscriber> {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
             listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
+            reactions,
         });
         let (control, rx) = crossbeam_channel::unbounded();
         let thread_shared = shared.clone();
@@ -248,7 +266,7 @@ impl Subscriber {
 /// Where the watchdog hands over the holds that lasted
 /// [`LISTEN_AFTER`]: their client's subscriber then listens on their
 /// lock's channel, and an unlock message there makes the watchdog check
-/// them at once (see [`holds`]).
+/// them at once (see [`listened`]).
 #[derive(Clone)]
 pub(crate) struct Listener {
     shared: Arc<Shared>,
@@ -261,10 +279,10 @@ impl std::fmt::Debug for Listener {
     }
 }
 
-impl Listener {
+impl crate::context::HoldListener for Listener {
     /// Listens for a force unlock of `state`'s hold on `channel`. No I/O;
     /// the thread is woken only when it had no subscription work queued.
-    pub(crate) fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
+    fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
         let wake = {
             let mut listened = self.shared.listened();
             let idle = !listened.has_work();
@@ -340,7 +358,7 @@ fn dispatch(shared: &Shared, channel: &[u8], payload: &[u8]) {
     }
     let held = shared.listened().live_on(channel);
     if !held.is_empty() {
-        crate::watchdog::verify(held);
+        (shared.reactions.verify)(held);
     }
 }
 
@@ -360,7 +378,7 @@ enum Exit {
 
 impl Worker {
     fn run(&mut self) {
-        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let mut backoff = Backoff::reconnect(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             // Connect only when some waiter or held lock needs it.
             self.shared.sweep_holds(Instant::now());
@@ -398,7 +416,7 @@ impl Worker {
                     crate::metrics::reconnect();
                     // The server may have restarted and lost its data: the
                     // watchdog checks this client's leases there at once.
-                    crate::watchdog::suspect(&self.source);
+                    (self.shared.reactions.suspect)(&self.source);
                     let mut registry = self.shared.registry();
                     registry.unconfirm_all();
                     registry.wake_everyone(Event::Reconnected);
@@ -707,7 +725,11 @@ mod tests {
             response_timeout: Duration::from_millis(200),
         };
         let source = Arc::new(Source::open(&deployment, &options).unwrap());
-        Subscriber::start(source, Duration::from_millis(200)).unwrap()
+        let reactions = Reactions {
+            verify: |_| {},
+            suspect: |_| {},
+        };
+        Subscriber::start(source, Duration::from_millis(200), reactions).unwrap()
     }
 
     fn unlock(subscriber: &Subscriber, channel: &[u8]) {

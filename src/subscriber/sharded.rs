@@ -27,14 +27,8 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use redis::Value;
 
 use super::{Shared, TICK};
-use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
-
-/// Pauses between attempts to subscribe channels whose subscription failed
-/// or was lost: from 100 ms, doubling (with jitter) up to 2 s while the
-/// attempts keep failing.
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-const MAX_RETRY: Duration = Duration::from_secs(2);
+use crate::retry::Backoff;
 
 /// What one reply on a sharded connection was.
 enum Reply {
@@ -116,7 +110,7 @@ impl Router {
             routes: HashMap::new(),
             pending: HashSet::new(),
             next_retry: None,
-            backoff: Backoff::new(FIRST_RETRY, MAX_RETRY),
+            backoff: Backoff::sharded_subscribe(),
             lost_tx,
             lost_rx,
         }
@@ -166,7 +160,7 @@ impl Router {
     }
 
     /// Subscribes again the channels whose subscription was lost, after a
-    /// pause that grows while the attempts fail (see [`FIRST_RETRY`]);
+    /// pause that grows while the attempts fail (see [`Backoff::sharded_subscribe`]);
     /// cheap when there are none. `wanted` says which channels still have
     /// waiters.
     pub(super) fn tick(&mut self, wanted: impl Fn(&[u8]) -> bool) {

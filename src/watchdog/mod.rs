@@ -25,7 +25,7 @@
 //!   is renewed in one pipelined round trip (fixed leases are looked up
 //!   instead), and a renewal answering 0 marks its lease lost.
 //! * A force unlock is heard at once: this thread hands every lock hold
-//!   that lasted [`crate::subscriber::LISTEN_AFTER`] to its client's
+//!   that lasted [`crate::lease::LISTEN_AFTER`] to its client's
 //!   subscriber, which listens on the lock's channel; an unlock message
 //!   there hands the live holds to [`verify`], which renews (or looks up)
 //!   just those in one round trip; an answer of 0 marks the lease lost.
@@ -40,7 +40,7 @@
 //!   once no client is left; a later client starts it again.
 
 mod records;
-pub(crate) mod retry;
+pub(crate) mod retried;
 mod schedule;
 mod worker;
 
@@ -51,19 +51,19 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backoff::Backoff;
 use crate::connection::{NodeId, Source};
+use crate::context::ClientContext;
 use crate::error::Error;
-use crate::hooks::Hooks;
 use crate::lease::clock_drift;
 use crate::lease::{Counters, Lapse, LeaseState, nanos};
 use crate::lost::{HoldKind, LossReason};
 use crate::record::{self, RecordWrite};
 use crate::replicas::ReplicaAcks;
+use crate::retry::Backoff;
 use crate::scripts::SyncHold;
 use records::RecordState;
 
-use retry::Retry;
+use retried::Retry;
 use schedule::Schedule;
 use worker::{Done, Job, Report};
 
@@ -86,7 +86,7 @@ pub(crate) struct Entry {
     pub(crate) counters: Arc<Counters>,
     /// What the hold is, for the lost-lease hooks.
     pub(crate) kind: HoldKind,
-    pub(crate) hooks: Arc<Hooks>,
+    pub(crate) context: Arc<ClientContext>,
     /// When the lease was last known held: the send time of the granting
     /// script, then of each renewal (or look-up) that found it held. A
     /// server restart after it explains a loss.
@@ -110,7 +110,7 @@ pub(crate) struct Entry {
     /// setting).
     pub(crate) classic_publish: crate::ClassicPublish,
     /// A lock hold, whose channel a force unlock publishes on: listened
-    /// for once it lasted [`crate::subscriber::LISTEN_AFTER`].
+    /// for once it lasted [`crate::lease::LISTEN_AFTER`].
     pub(crate) listen: bool,
 }
 
@@ -318,7 +318,7 @@ pub(crate) fn register(entry: Entry, due: Instant) {
     // A hold to listen for wakes the thread when it is due to be listened
     // for, unless something wakes it before.
     let wake_at = if entry.listen {
-        due.min(entry.renewed_at + crate::subscriber::LISTEN_AFTER)
+        due.min(entry.renewed_at + crate::lease::LISTEN_AFTER)
     } else {
         due
     };
@@ -524,7 +524,7 @@ struct Sent {
     key: Arc<[u8]>,
     holder: Arc<str>,
     kind: HoldKind,
-    hooks: Arc<Hooks>,
+    context: Arc<ClientContext>,
 }
 
 impl Sent {
@@ -534,7 +534,7 @@ impl Sent {
             key: entry.key.clone(),
             holder: entry.holder.clone(),
             kind: entry.kind,
-            hooks: entry.hooks.clone(),
+            context: entry.context.clone(),
         }
     }
 }
@@ -600,7 +600,7 @@ struct Watchdog {
     /// renewal sent before it says nothing about it.
     verify: HashMap<usize, Instant>,
     /// Lock holds taken from the pending list, to be listened for when
-    /// they have lasted [`crate::subscriber::LISTEN_AFTER`]: the instant
+    /// they have lasted [`crate::lease::LISTEN_AFTER`]: the instant
     /// that happens, their channel, their lease and their client's hooks.
     young: std::collections::VecDeque<Young>,
     /// While lock holds come in: when the thread looks at the pending list
@@ -609,7 +609,7 @@ struct Watchdog {
 }
 
 /// A hold waiting to be listened for (see [`Watchdog::young`]).
-type Young = (Instant, Arc<[u8]>, Arc<LeaseState>, Arc<Hooks>);
+type Young = (Instant, Arc<[u8]>, Arc<LeaseState>, Arc<ClientContext>);
 
 fn run(shared: &'static Shared) {
     let (reports_tx, reports_rx) = crossbeam_channel::unbounded();
@@ -777,11 +777,11 @@ impl Watchdog {
             // Holds to listen for come in: look at the pending list again
             // after LISTEN_AFTER, so that the holds registered meanwhile
             // do not each wake the thread (see `register`).
-            self.listen_tick = Some(now + crate::subscriber::LISTEN_AFTER);
+            self.listen_tick = Some(now + crate::lease::LISTEN_AFTER);
         }
         let mut last_used: Option<Server> = None;
         for (due, entry) in pending {
-            if entry.hooks.record.is_some() {
+            if entry.context.record.is_some() {
                 // Short holds too keep the record alive: the client uses
                 // the server. Once per run of entries of one server.
                 let server = entry.server();
@@ -808,12 +808,12 @@ impl Watchdog {
                     entry.state.clone(),
                 );
             }
-            if entry.listen && entry.hooks.listener.get().is_some() {
+            if entry.listen && entry.context.listener.get().is_some() {
                 self.young.push_back((
-                    entry.renewed_at + crate::subscriber::LISTEN_AFTER,
+                    entry.renewed_at + crate::lease::LISTEN_AFTER,
                     entry.channel.clone(),
                     entry.state.clone(),
-                    entry.hooks.clone(),
+                    entry.context.clone(),
                 ));
             }
             self.schedule.insert(due, entry);
@@ -835,13 +835,13 @@ impl Watchdog {
     /// still held, to their clients' subscribers to listen for.
     fn listen_due(&mut self, now: Instant) {
         while self.young.front().is_some_and(|y| y.0 <= now) {
-            let Some((_, channel, state, hooks)) = self.young.pop_front() else {
+            let Some((_, channel, state, context)) = self.young.pop_front() else {
                 break;
             };
             if state.is_over() {
                 continue;
             }
-            if let Some(listener) = hooks.listener.get() {
+            if let Some(listener) = context.listener.get() {
                 listener.listen(channel, state);
             }
         }
@@ -868,7 +868,7 @@ impl Watchdog {
     /// Notes that the client of `entry` uses its server: its holder record
     /// there is made (and kept) from now on.
     fn record_use(&mut self, entry: &Entry, now: Instant) {
-        let Some(spec) = entry.hooks.record.clone() else {
+        let Some(spec) = entry.context.record.clone() else {
             return;
         };
         let Some(state) = self.state(entry.server(), &entry.source) else {
@@ -1240,7 +1240,7 @@ impl Watchdog {
                     continue;
                 }
                 match sent.state.lapse(now) {
-                    Lapse::Lost(true) => sent.hooks.lease_lost(
+                    Lapse::Lost(true) => sent.context.lease_lost(
                         &sent.key,
                         sent.kind,
                         &sent.holder,
@@ -1298,7 +1298,7 @@ impl Watchdog {
                 );
             }
             entry
-                .hooks
+                .context
                 .lease_lost(&entry.key, entry.kind, &entry.holder, reason);
         }
         self.forget(entry);

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::retry::{self, Retry, Step};
+use super::retried::{Retry, Step};
 use super::{Entry, Outcome, Server};
-use crate::backoff::{self, Backoff};
 use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
 use crate::lost::LossReason;
 use crate::record::{self, RecordWrite};
+use crate::retry::Backoff;
 use crate::scripts::{self, Renewal, SyncRenewal};
 
 /// A lease found gone, before [`Worker::explain`] says why.
@@ -119,7 +119,7 @@ pub(super) fn spawn(
         reports,
         retries: Vec::new(),
         retry_at: None,
-        retry_backoff: Backoff::new(backoff::FIRST, retry::MAX_PAUSE),
+        retry_backoff: Backoff::waiting_call(),
         watch: Watch {
             wanted: false,
             conn: None,
@@ -236,7 +236,7 @@ impl Worker {
     /// tries the others in turn. A failover error that shows the server
     /// unreachable ends the round: the rest would only cost one more
     /// connection attempt each. Another round follows after a pause that
-    /// grows while rounds fail, up to [`retry::MAX_PAUSE`] or a sixth of
+    /// grows while rounds fail, up to [`MAX_PAUSE`](crate::retry::MAX_PAUSE) or a sixth of
     /// the shortest lease.
     fn retry_round(&mut self, now: Instant) {
         let due = self.retry_at.is_none_or(|at| at <= now);
@@ -962,10 +962,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                 .with_conn(&entry.key, |conn| match &entry.sync {
                     Some(hold) => scripts::release_sync_hold(
                         conn,
-                        entry
-                            .source
-                            .publish_for(&entry.key)
-                            .with_classic(entry.classic_publish),
+                        scripts::Publish::of(
+                            entry.source.sharded_publish(&entry.key),
+                            entry.classic_publish,
+                        ),
                         hold,
                         &entry.key,
                         &entry.channel,
@@ -973,10 +973,10 @@ pub(super) fn release_gone(entries: Vec<Entry>) {
                     ),
                     None => scripts::release_holder(
                         conn,
-                        entry
-                            .source
-                            .publish_for(&entry.key)
-                            .with_classic(entry.classic_publish),
+                        scripts::Publish::of(
+                            entry.source.sharded_publish(&entry.key),
+                            entry.classic_publish,
+                        ),
                         &entry.key,
                         &entry.channel,
                         entry.queue.as_deref(),

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{ExecArgs, OnLost};
 use crate::fail::{Failure, code, exit_status_code};
-use crate::margins::{STOP_MARGIN, monotonic_ns, ns};
 use crate::out;
-use crate::relay::Relay;
+use crate::signals::Relay;
+use crate::stop_margin::{STOP_MARGIN, monotonic_ns, ns};
 
 /// How often CMD's state and the lease are checked while CMD runs. The
 /// lease check is local (no round trip), so this only bounds how late a
@@ -293,7 +293,7 @@ pub(crate) fn run_cmd(
 }
 
 /// The kill grace `exec` uses with `args`' lease (`--lease`, else the
-/// watchdog's, `watchdog`): see [`crate::margins::kill_grace`]. Unchecked
+/// watchdog's, `watchdog`): see [`crate::stop_margin::kill_grace`]. Unchecked
 /// with `--on-lost warn`, which never kills.
 ///
 /// # Errors
@@ -314,10 +314,10 @@ pub(crate) fn exec_kill_grace(args: &ExecArgs, watchdog: Duration) -> Result<Dur
         ),
     };
     match args.on_lost {
-        OnLost::Kill => crate::margins::kill_grace(args.kill_grace, lease, &option),
+        OnLost::Kill => crate::stop_margin::kill_grace(args.kill_grace, lease, &option),
         OnLost::Warn => Ok(args
             .kill_grace
-            .unwrap_or(crate::margins::DEFAULT_KILL_GRACE)),
+            .unwrap_or(crate::stop_margin::DEFAULT_KILL_GRACE)),
     }
 }
 

@@ -15,8 +15,8 @@ use crate::cli::{ExecArgs, OnLost, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
-use crate::relay::Relay;
 use crate::show;
+use crate::signals::Relay;
 use crate::spinner::Spinner;
 use crate::waitlog::WaitLog;
 

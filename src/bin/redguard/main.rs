@@ -14,15 +14,15 @@ mod help;
 mod latch;
 mod list;
 mod logging;
-mod margins;
 mod once;
 mod out;
 mod permits;
 mod record_view;
-mod relay;
 mod show;
+mod signals;
 mod spinner;
 mod status;
+mod stop_margin;
 #[cfg(target_os = "linux")]
 mod supervisor;
 mod sync_status;

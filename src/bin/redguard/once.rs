@@ -18,8 +18,8 @@ use crate::cli::{OnLost, OnceArgs, name_bytes};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
-use crate::relay::Relay;
 use crate::show;
+use crate::signals::Relay;
 use crate::spinner::Spinner;
 use crate::waitlog::WaitLog;
 
@@ -266,7 +266,7 @@ fn run_once(
 /// A usage error when the lease is too short (see [`crate::margins`]).
 fn kill_grace(conn: &Connection) -> Result<Duration, Failure> {
     let lease = conn.client.watchdog_timeout();
-    crate::margins::kill_grace(
+    crate::stop_margin::kill_grace(
         None,
         lease,
         &format!(

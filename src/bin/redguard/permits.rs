@@ -14,8 +14,8 @@ use crate::cli::{ExecArgs, OnLost};
 use crate::connect::Connection;
 use crate::fail::{Failure, code};
 use crate::out;
-use crate::relay::Relay;
 use crate::show;
+use crate::signals::Relay;
 use crate::waitlog::WaitLog;
 
 /// Runs `redguard exec --permits N NAME -- CMD`.

@@ -73,9 +73,9 @@ use signal_hook::low_level::siginfo::Cause;
 
 use crate::fail::{Failure, code};
 use crate::fail::{exit_status_code, spawn_failure};
-use crate::margins::{STOP_MARGIN, monotonic_ns, ns};
 use crate::out;
-use crate::relay::caught;
+use crate::signals::caught;
+use crate::stop_margin::{STOP_MARGIN, monotonic_ns, ns};
 use crate::tree;
 
 /// Set in the supervisor's environment (only there): `<redguard's pid>

@@ -237,7 +237,7 @@ fn read_semaphore(client: &Client, name: &[u8]) -> Result<SemaphoreInfo> {
     let timeouts = keys::permit_timeouts(name);
     type Reply = ((u64, u64), Option<Vec<u8>>, i64, Vec<(Vec<u8>, f64)>);
     let ((secs, micros), raw, pttl, leases): Reply = client.with_conn(name, |conn| {
-        crate::transaction::snapshot(conn, name, |pipe| {
+        crate::snapshot::snapshot(conn, name, |pipe| {
             pipe.cmd("TIME")
                 .cmd("GET")
                 .arg(name)
@@ -301,7 +301,7 @@ impl CountDownLatch {
         keys::validate_name(name).map_err(Error::InvalidArgument)?;
         client.check_open()?;
         let (raw, pttl): (Option<Vec<u8>>, i64) = client.with_conn(name, |conn| {
-            crate::transaction::snapshot(conn, name, |pipe| {
+            crate::snapshot::snapshot(conn, name, |pipe| {
                 pipe.cmd("GET").arg(name).cmd("PTTL").arg(name);
             })
         })?;

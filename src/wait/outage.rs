@@ -9,9 +9,8 @@
 //! the call's own deadline; any other error (credentials, ACL, wrong type,
 //! bad input, shutdown) ends the call at once.
 //!
-//! The pauses are the watchdog's retry pauses (see
-//! [`crate::watchdog::retry`]): from 10 ms, doubling with jitter up to half
-//! a second, so that a server that stays down sees two or three attempts a
+//! The pauses are [`Backoff::waiting_call`], the watchdog's too: from 10 ms,
+//! doubling with jitter up to half a second, so that a server that stays down sees two or three attempts a
 //! second from each waiting thread, and waiters that met the same outage do
 //! not come back in step.
 //!
@@ -19,72 +18,19 @@
 //! connection layer, which rides out a failover on its own for a call made
 //! outside a wait (a Sentinel master rediscovered, a Cluster slot
 //! retried, within the connect timeout). While an [`Outage`] lives, its
-//! thread is in a waiting call ([`inner_budget`], [`setup_timeout`]): the
-//! first attempt's own retries end at the deadline, and once an attempt has
-//! failed, the next ones make a single try each (the waiting call pauses
-//! between them, with its backoff) and connect and set up within what is
-//! left of the deadline. Without this a `--wait 3s` on a Sentinel whose
-//! master was down took 6 s: two attempts of one connect timeout each,
-//! re-asking the sentinel every 10 to 100 ms.
+//! thread is in a waiting call, which sets its connection budget
+//! (`connection::budget`): the first attempt's own retries end at the
+//! deadline, and once an attempt has failed, the next ones make a single
+//! try each (the waiting call pauses between them, with its backoff) and
+//! connect and set up within what is left of the deadline.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use crate::backoff::{self, Backoff};
+use crate::connection::budget::{self, Call};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
-use crate::watchdog::retry::MAX_PAUSE;
-
-/// What the waiting call on this thread, if any, allows one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
-    /// No waiting call: the connection layer's own budgets.
-    Plain,
-    /// A waiting call whose attempts were answered so far, until its
-    /// deadline (`None`: none).
-    Waiting(Option<Instant>),
-    /// A waiting call whose last attempt failed: it retries by itself.
-    Retrying(Option<Instant>),
-}
-
-thread_local! {
-    static CALL: Cell<Call> = const { Cell::new(Call::Plain) };
-}
-
-/// The least time a connect or a set-up step is given once a waiting call
-/// retries: less fails even on a healthy loopback server.
-const LEAST_STEP: Duration = Duration::from_millis(10);
-
-/// How long the connection layer may go on retrying one call by itself
-/// (rediscovering a Sentinel master, waiting out a Cluster slot's move),
-/// from its `full` budget: all of it outside a waiting call; what is left
-/// of the deadline in a waiting call's attempt; nothing once the waiting
-/// call has met a failure, as it then pauses and retries by itself.
-pub(crate) fn inner_budget(full: Duration) -> Duration {
-    match CALL.with(Cell::get) {
-        Call::Plain | Call::Waiting(None) => full,
-        Call::Waiting(Some(deadline)) => {
-            full.min(deadline.saturating_duration_since(Instant::now()))
-        }
-        Call::Retrying(_) => Duration::ZERO,
-    }
-}
-
-/// The timeout of one connect or connection set-up step, from its `full`
-/// timeout: cut to what is left of the deadline (never under 10 ms) once
-/// the waiting call on this thread has met a failure. A first attempt
-/// keeps the full timeout, so that a `try_lock` on a loaded machine still
-/// connects; set-up commands (`AUTH`, `SELECT`, `ROLE`) change nothing, so
-/// cutting them short loses nothing.
-pub(crate) fn setup_timeout(full: Duration) -> Duration {
-    match CALL.with(Cell::get) {
-        Call::Retrying(Some(deadline)) => full
-            .min(deadline.saturating_duration_since(Instant::now()))
-            .max(LEAST_STEP.min(full)),
-        _ => full,
-    }
-}
+use crate::retry::{self, Backoff};
 
 /// The failures of one waiting call since its last answered attempt. While
 /// it lives, its thread is in that waiting call (see the module docs); it
@@ -109,9 +55,9 @@ impl Outage {
     /// The outage state of a waiting call that ends at `deadline` (`None`:
     /// never), on this thread.
     pub(crate) fn new(deadline: Option<Instant>) -> Outage {
-        let outer = CALL.with(|c| c.replace(Call::Waiting(deadline)));
+        let outer = budget::set_call(Call::Waiting(deadline));
         Outage {
-            backoff: Backoff::new(backoff::FIRST, MAX_PAUSE),
+            backoff: Backoff::waiting_call(),
             failed: 0,
             since: Instant::now(),
             deadline,
@@ -132,7 +78,7 @@ impl Outage {
         self.backoff.reset();
         self.failed = 0;
         self.since = Instant::now();
-        CALL.with(|c| c.set(Call::Waiting(self.deadline)));
+        budget::set_call(Call::Waiting(self.deadline));
     }
 
     /// After an attempt that failed with `err`: the pause before the next
@@ -146,7 +92,7 @@ impl Outage {
             return Err(err);
         }
         let deadline = self.deadline;
-        CALL.with(|c| c.set(Call::Retrying(deadline)));
+        budget::set_call(Call::Retrying(deadline));
         let now = Instant::now();
         let since = self.since;
         self.failed = self.failed.saturating_add(1);
@@ -227,7 +173,7 @@ pub fn retry_until<T>(deadline: Option<Instant>, mut op: impl FnMut() -> Result<
             Ok(value) => return Ok(value),
             Err(e) => {
                 let pause = outage.next(e)?;
-                backoff::pause_until(Instant::now() + pause);
+                retry::pause_until(Instant::now() + pause);
             }
         }
     }
@@ -235,7 +181,7 @@ pub fn retry_until<T>(deadline: Option<Instant>, mut op: impl FnMut() -> Result<
 
 impl Drop for Outage {
     fn drop(&mut self) {
-        CALL.with(|c| c.set(self.outer));
+        budget::set_call(self.outer);
     }
 }
 
@@ -258,6 +204,9 @@ fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connection::budget::{inner_budget, setup_timeout};
+
+    const LEAST_STEP: Duration = Duration::from_millis(10);
 
     fn refused() -> Error {
         Error::io(std::io::Error::new(
@@ -287,7 +236,7 @@ mod tests {
         let mut total = Duration::ZERO;
         for _ in 0..20 {
             let pause = outage.next(refused()).unwrap();
-            assert!(pause <= MAX_PAUSE, "{pause:?}");
+            assert!(pause <= retry::MAX_PAUSE, "{pause:?}");
             total += pause;
         }
         // 10 ms doubling to 500 ms, each pause in the upper half of its
@@ -297,7 +246,7 @@ mod tests {
         outage.reset();
         assert_eq!(outage.failed(), 0);
         let pause = outage.next(refused()).unwrap();
-        assert!(pause <= backoff::FIRST, "{pause:?}");
+        assert!(pause <= retry::FIRST, "{pause:?}");
         drop(outage);
         let mut outage = Outage::new(Some(Instant::now() + Duration::from_millis(30)));
         for _ in 0..5 {
@@ -317,7 +266,7 @@ mod tests {
         drop(first_only);
         let mut outage = outage();
         outage.next(refused()).unwrap();
-        backoff::pause_until(Instant::now() + Duration::from_millis(60));
+        retry::pause_until(Instant::now() + Duration::from_millis(60));
         let last = match redis::parse_redis_value(b"-LOADING Redis is loading the dataset\r\n") {
             Ok(redis::Value::ServerError(e)) => Error::redis(redis::RedisError::from(e)),
             other => panic!("not an error: {other:?}"),
@@ -367,7 +316,7 @@ mod tests {
         // A retry past its deadline still gets the least step.
         let mut late = Outage::new(Some(Instant::now() + Duration::from_millis(40)));
         late.next(refused()).unwrap();
-        backoff::pause_until(Instant::now() + Duration::from_millis(50));
+        retry::pause_until(Instant::now() + Duration::from_millis(50));
         assert_eq!(setup_timeout(full), LEAST_STEP);
     }
 }

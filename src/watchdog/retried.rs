@@ -25,11 +25,6 @@ use crate::connection::Source;
 use crate::error::{Error, Result};
 use crate::lease::Counters;
 
-/// The longest pause between two rounds of retries: short enough that a
-/// release lands within about a second of a promotion, long enough that a
-/// server that stays down sees a couple of attempts a second.
-pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(500);
-
 /// One operation to retry. Dropped unfinished (its worker gone), it ends
 /// with the last error it met.
 pub(crate) struct Retry {

@@ -10,7 +10,8 @@
 //! takes every new hold anyway, hands over those that lasted that long
 //! ([`super::Listener`]). A message on a listened channel asks the
 //! watchdog to check the live holds there with one round trip (see
-//! [`crate::watchdog::verify`]): a message does not prove a loss, since a
+//! the watchdog's check, handed in as
+//! [`Reactions::verify`](super::Reactions::verify)): a message does not prove a loss, since a
 //! read-write lock's channel also carries the releases of other holds.
 //!
 //! Ended holds are swept out every [`SWEEP_EVERY`], and their channels
@@ -22,9 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::lease::LeaseState;
 
-/// How long a hold lasts before its channel is subscribed. A force unlock
-/// within this time of the grant is noticed at the next renewal instead.
-pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(100);
+pub(crate) use crate::lease::LISTEN_AFTER;
 
 /// How often the listened holds are looked over for ended ones.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);

@@ -1,6 +1,11 @@
-//! [`Hooks`]: what one client has asked to be told about its holds (the
-//! lost-lease callback), shared by the client and every watchdog entry of
-//! it. No I/O.
+//! [`ClientContext`]: what one client shares with the background threads
+//! about its holds (the lost-lease callback, its holder record, its metrics
+//! labels, and where its subscriber listens for force unlocks), shared by
+//! the client and every watchdog entry of it. No I/O.
+//!
+//! The watchdog reaches the client's subscriber only through
+//! [`HoldListener`], set when the subscriber starts: neither thread's
+//! module imports the other.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,9 +16,9 @@ use crate::lost::{self, HoldKind, LossReason, LostCallback, LostLease};
 use crate::metrics::Labels;
 use crate::record::RecordSpec;
 
-/// One client's hooks.
+/// One client's context, shared with its watchdog entries.
 #[derive(Default)]
-pub(crate) struct Hooks {
+pub(crate) struct ClientContext {
     /// [`Builder::on_lease_lost`](crate::Builder::on_lease_lost).
     pub(crate) on_lost: Option<LostCallback>,
     /// What the client's holder records say; `None` when it keeps none
@@ -23,19 +28,29 @@ pub(crate) struct Hooks {
     pub(crate) metrics_names: bool,
     /// The client's subscriber, to which the watchdog hands the holds to
     /// listen for (a force unlock); set when the subscriber starts.
-    pub(crate) listener: std::sync::OnceLock<crate::subscriber::Listener>,
+    pub(crate) listener: std::sync::OnceLock<Arc<dyn HoldListener>>,
 }
 
-impl fmt::Debug for Hooks {
+/// Where the watchdog hands over the holds that lasted
+/// [`LISTEN_AFTER`](crate::lease::LISTEN_AFTER): the client's subscriber
+/// then listens on their lock's channel for a force unlock.
+pub(crate) trait HoldListener:
+    Send + Sync + std::panic::RefUnwindSafe + std::panic::UnwindSafe
+{
+    /// Listens for a force unlock of `state`'s hold on `channel`. No I/O.
+    fn listen(&self, channel: Arc<[u8]>, state: Arc<crate::lease::LeaseState>);
+}
+
+impl fmt::Debug for ClientContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hooks")
+        f.debug_struct("ClientContext")
             .field("on_lost", &self.on_lost.is_some())
             .field("record", &self.record.is_some())
             .finish()
     }
 }
 
-impl Hooks {
+impl ClientContext {
     /// The metrics labels of an event of lock `name` of `kind`.
     pub(crate) fn labels<'a>(
         &self,

@@ -1,7 +1,13 @@
-//! Exponential backoff with jitter, for every loop that retries something
-//! that failed: renewals and releases while a server is down, reconnects,
-//! rediscovery of a Sentinel master or a Cluster's slot map. No I/O, no
-//! clock reads: the caller waits for the pause it is given.
+//! The one retry policy of the library: exponential backoff with jitter
+//! for every loop that retries something that failed (renewals and
+//! releases while a server is down, waiting calls through an outage,
+//! reconnects, rediscovery of a Sentinel master or a Cluster's slot map),
+//! each loop's pauses named here ([`Backoff::waiting_call`] and its
+//! siblings); the one give-back retried after a lost reply
+//! ([`give_back`]); and the count of a client's operations being retried
+//! ([`InFlight`]). No I/O, no clock reads: the caller waits for the pause
+//! it is given. Which errors are worth a retry is the error's own
+//! classification ([`Error::is_transient`](crate::Error::is_transient)).
 //!
 //! Each pause is drawn uniformly from the upper half of the current step
 //! ("equal jitter"), and the step doubles after every pause up to a cap, so
@@ -10,8 +16,20 @@
 
 use std::time::{Duration, Instant};
 
+mod give_back;
+mod in_flight;
+
+pub(crate) use give_back::give_back;
+pub(crate) use in_flight::InFlight;
+
 /// The first step of a retry loop that follows a lease: 10 ms.
 pub(crate) const FIRST: Duration = Duration::from_millis(10);
+
+/// The longest pause of a waiting call riding out an outage, and between
+/// two rounds of the watchdog's retries: short enough that a release lands
+/// within about a second of a promotion, long enough that a server that
+/// stays down sees a couple of attempts a second.
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// Pauses of a retry loop: doubling steps from `first` up to `cap`, each
 /// pause a random point of the upper half of its step.
@@ -40,6 +58,49 @@ impl Backoff {
     pub(crate) fn for_lease(lease: Duration) -> Backoff {
         let cap = lease / 6;
         Backoff::new(FIRST.min(cap), cap)
+    }
+
+    /// A waiting call's attempts through an outage (`lock()`, `acquire`,
+    /// a latch's `wait`), and the watchdog's rounds of retried renewals and
+    /// releases: 10 ms doubling up to [`MAX_PAUSE`] (500 ms).
+    pub(crate) fn waiting_call() -> Backoff {
+        Backoff::new(FIRST, MAX_PAUSE)
+    }
+
+    /// A Cluster call sent again after `TRYAGAIN`, `CLUSTERDOWN` or a
+    /// moved slot: 5 ms doubling up to 50 ms (a slot migrates in a few ms).
+    pub(crate) fn cluster_call() -> Backoff {
+        Backoff::new(Duration::from_millis(5), Duration::from_millis(50))
+    }
+
+    /// A Cluster's slot map read again after failed refreshes: every
+    /// `every` at first, doubling up to 2 s.
+    pub(crate) fn slot_map_refresh(every: Duration) -> Backoff {
+        Backoff::new(every, Duration::from_secs(2))
+    }
+
+    /// A Sentinel master looked up again while none answers: 10 ms doubling
+    /// up to 100 ms (a failover elects a new master within a second or so).
+    pub(crate) fn sentinel_lookup() -> Backoff {
+        Backoff::new(Duration::from_millis(10), Duration::from_millis(100))
+    }
+
+    /// The listener of Sentinel's `+switch-master` reconnecting: 50 ms
+    /// doubling up to 2 s.
+    pub(crate) fn sentinel_listener() -> Backoff {
+        Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+    }
+
+    /// The subscriber's pub/sub connection reopened: from `first`
+    /// doubling up to `cap` (the subscriber's own 10 ms and 1 s).
+    pub(crate) fn reconnect(first: Duration, cap: Duration) -> Backoff {
+        Backoff::new(first, cap)
+    }
+
+    /// A sharded subscription (`SSUBSCRIBE`) tried again on a node: 100 ms
+    /// doubling up to 2 s.
+    pub(crate) fn sharded_subscribe() -> Backoff {
+        Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
     }
 
     /// The next pause, in `[step / 2, step]`; the step then doubles (up to

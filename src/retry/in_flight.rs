@@ -1,5 +1,5 @@
 //! The count of a client's operations that the watchdog is retrying after
-//! a failover (see `watchdog::retry`), and the wait for it to reach zero:
+//! a failover (see `watchdog::retried`), and the wait for it to reach zero:
 //! [`Client::await_releases`](crate::Client::await_releases).
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 /// Operations of one client that are being retried.
 #[derive(Debug, Default)]
-pub(crate) struct Pending {
+pub(crate) struct InFlight {
     count: Mutex<usize>,
     none_left: Condvar,
 }
 
-impl Pending {
+impl InFlight {
     fn count(&self) -> MutexGuard<'_, usize> {
         self.count.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::lease::LeaseState;
-use crate::watchdog::retry::Handle;
+use crate::watchdog::retried::Handle;
 
 struct Hold {
     state: Arc<LeaseState>,
