@@ -9,8 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::scripts::latch as script;
-use crate::subscriber::Event;
-use crate::wait::Outage;
+use crate::wait::{Attempt, Wake, wait_loop};
 
 /// A count-down latch named by a Redis key (Redisson's `RCountDownLatch`):
 /// set a count, let workers anywhere count it down, and wait until it
@@ -271,73 +270,32 @@ impl CountDownLatch {
         opened
     }
 
+    /// The wait itself: the engine's loop ([`wait_loop`]) with every
+    /// waiter of the channel woken at once. Each attempt reads the count;
+    /// the read after registering catches a zero message sent after the
+    /// read before it.
     fn wait_open(
         &self,
         deadline: Option<Instant>,
         waiting: &mut crate::metrics::Waiting,
     ) -> Result<bool> {
-        let poll = self.client.config().poll_interval;
-        let response = self.client.config().response_timeout;
-        let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
-        let mut waiter: Option<crate::subscriber::Waiter<'_>> = None;
-        let mut outage = Outage::new(deadline);
-        // Recorded from the first read that finds it closed, deleted when
-        // this returns (or unwinds).
-        let mut entry = crate::wait::WaitEntry::new(&self.client, &self.name, "latch");
-        loop {
-            // Read again after registering: a zero message sent after this
-            // read reaches the waiter.
-            let count = match self.count() {
-                Ok(count) => {
-                    outage.reset();
-                    count
+        let what = (&self.name[..], "latch");
+        let opened = wait_loop(
+            &self.client,
+            &self.channel,
+            what,
+            deadline,
+            Wake::All,
+            || {
+                let count = self.count()?;
+                if count == 0 {
+                    return Ok(Attempt::Acquired(()));
                 }
-                // A restart, a freeze, a failover: tried again until the
-                // deadline, as a lock's waiter does.
-                Err(e) => {
-                    let pause = outage.next(e)?;
-                    match &waiter {
-                        Some(w) => {
-                            if w.wait(pause) == Some(Event::Shutdown) {
-                                return Err(Error::Shutdown);
-                            }
-                        }
-                        None => crate::retry::pause_until(Instant::now() + pause),
-                    }
-                    self.client.check_open()?;
-                    continue;
-                }
-            };
-            if count == 0 {
-                return Ok(true);
-            }
-            waiting.start(crate::metrics::Kind::Latch);
-            entry.busy();
-            let now = Instant::now();
-            let sleep = match left(now) {
-                Some(l) if l.is_zero() => return Ok(false),
-                Some(l) => l.min(poll),
-                None => poll,
-            };
-            if waiter.is_none()
-                && let Some(sub) = self.client.subscriber()
-            {
-                let confirm = left(now).map_or(response, |l| l.min(response));
-                waiter = Some(sub.waiter_all(&self.channel, confirm));
-                self.client.check_open()?;
-                continue;
-            }
-            match &waiter {
-                Some(w) => {
-                    if w.wait(sleep) == Some(Event::Shutdown) {
-                        return Err(Error::Shutdown);
-                    }
-                }
-                // No subscriber thread: poll.
-                None => std::thread::park_timeout(sleep),
-            }
-            self.client.check_open()?;
-        }
+                waiting.start(crate::metrics::Kind::Latch);
+                Ok(Attempt::Busy(None))
+            },
+        )?;
+        Ok(opened.is_some())
     }
 }
 

@@ -13,11 +13,11 @@ use crate::holder::HolderId;
 use crate::keys;
 use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lock::FencingToken;
-use crate::lock::acquire::{Attempt, wait_loop};
 use crate::lock::{Lock, LockGuard};
 use crate::lost::HoldKind;
 use crate::scripts::once::{self as script, Claim, Forget};
 use crate::scripts::{Acquire, Release};
+use crate::wait::{Attempt, Wake, wait_loop};
 
 /// The largest outcome [`OnceGuard::complete`] records: 1 MiB. A record is
 /// read by every later caller; keep it to a receipt, an id or a status, and
@@ -669,111 +669,127 @@ impl Client {
             });
         }
         let mut waiting = crate::metrics::Waiting::none();
-        let found = wait_loop(self, lock.channel(), (key, "once"), deadline, false, || {
-            last = Unclaimed::Nothing;
-            let sent = Instant::now();
-            let mut sent_script = false;
-            let mut short_acks = None;
-            let reply = self.with_conn(key, |conn| {
-                sent_script = true;
-                let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    crate::connection::prelude::ride_plain(conn, self.source(), key, |conn| {
-                        script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
-                    })
-                })?;
-                if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
-                    short_acks = acked;
-                }
-                Ok(reply)
-            });
-            if let (Ok(Claim::Run { .. }), Some(acked)) = (&reply, short_acks) {
-                // Too few replicas have the claim: after a failover another
-                // runner could claim the key too. Undo it, as a lock grant
-                // does, and say why.
-                lock.release_one(&holder_str, lease_ms);
-                return Err(acks.not_replicated(key, Some(acked)));
-            }
-            let (acquire, token) = match reply {
-                Ok(Claim::Run { token }) => (Ok(Acquire::Acquired { token: Some(token) }), token),
-                Ok(Claim::Done {
-                    outcome,
-                    at_ms,
-                    by,
-                    pttl,
-                }) => {
-                    return Ok(Attempt::Acquired(Once::Done(Outcome {
-                        value: outcome,
-                        at: UNIX_EPOCH + Duration::from_millis(at_ms),
-                        by,
-                        expires_in: pttl.expiry(),
-                    })));
-                }
-                Ok(Claim::Running {
-                    pttl,
-                    holder: runner,
-                }) => {
-                    if *runner == *holder_str {
-                        if !orphan_given_back
-                            && crate::lock::thread_holds::current(
-                                self.id().as_u128(),
-                                lock.hold_key(),
+        let found = wait_loop(
+            self,
+            lock.channel(),
+            (key, "once"),
+            deadline,
+            Wake::One,
+            || {
+                last = Unclaimed::Nothing;
+                let sent = Instant::now();
+                let mut sent_script = false;
+                let mut short_acks = None;
+                let reply = self.with_conn(key, |conn| {
+                    sent_script = true;
+                    let (reply, acked) = acks.run(conn, response_timeout, |conn| {
+                        crate::connection::prelude::ride_plain(conn, self.source(), key, |conn| {
+                            script::claim(
+                                conn,
+                                key,
+                                &token_key,
+                                &holder_str,
+                                lease_ms,
+                                Some(&runner),
                             )
-                            .is_none()
-                        {
-                            // This thread runs nothing here: the claim is
-                            // one of its own whose reply was lost and whose
-                            // undo failed (a freeze or an outage met while
-                            // retrying). Nobody runs the work; give it back
-                            // and claim again (a claim is not reentrant).
-                            orphan_given_back = true;
-                            lock.release_unknown(&holder_str);
-                            last = Unclaimed::Running(runner, pttl.expiry());
-                            return Ok(Attempt::Busy(Some(Duration::ZERO)));
-                        }
-                        // Waiting for ourselves would only run out the clock.
-                        return Ok(Attempt::Acquired(Once::Running {
-                            holder: runner,
+                        })
+                    })?;
+                    if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
+                        short_acks = acked;
+                    }
+                    Ok(reply)
+                });
+                if let (Ok(Claim::Run { .. }), Some(acked)) = (&reply, short_acks) {
+                    // Too few replicas have the claim: after a failover another
+                    // runner could claim the key too. Undo it, as a lock grant
+                    // does, and say why.
+                    lock.release_one(&holder_str, lease_ms);
+                    return Err(acks.not_replicated(key, Some(acked)));
+                }
+                let (acquire, token) = match reply {
+                    Ok(Claim::Run { token }) => {
+                        (Ok(Acquire::Acquired { token: Some(token) }), token)
+                    }
+                    Ok(Claim::Done {
+                        outcome,
+                        at_ms,
+                        by,
+                        pttl,
+                    }) => {
+                        return Ok(Attempt::Acquired(Once::Done(Outcome {
+                            value: outcome,
+                            at: UNIX_EPOCH + Duration::from_millis(at_ms),
+                            by,
                             expires_in: pttl.expiry(),
-                        }));
+                        })));
                     }
-                    let expires_in = pttl.expiry();
-                    last = Unclaimed::Running(runner, expires_in);
-                    waiting.start(HoldKind::Once);
-                    return Ok(Attempt::Busy(expires_in));
-                }
-                Ok(Claim::Free) => {
-                    return Err(Error::Protocol("a claim reported a free key".into()));
-                }
-                // An outage (a restart, a freeze, a failover) is tried
-                // again until the deadline; the wait then ends with an
-                // error naming the last failure.
-                Err(e) => (Err(e), 0),
-            };
-            Ok(
-                match lock.settle(
-                    acquire,
-                    sent_script,
-                    &holder_str,
-                    lease,
-                    lease_ms,
-                    true,
-                    sent,
-                )? {
-                    Attempt::Acquired(granted) => Attempt::Acquired(Once::Run(OnceGuard {
-                        guard: granted.into_guard(lock.clone(), holder.clone(), lease_ms, true),
-                        token: FencingToken::new(token),
-                        ttl,
-                        ttl_ms,
-                    })),
-                    Attempt::Unknown(e) => Attempt::Unknown(e),
-                    Attempt::Busy(hint) => {
-                        // Granted after its lease ran out, and given back.
-                        last = Unclaimed::GivenBack;
-                        Attempt::Busy(hint)
+                    Ok(Claim::Running {
+                        pttl,
+                        holder: runner,
+                    }) => {
+                        if *runner == *holder_str {
+                            if !orphan_given_back
+                                && crate::lock::thread_holds::current(
+                                    self.id().as_u128(),
+                                    lock.hold_key(),
+                                )
+                                .is_none()
+                            {
+                                // This thread runs nothing here: the claim is
+                                // one of its own whose reply was lost and whose
+                                // undo failed (a freeze or an outage met while
+                                // retrying). Nobody runs the work; give it back
+                                // and claim again (a claim is not reentrant).
+                                orphan_given_back = true;
+                                lock.release_unknown(&holder_str);
+                                last = Unclaimed::Running(runner, pttl.expiry());
+                                return Ok(Attempt::Busy(Some(Duration::ZERO)));
+                            }
+                            // Waiting for ourselves would only run out the clock.
+                            return Ok(Attempt::Acquired(Once::Running {
+                                holder: runner,
+                                expires_in: pttl.expiry(),
+                            }));
+                        }
+                        let expires_in = pttl.expiry();
+                        last = Unclaimed::Running(runner, expires_in);
+                        waiting.start(HoldKind::Once);
+                        return Ok(Attempt::Busy(expires_in));
                     }
-                },
-            )
-        })?;
+                    Ok(Claim::Free) => {
+                        return Err(Error::Protocol("a claim reported a free key".into()));
+                    }
+                    // An outage (a restart, a freeze, a failover) is tried
+                    // again until the deadline; the wait then ends with an
+                    // error naming the last failure.
+                    Err(e) => (Err(e), 0),
+                };
+                Ok(
+                    match lock.settle(
+                        acquire,
+                        sent_script,
+                        &holder_str,
+                        lease,
+                        lease_ms,
+                        true,
+                        sent,
+                    )? {
+                        Attempt::Acquired(granted) => Attempt::Acquired(Once::Run(OnceGuard {
+                            guard: granted.into_guard(lock.clone(), holder.clone(), lease_ms, true),
+                            token: FencingToken::new(token),
+                            ttl,
+                            ttl_ms,
+                        })),
+                        Attempt::Unknown(e) => Attempt::Unknown(e),
+                        Attempt::Busy(hint) => {
+                            // Granted after its lease ran out, and given back.
+                            last = Unclaimed::GivenBack;
+                            Attempt::Busy(hint)
+                        }
+                    },
+                )
+            },
+        )?;
         drop(waiting);
         let labels = self.context().labels(HoldKind::Once, key);
         match &found {

@@ -7,8 +7,8 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::keys;
 use crate::lock::Lock;
-use crate::lock::acquire::{Attempt, wait_loop};
 use crate::scripts;
+use crate::wait::{Attempt, Wake, wait_loop};
 
 /// A queued fair-lock waiter's place. Dropped on every way out of the wait
 /// (timeout, error, shutdown, panic) while still armed, it takes the waiter
@@ -77,16 +77,23 @@ impl Lock {
             armed: false,
         };
         let what = (&self.inner.name[..], self.hold_kind().as_str());
-        wait_loop(&self.inner.client, &channel, what, deadline, false, || {
-            // Once the deadline has passed this is the last attempt: do not
-            // join the queue only to leave it again.
-            let enqueue = deadline.is_none_or(|d| Instant::now() < d);
-            seat.armed |= enqueue;
-            let outcome = attempt(enqueue);
-            if let Ok(Attempt::Acquired(_)) = &outcome {
-                seat.armed = false;
-            }
-            outcome
-        })
+        wait_loop(
+            &self.inner.client,
+            &channel,
+            what,
+            deadline,
+            Wake::One,
+            || {
+                // Once the deadline has passed this is the last attempt: do not
+                // join the queue only to leave it again.
+                let enqueue = deadline.is_none_or(|d| Instant::now() < d);
+                seat.armed |= enqueue;
+                let outcome = attempt(enqueue);
+                if let Ok(Attempt::Acquired(_)) = &outcome {
+                    seat.armed = false;
+                }
+                outcome
+            },
+        )
     }
 }

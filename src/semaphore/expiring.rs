@@ -10,10 +10,10 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lease::{self, LeaseState, lease_ms};
-use crate::lock::acquire::{Attempt, wait_loop};
 use crate::scripts::SyncHold;
 use crate::scripts::semaphore::{self as script, PermitAcquire, PermitKeys};
 use crate::semaphore::Counter;
+use crate::wait::{Attempt, Wake, wait_loop};
 use crate::watchdog;
 
 /// The id of one permit of an [`ExpiringSemaphore`]: 16 random bytes,
@@ -363,24 +363,31 @@ impl ExpiringSemaphore {
         let started = Instant::now();
         let mut waiting = crate::metrics::Waiting::none();
         let what = (&self.name[..], "permit");
-        let granted = wait_loop(&self.client, &self.channel, what, deadline, false, || {
-            let mut failed = None;
-            orphans.retain(|id| match self.release(id) {
-                Ok(_) => false,
-                Err(e) => {
-                    failed = Some(e);
-                    true
+        let granted = wait_loop(
+            &self.client,
+            &self.channel,
+            what,
+            deadline,
+            Wake::One,
+            || {
+                let mut failed = None;
+                orphans.retain(|id| match self.release(id) {
+                    Ok(_) => false,
+                    Err(e) => {
+                        failed = Some(e);
+                        true
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
                 }
-            });
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            let attempt = self.attempt(lease, ms, renew, &mut orphans);
-            if matches!(attempt, Ok(Attempt::Busy(_))) {
-                waiting.start(crate::lost::HoldKind::Permit);
-            }
-            attempt
-        })?;
+                let attempt = self.attempt(lease, ms, renew, &mut orphans);
+                if matches!(attempt, Ok(Attempt::Busy(_))) {
+                    waiting.start(crate::lost::HoldKind::Permit);
+                }
+                attempt
+            },
+        )?;
         drop(waiting);
         match granted {
             Some(_) => crate::metrics::acquired(self.labels(), started.elapsed()),

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::lock::acquire::{Attempt, wait_loop};
 use crate::scripts::semaphore as script;
+use crate::wait::{Attempt, Wake, wait_loop};
 
 pub use expiring::{ExpiringSemaphore, PermitGuard, PermitId};
 
@@ -325,30 +325,37 @@ impl Semaphore {
         let started = Instant::now();
         let mut waiting = crate::metrics::Waiting::none();
         let what = (&self.name[..], "semaphore");
-        let granted = wait_loop(&self.client, &self.channel, what, deadline, false, || {
-            let mut sent = false;
-            let taken = self.client.with_conn(&self.name, |conn| {
-                sent = true;
-                crate::connection::prelude::ride_plain(
-                    conn,
-                    self.client.source(),
-                    &self.name,
-                    |conn| script::acquire(conn, &self.name, permits),
-                )
-            });
-            Ok(match taken {
-                Ok(true) => Attempt::Acquired(()),
-                Ok(false) => {
-                    waiting.start(crate::metrics::Kind::Semaphore);
-                    Attempt::Busy(None)
-                }
-                // The permits may have been taken, and a permit has no
-                // owner to give it back by: trying again could take them
-                // twice. A call that never reached the server is retried.
-                Err(e) if sent && e.breaks_connection() => Attempt::Unknown(e),
-                Err(e) => return Err(e),
-            })
-        })?;
+        let granted = wait_loop(
+            &self.client,
+            &self.channel,
+            what,
+            deadline,
+            Wake::One,
+            || {
+                let mut sent = false;
+                let taken = self.client.with_conn(&self.name, |conn| {
+                    sent = true;
+                    crate::connection::prelude::ride_plain(
+                        conn,
+                        self.client.source(),
+                        &self.name,
+                        |conn| script::acquire(conn, &self.name, permits),
+                    )
+                });
+                Ok(match taken {
+                    Ok(true) => Attempt::Acquired(()),
+                    Ok(false) => {
+                        waiting.start(crate::metrics::Kind::Semaphore);
+                        Attempt::Busy(None)
+                    }
+                    // The permits may have been taken, and a permit has no
+                    // owner to give it back by: trying again could take them
+                    // twice. A call that never reached the server is retried.
+                    Err(e) if sent && e.breaks_connection() => Attempt::Unknown(e),
+                    Err(e) => return Err(e),
+                })
+            },
+        )?;
         drop(waiting);
         match granted {
             Some(()) => crate::metrics::acquired(self.labels(), started.elapsed()),
