@@ -593,6 +593,89 @@ fn decisive(err: redis::RedisError) -> redis::RedisError {
         .map_or(err, |e| redis::RedisError::from(e.clone()))
 }
 
+/// What a failed call to a Cluster node asks for (see
+/// [`Error::redirect`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Redirect {
+    /// The slot lives on `addr` now (`MOVED`).
+    Moved(u16, String),
+    /// Ask `addr` this once: the slot is migrating (`ASK`).
+    Ask(String),
+    /// Wait and try again (`TRYAGAIN`, `CLUSTERDOWN`).
+    Retry,
+    /// The node refused the connection: the slot map may be stale.
+    Unreachable,
+}
+
+/// The classification the connection layer and the watchdog act on:
+/// redirections, refusals and replicas met where a master was expected.
+/// Kept here, beside [`Error::is_transient`] and [`Error::is_failover`],
+/// so that every layer reads one classification.
+impl Error {
+    /// What a failed call asks for on a Cluster: a redirection (`MOVED`,
+    /// `ASK`), a retry (`TRYAGAIN`, `CLUSTERDOWN`), a fresh slot map (a
+    /// refused connection: nothing was sent, so trying elsewhere is safe);
+    /// `None` for any other error.
+    pub(crate) fn redirect(&self) -> Option<Redirect> {
+        let err = self.redis_error()?;
+        if let Some((addr, slot)) = err.redirect_node() {
+            return Some(match err.kind() {
+                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => Redirect::Ask(addr.into()),
+                _ => Redirect::Moved(slot, addr.into()),
+            });
+        }
+        match err.kind() {
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
+            ) => Some(Redirect::Retry),
+            _ if err.is_connection_refusal() => Some(Redirect::Unreachable),
+            _ => None,
+        }
+    }
+
+    /// `true` for a cluster redirection or a transient cluster state
+    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the call did not run
+    /// and may be sent again.
+    pub(crate) fn is_redirect(&self) -> bool {
+        matches!(
+            self.redirect(),
+            Some(Redirect::Moved(..) | Redirect::Ask(_) | Redirect::Retry)
+        )
+    }
+
+    /// `true` for a refused connection: nothing was written on it. On a
+    /// Cluster the node is gone (a `kill -9` before its replica's
+    /// promotion) and the slot map must be asked for again before the call
+    /// is worth sending elsewhere.
+    pub(crate) fn is_refusal(&self) -> bool {
+        self.redis_error()
+            .is_some_and(redis::RedisError::is_connection_refusal)
+    }
+
+    /// `true` for an error that shows the node is not (or no longer) the
+    /// master: a `READONLY` reply, or a new connection whose `ROLE` check
+    /// found a replica ([`Error::not_master`]).
+    pub(crate) fn is_not_master(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis(cause)
+                if cause.code() == Some("READONLY")
+                    || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        )
+    }
+
+    /// The error of a connection that reached a replica where a master was
+    /// expected: classified as `READONLY`, as a write to a replica would
+    /// be, and worded as Redis words that refusal.
+    pub(crate) fn not_master(addr: &str) -> Error {
+        Error::redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "not a master",
+            format!("{addr} is a read only replica (its ROLE), not the master"),
+        )))
+    }
+}
+
 impl Error {
     /// Classifies a failure of the Redis driver: by the server's error
     /// code wherever it sits in the reply (see [`RedisCause::code`]), and

@@ -18,7 +18,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use super::pool::Pool;
 use super::server::Server;
 use super::{ConnectOptions, NodeId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Redirect, Result};
 use crate::keys;
 use crate::retry::{Backoff, pause_until};
 
@@ -166,36 +166,6 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// What a failed call asks for.
-enum Redirect {
-    /// The slot lives on `addr` now.
-    Moved(u16, String),
-    /// Ask `addr` this once (the slot is migrating).
-    Ask(String),
-    /// Wait and try again (`TRYAGAIN`, `CLUSTERDOWN`).
-    Retry,
-    /// The master could not be reached: the map may be stale.
-    Unreachable,
-}
-
-fn redirect(e: &Error) -> Option<Redirect> {
-    let err = e.redis_error()?;
-    if let Some((addr, slot)) = err.redirect_node() {
-        return Some(match err.kind() {
-            redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => Redirect::Ask(addr.into()),
-            _ => Redirect::Moved(slot, addr.into()),
-        });
-    }
-    match err.kind() {
-        redis::ErrorKind::Server(
-            redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
-        ) => Some(Redirect::Retry),
-        // Refused: nothing was sent, so trying elsewhere is safe.
-        _ if err.is_connection_refusal() => Some(Redirect::Unreachable),
-        _ => None,
-    }
-}
-
 /// A node that answers `CLUSTER SLOTS` with "cluster support disabled" is
 /// a single server behind a `redis+cluster://` URL: said so, as a bad
 /// URL. Other errors are unchanged.
@@ -211,23 +181,6 @@ fn not_a_cluster(e: Error, addr: &str) -> Error {
         ));
     }
     e
-}
-
-/// `true` when `e` is a cluster redirection or a transient cluster state
-/// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the call did not run and
-/// may be sent again through [`Cluster::with_conn`].
-pub(crate) fn is_redirect(e: &Error) -> bool {
-    matches!(
-        redirect(e),
-        Some(Redirect::Moved(..) | Redirect::Ask(_) | Redirect::Retry)
-    )
-}
-
-/// `true` when `e` is a refused connection: the node is gone (a `kill -9`
-/// before its replica's promotion) and the slot map must be asked for again
-/// before the call is worth sending elsewhere.
-pub(crate) fn is_unreachable(e: &Error) -> bool {
-    matches!(redirect(e), Some(Redirect::Unreachable))
 }
 
 impl Cluster {
@@ -493,7 +446,7 @@ impl Cluster {
             let Err(e) = &result else {
                 return result;
             };
-            let Some(redirect) = redirect(e) else {
+            let Some(redirect) = e.redirect() else {
                 return result;
             };
             if attempt >= MAX_ATTEMPTS || started.elapsed() > budget {
@@ -730,28 +683,29 @@ mod tests {
     fn redirections_are_classified() {
         let moved = server_error("-MOVED 3999 127.0.0.1:7001\r\n");
         assert!(
-            matches!(redirect(&moved), Some(Redirect::Moved(3999, a)) if a == "127.0.0.1:7001")
+            matches!(moved.redirect(), Some(Redirect::Moved(3999, a)) if a == "127.0.0.1:7001")
         );
         let ask = server_error("-ASK 3999 127.0.0.1:7002\r\n");
-        assert!(matches!(redirect(&ask), Some(Redirect::Ask(a)) if a == "127.0.0.1:7002"));
+        assert!(matches!(ask.redirect(), Some(Redirect::Ask(a)) if a == "127.0.0.1:7002"));
         for retry in [
             "-TRYAGAIN Multiple keys\r\n",
             "-CLUSTERDOWN The cluster is down\r\n",
         ] {
             assert!(matches!(
-                redirect(&server_error(retry)),
+                server_error(retry).redirect(),
                 Some(Redirect::Retry)
             ));
-            assert!(is_redirect(&server_error(retry)));
+            assert!(server_error(retry).is_redirect());
         }
         let refused = Error::io(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
             "no",
         ));
-        assert!(matches!(redirect(&refused), Some(Redirect::Unreachable)));
-        assert!(!is_redirect(&refused));
-        assert!(redirect(&server_error("-WRONGTYPE no\r\n")).is_none());
-        assert!(redirect(&Error::invalid("x")).is_none());
+        assert!(matches!(refused.redirect(), Some(Redirect::Unreachable)));
+        assert!(!refused.is_redirect());
+        assert!(refused.is_refusal());
+        assert!(server_error("-WRONGTYPE no\r\n").redirect().is_none());
+        assert!(Error::invalid("x").redirect().is_none());
     }
 
     #[test]

@@ -244,7 +244,7 @@ impl Pool {
         if self.master_only {
             let role: redis::Role = redis::cmd("ROLE").query(conn).map_err(Error::redis)?;
             if !matches!(role, redis::Role::Primary { .. }) {
-                return Err(not_master(addr));
+                return Err(Error::not_master(addr));
             }
         }
         if let Some(name) = &self.name {
@@ -583,29 +583,6 @@ fn step_budget(until: Option<Instant>, full: Duration) -> Duration {
             .max(Duration::from_millis(1)),
         None => full,
     }
-}
-
-/// The error of a connection that reached a replica where a master was
-/// expected: classified as `READONLY`, as a write to a replica would be,
-/// and worded as Redis words that refusal.
-fn not_master(addr: &str) -> Error {
-    Error::redis(redis::RedisError::from((
-        redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
-        "not a master",
-        format!("{addr} is a read only replica (its ROLE), not the master"),
-    )))
-}
-
-/// `true` for an error that shows the node is not (or no longer) the
-/// master: a `READONLY` reply, or a new connection whose `ROLE` check found
-/// a replica.
-pub(crate) fn is_not_master(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::Redis(cause)
-            if cause.code() == Some("READONLY")
-                || cause.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
-    )
 }
 
 #[cfg(test)]

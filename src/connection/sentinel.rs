@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use redis::IntoConnectionInfo;
 
-use super::pool::{Pool, is_not_master};
+use super::pool::Pool;
 use super::{ConnectOptions, Deployment};
 use crate::error::{Error, Result};
 use crate::retry::Backoff;
@@ -508,7 +508,7 @@ impl Sentinel {
     ) -> Result<T> {
         self.on_master(|pool, sent| {
             let result = pool.with_shared_conn(&mut op);
-            *sent = !matches!(&result, Err(e) if is_refusal(e));
+            *sent = !matches!(&result, Err(e) if e.is_refusal());
             result
         })
     }
@@ -539,7 +539,7 @@ impl Sentinel {
                 Ok(value) => return Ok(value),
                 Err(e) => e,
             };
-            let wrong_node = is_not_master(&err);
+            let wrong_node = err.is_not_master();
             // An interrupted call (a stopped and continued process) says
             // nothing about the master.
             if wrong_node || (err.is_connection() && !err.is_interrupted()) {
@@ -559,7 +559,7 @@ impl Sentinel {
     pub(crate) fn connect(&self) -> Result<redis::Connection> {
         let master = self.inner.master()?;
         master.pool.connect().inspect_err(|e| {
-            if is_not_master(e) || e.is_connection() {
+            if e.is_not_master() || e.is_connection() {
                 self.inner.forget(&master, e);
             }
         })
@@ -578,12 +578,6 @@ impl Sentinel {
     pub(crate) fn generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)
     }
-}
-
-/// `true` when `e` is a refused connection: nothing was written on it.
-fn is_refusal(e: &Error) -> bool {
-    e.redis_error()
-        .is_some_and(redis::RedisError::is_connection_refusal)
 }
 
 /// Pauses for the backoff's next pause and returns `true`, unless that
@@ -696,7 +690,7 @@ impl Inner {
             // sentinel that keeps giving that answer would be believed on
             // every retry.
             if let Some(stale) = master.named_by
-                && is_not_master(err)
+                && err.is_not_master()
             {
                 let next = (stale + 1) % self.sentinels.len();
                 let _ = self.preferred.compare_exchange(

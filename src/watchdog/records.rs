@@ -192,7 +192,7 @@ impl RecordState {
                     String::from_utf8_lossy(&write.key),
                     e = e.chain()
                 );
-                if crate::connection::cluster::is_redirect(&e) {
+                if e.is_redirect() {
                     self.key = None;
                 }
                 self.fields = self.fields.saturating_sub(write.adds.len());

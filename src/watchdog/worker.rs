@@ -703,16 +703,16 @@ impl Worker {
 /// so that the watchdog's next retry of those renewals goes to the new
 /// owner instead of the dead node until the leases run out.
 fn reroute(source: &Source, results: Vec<(Entry, Outcome)>) -> Vec<(Entry, Outcome)> {
-    let gone = results.iter().any(
-        |(_, o)| matches!(o, Outcome::Failed(e) if crate::connection::cluster::is_unreachable(e)),
-    );
+    let gone = results
+        .iter()
+        .any(|(_, o)| matches!(o, Outcome::Failed(e) if e.is_refusal()));
     if gone {
         source.refresh_topology();
     }
     results
         .into_iter()
         .map(|(entry, outcome)| match outcome {
-            Outcome::Failed(e) if crate::connection::cluster::is_redirect(&e) => {
+            Outcome::Failed(e) if e.is_redirect() => {
                 let outcome = source
                     .with_conn(&entry.key, |conn| renew_one(conn, &entry))
                     .unwrap_or_else(|e| Outcome::Failed(Arc::new(e)));
