@@ -50,6 +50,7 @@ pub(crate) mod cluster;
 mod eintr;
 pub(crate) mod pool;
 pub(crate) mod prelude;
+pub(crate) mod scan;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 pub(crate) mod shared;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use crate::client::Client;
+use crate::connection::scan::KeyScan;
 use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -14,14 +15,6 @@ use crate::lease::Pttl;
 use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, deadlines_of, queued};
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
-
-/// Keys asked for per `SCAN` call (a hint to the server, which may answer
-/// more or fewer): bounds the work of each call and of each page's reads.
-const SCAN_COUNT: usize = 1000;
-
-/// Most `SCAN` calls per master: a bound on the loop far above what any
-/// keyspace needs (Redis returns at least one key per non-empty call).
-const MAX_PAGES: usize = 10_000_000;
 
 impl Client {
     /// Every lock (reentrant, fenced, fair, read-write: a hash of hold
@@ -74,27 +67,13 @@ impl Client {
         let source = self.source();
         let mut out = Vec::new();
         for node in source.masters()? {
-            let mut cursor: u64 = 0;
-            for _ in 0..MAX_PAGES {
-                let (next, keys): (u64, Vec<Vec<u8>>) = source.with_node_conn(node, |conn| {
-                    let mut scan = redis::cmd("SCAN");
-                    scan.arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT);
-                    if !others {
-                        // Locks are hashes: the server skips the rest.
-                        scan.arg("TYPE").arg("hash");
-                    }
-                    scan.query(conn).map_err(Error::redis)
-                })?;
+            // Locks are hashes: unless others are asked for, the server
+            // skips the rest.
+            let mut scan = KeyScan::new(source, node, pattern.as_bytes(), !others);
+            while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
+                let keys = keys?;
                 if !keys.is_empty() {
                     out.extend(page(source, node, keys, others)?);
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
                 }
             }
         }

@@ -7,14 +7,9 @@ use std::collections::HashSet;
 use redis::Value;
 
 use super::{HolderRecord, KEY_PREFIX};
+use crate::connection::scan::KeyScan;
 use crate::connection::{NodeId, Source};
 use crate::error::Error;
-
-/// Keys asked for per `SCAN` call.
-const SCAN_COUNT: usize = 1000;
-
-/// Most `SCAN` calls: a bound on the loop far above any keyspace.
-const MAX_PAGES: usize = 10_000_000;
 
 /// The fixed fields read from each record.
 const STATICS: [&str; 5] = ["host", "pid", "program", "version", "started"];
@@ -40,36 +35,25 @@ pub(crate) fn holding(
     let mut left: HashSet<&str> = holders.iter().map(String::as_str).collect();
     let fields: Vec<Vec<u8>> = holders.iter().map(|h| super::hold_field(h, name)).collect();
     let pattern = format!("{KEY_PREFIX}*");
-    let mut cursor: u64 = 0;
-    for _ in 0..MAX_PAGES {
-        let page = source.with_node_conn(node, |conn| {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash")
-                .query(conn)
-                .map_err(Error::redis)?;
-            if keys.is_empty() {
-                return Ok((next, Vec::new()));
+    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), true);
+    while let Some(page) = scan.next_page(|conn, keys| {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("HMGET").arg(&key[..]).arg(&STATICS[..]);
+            for field in &fields {
+                pipe.arg(&field[..]);
             }
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("HMGET").arg(&key[..]).arg(&STATICS[..]);
-                for field in &fields {
-                    pipe.arg(&field[..]);
-                }
-                pipe.cmd("PTTL").arg(&key[..]);
-            }
-            pipe.ignore_errors();
-            let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
-            Ok((next, keys.into_iter().zip(pairs(replies)).collect()))
-        });
-        let (next, records) = match page {
-            Ok(page) => page,
+            pipe.cmd("PTTL").arg(&key[..]);
+        }
+        pipe.ignore_errors();
+        let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
+        Ok(keys.into_iter().zip(pairs(replies)).collect::<Vec<_>>())
+    }) {
+        let records = match page {
+            Ok(records) => records,
             Err(e) => {
                 log::debug!(
                     "redguard: searching the holder records failed: {e}",
@@ -87,8 +71,7 @@ pub(crate) fn holding(
             }
             found.push(record);
         }
-        cursor = next;
-        if cursor == 0 || left.is_empty() {
+        if left.is_empty() {
             break;
         }
     }
@@ -113,44 +96,29 @@ const WAIT_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
 pub(crate) fn waiting_on(source: &Source, node: NodeId) -> crate::error::Result<Vec<HolderRecord>> {
     let mut found = Vec::new();
     let pattern = format!("{KEY_PREFIX}*");
-    let mut cursor: u64 = 0;
-    for _ in 0..MAX_PAGES {
-        let (next, page) = source.with_node_conn(node, |conn| {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash")
-                .query(conn)
-                .map_err(Error::redis)?;
-            if keys.is_empty() {
-                return Ok((next, Vec::new()));
-            }
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("HMGET").arg(&key[..]).arg(&STATICS[..]);
-                pipe.cmd("HSCAN")
-                    .arg(&key[..])
-                    .arg(0)
-                    .arg("MATCH")
-                    .arg("wait:*")
-                    .arg("COUNT")
-                    .arg(WAIT_SCAN_COUNT);
-                pipe.cmd("PTTL").arg(&key[..]);
-            }
-            pipe.ignore_errors();
-            let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
-            Ok((next, keys.into_iter().zip(triples(replies)).collect()))
-        })?;
-        for (key, (statics, waits, pttl)) in page {
-            found.extend(read_waits(&key, statics, waits, pttl));
+    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), true);
+    while let Some(page) = scan.next_page(|conn, keys| {
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        cursor = next;
-        if cursor == 0 {
-            break;
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("HMGET").arg(&key[..]).arg(&STATICS[..]);
+            pipe.cmd("HSCAN")
+                .arg(&key[..])
+                .arg(0)
+                .arg("MATCH")
+                .arg("wait:*")
+                .arg("COUNT")
+                .arg(WAIT_SCAN_COUNT);
+            pipe.cmd("PTTL").arg(&key[..]);
+        }
+        pipe.ignore_errors();
+        let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
+        Ok(keys.into_iter().zip(triples(replies)).collect::<Vec<_>>())
+    }) {
+        for (key, (statics, waits, pttl)) in page? {
+            found.extend(read_waits(&key, statics, waits, pttl));
         }
     }
     Ok(found)
