@@ -682,17 +682,10 @@ impl Client {
                 let mut short_acks = None;
                 let reply = self.with_conn(key, |conn| {
                     sent_script = true;
-                    let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                        crate::connection::prelude::ride_plain(conn, self.source(), key, |conn| {
-                            script::claim(
-                                conn,
-                                key,
-                                &token_key,
-                                &holder_str,
-                                lease_ms,
-                                Some(&runner),
-                            )
-                        })
+                    // A waiting thread's record entry rides ahead of the script.
+                    let before = crate::connection::prelude::take_for(self.source(), key);
+                    let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {
+                        script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
                     })?;
                     if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                         short_acks = acked;

@@ -8,13 +8,15 @@
 //! Two facts shape the code (RELIABILITY 3.6, verified on Redis 7.0):
 //! `WAIT` counts the acknowledgements of the *calling connection's own*
 //! writes, so it must go on the connection that ran the script; and it is
-//! sent in the same write as the script ([`Acked`]), so it costs no extra
+//! sent in the same write as the script (`connection::framed`), so it costs no extra
 //! round trip beyond the replicas' own.
 
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::{ConnectionLike, Value};
+
+use crate::connection::framed::Framed;
 
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
@@ -74,8 +76,10 @@ impl ReplicaAcks {
     }
 
     /// Runs `op` on `conn`, each of its commands followed by `WAIT` in the
-    /// same write; returns `op`'s result and how many replicas acknowledged
-    /// its last command (`None` when `min` is 0: nothing was asked).
+    /// same write, and `before` (packed commands and their count, replies
+    /// dropped) ahead of its first; returns `op`'s result and how many
+    /// replicas acknowledged its last command (`None` when `min` is 0:
+    /// nothing was asked).
     ///
     /// The connection's read timeout grows by the ack timeout meanwhile,
     /// since the server answers only once `WAIT` is done.
@@ -83,10 +87,15 @@ impl ReplicaAcks {
         &self,
         conn: &mut redis::Connection,
         response_timeout: Duration,
+        before: Option<(Vec<u8>, usize)>,
         op: impl FnOnce(&mut dyn ConnectionLike) -> Result<T>,
     ) -> Result<(T, Option<u64>)> {
         if self.min == 0 {
-            return op(conn).map(|value| (value, None));
+            return match before {
+                None => op(conn),
+                before => op(&mut Framed::plain(conn).with_before(before)),
+            }
+            .map(|value| (value, None));
         }
         let ms = u64::try_from(self.timeout.as_millis())
             .unwrap_or(u64::MAX)
@@ -97,13 +106,14 @@ impl ReplicaAcks {
             .get_packed_command();
         conn.set_read_timeout(Some(response_timeout.saturating_add(self.timeout)))
             .map_err(Error::redis)?;
-        let mut acked = Acked {
-            conn: &mut *conn,
-            wait,
-            acked: None,
+        let mut framed = Framed::plain(&mut *conn)
+            .with_before(before)
+            .with_after(wait);
+        let result = op(&mut framed);
+        let count = match framed.after_reply() {
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
         };
-        let result = op(&mut acked);
-        let count = acked.acked;
         // A failure here leaves the longer timeout in place; the pool
         // discards connections whose I/O failed.
         conn.set_read_timeout(Some(response_timeout))
@@ -154,50 +164,5 @@ impl ReplicaAcks {
             acked: acked.unwrap_or(0),
             wanted: u64::from(self.min),
         }
-    }
-}
-
-/// A connection that follows every command with a `WAIT`, sent in the same
-/// write, and keeps the count of replicas that acknowledged the last one.
-struct Acked<'a> {
-    conn: &'a mut redis::Connection,
-    /// The packed `WAIT <n> <timeout ms>` command.
-    wait: Vec<u8>,
-    acked: Option<u64>,
-}
-
-impl ConnectionLike for Acked<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let mut both = Vec::with_capacity(cmd.len() + self.wait.len());
-        both.extend_from_slice(cmd);
-        both.extend_from_slice(&self.wait);
-        let mut replies = self.conn.req_packed_commands(&both, 0, 2)?;
-        let wait = replies.pop();
-        self.acked = match wait {
-            Some(Value::Int(n)) => u64::try_from(n).ok(),
-            _ => None,
-        };
-        Ok(replies.pop().unwrap_or(Value::Nil))
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        self.conn.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.conn.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.conn.is_open()
     }
 }

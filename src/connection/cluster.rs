@@ -413,7 +413,7 @@ impl Cluster {
                     redis::cmd("ASKING")
                         .query::<()>(conn)
                         .map_err(Error::redis)?;
-                    op(&mut super::prelude::Plain(conn))
+                    op(&mut super::framed::Framed::plain(conn))
                 })
             } else {
                 node.pool.with_shared_conn(&mut op)

@@ -48,6 +48,7 @@
 pub(crate) mod budget;
 pub(crate) mod cluster;
 mod eintr;
+pub(crate) mod framed;
 pub(crate) mod pool;
 pub(crate) mod prelude;
 pub(crate) mod scan;
@@ -276,11 +277,7 @@ impl Source {
         let mut rider = prelude::take(self, self.node_of(key));
         let mut op = |conn: &mut dyn redis::ConnectionLike| match rider.take() {
             None => op(conn),
-            prefix => op(&mut prelude::Riding {
-                conn,
-                prefix,
-                plain: false,
-            }),
+            before => op(&mut framed::Framed::skipping(conn).with_before(before)),
         };
         match self {
             Source::Single(pool) => pool.with_shared_conn(&mut op),

@@ -1,6 +1,6 @@
 //! Commands that ride ahead of this thread's next call to one server: packed
 //! by a layer above (a waiting thread's holder-record entry), sent in the
-//! same write as the call, their replies read and dropped. The transport
+//! same write as the call ([`Framed`]), their replies read and dropped. The transport
 //! knows only bytes, a count of replies, and the node they are for.
 //!
 //! One armed prelude per thread at a time: the state lives in a thread
@@ -9,8 +9,9 @@
 
 use std::cell::RefCell;
 
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::ConnectionLike;
 
+use super::framed::Framed;
 use super::{NodeId, Source};
 
 /// This thread's prelude, while one is claimed.
@@ -107,132 +108,23 @@ pub(crate) fn release() -> bool {
         .is_some_and(|armed| armed.sent)
 }
 
-/// Runs `f` on `conn`, a plain connection (`redis::Connection`) to the
-/// server of `key`, with this thread's armed prelude riding on its first
-/// command (see [`Riding`]).
+/// The commands armed on this thread for the server of `key` on `source`
+/// (see [`take`]).
+pub(crate) fn take_for(source: &Source, key: &[u8]) -> Option<(Vec<u8>, usize)> {
+    take(source, source.node_of(key))
+}
+
+/// Runs `f` on `conn`, a plain connection to the server of `key`, with
+/// this thread's armed prelude riding ahead of its first command (see
+/// [`Framed`]).
 pub(crate) fn ride_plain<T>(
-    conn: &mut dyn ConnectionLike,
+    conn: &mut redis::Connection,
     source: &Source,
     key: &[u8],
     f: impl FnOnce(&mut dyn ConnectionLike) -> T,
 ) -> T {
-    match take(source, source.node_of(key)) {
+    match take_for(source, key) {
         None => f(conn),
-        prefix => f(&mut Riding {
-            conn,
-            prefix,
-            plain: true,
-        }),
-    }
-}
-/// A connection whose next command carries packed commands ahead of it, in
-/// the same write: their replies are read and dropped (an error among them,
-/// such as an ACL user that may not write records, is no error of the
-/// command's), the command's own reply is returned as without them.
-pub(crate) struct Riding<'a> {
-    pub(crate) conn: &'a mut dyn ConnectionLike,
-    pub(crate) prefix: Option<(Vec<u8>, usize)>,
-    /// `conn` is a `redis::Connection`, whose pipelines return error
-    /// replies in place from offset 0 (and fail on one before the offset);
-    /// the shared connections (and [`Plain`]) skip the replies before the
-    /// offset, errors or not.
-    pub(crate) plain: bool,
-}
-
-impl ConnectionLike for Riding<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let Some((mut bytes, n)) = self.prefix.take() else {
-            return self.conn.req_packed_command(cmd);
-        };
-        bytes.extend_from_slice(cmd);
-        let mut replies = if self.plain {
-            self.conn.req_packed_commands(&bytes, 0, n + 1)?
-        } else {
-            self.conn.req_packed_commands(&bytes, n, 1)?
-        };
-        replies.pop().map_or(Ok(Value::Nil), Value::extract_error)
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        let Some((mut bytes, n)) = self.prefix.take() else {
-            return self.conn.req_packed_commands(cmd, offset, count);
-        };
-        bytes.extend_from_slice(cmd);
-        if self.plain {
-            let mut replies = self
-                .conn
-                .req_packed_commands(&bytes, 0, n + offset + count)?;
-            Ok(replies.split_off((n + offset).min(replies.len())))
-        } else {
-            self.conn.req_packed_commands(&bytes, offset + n, count)
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.conn.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.conn.is_open()
-    }
-}
-
-/// A plain connection whose pipelines skip the error replies before
-/// `offset` (as the shared connections' do) instead of failing the call:
-/// what [`Riding`] needs to drop the replies of its commands.
-pub(crate) struct Plain<'a>(pub(crate) &'a mut redis::Connection);
-
-impl ConnectionLike for Plain<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.0.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        if offset == 0 {
-            return self.0.req_packed_commands(cmd, offset, count);
-        }
-        self.0.send_packed_command(cmd)?;
-        let mut out = Vec::with_capacity(count);
-        let mut idx = 0;
-        let mut total = offset + count;
-        while idx < total {
-            match self.0.recv_response() {
-                // Out-of-band data between replies is no reply.
-                Ok(Value::Push { .. }) => total += 1,
-                Ok(value) if idx >= offset => out.push(value),
-                Ok(_) => {}
-                // A reply that could not be read ends the pipeline: the
-                // connection is dropped by its pool.
-                Err(e) => return Err(e),
-            }
-            idx += 1;
-        }
-        Ok(out)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.0.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.0.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.0.is_open()
+        before => f(&mut Framed::plain(conn).with_before(before)),
     }
 }

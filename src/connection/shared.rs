@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
+use super::framed::keep_after;
 use super::wire::{Link, Wire};
 use crate::duration_text::Human;
 use crate::error::{Error, Result};
@@ -1066,11 +1067,7 @@ impl redis::ConnectionLike for Through<'_> {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         let replies = self.request(cmd, offset + count)?;
-        let mut out = Vec::with_capacity(count);
-        for value in replies.into_iter().skip(offset) {
-            out.push(value.extract_error()?);
-        }
-        Ok(out)
+        keep_after(replies.into_iter().map(Ok), offset, count, true)
     }
 
     fn get_db(&self) -> i64 {

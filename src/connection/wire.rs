@@ -20,6 +20,7 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use super::eintr::Patient;
+use super::framed::keep_after;
 
 /// The socket of one shared connection.
 pub(crate) enum Wire {
@@ -177,14 +178,12 @@ impl redis::ConnectionLike for Link {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.wire.write_all(cmd)?;
-        let mut out = Vec::with_capacity(count);
-        for i in 0..offset + count {
-            let value = self.recv()?;
-            if i >= offset {
-                out.push(value.extract_error()?);
-            }
-        }
-        Ok(out)
+        keep_after(
+            std::iter::from_fn(|| Some(self.recv())),
+            offset,
+            count,
+            true,
+        )
     }
 
     fn get_db(&self) -> i64 {

@@ -310,9 +310,9 @@ impl Lock {
             self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
                 let source = self.inner.client.source();
-                let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                    crate::connection::prelude::ride_plain(conn, source, &self.inner.name, script)
-                })?;
+                // A waiting thread's record entry rides ahead of the script.
+                let before = crate::connection::prelude::take_for(source, &self.inner.name);
+                let (reply, acked) = acks.run(conn, response_timeout, before, script)?;
                 if let (Acquire::Acquired { .. }, Some(acked)) = (&reply, acked)
                     && acked < u64::from(acks.min)
                 {

@@ -753,7 +753,7 @@ impl Lock {
         acks.validate()?;
         let response_timeout = self.inner.client.config().response_timeout;
         let (renewed, acked) = self.inner.client.with_conn(&self.inner.name, |conn| {
-            acks.run(conn, response_timeout, |conn| {
+            acks.run(conn, response_timeout, None, |conn| {
                 scripts::renew(conn, &self.inner.name, holder.as_str(), ms)
             })
         })?;

@@ -418,21 +418,16 @@ impl ExpiringSemaphore {
         let mut short_acks = None;
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
-            let (reply, acked) = acks.run(conn, response_timeout, |conn| {
-                crate::connection::prelude::ride_plain(
+            // A waiting thread's record entry rides ahead of the script.
+            let before = crate::connection::prelude::take_for(self.client.source(), &self.name);
+            let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {
+                script::permit_acquire(
                     conn,
-                    self.client.source(),
-                    &self.name,
-                    |conn| {
-                        script::permit_acquire(
-                            conn,
-                            self.client.publish(&self.name),
-                            self.keys(),
-                            ms,
-                            self.skew_ms(),
-                            &[id.0],
-                        )
-                    },
+                    self.client.publish(&self.name),
+                    self.keys(),
+                    ms,
+                    self.skew_ms(),
+                    &[id.0],
                 )
             })?;
             if reply == PermitAcquire::Acquired && acks.short(acked) {

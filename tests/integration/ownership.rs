@@ -192,6 +192,75 @@ fn a_handles_replica_acks_are_its_own() {
     assert!(!ctx.server.exists(&name), "the grant was given back");
 }
 
+/// A waiter's grant is acknowledged like any other: the record entry of
+/// the wait rides ahead of the acquire on the same connection, and the
+/// `WAIT` still follows the script. One replica, one acknowledgement asked
+/// for. The record lives 900 ms (the watchdog timeout), so its entry is
+/// armed again every 300 ms: every attempt after a 400 ms poll carries it,
+/// the granting one included. (Were the `WAIT` left out when an entry
+/// rides, the grant would count no acknowledgement and be given back as
+/// `NotReplicated`.)
+#[test]
+fn a_grant_after_a_recorded_wait_is_acknowledged_too() {
+    use crate::support::RedisServer;
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let info: String = replica.cmd("INFO", &[b"replication"]);
+            info.contains("master_link_status:up")
+        }),
+        "the replica never synced"
+    );
+    let client = || {
+        crate::support::test_builder(&master.url())
+            .watchdog_timeout(Duration::from_millis(900))
+            .poll_interval(Duration::from_millis(400))
+            .min_replica_acks(1)
+            .holder_record(true)
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (client(), client());
+    let name = unique_name("acks-after-wait");
+    let held = first
+        .lock(&name)
+        .try_lock()
+        .unwrap()
+        .expect("free at first");
+    let waiter = {
+        let lock = second.lock(&name);
+        std::thread::spawn(move || match lock.try_lock_for(Duration::from_secs(20)) {
+            // The guard stays on its thread; its release goes with it.
+            Ok(Some(guard)) => guard.unlock().map(|()| true),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        })
+    };
+    // The waiter's entry is in its client's record once an attempt found
+    // the lock busy.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let keys: Vec<Vec<u8>> = master.cmd("KEYS", &[b"redguard:client:*"]);
+            keys.iter().any(|key| {
+                let fields: Vec<Vec<u8>> = master.cmd("HKEYS", &[key]);
+                fields.iter().any(|f| f.starts_with(b"wait:"))
+            })
+        }),
+        "the wait was never recorded"
+    );
+    // Held across two more of the waiter's polls: each busy attempt arms
+    // the entry again, and the next attempt carries it.
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(held);
+    match waiter.join().unwrap() {
+        Ok(true) => {}
+        other => panic!("the waiter's grant: {other:?}"),
+    }
+    assert!(!master.exists(&name), "released");
+}
+
 /// A grant that exactly as many replicas acknowledged as asked for is
 /// kept: one replica, one acknowledgement asked for.
 #[test]
