@@ -197,7 +197,8 @@ fn a_handles_replica_acks_are_its_own() {
 /// `WAIT` still follows the script. One replica, one acknowledgement asked
 /// for. The record lives 900 ms (the watchdog timeout), so its entry is
 /// armed again every 300 ms: every attempt after a 400 ms poll carries it,
-/// the granting one included. (Were the `WAIT` left out when an entry
+/// the granting one included: the holder lets go once the entry rode on
+/// two attempts after the first. (Were the `WAIT` left out when an entry
 /// rides, the grant would count no acknowledgement and be given back as
 /// `NotReplicated`.)
 #[test]
@@ -240,19 +241,34 @@ fn a_grant_after_a_recorded_wait_is_acknowledged_too() {
     };
     // The waiter's entry is in its client's record once an attempt found
     // the lock busy.
+    let mut record = None;
     assert!(
         wait_until(Duration::from_secs(10), || {
             let keys: Vec<Vec<u8>> = master.cmd("KEYS", &[b"redguard:client:*"]);
-            keys.iter().any(|key| {
+            record = keys.into_iter().find(|key| {
                 let fields: Vec<Vec<u8>> = master.cmd("HKEYS", &[key]);
                 fields.iter().any(|f| f.starts_with(b"wait:"))
-            })
+            });
+            record.is_some()
         }),
         "the wait was never recorded"
     );
-    // Held across two more of the waiter's polls: each busy attempt arms
-    // the entry again, and the next attempt carries it.
-    std::thread::sleep(Duration::from_millis(1000));
+    let record = record.unwrap();
+    // Held until the entry rode on two more attempts (each ride sets the
+    // record's lifetime again): the waiter's attempts now arm it each time.
+    let mut last = master.pttl(&record);
+    let mut rides = 0;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let pttl = master.pttl(&record);
+            if pttl > last {
+                rides += 1;
+            }
+            last = pttl;
+            rides >= 2
+        }),
+        "the entry did not ride again"
+    );
     drop(held);
     match waiter.join().unwrap() {
         Ok(true) => {}
