@@ -195,29 +195,20 @@ fn a_handles_replica_acks_are_its_own() {
 /// A waiter's grant is acknowledged like any other: the record entry of
 /// the wait rides ahead of the acquire on the same connection, and the
 /// `WAIT` still follows the script. One replica, one acknowledgement asked
-/// for. The record lives 900 ms (the watchdog timeout), so its entry is
-/// armed again every 300 ms: every attempt after a 400 ms poll carries it,
-/// the granting one included: the holder lets go once the entry rode on
-/// two attempts after the first. (Were the `WAIT` left out when an entry
+/// for. The record lives 3 s (the watchdog timeout, long enough that a
+/// grant slowed by a loaded machine is not given back as too late), so
+/// its entry is armed again every second: every attempt after a 1.2 s
+/// poll carries it, the granting one included (the holder lets go once
+/// the entry rode on two attempts after the first). (Were the `WAIT` left out when an entry
 /// rides, the grant would count no acknowledgement and be given back as
 /// `NotReplicated`.)
 #[test]
 fn a_grant_after_a_recorded_wait_is_acknowledged_too() {
-    use crate::support::RedisServer;
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let info: String = replica.cmd("INFO", &[b"replication"]);
-            info.contains("master_link_status:up")
-        }),
-        "the replica never synced"
-    );
+    let (master, _replica) = crate::support::RedisServer::start_master_and_replica();
     let client = || {
         crate::support::test_builder(&master.url())
-            .watchdog_timeout(Duration::from_millis(900))
-            .poll_interval(Duration::from_millis(400))
+            .watchdog_timeout(Duration::from_secs(3))
+            .poll_interval(Duration::from_millis(1200))
             .min_replica_acks(1)
             .holder_record(true)
             .build()
@@ -281,18 +272,7 @@ fn a_grant_after_a_recorded_wait_is_acknowledged_too() {
 /// kept: one replica, one acknowledgement asked for.
 #[test]
 fn a_grant_with_exactly_the_acknowledgements_asked_for_is_kept() {
-    use crate::support::RedisServer;
-    // No diskless-sync delay: the replica syncs at once.
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let info: String = replica.cmd("INFO", &[b"replication"]);
-            info.contains("master_link_status:up")
-        }),
-        "the replica never synced"
-    );
+    let (master, _replica) = crate::support::RedisServer::start_master_and_replica();
     // A lease well above the `WAIT` timeout (1 s): a slow acknowledgement
     // on a loaded machine must not make the grant come after its lease.
     let client = crate::support::test_builder(&master.url())
