@@ -60,6 +60,29 @@ pub struct LockInfo {
     /// (once its hold lasted 100 ms): such holders are not counted, as far
     /// as their holder records tell (a holder without a record is).
     pub subscribers: Option<u64>,
+    /// For a key of another kind ([`LockKind::Other`]) listed by
+    /// [`Client::list_locks`](crate::Client::list_locks): what its
+    /// bounded reads saw (see [`LockInfo::may_be_counter`]).
+    pub(crate) seen: Seen,
+}
+
+/// What [`Client::list_locks`](crate::Client::list_locks) saw of a key
+/// that is no lock, so that a caller sorting such keys out reads further
+/// only those that may be a counter or a run-once record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// A string whose value is (or may be) an integer.
+    pub(crate) counter: bool,
+    /// A hash whose fields are (or may be) a finished run-once record's.
+    pub(crate) once_record: bool,
+}
+
+impl Seen {
+    /// Nothing was seen: anything may be.
+    pub(crate) const UNKNOWN: Seen = Seen {
+        counter: true,
+        once_record: true,
+    };
 }
 
 impl LockInfo {
@@ -110,6 +133,23 @@ impl LockInfo {
             now.duration_since(self.held_since(holder)?)
                 .unwrap_or_default(),
         )
+    }
+
+    /// `false` when the key is known not to be a counter (a semaphore's
+    /// permits, a latch's count): [`Client::list_locks`](crate::Client::list_locks)
+    /// saw a string that is no integer, or a key of another type. `true`
+    /// when it may be one, or nothing was read to tell.
+    pub fn may_be_counter(&self) -> bool {
+        self.seen.counter
+    }
+
+    /// `false` when the key is known not to be a finished run-once record
+    /// (a hash of the fields `outcome`, `at` and `by` only):
+    /// [`Client::list_locks`](crate::Client::list_locks) saw a hash with
+    /// other fields, or a key of another type. `true` when it may be one,
+    /// or nothing was read to tell.
+    pub fn may_be_once_record(&self) -> bool {
+        self.seen.once_record
     }
 
     /// `true` when some holder holds the lock (or a value that is not a
@@ -258,6 +298,17 @@ impl HashLook {
         self.len > shape::MAX_LOCK_FIELDS
             || self.fields.len() as u64 > shape::MAX_LOCK_FIELDS
             || !self.fields.iter().all(|(f, v)| shape::is_lock_field(f, v))
+    }
+
+    /// Whether the hash may be a finished run-once record (`once_claim.lua`:
+    /// the fields `outcome`, `at` and `by` only). Exact for such a small
+    /// hash: its first `HSCAN` page holds every field.
+    pub(crate) fn may_be_once_record(&self) -> bool {
+        self.len <= 3
+            && self
+                .fields
+                .iter()
+                .all(|(f, _)| matches!(&f[..], b"outcome" | b"at" | b"by"))
     }
 
     /// Whether more `HSCAN` pages are needed to judge the hash and list its
@@ -414,6 +465,7 @@ impl Lock {
             records: Vec::new(),
             server_time: None,
             subscribers: None,
+            seen: Seen::UNKNOWN,
         };
         let mut deadlines = Vec::new();
         match redis_type.as_str() {
@@ -554,6 +606,7 @@ mod tests {
             records: Vec::new(),
             server_time: None,
             subscribers: None,
+            seen: Seen::UNKNOWN,
         };
         assert!(!info.is_held());
         info.kind = LockKind::Other {

@@ -12,9 +12,28 @@ use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lease::Pttl;
-use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, deadlines_of, queued};
+use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, Seen, deadlines_of, queued};
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
+
+/// Bytes of a string's value read to tell whether it may be a counter (an
+/// integer, at most 20 characters): the whole value of any counter, and
+/// never more of a large value.
+const COUNTER_PEEK: usize = 64;
+
+/// Whether `peek` (the first [`COUNTER_PEEK`] bytes of a string's value,
+/// the whole value when shorter) may be a counter: an integer as the
+/// counters' reads parse it (surrounding whitespace allowed). A longer
+/// value may be one only when what was read is all digits, signs and
+/// whitespace.
+fn may_be_counter(peek: &[u8]) -> bool {
+    if peek.len() < COUNTER_PEEK {
+        return std::str::from_utf8(peek).is_ok_and(|s| s.trim().parse::<i64>().is_ok());
+    }
+    peek.iter().all(|&b| {
+        b.is_ascii_digit() || b == b'-' || b == b'+' || b.is_ascii_whitespace() || b >= 0x80
+    })
+}
 
 impl Client {
     /// Every lock (reentrant, fenced, fair, read-write: a hash of hold
@@ -107,6 +126,13 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
         let mut pipe = redis::pipe();
         for (key, kind) in &wanted {
             pipe.cmd("PTTL").arg(&key[..]);
+            if kind == "string" {
+                // Bounded: whether it may be a counter, from its first bytes.
+                pipe.cmd("GETRANGE")
+                    .arg(&key[..])
+                    .arg(0)
+                    .arg(COUNTER_PEEK - 1);
+            }
             if kind == "hash" {
                 // Bounded: a hash too large to be a lock costs an HLEN and
                 // a page of a few fields, never a read of the whole.
@@ -135,7 +161,7 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .unwrap_or(-2);
-        let info = LockInfo {
+        let mut info = LockInfo {
             name,
             kind: LockKind::Other {
                 redis_type: redis_type.clone(),
@@ -146,9 +172,20 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
             records: Vec::new(),
             server_time: None,
             subscribers: None,
+            seen: Seen {
+                counter: false,
+                once_record: false,
+            },
         };
+        if redis_type == "string" {
+            info.seen.counter = replies
+                .next()
+                .and_then(|v| redis::from_redis_value::<Vec<u8>>(v).ok())
+                .is_none_or(|peek| may_be_counter(&peek));
+        }
         if redis_type == "hash" {
             let look = HashLook::from_replies(replies.next(), replies.next());
+            info.seen.once_record = look.may_be_once_record();
             let token_counter: i64 = replies
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
@@ -164,7 +201,6 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
                 .next()
                 .and_then(|v| redis::from_redis_value(v).ok())
                 .unwrap_or_default();
-            let mut info = info;
             info.queue_len = queue_len;
             hashes.push((infos.len(), look, queue));
             infos.push(info);
@@ -276,4 +312,23 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
         info.discount_listening_holders();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{COUNTER_PEEK, may_be_counter};
+
+    #[test]
+    fn a_string_may_be_a_counter_only_when_it_reads_as_an_integer() {
+        for yes in [&b"0"[..], b"-3", b" 12 ", b"9223372036854775807"] {
+            assert!(may_be_counter(yes), "{yes:?}");
+        }
+        for no in [&b"x"[..], b"", b"1.5", b"12a", b"99999999999999999999"] {
+            assert!(!may_be_counter(no), "{no:?}");
+        }
+        // A value longer than what was read: only digits, signs and
+        // whitespace so far keep it possible.
+        assert!(may_be_counter(&[b' '; COUNTER_PEEK]));
+        assert!(!may_be_counter(&[b'x'; COUNTER_PEEK]));
+    }
 }

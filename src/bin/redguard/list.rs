@@ -177,6 +177,12 @@ fn classify(
     let other = |info: LockInfo| Ok(all.then_some(Entry::Lock(info)));
     match &info.kind {
         LockKind::Other { .. } if internal => other(info),
+        // What the scan read of it rules out a counter and a run-once
+        // record: no round trip of its own (an application's keys can be
+        // most of the keyspace).
+        LockKind::Other { .. } if !info.may_be_counter() && !info.may_be_once_record() => {
+            other(info)
+        }
         LockKind::Other { redis_type } if redis_type == "string" => {
             match crate::sync_status::read(conn, &info.name)? {
                 Some(counter) => Ok(Some(Entry::Counter(info.name, Box::new(counter)))),
