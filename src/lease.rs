@@ -189,6 +189,12 @@ impl LeaseState {
         self.releasing.store(true, Ordering::Release);
     }
 
+    /// `true` once [`LeaseState::begin_release`] ran: the holder's last
+    /// release is under way (it ends released or lost).
+    pub(crate) fn is_releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
+    }
+
     /// Says that the hold's start went to its holder record.
     pub(crate) fn mark_recorded(&self) {
         self.recorded.store(true, Ordering::Release);

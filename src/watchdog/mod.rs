@@ -1383,9 +1383,13 @@ impl Watchdog {
         // pending list.
         self.take_pending();
         let now = Instant::now();
+        // A hold its holder is releasing is no one's to check: the unlock
+        // message may be its own release's, heard before the releasing
+        // thread marked it released, and a check then would reach the
+        // server after the release.
         let wanted: std::collections::HashSet<usize> = holds
             .iter()
-            .filter(|s| !s.is_over())
+            .filter(|s| !s.is_over() && !s.is_releasing())
             .map(|s| Arc::as_ptr(s) as usize)
             .collect();
         if wanted.is_empty() {
