@@ -367,18 +367,25 @@ fn d3_pubsub_connection_killed_for_its_output_buffer_waiters_all_acquire() {
             })
         })
         .collect();
-    // Set-up, not the case: generous for a loaded machine (5 s ran out once
-    // at load 9).
-    assert!(wait_until(Duration::from_secs(15), || {
-        let s = client.stats();
-        s.waiters == 8 && s.subscribed_channels == 1
-    }));
+    // The waiters' client's pub/sub connections (named after its id): the
+    // holder's client listens on the lock's channel too once its hold
+    // lasted 100 ms.
+    let short = client.id().to_string()[..8].to_owned();
     let pubsub_ids = || -> Vec<String> {
         let list: String = ctx.server.cmd("CLIENT", &[b"LIST", b"TYPE", b"pubsub"]);
         list.lines()
+            .filter(|l| l.contains(&short))
             .filter_map(|l| Some(l.split(' ').next()?.to_owned()))
             .collect()
     };
+    // Set-up, not the case: generous for a loaded machine (5 s ran out once
+    // at load 9). The client counts a channel once a waiter registers on
+    // it; the server lists the connection as pub/sub once it ran the
+    // SUBSCRIBE, which a loaded machine may not have reached yet.
+    assert!(wait_until(Duration::from_secs(15), || {
+        let s = client.stats();
+        s.waiters == 8 && s.subscribed_channels == 1 && pubsub_ids().len() == 1
+    }));
     let first = pubsub_ids();
     assert_eq!(first.len(), 1, "{first:?}");
     let () = ctx.server.cmd(
@@ -412,7 +419,6 @@ fn d3_pubsub_connection_killed_for_its_output_buffer_waiters_all_acquire() {
         let now = pubsub_ids();
         now.len() == 1 && now != first
     }));
-    crate::support::sleep(ms(100));
     let released = Instant::now();
     g.unlock().unwrap();
     for t in threads {
