@@ -537,7 +537,7 @@ pub(crate) fn renew_batch(
 ) -> Result<(Vec<Result<bool>>, Vec<Value>)> {
     let groups = script_calls(batch, per_call, by_slot);
     let calls = groups.len();
-    let build = || {
+    let build = |extra: &[redis::Cmd]| {
         let mut pipe = redis::pipe();
         for cmd in extra {
             pipe.add_command(cmd.clone());
@@ -559,15 +559,17 @@ pub(crate) fn renew_batch(
     if batch.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let mut replies = query_pipeline(conn, &build(), extra.len() + calls)?;
-    let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
-    if replies[extra.len()..].iter().any(noscript) {
-        // The server lost its script cache (restart, SCRIPT FLUSH): load it
-        // and send the batch once more.
-        RENEW_MANY.load(conn).map_err(Error::redis)?;
-        replies = query_pipeline(conn, &build(), extra.len() + calls)?;
-    }
+    let mut replies = query_pipeline(conn, &build(extra), extra.len() + calls)?;
     let extra_replies: Vec<Value> = replies.drain(..extra.len()).collect();
+    let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
+    if replies.iter().any(noscript) {
+        // The server lost its script cache (restart, SCRIPT FLUSH), or
+        // never had the script: load it and send the calls once more. The
+        // extra commands ran already: not again (a record write sent twice
+        // writes its fields twice).
+        RENEW_MANY.load(conn).map_err(Error::redis)?;
+        replies = query_pipeline(conn, &build(&[]), calls)?;
+    }
     if replies.len() != calls {
         return Err(Error::Protocol(format!(
             "renew pipeline answered {} replies for {calls} calls",
