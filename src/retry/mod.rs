@@ -25,6 +25,11 @@ pub(crate) use in_flight::InFlight;
 /// The first step of a retry loop that follows a lease: 10 ms.
 pub(crate) const FIRST: Duration = Duration::from_millis(10);
 
+/// The longest pause before the subscriber reopens its pub/sub connection;
+/// a connection that lived at least this long starts the pauses small
+/// again.
+pub(crate) const SUBSCRIBER_MAX_PAUSE: Duration = Duration::from_secs(1);
+
 /// The longest pause of a waiting call riding out an outage, and between
 /// two rounds of the watchdog's retries: short enough that a release lands
 /// within about a second of a promotion, long enough that a server that
@@ -91,10 +96,18 @@ impl Backoff {
         Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
     }
 
-    /// The subscriber's pub/sub connection reopened: from `first`
-    /// doubling up to `cap` (the subscriber's own 10 ms and 1 s).
-    pub(crate) fn reconnect(first: Duration, cap: Duration) -> Backoff {
-        Backoff::new(first, cap)
+    /// The subscriber's pub/sub connection reopened: 10 ms doubling up to
+    /// [`SUBSCRIBER_MAX_PAUSE`] (1 s).
+    pub(crate) fn subscriber_reconnect() -> Backoff {
+        Backoff::new(FIRST, SUBSCRIBER_MAX_PAUSE)
+    }
+
+    /// The watchdog's watch connection opened again: from its look pace
+    /// `every` up to 500 ms, so that a server that comes back is seen, and
+    /// its leases checked, within that; a server that stays down sees about
+    /// two attempts a second.
+    pub(crate) fn watch_connection(every: Duration) -> Backoff {
+        Backoff::new(every, MAX_PAUSE)
     }
 
     /// A sharded subscription (`SSUBSCRIBE`) tried again on a node: 100 ms

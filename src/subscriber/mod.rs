@@ -36,17 +36,13 @@ use registry::{Mailbox, Registered, Registry, WaiterId};
 use crate::connection::Source;
 use crate::error::Result;
 use crate::lease::LeaseState;
-use crate::retry::Backoff;
+use crate::retry::{self, Backoff};
 pub(crate) use listened::LISTEN_AFTER;
 use listened::Listened;
 
 /// How long one socket read waits before the thread looks at its control
 /// queue again; bounds the delay of a new channel's SUBSCRIBE.
 const TICK: Duration = Duration::from_millis(5);
-/// Pauses before reconnecting: from 10 ms, doubling (with jitter) up to 1 s.
-/// A connection that lived at least this long starts them small again.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The shortest pause before reconnecting when no waiter wants the
 /// connection, only listened holds: a waiter is woken sooner by a quick
 /// reconnect, a hold is not (the watchdog checks the server's leases after
@@ -378,7 +374,7 @@ enum Exit {
 
 impl Worker {
     fn run(&mut self) {
-        let mut backoff = Backoff::reconnect(FIRST_BACKOFF, MAX_BACKOFF);
+        let mut backoff = Backoff::subscriber_reconnect();
         loop {
             // Connect only when some waiter or held lock needs it.
             self.shared.sweep_holds(Instant::now());
@@ -423,7 +419,7 @@ impl Worker {
                     drop(registry);
                     // A connection the server keeps dropping at once must
                     // not be reopened at once, again and again.
-                    if connected.elapsed() >= MAX_BACKOFF {
+                    if connected.elapsed() >= retry::SUBSCRIBER_MAX_PAUSE {
                         backoff.reset();
                     }
                     let pause = self.pause(&mut backoff);

@@ -43,12 +43,6 @@ const LOOK: Duration = Duration::from_micros(100);
 /// How often a worker without work checks whether its server's connections
 /// are gone for good.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Pauses between attempts to open the watch connection again: from the
-/// look pace up to half a second (with jitter), so that a server that comes
-/// back is seen, and its leases checked, within that; a server that stays
-/// down sees about two attempts a second from this worker.
-const WATCH_FIRST_RETRY: Duration = WATCH_EVERY;
-const WATCH_MAX_RETRY: Duration = Duration::from_millis(500);
 
 /// Work for a server's worker.
 pub(super) enum Job {
@@ -126,7 +120,7 @@ pub(super) fn spawn(
             run_id: None,
             next_look: None,
             failures: 0,
-            backoff: Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY),
+            backoff: Backoff::watch_connection(WATCH_EVERY),
         },
         renewing: false,
         restarted_at: None,
