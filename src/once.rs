@@ -485,7 +485,7 @@ impl OnceGuard {
                         Some(Err(Error::NotHeld { .. })) => Ok(Release::NotHeld),
                         Some(Err(e)) => Err(e),
                         None => Err(Error::Timeout {
-                            kind: crate::TimeoutKind::Lease,
+                            kind: crate::error::TimeoutKind::Lease,
                             limit: lease_left,
                             server: None,
                             about: Some(format!(
@@ -799,7 +799,7 @@ impl Client {
                 Ok(Once::Running { holder, expires_in })
             }
             (None, Unclaimed::GivenBack) => Err(Error::Timeout {
-                kind: crate::TimeoutKind::Lease,
+                kind: crate::error::TimeoutKind::Lease,
                 limit: lease,
                 server: None,
                 about: Some(format!(
@@ -809,7 +809,7 @@ impl Client {
                 )),
             }),
             (None, Unclaimed::Nothing) => Err(Error::Timeout {
-                kind: crate::TimeoutKind::Wait,
+                kind: crate::error::TimeoutKind::Wait,
                 limit: wait(),
                 server: None,
                 about: Some(format!(

@@ -130,7 +130,7 @@ pub struct OnceInfo {
     /// The last attempt, whatever its end (`None` when none is kept): a
     /// `running` attempt whose claim is no longer held by its runner reads
     /// as [`AttemptState::Abandoned`](crate::AttemptState::Abandoned).
-    pub last_attempt: Option<crate::OnceAttempt>,
+    pub last_attempt: Option<crate::once::OnceAttempt>,
 }
 
 impl OnceInfo {
@@ -342,7 +342,7 @@ impl Client {
         let mut last_attempt = self.once_attempt_raw(key)?;
         let status = self.once_status(key)?;
         if let Some(attempt) = last_attempt.as_mut()
-            && attempt.state == crate::AttemptState::Running
+            && attempt.state == crate::once::AttemptState::Running
         {
             let runs = match &status {
                 OnceStatus::Running { holder, .. } => *holder == attempt.holder,
@@ -350,7 +350,7 @@ impl Client {
                 _ => false,
             };
             if !runs {
-                attempt.state = crate::AttemptState::Abandoned;
+                attempt.state = crate::once::AttemptState::Abandoned;
             }
         }
         let mut info = OnceInfo {

@@ -253,7 +253,7 @@ impl LockGuard {
                     // the lock must not meet.
                     thread_holds::releasing(client.id().as_u128(), self.lock.hold_key(), retry);
                     Err(Error::Timeout {
-                        kind: crate::TimeoutKind::Lease,
+                        kind: crate::error::TimeoutKind::Lease,
                         limit: Duration::from_millis(self.lease_ms),
                         server: None,
                         about: Some(format!(

@@ -303,8 +303,8 @@ impl MultiLockGuard {
 mod tests {
     use super::*;
 
-    fn client(url: &str) -> crate::Client {
-        crate::Client::open(url).unwrap()
+    fn client(url: &str) -> crate::client::Client {
+        crate::client::Client::open(url).unwrap()
     }
 
     #[test]

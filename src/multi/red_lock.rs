@@ -616,7 +616,7 @@ mod tests {
     #[test]
     fn validation() {
         let quick = |port: u16| {
-            crate::Client::builder()
+            crate::client::Client::builder()
                 .url(&format!("redis://127.0.0.1:{port}/"))
                 .connect_timeout(ms(50))
                 .response_timeout(ms(50))
@@ -641,7 +641,7 @@ mod tests {
         assert!(ok.retry_delay(ms(5), ms(1)).validate().is_err());
 
         let defaults =
-            |port: u16| crate::Client::open(&format!("redis://127.0.0.1:{port}/")).unwrap();
+            |port: u16| crate::client::Client::open(&format!("redis://127.0.0.1:{port}/")).unwrap();
         let slow = RedLock::new([
             defaults(7000).lock("x"),
             defaults(7001).lock("x"),

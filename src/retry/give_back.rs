@@ -55,7 +55,7 @@ mod tests {
     #[test]
     fn a_timed_out_or_refused_give_back_does_not() {
         let (result, calls) = attempts(Error::Timeout {
-            kind: crate::TimeoutKind::Reply,
+            kind: crate::error::TimeoutKind::Reply,
             limit: std::time::Duration::from_secs(1),
             server: None,
             about: None,

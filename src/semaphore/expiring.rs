@@ -314,7 +314,7 @@ impl ExpiringSemaphore {
     /// too, it expires with its lease.
     pub fn acquire(&self) -> Result<PermitGuard> {
         self.acquire_until(None)?.ok_or_else(|| Error::Timeout {
-            kind: crate::TimeoutKind::Wait,
+            kind: crate::error::TimeoutKind::Wait,
             limit: std::time::Duration::MAX,
             server: None,
             about: None,

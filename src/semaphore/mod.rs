@@ -257,7 +257,7 @@ impl Semaphore {
     pub fn acquire(&self, permits: u32) -> Result<SemaphoreGuard> {
         self.acquire_until(permits, None)?
             .ok_or_else(|| Error::Timeout {
-                kind: crate::TimeoutKind::Wait,
+                kind: crate::error::TimeoutKind::Wait,
                 limit: std::time::Duration::MAX,
                 server: None,
                 about: None,

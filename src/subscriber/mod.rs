@@ -148,7 +148,7 @@ impl Subscriber {
                 };
                 worker.run();
             })
-            .map_err(crate::Error::io)?;
+            .map_err(crate::error::Error::io)?;
         Ok(Subscriber { shared, control })
     }
 

@@ -317,28 +317,28 @@ impl NodeThread {
         }
     }
 
-    fn subscribe(&mut self, channel: &[u8]) -> crate::Result<()> {
+    fn subscribe(&mut self, channel: &[u8]) -> crate::error::Result<()> {
         let conn = match self.conn.take() {
             Some(conn) => conn,
             None => self.source.sharded_connection(self.node)?,
         };
         let conn = self.conn.insert(conn);
         conn.set_read_timeout(Some(self.timeout))
-            .map_err(crate::Error::redis)?;
+            .map_err(crate::error::Error::redis)?;
         let cmd = redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command();
         conn.send_packed_command(&cmd)
-            .map_err(crate::Error::redis)?;
+            .map_err(crate::error::Error::redis)?;
         // Bounded: each read waits at most the response timeout, and a
         // healthy server confirms after the messages queued before.
         for _ in 0..10_000 {
             // `reply` below never drops the connection; the `else` only
             // keeps this loop honest if that ever changes.
             let Some(conn) = self.conn.as_mut() else {
-                return Err(crate::Error::Protocol(
+                return Err(crate::error::Error::Protocol(
                     "the sharded pub/sub connection went away".into(),
                 ));
             };
-            let value = conn.recv_response().map_err(crate::Error::redis)?;
+            let value = conn.recv_response().map_err(crate::error::Error::redis)?;
             if matches!(parse(value.clone()), Reply::Subscribed(ref ch) if ch == channel) {
                 log::trace!(
                     "redguard subscriber: SSUBSCRIBE {:?} confirmed by node {}",
@@ -350,11 +350,13 @@ impl NodeThread {
                 return Ok(());
             }
             if let Value::ServerError(e) = value {
-                return Err(crate::Error::redis(e.into()));
+                return Err(crate::error::Error::redis(e.into()));
             }
             self.reply(value);
         }
-        Err(crate::Error::Protocol("no SSUBSCRIBE confirmation".into()))
+        Err(crate::error::Error::Protocol(
+            "no SSUBSCRIBE confirmation".into(),
+        ))
     }
 
     fn reply(&mut self, value: Value) {

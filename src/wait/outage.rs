@@ -190,7 +190,7 @@ impl Drop for Outage {
 fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
     let over = Duration::from_millis(u64::try_from(over.as_millis()).unwrap_or(u64::MAX));
     Error::Timeout {
-        kind: crate::TimeoutKind::Wait,
+        kind: crate::error::TimeoutKind::Wait,
         limit: over,
         server: None,
         about: Some(format!(

@@ -106,7 +106,7 @@ impl Drop for WaitEntry<'_> {
                     if !whole {
                         cmd.arg(&field[..]);
                     }
-                    cmd.query::<i64>(conn).map_err(crate::Error::redis)
+                    cmd.query::<i64>(conn).map_err(crate::error::Error::redis)
                 })
                 .is_ok()
         });

@@ -300,7 +300,7 @@ mod tests {
         r.settle(
             w,
             Err(Error::Timeout {
-                kind: crate::TimeoutKind::Reply,
+                kind: crate::error::TimeoutKind::Reply,
                 limit: std::time::Duration::from_secs(1),
                 server: None,
                 about: None,
@@ -321,7 +321,7 @@ mod tests {
         r.settle(
             w,
             Err(Error::Timeout {
-                kind: crate::TimeoutKind::Reply,
+                kind: crate::error::TimeoutKind::Reply,
                 limit: std::time::Duration::from_secs(1),
                 server: None,
                 about: None,
@@ -334,7 +334,7 @@ mod tests {
         r.settle(
             w,
             Err(Error::Timeout {
-                kind: crate::TimeoutKind::Reply,
+                kind: crate::error::TimeoutKind::Reply,
                 limit: std::time::Duration::from_secs(1),
                 server: None,
                 about: None,
