@@ -106,6 +106,8 @@ fn ci_checks_every_feature_the_library_alone_and_the_msrv() {
     // The library as a dependency builds it, and no CLI crate in it.
     assert!(CI.contains("cargo build --lib"), "{CI}");
     assert!(CI.contains("cargo tree"), "{CI}");
+    // The layers of docs/ARCHITECTURE.md: no import cycle, no import up.
+    assert!(CI.contains("scripts/check-layers"), "{CI}");
     let package = section("package");
     assert!(
         package.iter().any(|l| l.starts_with("rust-version = ")),
