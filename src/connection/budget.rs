@@ -44,6 +44,11 @@ pub(crate) fn set_call(call: Call) -> Call {
     CALL.with(|c| c.replace(call))
 }
 
+/// This thread's call.
+pub(crate) fn current() -> Call {
+    CALL.with(Cell::get)
+}
+
 /// How long the connection layer may go on retrying one call by itself
 /// (rediscovering a Sentinel master, waiting out a Cluster slot's move),
 /// from its `full` budget: all of it outside a waiting call; what is left

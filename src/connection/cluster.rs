@@ -9,7 +9,14 @@
 //! `TRYAGAIN` and `CLUSTERDOWN` are retried with backoff within the
 //! response timeout. None of these reaches the caller while the cluster is
 //! healthy or resharding.
+//!
+//! A master that cannot be reached is marked so: the slot map is asked
+//! again at once of the other nodes (reachable ones first, the seeds among
+//! them), and the call goes to the promoted replica as soon as a node
+//! names it, within the call's own deadline (outside a waiting call, the
+//! failover wait: a third of the watchdog timeout).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -134,6 +141,22 @@ struct Node {
     /// read and drops it; a reader polling with short timeouts would so
     /// lose `smessage`s after every quiet spell. Pushes are never dropped.
     sharded: Pool,
+    /// The last call or slot-map read sent to this node could not reach
+    /// it: slot-map reads ask it last.
+    unreachable: AtomicBool,
+}
+
+impl Node {
+    /// Notes whether `result`, got from this node, reached it.
+    fn note<T>(&self, result: &Result<T>) {
+        let unreachable = result
+            .as_ref()
+            .err()
+            .is_some_and(|e| matches!(e.redirect(), Some(Redirect::Unreachable)));
+        if self.unreachable.load(Ordering::Relaxed) != unreachable {
+            self.unreachable.store(unreachable, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The connections of one Redis Cluster.
@@ -275,6 +298,7 @@ impl Cluster {
             addr: addr.to_owned(),
             pool,
             sharded,
+            unreachable: AtomicBool::new(false),
         }));
         Ok(nodes.len() - 1)
     }
@@ -289,7 +313,8 @@ impl Cluster {
     }
 
     /// Reloads the slot map from the first node that answers `CLUSTER
-    /// SLOTS`: known nodes first, then the seeds. At most once per
+    /// SLOTS`: every known node (the seeds and each master ever seen),
+    /// those last found unreachable after the others. At most once per
     /// [`REFRESH_EVERY`] unless `force`, and less often while refreshes
     /// reach no node (see [`Backoff::slot_map_refresh`]).
     fn refresh(&self, force: bool) -> Result<()> {
@@ -300,7 +325,10 @@ impl Cluster {
         if !force && refreshed.not_before.is_some_and(|at| Instant::now() < at) {
             return Ok(());
         }
-        let candidates: Vec<Arc<Node>> = self.nodes().clone();
+        let mut candidates: Vec<Arc<Node>> = self.nodes().clone();
+        // A dead node costs a connect timeout on a real network: ask the
+        // others first. The sort is stable: seeds keep their lead.
+        candidates.sort_by_key(|n| n.unreachable.load(Ordering::Relaxed));
         let mut last = None;
         for node in candidates {
             let reply = node.pool.with_conn(|conn| {
@@ -309,6 +337,7 @@ impl Cluster {
                     .query::<Value>(conn)
                     .map_err(|e| not_a_cluster(Error::redis(e), &node.addr))
             });
+            node.note(&reply);
             match reply.and_then(|r| self.apply(&node.addr, &r)) {
                 Ok(()) => {
                     refreshed.failures.reset();
@@ -432,7 +461,10 @@ impl Cluster {
         // A slot move or a failover takes about a second: wait for it within
         // the time a call may take anyway (connect + response).
         let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
+        // Riding out a failover takes longer than a slot's move.
+        let failover_budget = budget.max(self.options.failover_wait);
         let mut backoff = Backoff::cluster_call();
+        let mut failover = Backoff::cluster_failover();
         let mut ask: Option<NodeId> = None;
         let mut attempt = 0;
         loop {
@@ -442,13 +474,48 @@ impl Cluster {
                 Some(id) => id,
                 None => self.route(slot)?,
             };
-            let result = call(&*self.node(node)?, asking);
+            let target = self.node(node)?;
+            let result = call(&target, asking);
+            target.note(&result);
             let Err(e) = &result else {
                 return result;
             };
             let Some(redirect) = e.redirect() else {
                 return result;
             };
+            if matches!(redirect, Redirect::Unreachable) {
+                // Before anything else, even when this call retries no
+                // more by itself: the next attempt (this call's, or its
+                // waiting caller's) must not go to the dead node again
+                // once a live node names the promoted replica.
+                let _ = self.refresh(false);
+                if self.owner(slot).is_some_and(|owner| owner != node)
+                    && attempt < MAX_ATTEMPTS
+                    && started.elapsed() < failover_budget
+                {
+                    continue;
+                }
+                if attempt >= MAX_ATTEMPTS {
+                    return result;
+                }
+                // No promotion comes while no node answers at all: then
+                // this is an outage, given no more than a slot's move.
+                let limit = if self
+                    .nodes()
+                    .iter()
+                    .all(|n| n.unreachable.load(Ordering::Relaxed))
+                {
+                    budget
+                } else {
+                    failover_budget
+                };
+                let pause = failover.next_pause();
+                if started.elapsed() + pause > super::budget::inner_budget(limit) {
+                    return result;
+                }
+                pause_until(Instant::now() + pause);
+                continue;
+            }
             if attempt >= MAX_ATTEMPTS || started.elapsed() > budget {
                 return result;
             }
@@ -461,7 +528,7 @@ impl Cluster {
                     self.set_owner(moved, id);
                 }
                 Redirect::Ask(addr) => ask = Some(self.intern(&addr)?),
-                Redirect::Retry | Redirect::Unreachable => {
+                Redirect::Retry => {
                     let pause = backoff.next_pause();
                     // A waiting call retries by itself, with its own
                     // deadline (see `crate::outage`).
@@ -469,10 +536,12 @@ impl Cluster {
                         return result;
                     }
                     pause_until(Instant::now() + pause);
-                    if matches!(redirect, Redirect::Unreachable) || attempt % 4 == 0 {
+                    if attempt % 4 == 0 {
                         let _ = self.refresh(false);
                     }
                 }
+                // Taken above, before the budget of a slot's move.
+                Redirect::Unreachable => {}
             }
         }
     }
@@ -606,6 +675,7 @@ mod tests {
             pool_size: 2,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
+            failover_wait: Duration::from_secs(1),
         }
     }
 

@@ -219,6 +219,11 @@ pub(crate) struct ConnectOptions {
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
+    /// How long a call made outside a waiting call keeps trying a Cluster
+    /// slot whose master cannot be reached, for the cluster to promote a
+    /// replica: a third of the watchdog timeout, the time within which a
+    /// failover must end for holders' leases to survive it.
+    pub(crate) failover_wait: std::time::Duration,
 }
 
 impl Source {
@@ -238,6 +243,7 @@ impl Source {
                     options.connect_timeout,
                     options.response_timeout,
                 )?
+                .standalone()
                 .named(options.name.clone()),
             )),
             Deployment::Sentinel(spec) => Ok(Source::Sentinel(sentinel::Sentinel::new(

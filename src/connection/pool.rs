@@ -16,7 +16,7 @@ use crate::connection::Tls;
 use crate::connection::server::{self, Server};
 use crate::connection::shared::Shared;
 use crate::connection::wire::{self, Link, Wire};
-use crate::error::{Error, Result, TimeoutKind};
+use crate::error::{Error, Redirect, Result, TimeoutKind};
 
 #[cfg(feature = "tls")]
 pub(crate) fn build_with_tls(info: redis::ConnectionInfo, tls: &Tls) -> Result<redis::Client> {
@@ -56,6 +56,10 @@ pub(crate) struct Pool {
     /// is used: set for a master found through Sentinel, which may have
     /// been demoted since.
     master_only: bool,
+    /// Whether the pool stands for a whole single-server deployment: a
+    /// Redis Cluster node behind it is refused (see
+    /// [`server::cluster_node`]).
+    standalone: bool,
     /// What the server is, from the first connection that could tell
     /// (`None` inside: it would not say). Unset until then, and while the
     /// server is one redguard refuses.
@@ -122,6 +126,7 @@ impl Pool {
             response_timeout,
             generation: AtomicU64::new(0),
             master_only: false,
+            standalone: false,
             server: OnceLock::new(),
             name: None,
             shared: Shared::new(SHARED_CONNECTIONS, response_timeout, connect_timeout),
@@ -135,6 +140,13 @@ impl Pool {
     /// error (see [`is_not_master`]) and is closed.
     pub(crate) fn master_only(mut self) -> Pool {
         self.master_only = true;
+        self
+    }
+
+    /// The same pool, refusing a Redis Cluster node: what a `redis://`
+    /// URL reaches must serve every slot.
+    pub(crate) fn standalone(mut self) -> Pool {
+        self.standalone = true;
         self
     }
 
@@ -240,6 +252,14 @@ impl Pool {
                 server.check(addr)?;
             }
             let _ = self.server.set(found);
+        }
+        if self.standalone
+            && self
+                .server
+                .get()
+                .is_some_and(|s| s.as_ref().is_some_and(|s| s.cluster))
+        {
+            return Err(server::cluster_node(&self.addr()));
         }
         if self.master_only {
             let role: redis::Role = redis::cmd("ROLE").query(conn).map_err(Error::redis)?;
@@ -357,7 +377,16 @@ impl Pool {
     /// The same result, an error naming this pool's server (and a reply
     /// timeout its limit).
     fn located<T>(&self, result: Result<T>) -> Result<T> {
-        result.map_err(|e| e.on_server(&self.label(), self.response_timeout))
+        result.map_err(|e| {
+            // A cluster node that would not say what it is (an ACL user
+            // without `INFO`) shows itself by its first redirection.
+            if self.standalone
+                && matches!(e.redirect(), Some(Redirect::Moved(..) | Redirect::Ask(_)))
+            {
+                return server::cluster_node(&self.addr());
+            }
+            e.on_server(&self.label(), self.response_timeout)
+        })
     }
 
     /// `host:port` of the server.

@@ -22,6 +22,9 @@ pub(crate) struct Server {
     pub(crate) name: String,
     /// `redis_version`, as numbers.
     pub(crate) redis_version: (u32, u32, u32),
+    /// `redis_mode:cluster`: a Redis Cluster node, which serves only its
+    /// own slots.
+    pub(crate) cluster: bool,
 }
 
 impl Server {
@@ -49,6 +52,7 @@ impl Server {
         Some(Server {
             name,
             redis_version,
+            cluster: field("redis_mode") == Some("cluster"),
         })
     }
 
@@ -71,6 +75,17 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The refusal of a Redis Cluster node reached through a single-server
+/// (`redis://`) URL: through it only the node's own slots could be used,
+/// every other name would fail with `MOVED`, and `list` would show one
+/// node's locks as if they were all.
+pub(crate) fn cluster_node(addr: &str) -> Error {
+    Error::invalid(format!(
+        "{addr} is a Redis Cluster node: use a redis+cluster:// URL (for example \
+         redis+cluster://{addr}/, with more nodes as seeds: redis+cluster://h1:p1,h2:p2/)"
+    ))
 }
 
 /// Asks the server behind `conn` what it is (`INFO server`, one round
@@ -99,6 +114,12 @@ mod tests {
         let redis62 =
             Server::parse("# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n").unwrap();
         assert_eq!(redis62.name, "Redis 6.2.14");
+        assert!(!redis62.cluster);
+        assert!(
+            Server::parse("redis_version:7.0.15\r\nredis_mode:cluster\r\n")
+                .unwrap()
+                .cluster
+        );
         assert!(!redis62.sharded_pubsub());
         assert!(redis62.check("h:1").is_ok());
 

@@ -466,6 +466,7 @@ impl Lock {
                 response_timeout: self.inner.client.config().response_timeout,
                 classic_publish: self.inner.client.config().interop.classic_publish,
                 listen: true,
+                home: watchdog::UNHOMED,
             };
             let due = match (renew, recheck) {
                 (true, _) => sent + lease / 3,

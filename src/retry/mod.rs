@@ -78,6 +78,14 @@ impl Backoff {
         Backoff::new(Duration::from_millis(5), Duration::from_millis(50))
     }
 
+    /// A Cluster call sent again while the master of its slot cannot be
+    /// reached (a failover under way): 20 ms doubling up to 250 ms, so that
+    /// the call goes on within a quarter second of the promotion without a
+    /// storm of connects to the dead node.
+    pub(crate) fn cluster_failover() -> Backoff {
+        Backoff::new(Duration::from_millis(20), Duration::from_millis(250))
+    }
+
     /// A Cluster's slot map read again after failed refreshes: every
     /// `every` at first, doubling up to 2 s.
     pub(crate) fn slot_map_refresh(every: Duration) -> Backoff {

@@ -494,6 +494,7 @@ impl ExpiringSemaphore {
             })),
             classic_publish: self.client.config().interop.classic_publish,
             listen: false,
+            home: watchdog::UNHOMED,
         };
         let due = if renew { sent + lease / 3 } else { valid_until };
         watchdog::register(entry, due);

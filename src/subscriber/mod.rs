@@ -719,6 +719,7 @@ mod tests {
             pool_size: 1,
             connect_timeout: Duration::from_millis(200),
             response_timeout: Duration::from_millis(200),
+            failover_wait: Duration::from_millis(200),
         };
         let source = Arc::new(Source::open(&deployment, &options).unwrap());
         let reactions = Reactions {

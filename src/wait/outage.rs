@@ -55,7 +55,14 @@ impl Outage {
     /// The outage state of a waiting call that ends at `deadline` (`None`:
     /// never), on this thread.
     pub(crate) fn new(deadline: Option<Instant>) -> Outage {
-        let outer = budget::set_call(Call::Waiting(deadline));
+        // A call that may not wait at all (`try_lock`) waits for no holder,
+        // but rides out a failover as any call outside a wait does: "busy"
+        // is an answer, "the master is being replaced" is not.
+        let call = match deadline {
+            Some(at) if at <= Instant::now() => Call::Plain,
+            _ => Call::Waiting(deadline),
+        };
+        let outer = budget::set_call(call);
         Outage {
             backoff: Backoff::waiting_call(),
             failed: 0,
@@ -78,7 +85,9 @@ impl Outage {
         self.backoff.reset();
         self.failed = 0;
         self.since = Instant::now();
-        budget::set_call(Call::Waiting(self.deadline));
+        if !matches!(budget::current(), Call::Plain) {
+            budget::set_call(Call::Waiting(self.deadline));
+        }
     }
 
     /// After an attempt that failed with `err`: the pause before the next

@@ -109,6 +109,13 @@ pub(crate) struct Entry {
     /// How its release at client shutdown wakes waiters (the client's
     /// setting).
     pub(crate) classic_publish: crate::ClassicPublish,
+    /// The node whose worker counts this entry and whose holder record
+    /// keeps its hold, once the watchdog has taken it in ([`UNHOMED`]
+    /// before). On a Cluster the lock's slot may move to another master
+    /// while it is held: the entry then moves with it (see
+    /// [`Watchdog::rehome`]). A `u32`: it fits beside the entry's flags,
+    /// where a `usize` would add a word to each of 100,000 holds.
+    pub(crate) home: u32,
     /// A lock hold, whose channel a force unlock publishes on: listened
     /// for once it lasted [`crate::lease::LISTEN_AFTER`].
     pub(crate) listen: bool,
@@ -154,7 +161,18 @@ impl Entry {
             self.source.node_of(&self.key),
         )
     }
+
+    /// The server the watchdog counts this entry on (see [`Entry::home`]).
+    fn home_server(&self) -> Server {
+        if self.home == UNHOMED {
+            return self.server();
+        }
+        (Arc::as_ptr(&self.source) as usize, self.home as NodeId)
+    }
 }
+
+/// [`Entry::home`] of an entry the watchdog has not taken in yet.
+pub(crate) const UNHOMED: u32 = u32::MAX;
 
 /// What one renewal round trip said about one entry.
 enum Outcome {
@@ -780,7 +798,8 @@ impl Watchdog {
             self.listen_tick = Some(now + crate::lease::LISTEN_AFTER);
         }
         let mut last_used: Option<Server> = None;
-        for (due, entry) in pending {
+        for (due, mut entry) in pending {
+            entry.home = u32::try_from(entry.server().1).unwrap_or(UNHOMED);
             if entry.context.record.is_some() {
                 // Short holds too keep the record alive: the client uses
                 // the server. Once per run of entries of one server.
@@ -950,7 +969,7 @@ impl Watchdog {
         }
         let scheduled = schedule
             .iter()
-            .filter(|e| e.server() == server)
+            .filter(|e| e.home_server() == server)
             .map(|e| (&e.holder, &e.key, &e.state));
         let sent = state.sent.iter().map(|s| (&s.holder, &s.key, &s.state));
         let waiting = (state.busy.iter().flatten())
@@ -1034,7 +1053,7 @@ impl Watchdog {
         if entry.state.is_recorded()
             && let Some(record) = self
                 .servers
-                .get_mut(&entry.server())
+                .get_mut(&entry.home_server())
                 .and_then(|s| s.record.as_mut())
         {
             record.ended(record::hold_field(&entry.holder, &entry.key));
@@ -1043,7 +1062,7 @@ impl Watchdog {
             .counters
             .watchdog_entries
             .fetch_sub(1, Ordering::Relaxed);
-        self.uncount(entry.server());
+        self.uncount(entry.home_server());
     }
 
     /// The state of `server`, with a live worker: started when there is
@@ -1094,9 +1113,10 @@ impl Watchdog {
         // Straight from the schedule into the groups: with 100 000 held
         // locks a tick's due entries are many megabytes, copied once.
         while let Some(entry) = self.schedule.pop_one_due(now) {
-            let Some(entry) = self.still_wanted(entry) else {
+            let Some(mut entry) = self.still_wanted(entry) else {
                 continue;
             };
+            self.rehome(&mut entry, now);
             if !entry.renew {
                 let valid_until = entry.state.valid_until();
                 if valid_until > now && entry.recheck.is_some() {
@@ -1117,6 +1137,31 @@ impl Watchdog {
         }
         for (server, entries) in groups {
             self.renew_or_wait(server, entries);
+        }
+    }
+
+    /// Moves `entry` to the node that serves its lock now, when its slot
+    /// has moved since the watchdog took it in (a Cluster reshard or
+    /// failover, learned from a redirection): the new node's worker counts
+    /// it, and its hold leaves the client's record on the old node for the
+    /// one on the new node, where `status` and `list` look for it.
+    fn rehome(&mut self, entry: &mut Entry, now: Instant) {
+        let (old, new) = (entry.home_server(), entry.server());
+        if old == new || entry.home == UNHOMED {
+            return;
+        }
+        let field = record::hold_field(&entry.holder, &entry.key);
+        if let Some(record) = self.servers.get_mut(&old).and_then(|s| s.record.as_mut()) {
+            record.moved_away(&field);
+        }
+        self.uncount(old);
+        entry.home = u32::try_from(new.1).unwrap_or(UNHOMED);
+        self.count(entry);
+        if entry.context.record.is_some() {
+            self.record_use(entry, now);
+            if let Some(record) = self.servers.get_mut(&new).and_then(|s| s.record.as_mut()) {
+                record.hold(field, entry.state.clone());
+            }
         }
     }
 

@@ -97,6 +97,16 @@ impl RecordState {
         self.dels.push(field);
     }
 
+    /// A hold whose lock moved to another node: its field goes from this
+    /// record (or, when not written yet, is not written here at all).
+    pub(super) fn moved_away(&mut self, field: &[u8]) {
+        let before = self.adds.len();
+        self.adds.retain(|(f, _)| f.as_slice() != field);
+        if self.adds.len() == before {
+            self.dels.push(field.to_vec());
+        }
+    }
+
     fn pace(&self) -> Duration {
         PACE.min(self.spec.ttl / 3)
     }

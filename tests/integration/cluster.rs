@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use redguard::{ClassicPublish, Client, Error};
 
+mod failover_calls;
+mod moved_records;
+mod plain_url;
 mod sharded;
 
 use crate::support::{
@@ -83,9 +86,15 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     let mut bed = RedisCluster::start();
     eprintln!("cluster up in {:?}", started.elapsed());
     timed_case("bed_selftest", || bed_selftest(&bed));
+    timed_case("plain_url_at_a_cluster_node_is_refused", || {
+        plain_url::plain_url_at_a_cluster_node_is_refused(&bed);
+    });
     timed_case("f4_live", || f4_live(&bed));
     timed_case("kinds_on_cluster", || kinds_on_cluster(&bed));
     timed_case("records_on_cluster", || records_on_cluster(&bed));
+    timed_case("records_follow_a_moved_slot", || {
+        moved_records::records_follow_a_moved_slot(&bed);
+    });
     timed_case("classic_listeners_on_a_replica", || {
         classic_listeners_on_a_replica(&bed);
     });
@@ -124,6 +133,9 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
     timed_case("f5_release_across_a_failover", || {
         f5_release_across_a_failover(&mut bed);
+    });
+    timed_case("new_calls_find_the_promoted_replica", || {
+        failover_calls::new_calls_find_the_promoted_replica(&mut bed);
     });
     timed_case("cli_exec_on_cluster", || cli_exec_on_cluster(&bed));
     eprintln!("cluster cases done in {:?}", started.elapsed());
