@@ -79,9 +79,13 @@ impl OnLoss<'_> {
                  (SIGTERM now, SIGKILL in {grace})"
             )
         } else {
+            // Most often a failover slower than the lease allows: say
+            // where the sizing rule is.
             format!(
                 "{why} of {subject}: no renewal came through, and it ends in {left}; \
-                 stopping CMD before it does (SIGTERM now, SIGKILL in {grace})"
+                 stopping CMD before it does (SIGTERM now, SIGKILL in {grace}). A \
+                 failover must end within a third of --watchdog-timeout: see \
+                 \"Failover sizing\" in docs/DEPLOYMENTS.md"
             )
         }
     }
