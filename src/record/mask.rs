@@ -120,20 +120,68 @@ fn words(text: &str) -> Vec<&str> {
     words
 }
 
-/// `words` joined by spaces, with their secrets masked.
+/// `words` joined by spaces, with their secrets masked. Each word is
+/// judged as the program receives it, its quotes removed: a shell-quoted
+/// `'--password=with space'` or `TOKEN='a b'` is a secret flag or variable
+/// like its plain form. A word with nothing masked is kept as written.
 fn masked(words: &[&str]) -> String {
     let mut out: Vec<String> = Vec::with_capacity(words.len());
     let mut value_next = false;
     for word in words {
-        if std::mem::take(&mut value_next) && !word.starts_with("--") {
+        let plain = unquoted(word);
+        if std::mem::take(&mut value_next) && !plain.starts_with("--") {
             out.push(MASK.to_owned());
             continue;
         }
-        let (word, takes_value) = mask_word(word);
+        let (masked, takes_value) = mask_word(&plain);
         value_next = takes_value;
-        out.push(word);
+        if masked == *plain {
+            out.push((*word).to_owned());
+        } else {
+            out.push(quoted(&masked));
+        }
     }
     out.join(" ")
+}
+
+/// `word` as a shell passes it to the program: `'…'` taken literally,
+/// `"…"` with `\"` and `\\` unescaped, a backslash outside quotes
+/// escaping the next character. Borrowed when there is nothing to remove.
+fn unquoted(word: &str) -> std::borrow::Cow<'_, str> {
+    if !word.contains(['\'', '"', '\\']) {
+        return std::borrow::Cow::Borrowed(word);
+    }
+    let mut out = String::with_capacity(word.len());
+    let mut chars = word.chars();
+    let mut quote = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '\\') | (Some('"'), '\\') => {
+                if let Some(next) = chars.next() {
+                    if quote.is_some() && !matches!(next, '"' | '\\') {
+                        out.push('\\');
+                    }
+                    out.push(next);
+                }
+            }
+            (_, c) => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `word` quoted for a shell when it has white space, quotes or
+/// backslashes in it (a masked word keeps the rest of its text).
+fn quoted(word: &str) -> String {
+    if word.is_empty()
+        || word.contains(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '\\'))
+    {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    } else {
+        word.to_owned()
+    }
 }
 
 /// One word with its secrets masked, and whether the next word is a
@@ -237,6 +285,30 @@ fn mask_urls(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Quoted as `redguard exec` quotes CMD's words (or as a shell user
+    /// wrote them), secrets are masked as in their plain form.
+    #[test]
+    fn quoted_secrets_are_masked() {
+        let cases = [
+            ("job '--password=with space'", "job --password=***"),
+            ("job TOKEN='a b'", "job TOKEN=***"),
+            ("job 'TOKEN=a b'", "job TOKEN=***"),
+            (r"job '--secret=it'\''s'", "job --secret=***"),
+            ("job '--key=a\"b'", "job --key=***"),
+            ("job \"--api-key=x y\"", "job --api-key=***"),
+            ("job --password 'two words'", "job --password ***"),
+            (
+                "psql 'postgres://app:p w@db/x y'",
+                "psql 'postgres://app:***@db/x y'",
+            ),
+            // Nothing to mask: kept as written.
+            ("echo 'hello world' \"it's\"", "echo 'hello world' \"it's\""),
+        ];
+        for (text, want) in cases {
+            assert_eq!(recorded(text, RecordCommand::Masked), want, "{text}");
+        }
+    }
 
     /// Each case: the text, and what the default (masked) record keeps.
     #[test]

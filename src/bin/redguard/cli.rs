@@ -64,6 +64,17 @@ pub(crate) struct ConnArgs {
     )]
     pub(crate) sentinel_password: Option<String>,
 
+    /// File whose first line is the data nodes' password, used when the
+    /// URL has none ($REDISCLI_AUTH, as redis-cli reads it, comes after):
+    /// a password that appears in no URL, argument or log.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDGUARD_PASSWORD_FILE"
+    )]
+    pub(crate) password_file: Option<std::path::PathBuf>,
+
     /// Replicas that must acknowledge each grant, lease renewal and fencing
     /// token (Redis WAIT) [default: 0]. A grant too few acknowledge is
     /// undone and reported (exit 69), so that a failover cannot hand the

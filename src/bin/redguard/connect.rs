@@ -59,6 +59,12 @@ pub(crate) fn connect(
         .url(url)
         .program(program)
         .record_command(record_command);
+    if !url_has_password(url)
+        && let Some(password) = password_elsewhere(args)?
+    {
+        out::add_secret(&password);
+        builder = builder.password(&password);
+    }
     if let Some(pw) = &args.sentinel_password {
         builder = builder.sentinel_password(pw);
     }
@@ -108,6 +114,74 @@ pub(crate) fn connect(
             .map_or_else(|| client.server(), |(addr, _)| addr.to_owned())
     };
     Ok(Connection { client, server })
+}
+
+/// The variable redis-cli reads a password from; redguard reads it too,
+/// after `--password-file`.
+const AUTH_VARIABLE: &str = "REDISCLI_AUTH";
+
+/// The data nodes' password from `--password-file` (its first line), else
+/// from `$REDISCLI_AUTH`; `None` when neither gives one.
+fn password_elsewhere(args: &ConnArgs) -> Result<Option<String>, Failure> {
+    if let Some(path) = &args.password_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::new(
+                code::USAGE,
+                format!("cannot read the password file {}: {e}", path.display()),
+            )
+        })?;
+        let line = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('\r');
+        if line.is_empty() {
+            return Err(Failure::new(
+                code::USAGE,
+                format!("the password file {} is empty", path.display()),
+            ));
+        }
+        return Ok(Some(line.to_owned()));
+    }
+    Ok(std::env::var(AUTH_VARIABLE).ok().filter(|p| !p.is_empty()))
+}
+
+/// Whether `url` carries a password (`scheme://[user]:password@…`).
+fn url_has_password(url: &str) -> bool {
+    url_password_span(url).is_some()
+}
+
+/// Where the password of `url` is (the text between `user:` and `@`), if
+/// it has one.
+fn url_password_span(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let colon = rest[..at].find(':')?;
+    (colon + 1 < at).then(|| start + colon + 1..start + at)
+}
+
+/// The variables that carry a Redis password: taken out of CMD's
+/// environment, which need not know how redguard reached Redis.
+/// `REDIS_URL` stays, without its password, for a CMD that uses the same
+/// server with credentials of its own.
+pub(crate) fn scrub_env(cmd: &mut std::process::Command) {
+    for name in [
+        "REDIS_SENTINEL_PASSWORD",
+        AUTH_VARIABLE,
+        "REDGUARD_PASSWORD_FILE",
+    ] {
+        cmd.env_remove(name);
+    }
+    if let Ok(url) = std::env::var("REDIS_URL")
+        && let Some(span) = url_password_span(&url)
+    {
+        let mut without = url.clone();
+        // `user:@host`: the user stays, the password goes.
+        without.replace_range(span.start - 1..span.end, "");
+        cmd.env("REDIS_URL", without);
+    }
 }
 
 /// `true` for `redis+sentinel://` and `rediss+sentinel://` URLs.
@@ -213,4 +287,26 @@ fn bad_url(url: &str, err: &redis::RedisError) -> Failure {
         }
     };
     Failure::new(code::USAGE, format!("bad Redis URL: {detail}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_found_and_left_out() {
+        let url = "redis://u:p%40w@h:1/0";
+        assert_eq!(url_password_span(url).map(|r| &url[r]), Some("p%40w"));
+        assert!(url_has_password("redis://:pw@h/"));
+        assert!(url_has_password("redis+sentinel://:pw@a:1,b:2/m"));
+        assert!(!url_has_password("redis://u@h/"));
+        assert!(!url_has_password("redis://h/a:b@c"));
+        assert!(!url_has_password("redis://h:6379/"));
+        let mut cmd = std::process::Command::new("true");
+        scrub_env(&mut cmd);
+        assert!(
+            cmd.get_envs()
+                .any(|(k, v)| k == "REDISCLI_AUTH" && v.is_none())
+        );
+    }
 }

@@ -104,6 +104,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         guard.holder_id()
     );
     let mut cmd = Command::new(program);
+    crate::connect::scrub_env(&mut cmd);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(&name))
         .env("REDGUARD_HOLDER", guard.holder_id().as_str());

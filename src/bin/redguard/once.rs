@@ -133,6 +133,7 @@ fn run_once(
     conn: &Connection,
 ) -> Result<ExitCode, Failure> {
     let mut cmd = Command::new(program);
+    crate::connect::scrub_env(&mut cmd);
     cmd.args(cmd_args)
         .env("REDGUARD_ONCE_KEY", OsStr::from_bytes(key))
         .env("REDGUARD_HOLDER", run.holder_id().as_str())

@@ -95,6 +95,7 @@ pub(crate) fn exec_with_permit(
         show::left(waited)
     );
     let mut cmd = Command::new(program);
+    crate::connect::scrub_env(&mut cmd);
     cmd.args(cmd_args)
         .env("REDGUARD_LOCK", OsStr::from_bytes(name))
         .env("REDGUARD_HOLDER", &id)

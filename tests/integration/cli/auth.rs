@@ -190,3 +190,60 @@ fn status_and_unlock_report_noauth_and_noperm_inside_their_transaction() {
     }
     assert!(server.exists(&name), "the lock was left alone");
 }
+
+/// CMD's environment carries no Redis password: `REDIS_URL` reaches it
+/// without its password, `REDISCLI_AUTH` and `REDIS_SENTINEL_PASSWORD` not
+/// at all. The password can come from `--password-file` or
+/// `$REDISCLI_AUTH` (as redis-cli reads it), so that it is in no URL.
+#[test]
+fn cmd_gets_no_password_and_one_can_be_given_outside_the_url() {
+    let server = server_with_user();
+    let name = unique_name("cmd-env");
+    let env_of_cmd = |cmd: &mut Command| {
+        cmd.args(["exec", &name, "--", "env"]);
+    };
+    // From $REDIS_URL, with $REDISCLI_AUTH and a sentinel password set too.
+    let mut cmd = redguard_bare();
+    cmd.env("REDIS_URL", url_with(&server, PASSWORD_ENCODED))
+        .env("REDISCLI_AUTH", PASSWORD)
+        .env("REDIS_SENTINEL_PASSWORD", "sentinel-s3cr");
+    env_of_cmd(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_no_password(&out, "CMD's environment");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l == format!("REDIS_URL=redis://{USER}@127.0.0.1:{}/", server.port())),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("REDISCLI_AUTH"), "{}", out.stdout);
+    assert!(!out.stdout.contains("sentinel-s3cr"), "{}", out.stdout);
+
+    // The password from a file, the URL without one.
+    let dir = scratch();
+    let file = dir.path().join("pw");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let bare_url = format!("redis://{USER}@127.0.0.1:{}/", server.port());
+    let mut cmd = redguard(&bare_url);
+    cmd.args(["--password-file", path_str(&file)]);
+    env_of_cmd(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "--password-file: {out:?}");
+    assert_no_password(&out, "--password-file");
+    // From $REDISCLI_AUTH.
+    let mut cmd = redguard(&bare_url);
+    cmd.env("REDISCLI_AUTH", PASSWORD);
+    env_of_cmd(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "$REDISCLI_AUTH: {out:?}");
+    assert_no_password(&out, "$REDISCLI_AUTH");
+    // Neither: refused, once the default user is off (it would otherwise
+    // take a connection that sends no AUTH).
+    let () = server.cmd("ACL", &[b"SETUSER", b"default", b"off"]);
+    let mut cmd = redguard(&bare_url);
+    env_of_cmd(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(77), "no password: {out:?}");
+}

@@ -84,6 +84,8 @@ fn redguard_timed(url: &str, watchdog: &str, response: &str) -> Command {
 fn redguard_bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
+        .env_remove("REDISCLI_AUTH")
+        .env_remove("REDGUARD_PASSWORD_FILE")
         .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
         .env_remove("REDGUARD_CLASSIC_PUBLISH")
         .env_remove("RUST_LOG")
