@@ -368,8 +368,8 @@ fn attempt_text(a: &OnceAttempt) -> String {
     format!(
         "{}{note}: on {} (pid {pid}{program}), holder {}, started at {started}{ago}{ran}{exit}",
         a.state.as_str(),
-        a.host,
-        a.holder
+        show::text(&a.host),
+        show::text(&a.holder)
     )
 }
 
@@ -420,7 +420,7 @@ fn details_text(info: &OnceInfo) -> String {
             let line = match &info.record {
                 Some(r) => format!(
                     "its client is still up: host {}, pid {}, program {}",
-                    r.host,
+                    show::text(&r.host),
                     r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
                     show::name(r.program.as_bytes())
                 ),

@@ -19,7 +19,7 @@ pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Durati
     let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
     format!(
         "host {}, pid {pid}, program {}; held for {held}",
-        record.host,
+        show::text(&record.host),
         show::name(record.program.as_bytes())
     )
 }

@@ -17,6 +17,14 @@ pub(crate) fn name(name: &[u8]) -> String {
     format!("\"{}\"", escape(name, true))
 }
 
+/// A text field read from Redis (a record's host, version, holder) for
+/// text output: escaped as names are, unquoted, so that a field holding a
+/// newline or a terminal escape prints as one visible token, never as a
+/// forged line or a cleared screen.
+pub(crate) fn text(field: &str) -> String {
+    escape(field.as_bytes(), true)
+}
+
 /// A name for JSON: escaped, unquoted (JSON quotes and escapes the rest).
 pub(crate) fn json_name(name: &[u8]) -> String {
     escape(name, false)
@@ -121,7 +129,7 @@ fn holder_text(info: &LockInfo, holder: &redguard::HolderId, ttl: &str) -> Strin
         .map_or_else(|| "an unknown time".to_owned(), left);
     format!(
         "host {}, pid {pid}, program {}, for {age} (holder {holder}, ttl {ttl})",
-        record.host,
+        text(&record.host),
         name(record.program.as_bytes())
     )
 }

@@ -48,7 +48,7 @@ impl Waiter {
         let pid = self.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
         format!(
             "host {}, pid {pid}, program {}; waiting for {} ({})",
-            self.host,
+            show::text(&self.host),
             show::name(self.program.as_bytes()),
             show::left(self.waited()),
             self.kind

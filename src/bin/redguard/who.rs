@@ -69,10 +69,10 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
             let pid = r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
             println!(
                 "client {}: host {}, pid {pid}, program {}, redguard {}",
-                r.client,
-                r.host,
+                show::text(&r.client),
+                show::text(&r.host),
                 show::name(r.program.as_bytes()),
-                r.version
+                show::text(&r.version)
             );
             for h in &r.holds {
                 let held = now

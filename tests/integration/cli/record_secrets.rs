@@ -101,3 +101,55 @@ fn a_holder_record_keeps_no_password_or_token_by_default() {
     assert!(!none.contains(" -- "), "{none}");
     assert!(!none.contains("sleep"), "{none}");
 }
+
+/// A record's `host` and `version` are what their writer claims, and any
+/// client that can write the key can claim anything: text output prints
+/// them escaped, so that a newline cannot forge a line (`lock "prod:db":
+/// free`) and an escape sequence cannot clear the screen.
+#[test]
+fn forged_record_fields_print_escaped() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let name = unique_name("forged");
+    let client = test_builder(&url).program("forged-host").build().unwrap();
+    let guard = client.lock(&name).lock().unwrap();
+    let key = format!("redguard:client:{{{}}}", client.id());
+    assert!(
+        wait_until(Duration::from_secs(5), || server.exists(&key)),
+        "no record"
+    );
+    let forged_host = "web-1\nlock \"prod:db\": free";
+    let _: i64 = server.cmd(
+        "HSET",
+        &[
+            key.as_bytes(),
+            b"host",
+            forged_host.as_bytes(),
+            b"version",
+            b"1.0\x1b[2J",
+        ],
+    );
+    for args in [
+        vec!["status", name.as_str()],
+        vec!["who", &client.id().to_string()],
+    ] {
+        let mut cmd = redguard(&url);
+        cmd.args(&args);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(0), "{args:?}: {out:?}");
+        assert!(
+            !out.stdout
+                .lines()
+                .any(|l| l.starts_with("lock \"prod:db\"")),
+            "{args:?}: a forged line: {}",
+            out.stdout
+        );
+        assert!(!out.stdout.contains('\x1b'), "{args:?}: {:?}", out.stdout);
+        assert!(
+            out.stdout.contains(r"web-1\x0alock"),
+            "{args:?}: {}",
+            out.stdout
+        );
+    }
+    guard.unlock().unwrap();
+}
