@@ -413,6 +413,7 @@ impl Builder {
     }
 
     pub(crate) fn into_config(self) -> Result<Config> {
+        self.tls.check_pem()?;
         let parsed = match &self.cluster {
             Some(seeds) => Deployment::Cluster(crate::connection::cluster::seeds(seeds)?),
             None => Deployment::parse(self.url.as_deref().unwrap_or("redis://127.0.0.1:6379/"))?,

@@ -82,9 +82,13 @@ pub enum Error {
     /// why (`Connection refused (os error 111)`, `unexpected end of file`).
     #[error("connection to Redis{} failed{}", at_server(&.0.server), .0.note.as_deref().unwrap_or(""))]
     Connection(#[source] RedisCause),
-    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`). The connection
-    /// is discarded: no command is ever sent unauthenticated. The
-    /// [`source`](std::error::Error::source) is the server's reply.
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`), or a TLS
+    /// handshake refused a certificate either way: the server's is not
+    /// signed by the CA given, or the server refused the client's (none,
+    /// or not signed by its CA). Not transient: a wait ends at once. The
+    /// connection is discarded: no command is ever sent unauthenticated.
+    /// The [`source`](std::error::Error::source) is the server's reply or
+    /// the TLS library's reason.
     #[error("{}", auth_message(.0))]
     Auth(#[source] RedisCause),
     /// The Redis ACL user may not run a command or touch a key or channel
@@ -492,6 +496,17 @@ fn io_error(err: &redis::RedisError) -> Option<&io::Error> {
     }
 }
 
+/// The TLS library's reason when `err` is a certificate refused by either
+/// side of the handshake (`invalid peer certificate: UnknownIssuer`,
+/// `received fatal alert: CertificateRequired`); `None` for any other
+/// I/O error.
+fn tls_refusal(err: &redis::RedisError) -> Option<String> {
+    let text = io_error(err)?.to_string();
+    (text.contains("invalid peer certificate")
+        || (text.contains("received fatal alert") && text.contains("Certificate")))
+    .then_some(text)
+}
+
 /// `" at <server>"`, or nothing when the server is not known.
 fn at_server(server: &Option<String>) -> String {
     server
@@ -502,6 +517,21 @@ fn at_server(server: &Option<String>) -> String {
 /// The message of [`Error::Auth`]: what the refusal means. The server's
 /// words are its source.
 fn auth_message(cause: &RedisCause) -> String {
+    if let Some(reason) = tls_refusal(&cause.err) {
+        let hint = if reason.contains("peer certificate") {
+            "the server's certificate is not trusted (the CA certificate given, \
+             Builder::tls_root_ca or --tls-ca, did not sign it)"
+        } else {
+            "the server refused the TLS handshake (a client certificate is missing \
+             or not signed by the server's CA: Builder::tls_client_cert or \
+             --tls-cert and --tls-key)"
+        };
+        return format!(
+            "TLS with Redis{} failed: {hint}{}",
+            at_server(&cause.server),
+            cause.note.as_deref().unwrap_or("")
+        );
+    }
     let what = match cause.code() {
         Some("NOAUTH") => "the server requires a password and the client sent none",
         _ => "the server refused the username or password",
@@ -708,6 +738,9 @@ impl Error {
         let err = &cause.err;
         match err.kind() {
             K::AuthenticationFailed => Error::Auth(cause),
+            // A certificate refused either way is configuration, never an
+            // outage: no retry can fix it, and a wait must not sit it out.
+            K::Io if tls_refusal(err).is_some() => Error::Auth(cause),
             K::Io => Error::Connection(cause),
             K::Parse | K::UnexpectedReturnType => Error::Protocol(cause.to_string()),
             K::InvalidClientConfig => Error::InvalidArgument(cause.to_string()),

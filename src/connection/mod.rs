@@ -189,6 +189,48 @@ impl Tls {
     pub(crate) fn is_set(&self) -> bool {
         self.root_ca.is_some() || self.client.is_some()
     }
+
+    /// Refuses PEM that cannot be what it is given as: a CA or client
+    /// certificate without a `CERTIFICATE` block, a key without a `PRIVATE
+    /// KEY` block (a key file given as the CA, `/etc/hostname`). Without
+    /// this, the mistake showed only at the first handshake, as a server
+    /// whose certificate nobody signed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming which of them is wrong.
+    pub(crate) fn check_pem(&self) -> Result<()> {
+        let has = |pem: &[u8], label: &str| {
+            let begin = format!("-----BEGIN {label}");
+            pem.windows(begin.len()).any(|w| w == begin.as_bytes())
+        };
+        if let Some(ca) = &self.root_ca
+            && !has(ca, "CERTIFICATE-----")
+        {
+            return Err(Error::invalid(
+                "the TLS CA (tls_root_ca, --tls-ca) holds no PEM certificate \
+                 (-----BEGIN CERTIFICATE-----)",
+            ));
+        }
+        if let Some((cert, key)) = &self.client {
+            if !has(cert, "CERTIFICATE-----") {
+                return Err(Error::invalid(
+                    "the TLS client certificate (--tls-cert) holds no PEM certificate \
+                     (-----BEGIN CERTIFICATE-----)",
+                ));
+            }
+            if !has(key, "PRIVATE KEY-----")
+                && !has(key, "RSA PRIVATE KEY-----")
+                && !has(key, "EC PRIVATE KEY-----")
+            {
+                return Err(Error::invalid(
+                    "the TLS client key (--tls-key) holds no PEM private key \
+                     (-----BEGIN PRIVATE KEY-----)",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The connections of one Redis deployment.

@@ -120,6 +120,35 @@ fn j4_tls_misconfigurations_fail_fast() {
             crate::support::test_client(&format!("redis://127.0.0.1:{}/", server.port())),
         ),
     ];
+    // A certificate refused either way is configuration: `Error::Auth`,
+    // not a connection failure a wait would sit out, and said so.
+    for (what, client, needle) in [
+        (
+            "no client certificate, waiting",
+            tls_client(&server, "ca.crt", false),
+            "client certificate",
+        ),
+        (
+            "wrong CA, waiting",
+            tls_client(&server, "other-ca.crt", true),
+            "not trusted",
+        ),
+    ] {
+        let t0 = Instant::now();
+        let err = client
+            .lock("x")
+            .try_lock_for(Duration::from_secs(30))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{what}: {:?}",
+            t0.elapsed()
+        );
+        assert!(matches!(err, redguard::Error::Auth(_)), "{what}: {err:?}");
+        assert!(!err.is_transient(), "{what}");
+        assert!(err.to_string().contains(needle), "{what}: {err}");
+    }
     for (what, client) in cases {
         let t0 = Instant::now();
         let err = client.lock("x").try_lock().map(|_| ()).unwrap_err();
@@ -133,7 +162,9 @@ fn j4_tls_misconfigurations_fail_fast() {
                 || err.is_timeout()
                 || matches!(
                     err,
-                    redguard::Error::Redis(_) | redguard::Error::Protocol(_)
+                    redguard::Error::Redis(_)
+                        | redguard::Error::Protocol(_)
+                        | redguard::Error::Auth(_)
                 ),
             "{what}: {err:?}"
         );
@@ -171,6 +202,62 @@ fn j4_cli_exec_over_tls() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The CLI: a wrong CA ends a `--wait` at once with exit 77; a CA, client
+/// certificate or key file that holds no such PEM is a usage error (64)
+/// before anything is sent.
+#[test]
+fn j4_cli_tls_misconfigurations_are_configuration_errors() {
+    if lacks(Cap::Tls) {
+        return;
+    }
+    let server = RedisServer::start_tls();
+    let certs = server.certs();
+    let url = server.url();
+    let run = |ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
+        let t0 = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_redguard"))
+            .env_remove("REDIS_URL")
+            .args(["exec", "--url", &url, "--wait", "30s"])
+            .arg("--tls-ca")
+            .arg(ca)
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .args(["tls-conf", "--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out, t0.elapsed())
+    };
+    let (ca, cert, key) = (
+        certs.path("ca.crt"),
+        certs.path("client.crt"),
+        certs.path("client.key"),
+    );
+    let (out, took) = run(&certs.path("other-ca.crt"), &cert, &key);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "wrong CA: {stderr}");
+    assert!(took < Duration::from_secs(3), "wrong CA: {took:?}");
+    assert!(stderr.contains("not trusted"), "{stderr}");
+    for (what, ca, cert, key) in [
+        ("a key as the CA", &key, &cert, &key),
+        (
+            "a text file as the CA",
+            &std::path::PathBuf::from("/etc/hostname"),
+            &cert,
+            &key,
+        ),
+        ("a key as the certificate", &ca, &key, &key),
+        ("a certificate as the key", &ca, &cert, &cert),
+    ] {
+        let (out, _) = run(ca, cert, key);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{what}: {stderr}");
+        assert!(stderr.contains("PEM"), "{what}: {stderr}");
+    }
 }
 
 #[test]
