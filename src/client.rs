@@ -109,6 +109,11 @@ pub struct Stats {
     /// nothing there, and hold start times that could not wait for a
     /// renewal. Refreshes otherwise ride on renewal round trips.
     pub record_round_trips: u64,
+    /// Holder-record writes the server refused with a permission error (an
+    /// ACL user without `~redguard:client:*`; see docs/DEPLOYMENTS.md): the
+    /// locks work, but `status` and `list` show no host, pid or program
+    /// for them. The first refusal is also logged as a warning.
+    pub record_writes_refused: u64,
     /// Held locks whose unlock channel the subscriber listens to, so that a
     /// force unlock (redguard's `unlock --force`, Redisson's
     /// `forceUnlock`) is heard at once: every hold that lasted 100 ms.
@@ -326,6 +331,7 @@ impl Client {
                 .counters
                 .record_round_trips
                 .load(Ordering::Relaxed),
+            record_writes_refused: self.shared.counters.record_refusals.load(Ordering::Relaxed),
             listened_holds: sub.map_or(0, Subscriber::listened_holds),
             hold_checks: self.shared.counters.hold_checks.load(Ordering::Relaxed),
         }

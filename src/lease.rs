@@ -64,6 +64,9 @@ pub(crate) struct Counters {
     pub(crate) renewal_ticks: AtomicU64,
     /// Round trips that carried only holder-record writes.
     pub(crate) record_round_trips: AtomicU64,
+    /// Holder-record writes the server refused (`NOPERM`: an ACL without
+    /// the record keys).
+    pub(crate) record_refusals: AtomicU64,
     /// Holds checked after an unlock message on their channel.
     pub(crate) hold_checks: AtomicU64,
     /// Releases (and other operations on held leases) of this client that

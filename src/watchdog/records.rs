@@ -14,6 +14,7 @@
 //!   eviction) makes the next write rebuild it whole.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
@@ -197,6 +198,20 @@ impl RecordState {
                 true
             }
             Err(e) => {
+                if matches!(e, Error::Permission(_))
+                    && self
+                        .counters
+                        .record_refusals
+                        .fetch_add(1, Ordering::Relaxed)
+                        == 0
+                {
+                    log::warn!(
+                        "redguard: the server refused this client's holder record ({e}): its \
+                         locks work, but status and list show no host, pid or program for \
+                         them; grant the ACL user the record keys (~redguard:client:*)",
+                        e = e.chain()
+                    );
+                }
                 log::debug!(
                     "redguard: could not write holder record {:?}: {e}",
                     String::from_utf8_lossy(&write.key),

@@ -130,6 +130,7 @@ pub(crate) fn exec(args: &ExecArgs, conn: &Connection) -> Result<ExitCode, Failu
         CmdEnd::NotStarted(exit) => return Ok(exit),
         CmdEnd::Ended { code, lost, .. } => (code, lost),
     };
+    crate::record_view::warn_if_unrecorded(guard.lock().client(), args.quiet);
     finish(args, &name, guard, code, lost)
 }
 

@@ -42,3 +42,18 @@ pub(crate) fn record_json(
     v["held_for_ms"] = json!(held_for.map(show::ms));
     v["held_since_unix_ms"] = json!(held_since.map(show::unix_ms));
 }
+
+/// Says on stderr (unless `quiet`) that the server refused `client`'s
+/// holder record, so that a run whose `status` showed no host, pid or
+/// program is not a silent mystery: the usual cause is an ACL without the
+/// record keys.
+pub(crate) fn warn_if_unrecorded(client: &redguard::Client, quiet: bool) {
+    let refused = client.stats().record_writes_refused;
+    if refused > 0 && !quiet {
+        crate::out::warn(
+            "the server refused this run's holder record (permission denied): `status` and \
+             `list` showed no host, pid or program for it; grant the ACL user \
+             ~redguard:client:* (docs/DEPLOYMENTS.md)",
+        );
+    }
+}

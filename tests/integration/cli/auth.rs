@@ -247,3 +247,48 @@ fn cmd_gets_no_password_and_one_can_be_given_outside_the_url() {
     let out = run(cmd);
     assert_eq!(out.code, Some(77), "no password: {out:?}");
 }
+
+/// An ACL user without the record keys (`~redguard:client:*`): `exec`
+/// runs CMD and exits with its status, but says on stderr that the
+/// holder record was refused, rather than leaving `status` to show a hold
+/// with no host, pid or program and nobody the wiser.
+#[test]
+fn exec_says_when_its_holder_record_is_refused() {
+    let server = RedisServer::start();
+    let () = server.cmd(
+        "ACL",
+        &[
+            b"SETUSER",
+            b"norecord",
+            b"on",
+            b">norecord-pw",
+            b"~app:*",
+            b"~redisson_lock__channel:{app:*",
+            b"&*",
+            b"+@all",
+        ],
+    );
+    let url = format!("redis://norecord:norecord-pw@127.0.0.1:{}/", server.port());
+    let dir = scratch();
+    let go = dir.path().join("go");
+    let name = unique_name("app:job");
+    let mut cmd = redguard(&url);
+    cmd.args(["exec", &name, "--", "sh", "-c"]).arg(format!(
+        "i=0; while [ ! -e {} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+        path_str(&go)
+    ));
+    let mut proc = Proc::spawn(cmd);
+    // CMD runs until the server has refused a record write.
+    let refused = wait_until(Duration::from_secs(10), || {
+        let log: Vec<redis::Value> = server.cmd("ACL", &[b"LOG"]);
+        format!("{log:?}").contains("redguard:client:")
+    });
+    std::fs::write(&go, b"").unwrap();
+    let out = proc.wait(Duration::from_secs(20));
+    assert!(refused, "no record write was refused: {out:?}");
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("holder record") && out.stderr.contains("~redguard:client:*"),
+        "{out:?}"
+    );
+}
