@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use crate::show;
 
 /// What a holder record says, on one line: host, pid, program and how
-/// long the hold has lasted (`held_for`); or that there is no record.
+/// long the hold has lasted (`held_for`); or that there is no record. Said
+/// as the record's claim: any client that can write the record key can
+/// write anything there.
 pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Duration>) -> String {
     let Some(record) = record else {
         return "no record (not a redguard client, records off, or not written yet)".to_owned();
@@ -18,7 +20,7 @@ pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Durati
     let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
     let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
     format!(
-        "host {}, pid {pid}, program {}; held for {held}",
+        "its record says: host {}, pid {pid}, program {}; held for {held}",
         show::text(&record.host),
         show::name(record.program.as_bytes())
     )

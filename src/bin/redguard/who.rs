@@ -68,7 +68,7 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
         for r in &records {
             let pid = r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
             println!(
-                "client {}: host {}, pid {pid}, program {}, redguard {}",
+                "client {} (as its record says): host {}, pid {pid}, program {}, redguard {}",
                 show::text(&r.client),
                 show::text(&r.host),
                 show::name(r.program.as_bytes()),

@@ -410,7 +410,10 @@ fn status_names_permit_holders_latch_waiters_and_once_runners() {
     assert_eq!(v["runner"]["pid"], std::process::id(), "{v}");
     assert_eq!(v["runner"]["program"], "permit-holder", "{v}");
     let out = text(&["once", "--status", &key]);
-    assert!(out.contains(&format!("  runner: {want}")), "{out}");
+    assert!(
+        out.contains(&format!("  runner: its record says: {want}")),
+        "{out}"
+    );
     // `status` too names it a run (its runner's record says so), not a lock.
     let mut cmd = redguard(&url);
     cmd.args(["status", "--json", &key]);
@@ -430,7 +433,10 @@ fn status_names_permit_holders_latch_waiters_and_once_runners() {
         out.starts_with(&format!("once \"{key}\": running: holder ")),
         "{out}"
     );
-    assert!(out.contains(&format!("  runner: {want}")), "{out}");
+    assert!(
+        out.contains(&format!("  runner: its record says: {want}")),
+        "{out}"
+    );
     let mut cmd = redguard(&url);
     cmd.args(["list", "--json", &key]);
     let v = json(&run(cmd));
