@@ -92,9 +92,11 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     timed_case("f4_live", || f4_live(&bed));
     timed_case("kinds_on_cluster", || kinds_on_cluster(&bed));
     timed_case("records_on_cluster", || records_on_cluster(&bed));
-    timed_case("records_follow_a_moved_slot", || {
-        moved_records::records_follow_a_moved_slot(&bed);
-    });
+    if !case_client_side("records follow a moved slot") {
+        timed_case("records_follow_a_moved_slot", || {
+            moved_records::records_follow_a_moved_slot(&bed);
+        });
+    }
     timed_case("classic_listeners_on_a_replica", || {
         classic_listeners_on_a_replica(&bed);
     });
@@ -134,9 +136,11 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     timed_case("f5_release_across_a_failover", || {
         f5_release_across_a_failover(&mut bed);
     });
-    timed_case("new_calls_find_the_promoted_replica", || {
-        failover_calls::new_calls_find_the_promoted_replica(&mut bed);
-    });
+    if !case_client_side("new calls in a failover gap") {
+        timed_case("new_calls_find_the_promoted_replica", || {
+            failover_calls::new_calls_find_the_promoted_replica(&mut bed);
+        });
+    }
     timed_case("cli_exec_on_cluster", || cli_exec_on_cluster(&bed));
     eprintln!("cluster cases done in {:?}", started.elapsed());
 }
