@@ -542,6 +542,7 @@ impl Config {
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            slot_move_wait: self.watchdog_timeout,
         }
     }
 }

@@ -219,6 +219,9 @@ pub(crate) struct ConnectOptions {
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: std::time::Duration,
     pub(crate) response_timeout: std::time::Duration,
+    /// How long a call waits for a Cluster slot that moves (see
+    /// `cluster.rs`): the client's lease.
+    pub(crate) slot_move_wait: std::time::Duration,
 }
 
 impl Source {

@@ -354,10 +354,10 @@ pub(crate) fn fair_release(
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
-        .key(keys.channel)
         .arg(UNLOCK_MESSAGE)
         .arg(lease_ms)
         .arg(holder)
+        .arg(keys.channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, keys.key))?;
     release_reply(reply)
@@ -379,10 +379,10 @@ pub(crate) fn fair_leave(
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
-        .key(keys.channel)
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
         .arg(wait_ms)
+        .arg(keys.channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, keys.queue))?;
     match reply {
@@ -446,8 +446,11 @@ pub(crate) fn release(
     holder: &str,
     lease_ms: u64,
 ) -> Result<Release> {
-    let reply = evalsha(conn, UNLOCK.get(publish), &[key, channel], |cmd| {
-        cmd.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(holder);
+    let reply = evalsha(conn, UNLOCK.get(publish), &[key], |cmd| {
+        cmd.arg(UNLOCK_MESSAGE)
+            .arg(lease_ms)
+            .arg(holder)
+            .arg(channel);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     release_reply(reply)
@@ -636,12 +639,12 @@ pub(crate) fn force_unlock(
     queue: Option<&[u8]>,
 ) -> Result<bool> {
     let mut invocation = FORCE_UNLOCK.get(publish).key(key);
-    invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);
     }
     let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
+        .arg(channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, key))?;
     match reply {
@@ -662,13 +665,13 @@ pub(crate) fn release_holder(
     holder: &str,
 ) -> Result<bool> {
     let mut invocation = RELEASE_HOLDER.get(publish).key(key);
-    invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);
     }
     let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
+        .arg(channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, key))?;
     match reply {

@@ -126,12 +126,13 @@ pub(crate) fn complete(
     let reply = evalsha(
         conn,
         COMPLETE.get(publish),
-        &[key, channel, attempt_key],
+        &[key, attempt_key],
         |cmd| {
             cmd.arg(holder)
                 .arg(outcome)
                 .arg(ttl_ms)
-                .arg(READ_UNLOCK_MESSAGE);
+                .arg(READ_UNLOCK_MESSAGE)
+                .arg(channel);
         },
     )
     .map_err(|e| Error::from_redis(e, key))?;

@@ -55,7 +55,7 @@ impl Outage {
     /// The outage state of a waiting call that ends at `deadline` (`None`:
     /// never), on this thread.
     pub(crate) fn new(deadline: Option<Instant>) -> Outage {
-        let outer = budget::set_call(Call::Waiting(deadline));
+        let outer = budget::set_call(call_of(deadline));
         Outage {
             backoff: Backoff::waiting_call(),
             failed: 0,
@@ -78,7 +78,7 @@ impl Outage {
         self.backoff.reset();
         self.failed = 0;
         self.since = Instant::now();
-        budget::set_call(Call::Waiting(self.deadline));
+        budget::set_call(call_of(self.deadline));
     }
 
     /// After an attempt that failed with `err`: the pause before the next
@@ -176,6 +176,16 @@ pub fn retry_until<T>(deadline: Option<Instant>, mut op: impl FnMut() -> Result<
                 retry::pause_until(Instant::now() + pause);
             }
         }
+    }
+}
+
+/// The call a waiting call that ends at `deadline` makes on its thread: one
+/// whose deadline has come already (`try_lock`, a zero wait) waits for
+/// nothing, and is answered in its one attempt (see `budget::Call::Trying`).
+fn call_of(deadline: Option<Instant>) -> Call {
+    match deadline {
+        Some(at) if at <= Instant::now() => Call::Trying,
+        deadline => Call::Waiting(deadline),
     }
 }
 
