@@ -68,6 +68,21 @@ pub(crate) fn inner_budget(full: Duration) -> Duration {
     }
 }
 
+/// Runs `f` as a call that must be answered by `deadline` (a release, by
+/// the end of its lease: one that goes through later is worth nothing, as
+/// the key expired by then), whatever call this thread was in; that call
+/// is its own again afterwards.
+pub(crate) fn within<T>(deadline: Instant, f: impl FnOnce() -> T) -> T {
+    struct Restore(Call);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_call(self.0);
+        }
+    }
+    let _restore = Restore(set_call(Call::Waiting(Some(deadline))));
+    f()
+}
+
 /// How long the connection layer may go on waiting for a Cluster slot that
 /// moves (`TRYAGAIN`, or `ASK` and `MOVED` without end) for one call:
 /// `moving` (a lease: a slot still half-moved after that is stuck, and the

@@ -344,22 +344,24 @@ impl LockGuard {
         }
         let until = self.state.valid_until();
         let valid_when_sent = Instant::now() < until;
-        let reply = match script(&self.lock, &self.holder) {
-            // Written whole and run, its reply lost to a stopped and
-            // continued process: read what it did rather than send it
-            // again (a second release would find the lock gone and call a
-            // valid hold lost).
-            Err(e) if e.is_interrupted() => {
-                match self
-                    .lock
-                    .settle_interrupted_release(&self.holder, valid_when_sent)
-                {
-                    Some(settled) => Ok(settled),
-                    None => Err(e),
+        // A slot that moves is waited for until the lease ends, not longer.
+        let reply =
+            match crate::connection::budget::within(until, || script(&self.lock, &self.holder)) {
+                // Written whole and run, its reply lost to a stopped and
+                // continued process: read what it did rather than send it
+                // again (a second release would find the lock gone and call a
+                // valid hold lost).
+                Err(e) if e.is_interrupted() => {
+                    match self
+                        .lock
+                        .settle_interrupted_release(&self.holder, valid_when_sent)
+                    {
+                        Some(settled) => Ok(settled),
+                        None => Err(e),
+                    }
                 }
-            }
-            other => other,
-        };
+                other => other,
+            };
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();

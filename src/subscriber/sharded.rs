@@ -228,7 +228,9 @@ impl Router {
                 .name("redguard-sharded".into())
                 .spawn(move || {
                     // Its calls are retried on its own schedule.
-                    crate::connection::budget::set_call(crate::connection::budget::Call::Background);
+                    crate::connection::budget::set_call(
+                        crate::connection::budget::Call::Background,
+                    );
                     thread.run();
                 })
                 .ok()?;

@@ -199,12 +199,19 @@ impl Drop for Outage {
 /// a timeout naming the attempts, how long they failed, and the last error.
 fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
     let over = Duration::from_millis(u64::try_from(over.as_millis()).unwrap_or(u64::MAX));
+    // Redis answers while a Cluster slot moves; it only will not serve
+    // the call until the keys are on one node.
+    let why = if last.redirect().is_some_and(|r| r.slot_moving()) {
+        "the key's Cluster slot was moving"
+    } else {
+        "Redis was unavailable"
+    };
     Error::Timeout {
         kind: crate::error::TimeoutKind::Wait,
         limit: over,
         server: None,
         about: Some(format!(
-            "Redis was unavailable ({failed} attempts over {} failed; the last: {})",
+            "{why} ({failed} attempts over {} failed; the last: {})",
             Human(over),
             last.chain()
         )),
@@ -287,6 +294,57 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("2 attempts"), "{text}");
         assert!(text.contains("LOADING"), "{text}");
+    }
+
+    #[test]
+    fn a_slot_that_moves_is_waited_for_by_calls_that_wait_for_nothing() {
+        use crate::connection::budget::{Call, moving_budget, set_call, within};
+        let (moving, full) = (Duration::from_secs(30), Duration::from_secs(2));
+        assert_eq!(moving_budget(moving, full), moving, "no waiting call");
+        {
+            // A try (its deadline is now): no retries of its own, but the
+            // slot is waited for, up to the lease.
+            let _try = Outage::new(Some(Instant::now()));
+            assert_eq!(inner_budget(full), Duration::ZERO);
+            assert_eq!(moving_budget(moving, full), moving);
+        }
+        {
+            // A wait: until its deadline, not longer.
+            let mut wait = Outage::new(Some(Instant::now() + Duration::from_secs(1)));
+            let budget = moving_budget(moving, full);
+            assert!(budget <= Duration::from_secs(1) && budget > Duration::from_millis(500));
+            wait.next(refused()).unwrap();
+            assert_eq!(moving_budget(moving, full), Duration::ZERO, "it retries");
+        }
+        {
+            let _forever = Outage::new(None);
+            assert_eq!(moving_budget(moving, full), moving);
+        }
+        // A release: until its lease ends.
+        let lease_end = Instant::now() + Duration::from_secs(3);
+        let inside = within(lease_end, || moving_budget(moving, full));
+        assert!(inside <= Duration::from_secs(3) && inside > Duration::from_secs(2));
+        assert_eq!(moving_budget(moving, full), moving, "restored");
+        // A background thread: no longer than any other retry.
+        let outer = set_call(Call::Background);
+        assert_eq!(moving_budget(moving, full), full);
+        assert_eq!(inner_budget(full), full);
+        set_call(outer);
+    }
+
+    #[test]
+    fn a_wait_that_ran_out_on_a_moving_slot_says_so() {
+        let tryagain = match redis::parse_redis_value(
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+        ) {
+            Ok(redis::Value::ServerError(e)) => Error::redis(redis::RedisError::from(e)),
+            other => panic!("not an error: {other:?}"),
+        };
+        let text = gave_up(&tryagain, 3, Duration::from_secs(2)).to_string();
+        assert!(text.contains("slot was moving"), "{text}");
+        assert!(text.contains("TRYAGAIN"), "{text}");
+        let text = gave_up(&refused(), 3, Duration::from_secs(2)).to_string();
+        assert!(text.contains("unavailable"), "{text}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redguard::{ClassicPublish, Client, Error};
 
+mod reshard;
 mod sharded;
 
 use crate::support::{
@@ -121,6 +122,9 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
             f3_slot_migration(&bed, 4);
         });
     }
+    timed_case("reshard_window", || {
+        reshard::operations_through_a_migration_window(&bed);
+    });
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));
     timed_case("f5_release_across_a_failover", || {
         f5_release_across_a_failover(&mut bed);
