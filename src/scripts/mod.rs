@@ -762,7 +762,7 @@ mod tests {
     fn the_classic_variant_publishes_in_place_of_notify() {
         let classic = assemble("", &publish_inline(include_str!("../../lua/unlock.lua")));
         assert!(!classic.contains("notify("));
-        assert!(classic.contains("redis.call('publish', KEYS[2], ARGV[1])"));
+        assert!(classic.contains("redis.call('publish', ARGV[4], ARGV[1])"));
         let notify = include_str!("../../lua/notify.lua");
         // Outside a Cluster, notify is exactly one classic PUBLISH.
         let classic_branch = "    if not cluster then\n        redis.call('publish', channel, message)\n        return\n    end\n";
@@ -816,6 +816,29 @@ mod tests {
             callers += usize::from(code.contains("notify("));
         }
         assert_eq!(callers, 17);
+    }
+
+    /// A channel in KEYS is a key that never exists: while its slot
+    /// migrates, Redis refuses the script (`TRYAGAIN`) for the whole
+    /// migration, as the lock key is on the node and the channel is not.
+    #[test]
+    fn no_script_declares_a_channel_as_a_key() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut publishers = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| l.starts_with("-- KEYS[")) {
+                assert!(!line.contains("channel"), "{path:?}: {line}");
+            }
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            assert!(!code.contains("notify(KEYS"), "{path:?}");
+            publishers += usize::from(code.contains("notify(ARGV["));
+        }
+        assert_eq!(publishers, 17);
     }
 
     #[test]
