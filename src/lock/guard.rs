@@ -279,7 +279,10 @@ impl LockGuard {
     /// not touched), and connection, timeout and server errors (the lease
     /// then expires by itself: the watchdog stops renewing it).
     ///
-    /// `Ok(())` only when Redis confirmed the release. A release that
+    /// `Ok(())` only when Redis confirmed the release. On a Cluster, a
+    /// release whose slot is migrating with the lock's keys split between
+    /// the two nodes (`TRYAGAIN`) is sent again until the lease ends; one
+    /// that never went through is an error, never `Ok`. A release that
     /// fails because the server is unreachable or changing (down, paused,
     /// restarting, failing over) is handed to the watchdog, which retries
     /// it against the (new) master until it goes through or the lease runs
