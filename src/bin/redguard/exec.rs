@@ -224,16 +224,16 @@ fn finish(
     }
 }
 
-/// How long the look at the key after a failed release may take: it only
-/// words the message.
-const LOOK_AFTER_FAILED_RELEASE: Duration = Duration::from_secs(2);
+/// How long a look at the key that only words a message (who holds a busy
+/// lock, what is left after a failed release) may take.
+const LOOK_BOUND: Duration = Duration::from_secs(2);
 
 /// A release after CMD that was refused or did not go through before the
 /// lease ended (`cause`): said, with what is at the key now, and exit 74,
 /// never CMD's status (a caller chaining jobs on success must not take the
 /// lock for given back).
 fn release_failed(lock: &Lock, holder: &redguard::HolderId, cmd_code: u8, why: &str) -> ExitCode {
-    let deadline = std::time::Instant::now() + LOOK_AFTER_FAILED_RELEASE;
+    let deadline = std::time::Instant::now() + LOOK_BOUND;
     let key = match redguard::retry_until(Some(deadline), || lock.inspect()) {
         Ok(info) => match info.holders.iter().find(|(id, _)| id == holder) {
             Some(_) => format!(
@@ -282,7 +282,7 @@ fn lock_kind(args: &ExecArgs) -> &'static str {
 fn busy_message(lock: &Lock, name: &[u8]) -> String {
     // Bounded: the lock is busy, which is the answer; who holds it only
     // words the message (a read of a slot that moves waits for it).
-    let deadline = std::time::Instant::now() + LOOK_AFTER_FAILED_RELEASE;
+    let deadline = std::time::Instant::now() + LOOK_BOUND;
     let holder = match redguard::retry_until(Some(deadline), || lock.inspect()) {
         Ok(info) if info.is_held() => show::describe_holder(&info),
         Ok(_) => "was busy, now free".to_owned(),
