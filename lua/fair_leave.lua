@@ -3,15 +3,15 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  wait queue "redisson_lock_queue:{name}"
 -- KEYS[3]  wait deadlines "redisson_lock_timeout:{name}"
--- KEYS[4]  unlock channel "redisson_lock__channel:{name}"
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  holder id of the leaving waiter
 -- ARGV[3]  the leaving waiter's wait in milliseconds (as passed to fair_lock.lua)
+-- ARGV[4]  unlock channel "redisson_lock__channel:{name}" (not a key: see unlock.lua)
 --
 -- As Redisson's acquireFailed does, the leaver's wait comes off the deadline of every waiter
 -- behind it, which joined with it added. When the leaving waiter was the head and the lock is
 -- free, the new head (after dropping heads whose deadline has passed, server clock) is woken on
--- KEYS[4] .. ':' .. <its id>, so that a wake-up meant for the leaver is passed on, never lost.
+-- ARGV[4] .. ':' .. <its id>, so that a wake-up meant for the leaver is passed on, never lost.
 --
 -- Returns  1  the waiter was queued and is gone
 --          0  it was not queued (nothing changed)
@@ -47,7 +47,7 @@ if head == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
         next = redis.call('lindex', KEYS[2], 0)
     end
     if next then
-        notify(KEYS[4] .. ':' .. next, ARGV[1])
+        notify(ARGV[4] .. ':' .. next, ARGV[1])
     end
 end
 return 1

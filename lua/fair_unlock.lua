@@ -3,11 +3,11 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  wait queue "redisson_lock_queue:{name}"
 -- KEYS[3]  wait deadlines "redisson_lock_timeout:{name}"
--- KEYS[4]  unlock channel "redisson_lock__channel:{name}"; the next waiter listens on
---          KEYS[4] .. ':' .. <its holder id> (Redisson's layout)
 -- ARGV[1]  unlock message published on full release ("0")
 -- ARGV[2]  lease in milliseconds, re-applied while holds remain
 -- ARGV[3]  holder id
+-- ARGV[4]  unlock channel "redisson_lock__channel:{name}" (not a key: see unlock.lua); the next waiter
+--          listens on ARGV[4] .. ':' .. <its holder id> (Redisson's layout)
 --
 -- Queue heads whose deadline (server clock) has passed, or that have none, are dropped first,
 -- oldest first as Redisson's unlock does, so that the message goes to a live waiter.
@@ -40,6 +40,6 @@ while head do
     head = redis.call('lindex', KEYS[2], 0)
 end
 if head then
-    notify(KEYS[4] .. ':' .. head, ARGV[1])
+    notify(ARGV[4] .. ':' .. head, ARGV[1])
 end
 return 1

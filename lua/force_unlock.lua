@@ -1,12 +1,12 @@
 -- Delete a lock whoever holds it (administration, `redguard unlock --force`).
 --
 -- KEYS[1]  lock key
--- KEYS[2]  unlock channel
--- KEYS[3]  (fair locks only) wait queue "redisson_lock_queue:{name}"
+-- KEYS[2]  (fair locks only) wait queue "redisson_lock_queue:{name}"
 -- ARGV[1]  unlock message ("0")
+-- ARGV[2]  unlock channel (not a key: see unlock.lua)
 --
--- The message goes to KEYS[2], where a redguard holder listens for a force unlock; with
--- KEYS[3] also to the queue head, on KEYS[2] .. ':' .. <its holder id> (Redisson's fair
+-- The message goes to ARGV[2], where a redguard holder listens for a force unlock; with
+-- KEYS[2] also to the queue head, on ARGV[2] .. ':' .. <its holder id> (Redisson's fair
 -- force unlock publishes only there).
 --
 -- Returns  1  a lock was deleted and ARGV[1] published
@@ -23,11 +23,11 @@ if not is_lock(KEYS[1]) then
     return not_a_lock()
 end
 redis.call('del', KEYS[1])
-if KEYS[3] then
-    local head = redis.call('lindex', KEYS[3], 0)
+if KEYS[2] then
+    local head = redis.call('lindex', KEYS[2], 0)
     if head then
-        notify(KEYS[2] .. ':' .. head, ARGV[1])
+        notify(ARGV[2] .. ':' .. head, ARGV[1])
     end
 end
-notify(KEYS[2], ARGV[1])
+notify(ARGV[2], ARGV[1])
 return 1

@@ -1,8 +1,8 @@
 -- Count a count-down latch down by one (Redisson RCountDownLatch.countDown).
 --
 -- KEYS[1]  latch counter (string: the count)
--- KEYS[2]  the latch's channel "redisson_countdownlatch__channel__{name}"
 -- ARGV[1]  zero-count message ("0"), published once, when the count reaches zero
+-- ARGV[2]  the latch's channel "redisson_countdownlatch__channel__{name}" (not a key: see unlock.lua)
 --
 -- At zero the counter is deleted: the latch is open and can be set again. An absent counter
 -- (never set, or open already) is left alone.
@@ -21,7 +21,7 @@ if left <= 0 then
     redis.call('del', KEYS[1])
 end
 if left == 0 then
-    notify(KEYS[2], ARGV[1])
+    notify(ARGV[2], ARGV[1])
 end
 if left < 0 then
     return 0

@@ -1,9 +1,9 @@
 -- Set the count of a count-down latch unless it is set (Redisson RCountDownLatch.trySetCount).
 --
 -- KEYS[1]  latch counter: a string holding the count
--- KEYS[2]  the latch's channel "redisson_countdownlatch__channel__{name}"
 -- ARGV[1]  new-count message ("1")
 -- ARGV[2]  the count (a positive integer)
+-- ARGV[3]  the latch's channel "redisson_countdownlatch__channel__{name}" (not a key: see unlock.lua)
 --
 -- Returns  1   set, and ARGV[1] published
 --          0   the latch is set already; nothing changed
@@ -16,5 +16,5 @@ if value ~= false then
     return 0
 end
 redis.call('set', KEYS[1], ARGV[2])
-notify(KEYS[2], ARGV[1])
+notify(ARGV[3], ARGV[1])
 return 1

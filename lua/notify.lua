@@ -3,6 +3,13 @@
 -- `local cluster, always_classic = <bool>, <bool>` (the client knows its deployment and its
 -- setting); the scripts call it instead of PUBLISH.
 --
+-- Scripts take their channels in ARGV, never in KEYS: a channel is never a key, and while the
+-- slot migrates Redis answers TRYAGAIN to a script whose KEYS are partly on the node (a lock and
+-- its channel, for the whole migration). A script may SPUBLISH to a channel it does not declare:
+-- Redis 7 only checks that the channel's slot is served here, the slot of the script's keys
+-- (the lock and its channels share a hash tag), and does not ask that it exist on a migrating
+-- node.
+--
 -- Outside a Cluster: classic PUBLISH, always (waiters may listen on a replica, as Redisson's
 -- `subscriptionMode = SLAVE` does, where this node cannot count them; the publish is cheap).
 --

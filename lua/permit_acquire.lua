@@ -2,15 +2,15 @@
 --
 -- KEYS[1]  permit counter: a string holding the number of available permits
 -- KEYS[2]  permit leases "{name}:timeout": a zset of permit id -> lease end (ms epoch)
--- KEYS[3]  the semaphore's channel "redisson_sc:{name}"
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  tolerated clock skew in milliseconds (0: none), against other clients that stamp lease
 --          ends with their own clocks (Redisson does)
--- ARGV[3..n]  the ids of the permits to take (16 random bytes each), one per permit
+-- ARGV[3]  the semaphore's channel "redisson_sc:{name}" (not a key: see unlock.lua)
+-- ARGV[4..n]  the ids of the permits to take (16 random bytes each), one per permit
 --
 -- Lease ends come from this server's clock (TIME). Permits whose lease ended more than the skew
 -- ago (their holder died or stopped renewing) are first given back to the counter, and the new
--- count published. Then, when enough permits are available, all n - 2 are taken at once, each
+-- count published. Then, when enough permits are available, all n - 3 are taken at once, each
 -- recorded under its id with the end of its lease plus the skew.
 --
 -- Returns  {1}       taken
@@ -33,14 +33,14 @@ if #ended > 0 then
     end
     value = redis.call('incrby', KEYS[1], #ended)
     if value > 0 then
-        notify(KEYS[3], value)
+        notify(ARGV[3], value)
     end
 end
-local wanted = #ARGV - 2
+local wanted = #ARGV - 3
 if value ~= false and tonumber(value) >= wanted then
     redis.call('decrby', KEYS[1], wanted)
     local ends = now + tonumber(ARGV[1]) + skew
-    for i = 3, #ARGV do
+    for i = 4, #ARGV do
         redis.call('zadd', KEYS[2], ends, ARGV[i])
     end
     local ttl = redis.call('pttl', KEYS[1])

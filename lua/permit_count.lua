@@ -2,9 +2,9 @@
 --
 -- KEYS[1]  permit counter (string: number of available permits)
 -- KEYS[2]  permit leases "{name}:timeout" (zset: permit id -> lease end, ms epoch)
--- KEYS[3]  the semaphore's channel "redisson_sc:{name}"
 -- ARGV[1]  tolerated clock skew in milliseconds (see permit_acquire.lua): a lease is taken back
 --          only once it ended more than this ago
+-- ARGV[2]  the semaphore's channel "redisson_sc:{name}" (not a key: see unlock.lua)
 --
 -- Returns  {available, held}: the counter (0 when never set) and the number of live permits
 -- Errors   WRONGTYPE when KEYS[1] holds a value that is not a permit count, or KEYS[2] is not a
@@ -23,7 +23,7 @@ if #ended > 0 then
     end
     value = redis.call('incrby', KEYS[1], #ended)
     if value > 0 then
-        notify(KEYS[3], value)
+        notify(ARGV[2], value)
     end
 end
 return {tonumber(value or 0), redis.call('zcard', KEYS[2])}

@@ -1,9 +1,9 @@
 -- Delete a read-write lock whoever holds it (administration, `redguard unlock --force`).
 --
 -- KEYS[1]  lock key (hash with a "mode" field)
--- KEYS[2]  the lock's channel "redisson_rwlock:{name}"
 -- ARGV[1]  message published on deletion ("1": every waiter may try)
 -- ARGV[2]  "read" or "write" to delete only a lock in that mode, "" for either
+-- ARGV[3]  the lock's channel "redisson_rwlock:{name}" (not a key: see unlock.lua)
 --
 -- The holders' per-read-hold timeout keys are left to expire with their leases.
 --
@@ -22,5 +22,5 @@ if ARGV[2] ~= '' and mode ~= ARGV[2] then
     return 0
 end
 redis.call('del', KEYS[1])
-notify(KEYS[2], ARGV[1])
+notify(ARGV[3], ARGV[1])
 return 1

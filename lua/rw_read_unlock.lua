@@ -1,13 +1,17 @@
 -- Release one read hold (or, with ARGV[3] = "1", every read hold) of a holder of a read-write lock.
 --
 -- KEYS[1]  lock key (hash: "mode" plus one hold-count field per holder)
--- KEYS[2]  the lock's channel "redisson_rwlock:{name}"
--- KEYS[3]  this holder's timeout prefix "{name}:<holder id>:rwlock_timeout"
--- KEYS[4]  the lock's key prefix "{name}" (every holder's timeout keys are
---          KEYS[4] .. ':' .. <holder field> .. ':rwlock_timeout:' .. n)
+-- KEYS[2]  this holder's timeout prefix "{name}:<holder id>:rwlock_timeout"
+-- KEYS[3]  the lock's key prefix "{name}" (every holder's timeout keys are
+--          KEYS[3] .. ':' .. <holder field> .. ':rwlock_timeout:' .. n)
 -- ARGV[1]  unlock message, published when the lock becomes free ("0")
 -- ARGV[2]  holder id
 -- ARGV[3]  "1" to drop every read hold of the holder, "0" to drop one
+-- ARGV[4]  the lock's channel "redisson_rwlock:{name}" (not a key: see unlock.lua)
+--
+-- The two prefixes stand for the timeout keys the script touches, which it cannot name before it
+-- runs: declared, they make Redis refuse the script (TRYAGAIN) while the slot migrates, where
+-- it would otherwise stop half-way on a timeout key that is not on this node.
 --
 -- The hold with the highest number goes first (its timeout key is deleted). While other read
 -- holds remain, the lock key's expiry becomes the longest remaining read lease, so that a dead
@@ -30,7 +34,7 @@ if ARGV[3] == '1' then
     drop = held
 end
 for n = held, held - drop + 1, -1 do
-    redis.call('del', KEYS[3] .. ':' .. n)
+    redis.call('del', KEYS[2] .. ':' .. n)
 end
 local mine = 0
 if held - drop > 0 then
@@ -48,7 +52,7 @@ for i = 1, #fields, 2 do
     local count = tonumber(fields[i + 1])
     if count ~= nil then
         for n = count, 1, -1 do
-            local left = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+            local left = redis.call('pttl', KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
             if left > longest then
                 longest = left
             end
@@ -60,5 +64,5 @@ if longest > 0 then
     return mine
 end
 redis.call('del', KEYS[1])
-notify(KEYS[2], ARGV[1])
+notify(ARGV[4], ARGV[1])
 return mine

@@ -1,12 +1,12 @@
 -- Release one write hold (or, with ARGV[4] = "1", every write hold) of a read-write lock.
 --
 -- KEYS[1]  lock key (hash: "mode" plus one hold-count field per holder)
--- KEYS[2]  the lock's channel "redisson_rwlock:{name}"
 -- ARGV[1]  read-unlock message, published when the write side is released ("1": every
 --          waiter may try, readers can all get in)
 -- ARGV[2]  lease in milliseconds, re-applied while write holds remain
 -- ARGV[3]  the holder's write field "<holder id>:write"
 -- ARGV[4]  "1" to drop every write hold of the holder, "0" to drop one
+-- ARGV[5]  the lock's channel "redisson_rwlock:{name}" (not a key: see unlock.lua)
 --
 -- When the last write hold goes and the same holder still holds the read side (it downgraded),
 -- the lock stays in "read" mode for it; otherwise the key is deleted. Either way waiters are
@@ -33,5 +33,5 @@ if redis.call('hlen', KEYS[1]) <= 1 then
 else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
-notify(KEYS[2], ARGV[1])
+notify(ARGV[5], ARGV[1])
 return 1

@@ -1,10 +1,10 @@
 -- Give permits back to a semaphore, or add new ones (Redisson RSemaphore layout).
 --
 -- KEYS[1]  permit counter (string: number of available permits)
--- KEYS[2]  the semaphore's channel "redisson_sc:{name}"
 -- ARGV[1]  permits to add (an integer; negative takes permits away, as Redisson's addPermits)
+-- ARGV[2]  the semaphore's channel "redisson_sc:{name}" (not a key: see unlock.lua)
 --
--- The new number of available permits is published on KEYS[2] when it grew (Redisson's waiters
+-- The new number of available permits is published on ARGV[2] when it grew (Redisson's waiters
 -- read it as how many of them may try). An absent counter counts as 0.
 --
 -- Returns  the new number of available permits
@@ -15,6 +15,6 @@ if value ~= false and tonumber(value) == nil then
 end
 local now = redis.call('incrby', KEYS[1], ARGV[1])
 if tonumber(ARGV[1]) > 0 then
-    notify(KEYS[2], now)
+    notify(ARGV[2], now)
 end
 return now

@@ -1,10 +1,11 @@
 -- Release one hold of a reentrant lock.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  unlock channel "redisson_lock__channel:{name}"
 -- ARGV[1]  unlock message published on full release ("0")
 -- ARGV[2]  lease in milliseconds, re-applied while holds remain
 -- ARGV[3]  holder id
+-- ARGV[4]  unlock channel "redisson_lock__channel:{name}" (not a key: in KEYS, Redis would refuse
+--          the script with TRYAGAIN while the lock's slot migrates, as the channel never exists)
 --
 -- Returns  nil   the holder does not hold the lock (nothing changed)
 --          0     still held by the holder: hold count decremented, lease refreshed
@@ -23,5 +24,5 @@ if count == nil or count > 1 then
 end
 -- @prelude
 redis.call('del', KEYS[1])
-notify(KEYS[2], ARGV[1])
+notify(ARGV[4], ARGV[1])
 return 1

@@ -103,6 +103,13 @@ pub struct Stats {
     /// on held leases that met a failover and are being retried by the
     /// watchdog (see [`Client::await_releases`]).
     pub pending_releases: usize,
+    /// Of those retried operations, the ones that ended without going
+    /// through: the lease ran out first (the key then expired by itself,
+    /// unless it stays unreachable), or the client was shut down. A
+    /// process that must not report success after a failed release
+    /// compares it before and after [`Client::await_releases`], as
+    /// `redguard exec` does.
+    pub failed_releases: u64,
     /// Round trips that carried nothing but holder-record writes (see
     /// [`Builder::holder_record`]): the first write of a record on each
     /// server, a refresh every third of the lease while the client renews
@@ -326,6 +333,7 @@ impl Client {
                 .load(Ordering::Relaxed),
             renewal_ticks: self.shared.counters.renewal_ticks.load(Ordering::Relaxed),
             pending_releases: self.shared.counters.retries.get(),
+            failed_releases: self.shared.counters.failed_retries.load(Ordering::Relaxed),
             record_round_trips: self
                 .shared
                 .counters

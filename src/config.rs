@@ -184,6 +184,14 @@ impl Builder {
     /// whose derived keys cannot (see docs/DEPLOYMENTS.md) are
     /// rejected with [`Error::InvalidArgument`] when used. Bad seed URLs are
     /// reported by [`build`](Builder::build).
+    ///
+    /// While a slot migrates, Redis refuses (`TRYAGAIN`) every call whose
+    /// keys are split between the two nodes, for as long as the migration
+    /// lasts. Such a call is sent again, with backoff: a waiting call until
+    /// its deadline, a release until its lease ends, any other call (a
+    /// `try_lock`, an `inspect`, a force unlock) for up to the
+    /// [`watchdog_timeout`](Builder::watchdog_timeout); only then does the
+    /// error reach the caller.
     pub fn cluster<I, S>(mut self, seeds: I) -> Builder
     where
         I: IntoIterator<Item = S>,
@@ -544,6 +552,7 @@ impl Config {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             failover_wait: self.watchdog_timeout / 3,
+            slot_move_wait: self.watchdog_timeout,
         }
     }
 }

@@ -631,10 +631,28 @@ pub(crate) enum Redirect {
     Moved(u16, String),
     /// Ask `addr` this once: the slot is migrating (`ASK`).
     Ask(String),
-    /// Wait and try again (`TRYAGAIN`, `CLUSTERDOWN`).
+    /// Wait and try again: the slot is migrating and the call's keys are
+    /// not all on one side yet (`TRYAGAIN`). Lasts until the migration
+    /// moves the keys or ends, which an operator or a stuck `redis-cli
+    /// --cluster reshard` may take seconds or minutes to do.
+    TryAgain,
+    /// Wait and try again: the cluster is down (`CLUSTERDOWN`).
     Retry,
     /// The node refused the connection: the slot map may be stale.
     Unreachable,
+}
+
+impl Redirect {
+    /// `true` for the answers of a slot that moves or moved (`MOVED`,
+    /// `ASK`, `TRYAGAIN`): the cluster is healthy and the call will be
+    /// served once the slot's keys are on one node, which may take as long
+    /// as the migration does.
+    pub(crate) fn slot_moving(&self) -> bool {
+        matches!(
+            self,
+            Redirect::Moved(..) | Redirect::Ask(_) | Redirect::TryAgain
+        )
+    }
 }
 
 /// The classification the connection layer and the watchdog act on:
@@ -655,9 +673,8 @@ impl Error {
             });
         }
         match err.kind() {
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
-            ) => Some(Redirect::Retry),
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) => Some(Redirect::TryAgain),
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown) => Some(Redirect::Retry),
             _ if err.is_connection_refusal() => Some(Redirect::Unreachable),
             _ => None,
         }
@@ -669,7 +686,7 @@ impl Error {
     pub(crate) fn is_redirect(&self) -> bool {
         matches!(
             self.redirect(),
-            Some(Redirect::Moved(..) | Redirect::Ask(_) | Redirect::Retry)
+            Some(Redirect::Moved(..) | Redirect::Ask(_) | Redirect::TryAgain | Redirect::Retry)
         )
     }
 

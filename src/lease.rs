@@ -72,6 +72,9 @@ pub(crate) struct Counters {
     /// Releases (and other operations on held leases) of this client that
     /// met a failover and are being retried.
     pub(crate) retries: crate::retry::InFlight,
+    /// Retried operations that ended without going through (their lease
+    /// ran out, or the client went first).
+    pub(crate) failed_retries: AtomicU64,
 }
 
 /// The bit of [`LeaseState::valid_until`] that says the lease is lost.

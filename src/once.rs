@@ -677,11 +677,14 @@ impl Client {
             Wake::One,
             || {
                 last = Unclaimed::Nothing;
-                let sent = Instant::now();
+                let mut sent = Instant::now();
                 let mut sent_script = false;
                 let mut short_acks = None;
                 let reply = self.with_conn(key, |conn| {
                     sent_script = true;
+                    // The lease counts from the attempt that ran (a Cluster
+                    // slot that moves is waited for).
+                    sent = Instant::now();
                     // A waiting thread's record entry rides ahead of the script.
                     let before = crate::connection::prelude::take_for(self.source(), key);
                     let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {

@@ -22,6 +22,15 @@ use std::time::{Duration, Instant};
 pub(crate) enum Call {
     /// No waiting call: the connection layer's own budgets.
     Plain,
+    /// A call that waits for nothing (`try_lock`, a `try_acquire`): one
+    /// attempt, no retries of its own, but a slot that moves is waited for
+    /// (see [`moving_budget`]): a busy or free answer is what it asks for,
+    /// and Redis gives none while the slot's keys are split.
+    Trying,
+    /// A background thread (the watchdog's, the subscriber's), which
+    /// retries by itself on its own schedule and must not stall every
+    /// lease it serves on one slot that moves.
+    Background,
     /// A waiting call whose attempts were answered so far, until its
     /// deadline (`None`: none).
     Waiting(Option<Instant>),
@@ -44,11 +53,6 @@ pub(crate) fn set_call(call: Call) -> Call {
     CALL.with(|c| c.replace(call))
 }
 
-/// This thread's call.
-pub(crate) fn current() -> Call {
-    CALL.with(Cell::get)
-}
-
 /// How long the connection layer may go on retrying one call by itself
 /// (rediscovering a Sentinel master, waiting out a Cluster slot's move),
 /// from its `full` budget: all of it outside a waiting call; what is left
@@ -56,9 +60,43 @@ pub(crate) fn current() -> Call {
 /// call has met a failure, as it then pauses and retries by itself.
 pub(crate) fn inner_budget(full: Duration) -> Duration {
     match CALL.with(Cell::get) {
-        Call::Plain | Call::Waiting(None) => full,
+        Call::Plain | Call::Background | Call::Waiting(None) => full,
         Call::Waiting(Some(deadline)) => {
             full.min(deadline.saturating_duration_since(Instant::now()))
+        }
+        Call::Trying | Call::Retrying(_) => Duration::ZERO,
+    }
+}
+
+/// Runs `f` as a call that must be answered by `deadline` (a release, by
+/// the end of its lease: one that goes through later is worth nothing, as
+/// the key expired by then), whatever call this thread was in; that call
+/// is its own again afterwards.
+pub(crate) fn within<T>(deadline: Instant, f: impl FnOnce() -> T) -> T {
+    struct Restore(Call);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_call(self.0);
+        }
+    }
+    let _restore = Restore(set_call(Call::Waiting(Some(deadline))));
+    f()
+}
+
+/// How long the connection layer may go on waiting for a Cluster slot that
+/// moves (`TRYAGAIN`, or `ASK` and `MOVED` without end) for one call:
+/// `moving` (a lease: a slot still half-moved after that is stuck, and the
+/// locks in it could not be released in time anyway) outside a waiting
+/// call and for a call that waits for nothing; what is left of the
+/// deadline in a waiting call's attempt; `full` (the budget of any other
+/// retry) on a background thread; nothing once a waiting call has met a
+/// failure, as it then pauses and retries by itself.
+pub(crate) fn moving_budget(moving: Duration, full: Duration) -> Duration {
+    match CALL.with(Cell::get) {
+        Call::Plain | Call::Trying | Call::Waiting(None) => moving,
+        Call::Background => full,
+        Call::Waiting(Some(deadline)) => {
+            moving.min(deadline.saturating_duration_since(Instant::now()))
         }
         Call::Retrying(_) => Duration::ZERO,
     }

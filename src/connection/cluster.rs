@@ -6,15 +6,21 @@
 //! and authentication errors stay typed. A call for a key goes to the
 //! master of its slot; `MOVED` records the new owner (and refreshes the
 //! whole map), `ASK` is followed once with `ASKING` on the target,
-//! `TRYAGAIN` and `CLUSTERDOWN` are retried with backoff within the
-//! response timeout. None of these reaches the caller while the cluster is
-//! healthy or resharding.
+//! `CLUSTERDOWN` is retried with backoff within the connect plus response
+//! timeout. A slot that moves (`TRYAGAIN`: the call's keys are split
+//! between the two nodes of a migration, which a script declaring a lock
+//! and its fair queue, or a `MULTI` read of both, meets for as long as the
+//! migration lasts) is waited for longer: up to
+//! [`ConnectOptions::slot_move_wait`], or the waiting call's deadline
+//! (`budget::moving_budget`). None of these reaches the caller while the
+//! cluster is healthy or a migration ends within that.
 //!
 //! A master that cannot be reached is marked so: the slot map is asked
 //! again at once of the other nodes (reachable ones first, the seeds among
 //! them), and the call goes to the promoted replica as soon as a node
-//! names it, within the call's own deadline (outside a waiting call, the
-//! failover wait: a third of the watchdog timeout).
+//! names it, within the call's own deadline (outside a waiting call and
+//! for one that waits for nothing, the failover wait: a third of the
+//! watchdog timeout).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -29,10 +35,14 @@ use crate::error::{Error, Redirect, Result};
 use crate::keys;
 use crate::retry::{Backoff, pause_until};
 
-/// Attempts of one call, redirections and retries together: a bound beside
-/// the time budget, against a redirection loop between two nodes that
-/// disagree.
+/// Attempts of one call since its last pause for a slot that moves: a
+/// bound beside the time budget, against a redirection loop between two
+/// nodes that disagree.
 const MAX_ATTEMPTS: usize = 100;
+/// Pauses of one call waiting for a slot that moves or a cluster that is
+/// down: a bound beside the time budget (each pause is at least 2.5 ms;
+/// a 30 s budget takes about 130 of them).
+const MAX_PAUSES: usize = 2_000;
 /// Least time between two slot-map refreshes: many callers meeting the same
 /// `MOVED` refresh once.
 const REFRESH_EVERY: Duration = Duration::from_millis(50);
@@ -461,12 +471,18 @@ impl Cluster {
         // A slot move or a failover takes about a second: wait for it within
         // the time a call may take anyway (connect + response).
         let budget = (self.options.connect_timeout + self.options.response_timeout).max(MIN_BUDGET);
-        // Riding out a failover takes longer than a slot's move.
-        let failover_budget = budget.max(self.options.failover_wait);
+        // A slot that moves is waited for longer than a down cluster: a
+        // migration holds a slot's keys split for as long as it takes to
+        // move them (seconds or minutes for a large slot, or a stuck one).
+        let moving = super::budget::moving_budget(self.options.slot_move_wait.max(budget), budget);
+        // A master that died is waited for until its replica is promoted:
+        // longer than a down cluster too, by the same rule.
+        let failover = super::budget::moving_budget(self.options.failover_wait.max(budget), budget);
         let mut backoff = Backoff::cluster_call();
-        let mut failover = Backoff::cluster_failover();
+        let mut moving_backoff = Backoff::slot_moving();
+        let mut failover_backoff = Backoff::cluster_failover();
         let mut ask: Option<NodeId> = None;
-        let mut attempt = 0;
+        let (mut attempt, mut pauses) = (0, 0);
         loop {
             attempt += 1;
             let asking = ask.is_some();
@@ -491,32 +507,38 @@ impl Cluster {
                 let _ = self.refresh(false);
                 if self.owner(slot).is_some_and(|owner| owner != node)
                     && attempt < MAX_ATTEMPTS
-                    && started.elapsed() < failover_budget
+                    && started.elapsed() < failover
                 {
                     continue;
                 }
-                if attempt >= MAX_ATTEMPTS {
+                if attempt >= MAX_ATTEMPTS || pauses >= MAX_PAUSES {
                     return result;
                 }
                 // No promotion comes while no node answers at all: then
-                // this is an outage, given no more than a slot's move.
+                // this is an outage, given no more than any other retry.
                 let limit = if self
                     .nodes()
                     .iter()
                     .all(|n| n.unreachable.load(Ordering::Relaxed))
                 {
-                    budget
+                    super::budget::inner_budget(budget)
                 } else {
-                    failover_budget
+                    failover
                 };
-                let pause = failover.next_pause();
-                if started.elapsed() + pause > super::budget::inner_budget(limit) {
+                let pause = failover_backoff.next_pause();
+                if started.elapsed() + pause > limit {
                     return result;
                 }
                 pause_until(Instant::now() + pause);
+                pauses += 1;
                 continue;
             }
-            if attempt >= MAX_ATTEMPTS || started.elapsed() > budget {
+            let limit = if redirect.slot_moving() {
+                budget.max(moving)
+            } else {
+                budget
+            };
+            if attempt >= MAX_ATTEMPTS || pauses >= MAX_PAUSES || started.elapsed() > limit {
                 return result;
             }
             match redirect {
@@ -528,6 +550,20 @@ impl Cluster {
                     self.set_owner(moved, id);
                 }
                 Redirect::Ask(addr) => ask = Some(self.intern(&addr)?),
+                Redirect::TryAgain => {
+                    let pause = moving_backoff.next_pause();
+                    if started.elapsed() + pause > moving {
+                        return result;
+                    }
+                    pause_until(Instant::now() + pause);
+                    pauses += 1;
+                    // The pause ends a run of redirections: a migration
+                    // sends each attempt to the source, then (`ASK`) to
+                    // the target, which answers `TRYAGAIN` again.
+                    attempt = 0;
+                    // The migration may have ended meanwhile: its new
+                    // owner answers `MOVED` to what the map says.
+                }
                 Redirect::Retry => {
                     let pause = backoff.next_pause();
                     // A waiting call retries by itself, with its own
@@ -536,11 +572,12 @@ impl Cluster {
                         return result;
                     }
                     pause_until(Instant::now() + pause);
+                    pauses += 1;
                     if attempt % 4 == 0 {
                         let _ = self.refresh(false);
                     }
                 }
-                // Taken above, before the budget of a slot's move.
+                // Taken above, before the budget of any other retry.
                 Redirect::Unreachable => {}
             }
         }
@@ -676,6 +713,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
             failover_wait: Duration::from_secs(1),
+            slot_move_wait: Duration::from_secs(30),
         }
     }
 
@@ -757,16 +795,18 @@ mod tests {
         );
         let ask = server_error("-ASK 3999 127.0.0.1:7002\r\n");
         assert!(matches!(ask.redirect(), Some(Redirect::Ask(a)) if a == "127.0.0.1:7002"));
-        for retry in [
-            "-TRYAGAIN Multiple keys\r\n",
-            "-CLUSTERDOWN The cluster is down\r\n",
+        for (retry, expected) in [
+            ("-TRYAGAIN Multiple keys\r\n", Redirect::TryAgain),
+            ("-CLUSTERDOWN The cluster is down\r\n", Redirect::Retry),
         ] {
-            assert!(matches!(
-                server_error(retry).redirect(),
-                Some(Redirect::Retry)
-            ));
+            assert_eq!(server_error(retry).redirect(), Some(expected));
             assert!(server_error(retry).is_redirect());
         }
+        assert!(Redirect::TryAgain.slot_moving());
+        assert!(Redirect::Ask("a:1".into()).slot_moving());
+        assert!(Redirect::Moved(1, "a:1".into()).slot_moving());
+        assert!(!Redirect::Retry.slot_moving());
+        assert!(!Redirect::Unreachable.slot_moving());
         let refused = Error::io(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
             "no",

@@ -266,6 +266,9 @@ pub(crate) struct ConnectOptions {
     /// replica: a third of the watchdog timeout, the time within which a
     /// failover must end for holders' leases to survive it.
     pub(crate) failover_wait: std::time::Duration,
+    /// How long a call waits for a Cluster slot that moves (see
+    /// `cluster.rs`): the client's lease.
+    pub(crate) slot_move_wait: std::time::Duration,
 }
 
 impl Source {

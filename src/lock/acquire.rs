@@ -264,6 +264,7 @@ impl Lock {
         holder: &str,
         ms: u64,
         enqueue: bool,
+        sent: &mut Instant,
         sent_script: &mut bool,
         short_acks: &mut Option<u64>,
     ) -> Result<Acquire> {
@@ -300,6 +301,9 @@ impl Lock {
                     // shared connection could not be made, was not
                     // written: nothing ran, nothing is to be undone.
                     crate::connection::shared::forget_unsent();
+                    // The lease counts from the attempt that ran, not the
+                    // first one (a Cluster slot that moves is waited for).
+                    *sent = Instant::now();
                     let result = script(conn);
                     if !crate::connection::shared::unsent() {
                         *sent_script = true;
@@ -309,6 +313,7 @@ impl Lock {
         } else {
             self.inner.client.with_conn(&self.inner.name, |conn| {
                 *sent_script = true;
+                *sent = Instant::now();
                 let source = self.inner.client.source();
                 // A waiting thread's record entry rides ahead of the script.
                 let before = crate::connection::prelude::take_for(source, &self.inner.name);
@@ -346,10 +351,17 @@ impl Lock {
     ) -> Result<Attempt<Granted>> {
         let mut interrupted = 0;
         let (reply, sent, sent_script, short_acks) = loop {
-            let sent = Instant::now();
+            let mut sent = Instant::now();
             let mut sent_script = false;
             let mut short_acks = None;
-            let reply = self.run_acquire(holder, ms, enqueue, &mut sent_script, &mut short_acks);
+            let reply = self.run_acquire(
+                holder,
+                ms,
+                enqueue,
+                &mut sent,
+                &mut sent_script,
+                &mut short_acks,
+            );
             // A stopped and continued process (EINTR) lost the reply of a
             // script that ran on a live server: give back what it may have
             // granted, as for any lost reply, and ask once more rather than

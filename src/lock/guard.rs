@@ -279,7 +279,10 @@ impl LockGuard {
     /// not touched), and connection, timeout and server errors (the lease
     /// then expires by itself: the watchdog stops renewing it).
     ///
-    /// `Ok(())` only when Redis confirmed the release. A release that
+    /// `Ok(())` only when Redis confirmed the release. On a Cluster, a
+    /// release whose slot is migrating with the lock's keys split between
+    /// the two nodes (`TRYAGAIN`) is sent again until the lease ends; one
+    /// that never went through is an error, never `Ok`. A release that
     /// fails because the server is unreachable or changing (down, paused,
     /// restarting, failing over) is handed to the watchdog, which retries
     /// it against the (new) master until it goes through or the lease runs
@@ -344,22 +347,24 @@ impl LockGuard {
         }
         let until = self.state.valid_until();
         let valid_when_sent = Instant::now() < until;
-        let reply = match script(&self.lock, &self.holder) {
-            // Written whole and run, its reply lost to a stopped and
-            // continued process: read what it did rather than send it
-            // again (a second release would find the lock gone and call a
-            // valid hold lost).
-            Err(e) if e.is_interrupted() => {
-                match self
-                    .lock
-                    .settle_interrupted_release(&self.holder, valid_when_sent)
-                {
-                    Some(settled) => Ok(settled),
-                    None => Err(e),
+        // A slot that moves is waited for until the lease ends, not longer.
+        let reply =
+            match crate::connection::budget::within(until, || script(&self.lock, &self.holder)) {
+                // Written whole and run, its reply lost to a stopped and
+                // continued process: read what it did rather than send it
+                // again (a second release would find the lock gone and call a
+                // valid hold lost).
+                Err(e) if e.is_interrupted() => {
+                    match self
+                        .lock
+                        .settle_interrupted_release(&self.holder, valid_when_sent)
+                    {
+                        Some(settled) => Ok(settled),
+                        None => Err(e),
+                    }
                 }
-            }
-            other => other,
-        };
+                other => other,
+            };
         let outcome = match reply {
             Ok(Release::Released) => {
                 self.state.mark_released();

@@ -86,6 +86,14 @@ impl Backoff {
         Backoff::new(Duration::from_millis(20), Duration::from_millis(250))
     }
 
+    /// A Cluster call waiting for a slot that moves (`TRYAGAIN` while a
+    /// migration holds the call's keys split): 5 ms doubling up to 250 ms,
+    /// so that a migration of a few milliseconds costs little, and one
+    /// that lasts a minute sees four attempts a second from each caller.
+    pub(crate) fn slot_moving() -> Backoff {
+        Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
+    }
+
     /// A Cluster's slot map read again after failed refreshes: every
     /// `every` at first, doubling up to 2 s.
     pub(crate) fn slot_map_refresh(every: Duration) -> Backoff {

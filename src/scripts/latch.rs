@@ -28,8 +28,8 @@ pub(crate) fn try_set(
     channel: &[u8],
     count: u64,
 ) -> Result<bool> {
-    let reply = evalsha(conn, SET.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(NEW_COUNT_MESSAGE).arg(count);
+    let reply = evalsha(conn, SET.get(publish), &[counter], |cmd| {
+        cmd.arg(NEW_COUNT_MESSAGE).arg(count).arg(channel);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     Ok(int("latch set", &reply)? == 1)
@@ -42,8 +42,8 @@ pub(crate) fn count_down(
     counter: &[u8],
     channel: &[u8],
 ) -> Result<u64> {
-    let reply = evalsha(conn, COUNT_DOWN.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(ZERO_COUNT_MESSAGE);
+    let reply = evalsha(conn, COUNT_DOWN.get(publish), &[counter], |cmd| {
+        cmd.arg(ZERO_COUNT_MESSAGE).arg(channel);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     let left = int("latch count down", &reply)?;
@@ -58,8 +58,8 @@ pub(crate) fn delete(
     counter: &[u8],
     channel: &[u8],
 ) -> Result<bool> {
-    let reply = evalsha(conn, DELETE.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(ZERO_COUNT_MESSAGE);
+    let reply = evalsha(conn, DELETE.get(publish), &[counter], |cmd| {
+        cmd.arg(ZERO_COUNT_MESSAGE).arg(channel);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     Ok(int("latch delete", &reply)? == 1)

@@ -354,10 +354,10 @@ pub(crate) fn fair_release(
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
-        .key(keys.channel)
         .arg(UNLOCK_MESSAGE)
         .arg(lease_ms)
         .arg(holder)
+        .arg(keys.channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, keys.key))?;
     release_reply(reply)
@@ -379,10 +379,10 @@ pub(crate) fn fair_leave(
         .key(keys.key)
         .key(keys.queue)
         .key(keys.timeouts)
-        .key(keys.channel)
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
         .arg(wait_ms)
+        .arg(keys.channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, keys.queue))?;
     match reply {
@@ -446,8 +446,11 @@ pub(crate) fn release(
     holder: &str,
     lease_ms: u64,
 ) -> Result<Release> {
-    let reply = evalsha(conn, UNLOCK.get(publish), &[key, channel], |cmd| {
-        cmd.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(holder);
+    let reply = evalsha(conn, UNLOCK.get(publish), &[key], |cmd| {
+        cmd.arg(UNLOCK_MESSAGE)
+            .arg(lease_ms)
+            .arg(holder)
+            .arg(channel);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     release_reply(reply)
@@ -636,12 +639,12 @@ pub(crate) fn force_unlock(
     queue: Option<&[u8]>,
 ) -> Result<bool> {
     let mut invocation = FORCE_UNLOCK.get(publish).key(key);
-    invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);
     }
     let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
+        .arg(channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, key))?;
     match reply {
@@ -662,13 +665,13 @@ pub(crate) fn release_holder(
     holder: &str,
 ) -> Result<bool> {
     let mut invocation = RELEASE_HOLDER.get(publish).key(key);
-    invocation.key(channel);
     if let Some(queue) = queue {
         invocation.key(queue);
     }
     let reply: Value = invocation
         .arg(UNLOCK_MESSAGE)
         .arg(holder)
+        .arg(channel)
         .invoke(conn)
         .map_err(|e| Error::from_redis(e, key))?;
     match reply {
@@ -759,7 +762,7 @@ mod tests {
     fn the_classic_variant_publishes_in_place_of_notify() {
         let classic = assemble("", &publish_inline(include_str!("../../lua/unlock.lua")));
         assert!(!classic.contains("notify("));
-        assert!(classic.contains("redis.call('publish', KEYS[2], ARGV[1])"));
+        assert!(classic.contains("redis.call('publish', ARGV[4], ARGV[1])"));
         let notify = include_str!("../../lua/notify.lua");
         // Outside a Cluster, notify is exactly one classic PUBLISH.
         let classic_branch = "    if not cluster then\n        redis.call('publish', channel, message)\n        return\n    end\n";
@@ -813,6 +816,29 @@ mod tests {
             callers += usize::from(code.contains("notify("));
         }
         assert_eq!(callers, 17);
+    }
+
+    /// A channel in KEYS is a key that never exists: while its slot
+    /// migrates, Redis refuses the script (`TRYAGAIN`) for the whole
+    /// migration, as the lock key is on the node and the channel is not.
+    #[test]
+    fn no_script_declares_a_channel_as_a_key() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut publishers = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| l.starts_with("-- KEYS[")) {
+                assert!(!line.contains("channel"), "{path:?}: {line}");
+            }
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            assert!(!code.contains("notify(KEYS"), "{path:?}");
+            publishers += usize::from(code.contains("notify(ARGV["));
+        }
+        assert_eq!(publishers, 17);
     }
 
     #[test]

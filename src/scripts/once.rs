@@ -123,17 +123,13 @@ pub(crate) fn complete(
 ) -> Result<Option<u64>> {
     let attempt_key = crate::keys::once_attempt(key);
     let attempt_key = attempt_key.as_slice();
-    let reply = evalsha(
-        conn,
-        COMPLETE.get(publish),
-        &[key, channel, attempt_key],
-        |cmd| {
-            cmd.arg(holder)
-                .arg(outcome)
-                .arg(ttl_ms)
-                .arg(READ_UNLOCK_MESSAGE);
-        },
-    )
+    let reply = evalsha(conn, COMPLETE.get(publish), &[key, attempt_key], |cmd| {
+        cmd.arg(holder)
+            .arg(outcome)
+            .arg(ttl_ms)
+            .arg(READ_UNLOCK_MESSAGE)
+            .arg(channel);
+    })
     .map_err(|e| Error::from_redis(e, key))?;
     match reply {
         Value::Int(0) => Ok(None),

@@ -85,11 +85,12 @@ pub(crate) fn read_release(
     let reply = evalsha(
         conn,
         READ_UNLOCK.get(publish),
-        &[keys.key, keys.channel, keys.timeout_prefix, keys.key_prefix],
+        &[keys.key, keys.timeout_prefix, keys.key_prefix],
         |cmd| {
             cmd.arg(UNLOCK_MESSAGE)
                 .arg(holder)
-                .arg(if all { "1" } else { "0" });
+                .arg(if all { "1" } else { "0" })
+                .arg(keys.channel);
         },
     )
     .map_err(|e| Error::from_redis(e, keys.key))?;
@@ -107,11 +108,12 @@ pub(crate) fn write_release(
     lease_ms: u64,
     all: bool,
 ) -> Result<Release> {
-    let reply = evalsha(conn, WRITE_UNLOCK.get(publish), &[key, channel], |cmd| {
+    let reply = evalsha(conn, WRITE_UNLOCK.get(publish), &[key], |cmd| {
         cmd.arg(READ_UNLOCK_MESSAGE)
             .arg(lease_ms)
             .arg(write_field)
-            .arg(if all { "1" } else { "0" });
+            .arg(if all { "1" } else { "0" })
+            .arg(channel);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     release_reply(reply)
@@ -153,8 +155,10 @@ pub(crate) fn force_unlock(
     channel: &[u8],
     mode: Option<&str>,
 ) -> Result<bool> {
-    let reply = evalsha(conn, FORCE_UNLOCK.get(publish), &[key, channel], |cmd| {
-        cmd.arg(READ_UNLOCK_MESSAGE).arg(mode.unwrap_or(""));
+    let reply = evalsha(conn, FORCE_UNLOCK.get(publish), &[key], |cmd| {
+        cmd.arg(READ_UNLOCK_MESSAGE)
+            .arg(mode.unwrap_or(""))
+            .arg(channel);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     match reply {

@@ -62,8 +62,8 @@ pub(crate) fn release(
     channel: &[u8],
     permits: i64,
 ) -> Result<i64> {
-    let reply = evalsha(conn, RELEASE.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(permits);
+    let reply = evalsha(conn, RELEASE.get(publish), &[counter], |cmd| {
+        cmd.arg(permits).arg(channel);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     int("semaphore release", &reply)
@@ -77,8 +77,8 @@ pub(crate) fn try_set(
     channel: &[u8],
     permits: u32,
 ) -> Result<bool> {
-    let reply = evalsha(conn, SET.get(publish), &[counter, channel], |cmd| {
-        cmd.arg(permits);
+    let reply = evalsha(conn, SET.get(publish), &[counter], |cmd| {
+        cmd.arg(permits).arg(channel);
     })
     .map_err(|e| Error::from_redis(e, counter))?;
     Ok(int("semaphore set", &reply)? == 1)
@@ -108,9 +108,9 @@ pub(crate) fn permit_acquire(
     let reply = evalsha(
         conn,
         PERMIT_ACQUIRE.get(publish),
-        &[keys.counter, keys.timeouts, keys.channel],
+        &[keys.counter, keys.timeouts],
         |cmd| {
-            cmd.arg(lease_ms).arg(skew_ms);
+            cmd.arg(lease_ms).arg(skew_ms).arg(keys.channel);
             for id in ids {
                 cmd.arg(&id[..]);
             }
@@ -141,9 +141,9 @@ pub(crate) fn permit_release(
     let reply = evalsha(
         conn,
         PERMIT_RELEASE.get(publish),
-        &[keys.counter, keys.timeouts, keys.channel],
+        &[keys.counter, keys.timeouts],
         |cmd| {
-            cmd.arg(&id[..]);
+            cmd.arg(&id[..]).arg(keys.channel);
         },
     )
     .map_err(|e| Error::from_redis(e, keys.counter))?;
@@ -161,9 +161,9 @@ pub(crate) fn permit_count(
     let reply = evalsha(
         conn,
         PERMIT_COUNT.get(publish),
-        &[keys.counter, keys.timeouts, keys.channel],
+        &[keys.counter, keys.timeouts],
         |cmd| {
-            cmd.arg(skew_ms);
+            cmd.arg(skew_ms).arg(keys.channel);
         },
     )
     .map_err(|e| Error::from_redis(e, keys.counter))?;

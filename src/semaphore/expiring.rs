@@ -411,13 +411,16 @@ impl ExpiringSemaphore {
         orphans: &mut Vec<PermitId>,
     ) -> Result<Attempt<PermitGuard>> {
         let id = PermitId::random();
-        let sent = Instant::now();
+        let mut sent = Instant::now();
         let mut sent_script = false;
         let acks = self.client.config().acks;
         let response_timeout = self.client.config().response_timeout;
         let mut short_acks = None;
         let reply = self.client.with_conn(&self.name, |conn| {
             sent_script = true;
+            // The lease counts from the attempt that ran, not the first
+            // one (a Cluster slot that moves is waited for).
+            sent = Instant::now();
             // A waiting thread's record entry rides ahead of the script.
             let before = crate::connection::prelude::take_for(self.client.source(), &self.name);
             let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {

@@ -140,6 +140,8 @@ impl Subscriber {
         std::thread::Builder::new()
             .name("redguard-subscriber".into())
             .spawn(move || {
+                // Its calls are retried on its own schedule.
+                crate::connection::budget::set_call(crate::connection::budget::Call::Background);
                 let mut worker = Worker {
                     shared: thread_shared,
                     source,
@@ -720,6 +722,7 @@ mod tests {
             connect_timeout: Duration::from_millis(200),
             response_timeout: Duration::from_millis(200),
             failover_wait: Duration::from_millis(200),
+            slot_move_wait: Duration::from_millis(200),
         };
         let source = Arc::new(Source::open(&deployment, &options).unwrap());
         let reactions = Reactions {

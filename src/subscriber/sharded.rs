@@ -226,7 +226,13 @@ impl Router {
             };
             std::thread::Builder::new()
                 .name("redguard-sharded".into())
-                .spawn(move || thread.run())
+                .spawn(move || {
+                    // Its calls are retried on its own schedule.
+                    crate::connection::budget::set_call(
+                        crate::connection::budget::Call::Background,
+                    );
+                    thread.run();
+                })
                 .ok()?;
             self.nodes.insert(node, tx);
         }

@@ -55,14 +55,7 @@ impl Outage {
     /// The outage state of a waiting call that ends at `deadline` (`None`:
     /// never), on this thread.
     pub(crate) fn new(deadline: Option<Instant>) -> Outage {
-        // A call that may not wait at all (`try_lock`) waits for no holder,
-        // but rides out a failover as any call outside a wait does: "busy"
-        // is an answer, "the master is being replaced" is not.
-        let call = match deadline {
-            Some(at) if at <= Instant::now() => Call::Plain,
-            _ => Call::Waiting(deadline),
-        };
-        let outer = budget::set_call(call);
+        let outer = budget::set_call(call_of(deadline));
         Outage {
             backoff: Backoff::waiting_call(),
             failed: 0,
@@ -85,9 +78,7 @@ impl Outage {
         self.backoff.reset();
         self.failed = 0;
         self.since = Instant::now();
-        if !matches!(budget::current(), Call::Plain) {
-            budget::set_call(Call::Waiting(self.deadline));
-        }
+        budget::set_call(call_of(self.deadline));
     }
 
     /// After an attempt that failed with `err`: the pause before the next
@@ -188,6 +179,16 @@ pub fn retry_until<T>(deadline: Option<Instant>, mut op: impl FnMut() -> Result<
     }
 }
 
+/// The call a waiting call that ends at `deadline` makes on its thread: one
+/// whose deadline has come already (`try_lock`, a zero wait) waits for
+/// nothing, and is answered in its one attempt (see `budget::Call::Trying`).
+fn call_of(deadline: Option<Instant>) -> Call {
+    match deadline {
+        Some(at) if at <= Instant::now() => Call::Trying,
+        deadline => Call::Waiting(deadline),
+    }
+}
+
 impl Drop for Outage {
     fn drop(&mut self) {
         budget::set_call(self.outer);
@@ -198,12 +199,19 @@ impl Drop for Outage {
 /// a timeout naming the attempts, how long they failed, and the last error.
 fn gave_up(last: &Error, failed: u32, over: Duration) -> Error {
     let over = Duration::from_millis(u64::try_from(over.as_millis()).unwrap_or(u64::MAX));
+    // Redis answers while a Cluster slot moves; it only will not serve
+    // the call until the keys are on one node.
+    let why = if last.redirect().is_some_and(|r| r.slot_moving()) {
+        "the key's Cluster slot was moving"
+    } else {
+        "Redis was unavailable"
+    };
     Error::Timeout {
         kind: crate::error::TimeoutKind::Wait,
         limit: over,
         server: None,
         about: Some(format!(
-            "Redis was unavailable ({failed} attempts over {} failed; the last: {})",
+            "{why} ({failed} attempts over {} failed; the last: {})",
             Human(over),
             last.chain()
         )),
@@ -286,6 +294,57 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("2 attempts"), "{text}");
         assert!(text.contains("LOADING"), "{text}");
+    }
+
+    #[test]
+    fn a_slot_that_moves_is_waited_for_by_calls_that_wait_for_nothing() {
+        use crate::connection::budget::{Call, moving_budget, set_call, within};
+        let (moving, full) = (Duration::from_secs(30), Duration::from_secs(2));
+        assert_eq!(moving_budget(moving, full), moving, "no waiting call");
+        {
+            // A try (its deadline is now): no retries of its own, but the
+            // slot is waited for, up to the lease.
+            let _try = Outage::new(Some(Instant::now()));
+            assert_eq!(inner_budget(full), Duration::ZERO);
+            assert_eq!(moving_budget(moving, full), moving);
+        }
+        {
+            // A wait: until its deadline, not longer.
+            let mut wait = Outage::new(Some(Instant::now() + Duration::from_secs(1)));
+            let budget = moving_budget(moving, full);
+            assert!(budget <= Duration::from_secs(1) && budget > Duration::from_millis(500));
+            wait.next(refused()).unwrap();
+            assert_eq!(moving_budget(moving, full), Duration::ZERO, "it retries");
+        }
+        {
+            let _forever = Outage::new(None);
+            assert_eq!(moving_budget(moving, full), moving);
+        }
+        // A release: until its lease ends.
+        let lease_end = Instant::now() + Duration::from_secs(3);
+        let inside = within(lease_end, || moving_budget(moving, full));
+        assert!(inside <= Duration::from_secs(3) && inside > Duration::from_secs(2));
+        assert_eq!(moving_budget(moving, full), moving, "restored");
+        // A background thread: no longer than any other retry.
+        let outer = set_call(Call::Background);
+        assert_eq!(moving_budget(moving, full), full);
+        assert_eq!(inner_budget(full), full);
+        set_call(outer);
+    }
+
+    #[test]
+    fn a_wait_that_ran_out_on_a_moving_slot_says_so() {
+        let tryagain = match redis::parse_redis_value(
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+        ) {
+            Ok(redis::Value::ServerError(e)) => Error::redis(redis::RedisError::from(e)),
+            other => panic!("not an error: {other:?}"),
+        };
+        let text = gave_up(&tryagain, 3, Duration::from_secs(2)).to_string();
+        assert!(text.contains("slot was moving"), "{text}");
+        assert!(text.contains("TRYAGAIN"), "{text}");
+        let text = gave_up(&refused(), 3, Duration::from_secs(2)).to_string();
+        assert!(text.contains("unavailable"), "{text}");
     }
 
     #[test]

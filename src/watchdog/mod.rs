@@ -270,7 +270,11 @@ impl Shared {
         }
         let spawned = std::thread::Builder::new()
             .name("redguard-watchdog".into())
-            .spawn(move || run(self));
+            .spawn(move || {
+                // Its calls are retried on its own schedule.
+                crate::connection::budget::set_call(crate::connection::budget::Call::Background);
+                run(self);
+            });
         match spawned {
             Ok(_) => {
                 life.running = true;

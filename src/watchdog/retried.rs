@@ -143,6 +143,11 @@ impl Done {
                 return;
             }
             // Not pending any more before anyone waiting for it wakes.
+            if outcome.is_err() {
+                self.counters
+                    .failed_retries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             self.counters.retries.end();
             *slot = Some(outcome);
         }

@@ -129,7 +129,11 @@ pub(super) fn spawn(
     };
     std::thread::Builder::new()
         .name("redguard-renew".into())
-        .spawn(move || worker.run())?;
+        .spawn(move || {
+            // Its calls are retried on its own schedule.
+            crate::connection::budget::set_call(crate::connection::budget::Call::Background);
+            worker.run();
+        })?;
     Ok(tx)
 }
 

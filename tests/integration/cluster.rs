@@ -12,6 +12,7 @@ use redguard::{ClassicPublish, Client, Error};
 mod failover_calls;
 mod moved_records;
 mod plain_url;
+mod reshard;
 mod sharded;
 
 use crate::support::{
@@ -130,6 +131,11 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
     if !case_client_side("F3 four threads") {
         timed_case("f3 four threads", || {
             f3_slot_migration(&bed, 4);
+        });
+    }
+    if !case_client_side("a 20 s migration window") {
+        timed_case("reshard_window", || {
+            reshard::operations_through_a_migration_window(&bed);
         });
     }
     timed_case("f2_automatic_failover", || f2_automatic_failover(&mut bed));

@@ -177,12 +177,12 @@ impl Scripts {
     ) -> redis::RedisResult<i64> {
         self.complete
             .key(key)
-            .key(channel(key))
             .key(attempt_key(key))
             .arg(holder)
             .arg(outcome)
             .arg(ttl_ms)
             .arg("1")
+            .arg(channel(key))
             .invoke(&mut self.conn)
     }
 
@@ -197,10 +197,10 @@ impl Scripts {
     fn abandon(&mut self, key: &[u8], holder: &str) -> Option<i64> {
         self.unlock
             .key(key)
-            .key(channel(key))
             .arg("0")
             .arg(30_000)
             .arg(holder)
+            .arg(channel(key))
             .invoke(&mut self.conn)
             .unwrap()
     }

@@ -493,10 +493,18 @@ pub(crate) fn preflight(program: &OsStr) -> Result<(), Failure> {
 /// retried (against the new master, after a failover), at most `lease`
 /// (the retry ends by then anyway). Without this, a lock replicated to a
 /// new master would block every waiter until its lease ran out. The
-/// warning names no failover: on a single server there is none.
-pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Duration, quiet: bool) {
+/// warning names no failover: on a single server there is none. `true`
+/// when no release is left pending and none was given up since `failed`
+/// ([`redguard::Stats::failed_releases`] read before the release).
+pub(crate) fn await_release(
+    client: &redguard::Client,
+    what: &str,
+    lease: Duration,
+    quiet: bool,
+    failed: u64,
+) -> bool {
     if client.stats().pending_releases == 0 {
-        return;
+        return client.stats().failed_releases == failed;
     }
     if !quiet {
         out::warn(&format!(
@@ -505,11 +513,13 @@ pub(crate) fn await_release(client: &redguard::Client, what: &str, lease: Durati
             humantime::format_duration(lease)
         ));
     }
-    if !client.await_releases(lease) && !quiet {
+    let through = client.await_releases(lease) && client.stats().failed_releases == failed;
+    if !through && !quiet {
         out::warn(&format!(
             "could not release {what}; it frees itself when its lease runs out"
         ));
     }
+    through
 }
 
 #[cfg(test)]

@@ -156,6 +156,7 @@ fn finish(
             // running out): the lock is still ours, so it is given back
             // rather than left to block the next holder until it expires.
             let client = guard.lock().client().clone();
+            let failed = client.stats().failed_releases;
             let _ = guard.unlock();
             let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
             crate::child::await_release(
@@ -163,6 +164,7 @@ fn finish(
                 &format!("lock {}", show::name(name)),
                 lease,
                 true,
+                failed,
             );
         }
         return Ok(match args.on_lost {
@@ -170,24 +172,29 @@ fn finish(
             OnLost::Warn => ExitCode::from(cmd_code),
         });
     }
-    let client = guard.lock().client().clone();
+    let lock = guard.lock().clone();
+    let client = lock.client().clone();
     let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
     let holder = guard.holder_id().clone();
+    let failed = client.stats().failed_releases;
     let released = guard.unlock();
     if released.is_ok() {
         log::info!("redguard: released lock {} as {holder}", show::name(name));
     }
-    crate::child::await_release(
+    let through = crate::child::await_release(
         &client,
         &format!("lock {}", show::name(name)),
         lease,
         args.quiet,
+        failed,
     );
     match released {
         Ok(()) => Ok(ExitCode::from(cmd_code)),
-        // Not confirmed at once, and waited for just above: it went
-        // through, or `await_release` said that it did not.
-        Err(redguard::Error::ReleasePending { .. }) => Ok(ExitCode::from(cmd_code)),
+        // Not confirmed at once, and waited for just above.
+        Err(redguard::Error::ReleasePending { .. }) if through => Ok(ExitCode::from(cmd_code)),
+        Err(redguard::Error::ReleasePending { cause, .. }) => {
+            Ok(release_failed(&lock, &holder, cmd_code, &cause))
+        }
         Err(e) if e.is_lock_lost() || e.is_not_held() => {
             let why = lost_reason(args);
             match args.on_lost {
@@ -210,15 +217,51 @@ fn finish(
                 }
             }
         }
-        Err(e) => {
-            out::warn(&format!(
-                "could not release lock {} ({}); it frees itself when its lease runs out",
-                show::name(name),
-                crate::fail::chain(&e),
-            ));
-            Ok(ExitCode::from(cmd_code))
-        }
+        Err(e) => Ok(release_failed(
+            &lock,
+            &holder,
+            cmd_code,
+            &crate::fail::chain(&e),
+        )),
     }
+}
+
+/// How long a look at the key that only words a message (who holds a busy
+/// lock, what is left after a failed release) may take.
+const LOOK_BOUND: Duration = Duration::from_secs(2);
+
+/// A release after CMD that was refused or did not go through before the
+/// lease ended (`cause`): said, with what is at the key now, and exit 74,
+/// never CMD's status (a caller chaining jobs on success must not take the
+/// lock for given back).
+fn release_failed(lock: &Lock, holder: &redguard::HolderId, cmd_code: u8, why: &str) -> ExitCode {
+    let deadline = std::time::Instant::now() + LOOK_BOUND;
+    let key = match redguard::retry_until(Some(deadline), || lock.inspect()) {
+        Ok(info) => match info.holders.iter().find(|(id, _)| id == holder) {
+            Some(_) => format!(
+                "its key is still there, held by this process's holder {holder} until its \
+                 lease ends ({} left)",
+                match info.ttl {
+                    Some(redguard::Ttl::Expires(left)) => show::left(left),
+                    _ => "no expiry".to_owned(),
+                }
+            ),
+            None if info.is_held() => {
+                "its key is there, held by another holder: ours ran out first".to_owned()
+            }
+            None => "its key is gone: the lease ran out".to_owned(),
+        },
+        Err(e) => format!(
+            "whether its key is still there is unknown ({})",
+            crate::fail::chain(&e)
+        ),
+    };
+    out::error(&format!(
+        "the release of lock {} after CMD (exit status {cmd_code}) was refused or did not go \
+         through ({why}); {key}",
+        show::name(lock.name())
+    ));
+    ExitCode::from(code::RELEASE_FAILED)
 }
 
 /// The kind of lock `exec` takes, as the log lines name it.
@@ -239,10 +282,13 @@ fn lock_kind(args: &ExecArgs) -> &'static str {
 /// The one-line message when the lock could not be had in time: the lock,
 /// its holder and the holder's remaining ttl.
 fn busy_message(lock: &Lock, name: &[u8]) -> String {
-    let holder = match lock.inspect() {
+    // Bounded: the lock is busy, which is the answer; who holds it only
+    // words the message (a read of a slot that moves waits for it).
+    let deadline = std::time::Instant::now() + LOOK_BOUND;
+    let holder = match redguard::retry_until(Some(deadline), || lock.inspect()) {
         Ok(info) if info.is_held() => show::describe_holder(&info),
         Ok(_) => "was busy, now free".to_owned(),
-        Err(_) => "is busy (holder unknown: Redis did not answer)".to_owned(),
+        Err(e) => format!("is busy (holder unknown: {})", crate::fail::chain(&e)),
     };
     let holder = if holder.starts_with("held") || holder.starts_with("the key") {
         format!("is {holder}")

@@ -21,6 +21,11 @@ pub(crate) mod code {
     pub(crate) const SOFTWARE: u8 = 70;
     /// The operating system refused something (signal handlers).
     pub(crate) const OSERR: u8 = 71;
+    /// CMD ran, but the release after it was refused or failed: it did not
+    /// go through before the lease ended (sysexits' EX_IOERR: what was
+    /// to be written was not). Never 0: the next holder may have waited for
+    /// the lease, and a caller that chains jobs on success must know.
+    pub(crate) const RELEASE_FAILED: u8 = 74;
     /// Default status when the lock cannot be had in time (`flock -E`).
     pub(crate) const TEMPFAIL: u8 = 75;
     /// Redis refused the credentials or the ACL denies a command.

@@ -29,6 +29,9 @@ Exit status:
              release after CMD found it lost
   71         the OS refused something redguard needs (signal handlers,
              supervising CMD)
+  74         CMD ran, but the release after it was refused or did not go
+             through before the lease ended (the message says whether
+             the key is still there); never CMD's own status
   75         the lock could not be had in time (--conflict-exit-code)
   77         Redis refused the credentials, or its ACL denies a command,
              key or channel

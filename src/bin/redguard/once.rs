@@ -180,12 +180,14 @@ fn run_once(
         } else {
             // Still ours (CMD was stopped while its lease ran low): the run
             // is given up, so that the next caller runs CMD at once.
+            let failed = conn.client.stats().failed_releases;
             let _ = run.abandon();
             crate::child::await_release(
                 &conn.client,
                 &format!("run-once key {}", show::name(key)),
                 conn.client.watchdog_timeout(),
                 true,
+                failed,
             );
         }
         out::error(&format!(
@@ -196,12 +198,14 @@ fn run_once(
     }
     if status != 0 && !args.record_failure {
         end_attempt(failed_state);
+        let failed = conn.client.stats().failed_releases;
         let abandoned = run.abandon();
         crate::child::await_release(
             &conn.client,
             &format!("run-once key {}", show::name(key)),
             conn.client.watchdog_timeout(),
             args.quiet,
+            failed,
         );
         if let Err(e) = abandoned {
             out::warn(&format!(

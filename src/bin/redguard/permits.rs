@@ -175,9 +175,10 @@ fn finish(
         } else {
             // Still ours (CMD was stopped while its lease ran low): given
             // back.
+            let failed = client.stats().failed_releases;
             let _ = permit.release();
             let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
-            crate::child::await_release(client, "a permit", lease, true);
+            crate::child::await_release(client, "a permit", lease, true, failed);
         }
         return Ok(match args.on_lost {
             OnLost::Kill => ExitCode::from(code::SOFTWARE),
@@ -185,15 +186,24 @@ fn finish(
         });
     }
     let id = permit.id().to_string();
+    let failed = client.stats().failed_releases;
     let released = permit.release();
     let lease = args.lease.unwrap_or_else(|| client.watchdog_timeout());
-    crate::child::await_release(
+    let through = crate::child::await_release(
         client,
         &format!("permit {id} of semaphore {}", show::name(name)),
         lease,
         args.quiet,
+        failed,
     );
     match released {
+        Ok(()) if !through => {
+            out::error(&format!(
+                "the release of permit {id} of semaphore {} after CMD (exit status {cmd_code})                  did not go through before its lease ended; the permit came back with its lease",
+                show::name(name)
+            ));
+            Ok(ExitCode::from(code::RELEASE_FAILED))
+        }
         Ok(()) => {
             log::info!(
                 "redguard: released permit {id} of semaphore {}",
@@ -222,13 +232,13 @@ fn finish(
             }
         }
         Err(e) => {
-            out::warn(&format!(
-                "could not give back permit {id} of semaphore {} ({}); it comes back when its \
-                 lease runs out",
+            out::error(&format!(
+                "could not give back permit {id} of semaphore {} after CMD (exit status \
+                 {cmd_code}): {}; it comes back when its lease runs out",
                 show::name(name),
                 crate::fail::chain(&e),
             ));
-            Ok(ExitCode::from(cmd_code))
+            Ok(ExitCode::from(code::RELEASE_FAILED))
         }
     }
 }
