@@ -75,6 +75,9 @@ pub(crate) struct Seen {
     pub(crate) counter: bool,
     /// A hash whose fields are (or may be) a finished run-once record's.
     pub(crate) once_record: bool,
+    /// A counter with (or maybe with) an expiring semaphore's lease set
+    /// beside it.
+    pub(crate) permits: bool,
 }
 
 impl Seen {
@@ -82,6 +85,7 @@ impl Seen {
     pub(crate) const UNKNOWN: Seen = Seen {
         counter: true,
         once_record: true,
+        permits: true,
     };
 }
 
@@ -141,6 +145,15 @@ impl LockInfo {
     /// when it may be one, or nothing was read to tell.
     pub fn may_be_counter(&self) -> bool {
         self.seen.counter
+    }
+
+    /// `false` when no expiring permit is known to be held on the key (a
+    /// counter without an expiring semaphore's lease set,
+    /// `{name}:timeout`, beside it, or a key that is no counter):
+    /// [`Client::list_locks`](crate::Client::list_locks) looked. `true`
+    /// when the set exists, or nothing was read to tell.
+    pub fn may_hold_permits(&self) -> bool {
+        self.seen.counter && self.seen.permits
     }
 
     /// `false` when the key is known not to be a finished run-once record
@@ -274,6 +287,19 @@ impl HashLook {
             .arg(0)
             .arg("COUNT")
             .arg(shape::HSCAN_SAMPLE);
+    }
+
+    /// The look's two commands, as [`HashLook::add`] adds them.
+    pub(crate) fn commands(key: &[u8]) -> [redis::Cmd; 2] {
+        [
+            redis::cmd("HLEN").arg(key).clone(),
+            redis::cmd("HSCAN")
+                .arg(key)
+                .arg(0)
+                .arg("COUNT")
+                .arg(shape::HSCAN_SAMPLE)
+                .clone(),
+        ]
     }
 
     /// The look from its two replies (`HLEN`, `HSCAN`). Replies that are
