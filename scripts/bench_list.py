@@ -29,7 +29,7 @@ import tempfile
 import time
 
 UUID = "e605b3b7-3c5e-4d1a-9f00-1b2c3d4e5f60"
-SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+SERVER = os.environ.get("REDIS_SERVER") or "redis-server"
 
 
 def free_port():

@@ -107,3 +107,27 @@ impl Source {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(resp: &str) -> Value {
+        redis::parse_redis_value(resp.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_group_is_turned_away_by_its_first_reply_only() {
+        let moved = reply("-MOVED 2874 127.0.0.1:7001\r\n");
+        let ask = reply("-ASK 2874 127.0.0.1:7001\r\n");
+        let again = reply("-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+        let wrong = reply("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        for turned in [&moved, &ask, &again] {
+            assert!(redirection(&[turned.clone(), Value::Int(1)]).is_some());
+        }
+        // A key beside the group's in another slot answers for itself.
+        assert!(redirection(&[Value::Int(-2), moved]).is_none());
+        assert!(redirection(&[wrong]).is_none());
+        assert!(redirection(&[]).is_none());
+    }
+}

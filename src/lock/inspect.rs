@@ -50,11 +50,14 @@ pub struct LockInfo {
     /// Connections subscribed to the lock's unlock channel (and, for a fair
     /// lock, its waiters' channels): the waiters of other processes,
     /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
-    /// many of its threads wait). On a Cluster, classic subscribers are
-    /// counted on every master (a cluster forwards a `PUBLISH` to all its
-    /// nodes) and sharded ones (`PUBSUB SHARDNUMSUB`) on the lock's node;
-    /// subscribers on replicas are not counted. `None` when the server
-    /// would not say.
+    /// many of its threads wait). On a Cluster, classic and sharded
+    /// (`PUBSUB SHARDNUMSUB`) subscribers are counted on the lock's master,
+    /// where Redisson subscribes; a redguard client, which subscribes both
+    /// ways (its classic subscription on the master of the first slot),
+    /// counts once. On a master without sharded pub/sub (Redis 6.2),
+    /// classic subscribers are counted on every master, as a cluster
+    /// forwards a `PUBLISH` to all its nodes. Subscribers on replicas are
+    /// not counted. `None` when the server would not say.
     ///
     /// A redguard holder listens on the channel too, for a force unlock
     /// (once its hold lasted 100 ms): such holders are not counted, as far

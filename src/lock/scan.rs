@@ -42,7 +42,7 @@ impl Client {
     /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
     /// would describe each: kind, holders, lease
     /// left, fair queue with the waiters' deadlines, subscribed
-    /// waiters (on a Cluster, classic subscribers of every master) and the
+    /// waiters (counted as [`LockInfo::subscribers`] says) and the
     /// holders' records. With `others`, keys of other
     /// types and hashes of other layouts are listed too, as
     /// [`LockKind::Other`] (the fair queues and other keys beside the locks
@@ -54,11 +54,15 @@ impl Client {
     ///
     /// Uses `SCAN` with `COUNT` 1,000 (and `TYPE hash` without `others`),
     /// never `KEYS`, so the server stays responsive however many keys it
-    /// has; one `SCAN` per 1,000 keys, and two pipelined round trips per
-    /// page that has locks (three with `others`), one more when a page
-    /// has a fair queue or a lock of more fields than one `HSCAN` page
-    /// returns, plus on a Cluster one per other master for the classic
-    /// subscribers. Every read of a key is bounded: `HLEN` and an `HSCAN`
+    /// has; one `SCAN` per 1,000 keys, and a pipelined round trip per step
+    /// of a page (with `others` the types; each key's first look; the
+    /// locks' token counters and fair queues; their records and
+    /// subscribers), one more when a page has a fair queue or a lock of
+    /// more fields than one `HSCAN` page returns, plus on a Cluster of
+    /// Redis 6.2 one per other master for the classic subscribers. On a
+    /// Cluster, the keys of a slot being migrated are read where they are
+    /// (`ASKING` the importing node, `MOVED`, `ASK` and `TRYAGAIN`
+    /// followed within the call's budget). Every read of a key is bounded: `HLEN` and an `HSCAN`
     /// of a few fields first, so a hash of millions of fields costs no
     /// more than a lock (it is not one: more than
     /// [`MAX_LOCK_FIELDS`](crate::MAX_LOCK_FIELDS) fields); a fair queue's
@@ -160,11 +164,13 @@ fn reply<T: redis::FromRedisValue>(v: Option<Value>) -> Option<T> {
     v.and_then(|v| redis::from_redis_value(v).ok())
 }
 
-/// Reads one page of keys of node `node`, a pipelined round trip per
-/// stage: their types (with `others`), then each key's bounded first look
-/// (the PTTL, and a string's first bytes or a hash's length and first
-/// fields), then for the hashes that are locks their fencing-token counter
-/// and fair queue, then the records and subscribers.
+/// Reads one page of keys of node `node` (of type `of_type`, when the
+/// scan asked for one), a pipelined round trip per stage: their types
+/// (when not known), then each key's bounded first look (the PTTL, and a
+/// string's first bytes or a hash's length and first fields), then for
+/// the strings that may be counters whether permits are held on them, for
+/// the hashes that are locks their fencing-token counter and fair queue,
+/// then the records and subscribers.
 fn page(
     source: &Source,
     node: NodeId,
@@ -357,7 +363,6 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
                 key: name.clone(),
                 cmds: vec![
                     redis::cmd("EXISTS").arg(keys::token(name)).clone(),
-                    redis::cmd("LLEN").arg(&queue).clone(),
                     redis::cmd("LRANGE")
                         .arg(&queue)
                         .arg(0)
@@ -372,10 +377,10 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
     for (&i, replies) in locks.iter().zip(replies) {
         let mut replies = replies.into_iter();
         let token_counter: i64 = reply(replies.next()).unwrap_or(0);
-        let queue_len: u64 = reply(replies.next()).unwrap_or(0);
         let queue: Vec<String> = reply(replies.next()).unwrap_or_default();
-        if !queue.is_empty() || queue_len > 0 {
-            infos[i].queue_len = queue_len;
+        if !queue.is_empty() {
+            // A queue read whole, or its length asked below.
+            infos[i].queue_len = queue.len() as u64;
             queues.push((i, queue));
         } else if token_counter > 0 {
             infos[i].kind = LockKind::Reentrant.with_token_counter();
@@ -387,11 +392,16 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
     let mut deadlines: HashMap<usize, Vec<Option<f64>>> = HashMap::new();
     source.with_node_conn(node, |conn| {
         for (i, queue) in &queues {
-            if !queue.is_empty() {
-                let of = deadlines_of(conn, &keys::fair_timeouts(&infos[*i].name), queue)
-                    .unwrap_or_default();
-                deadlines.insert(*i, of);
+            let (queue_key, timeouts) = (
+                keys::fair_queue(&infos[*i].name),
+                keys::fair_timeouts(&infos[*i].name),
+            );
+            if queue.len() as u64 >= MAX_QUEUE_READ {
+                let len: Option<u64> = redis::cmd("LLEN").arg(queue_key).query(conn).ok();
+                infos[*i].queue_len = len.unwrap_or(MAX_QUEUE_READ);
             }
+            let of = deadlines_of(conn, &timeouts, queue).unwrap_or_default();
+            deadlines.insert(*i, of);
         }
         Ok(())
     })?;

@@ -223,9 +223,12 @@ pub(crate) enum Command {
     /// holder and lease left), latches (count), `once` keys (state,
     /// runner, age), and for each its waiters.
     ///
-    /// Uses SCAN (1,000 keys per call) on every master, never KEYS, plus
-    /// one SCAN of the holder records for the waiters. Other keys are
-    /// skipped; --all lists them as "not a lock". Exits 0.
+    /// Uses SCAN (1,000 keys per call, hashes then strings) on every
+    /// master, never KEYS, with the reads of each page pipelined, plus one
+    /// SCAN of the holder records for the waiters. A bare integer nothing
+    /// names as a semaphore or latch (an application's counter) is only
+    /// counted; --kind counter lists them. Other keys are skipped; --all
+    /// lists them as "not a lock". Exits 0.
     #[command(after_help = crate::help::LIST_HELP)]
     List(ListArgs),
     /// Show everything one client holds, from its holder record: host,
