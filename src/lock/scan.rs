@@ -72,7 +72,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    /// [`Error::Shutdown`](crate::error::Error::Shutdown), and connection, timeout and
+    /// server errors.
     ///
     /// # Examples
     ///
@@ -133,17 +134,71 @@ impl Client {
         let source = self.source();
         let mut out = Vec::new();
         for node in source.masters()? {
+            let mut records = Records::default();
             for &of_type in types {
                 let mut scan = KeyScan::new(source, node, pattern.as_bytes(), of_type);
                 while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
                     let keys = keys?;
                     if !keys.is_empty() {
-                        out.extend(page(source, node, keys, of_type, keep)?);
+                        out.extend(page(source, node, keys, of_type, keep, &mut records)?);
                     }
                 }
             }
         }
         Ok(out)
+    }
+}
+
+/// The holder records of one node read during one listing, each once
+/// (a busy client's record lists a thousand holds, which every page of
+/// its locks would read again), with its holds by lock name.
+#[derive(Default)]
+struct Records {
+    /// By client id; `None`: the client has no record there.
+    by_client: HashMap<String, Option<Indexed>>,
+}
+
+/// A record without its holds, and its holds by lock name.
+struct Indexed {
+    bare: record::HolderRecord,
+    holds: HashMap<Vec<u8>, Vec<record::RecordedHold>>,
+}
+
+impl Records {
+    /// The clients of `clients` not read yet.
+    fn unread(&self, clients: Vec<String>) -> Vec<String> {
+        clients
+            .into_iter()
+            .filter(|c| !self.by_client.contains_key(c))
+            .collect()
+    }
+
+    /// Keeps what a read of `asked` found (`found`: their records there).
+    fn add(&mut self, asked: &[String], found: Vec<record::HolderRecord>) {
+        for client in asked {
+            self.by_client.entry(client.clone()).or_insert(None);
+        }
+        for r in found {
+            let mut holds: HashMap<Vec<u8>, Vec<record::RecordedHold>> = HashMap::new();
+            for hold in &r.holds {
+                holds
+                    .entry(hold.name.clone())
+                    .or_default()
+                    .push(hold.clone());
+            }
+            let bare = record::HolderRecord::clone_without_holds(&r);
+            self.by_client
+                .insert(r.client.clone(), Some(Indexed { bare, holds }));
+        }
+    }
+
+    /// The record of `client` with only its holds of `name`.
+    fn of(&self, client: &str, name: &[u8]) -> Option<record::HolderRecord> {
+        let indexed = self.by_client.get(client)?.as_ref()?;
+        Some(record::HolderRecord {
+            holds: indexed.holds.get(name).cloned().unwrap_or_default(),
+            ..record::HolderRecord::clone_without_holds(&indexed.bare)
+        })
     }
 }
 
@@ -177,6 +232,7 @@ fn page(
     keys: Vec<Vec<u8>>,
     of_type: Option<&str>,
     keep: Keep,
+    records: &mut Records,
 ) -> Result<Vec<LockInfo>> {
     let all = keep == Keep::All;
     let types: Vec<String> = if let Some(t) = of_type {
@@ -339,7 +395,7 @@ fn page(
         Keep::All => {}
     }
     beside(source, node, &mut infos)?;
-    around(source, node, &mut infos)?;
+    around(source, node, &mut infos, records)?;
     Ok(infos)
 }
 
@@ -415,8 +471,14 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
 }
 
 /// Fills in the records, the server's clock and the subscribers of a
-/// page's locks, in one round trip to their node.
-fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
+/// page's locks, in one round trip to their node (the records of clients
+/// met on an earlier page are not read again).
+fn around(
+    source: &Source,
+    node: NodeId,
+    infos: &mut [LockInfo],
+    records: &mut Records,
+) -> Result<()> {
     let locks: Vec<usize> = (0..infos.len())
         .filter(|&i| !matches!(infos[i].kind, LockKind::Other { .. }))
         .collect();
@@ -435,13 +497,10 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
             .iter()
             .flat_map(|&i| infos[i].holders.iter().map(|(h, _)| h.as_str())),
     );
-    let mut read = record::on_node(source, node, &channels, &clients)?;
+    let unread = records.unread(clients);
+    let mut read = record::on_node(source, node, &channels, &unread)?;
     record::add_classic_elsewhere(source, node, &channels, &mut read.subscribers)?;
-    let by_client: HashMap<&str, &record::HolderRecord> = read
-        .records
-        .iter()
-        .map(|r| (r.client.as_str(), r))
-        .collect();
+    records.add(&unread, std::mem::take(&mut read.records));
     for (n, &i) in locks.iter().enumerate() {
         let info = &mut infos[i];
         info.server_time = read.server_time;
@@ -457,16 +516,7 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
         // record may list a thousand).
         info.records = mine
             .into_iter()
-            .filter_map(|c| by_client.get(c))
-            .map(|r| record::HolderRecord {
-                holds: r
-                    .holds
-                    .iter()
-                    .filter(|h| h.name == info.name)
-                    .cloned()
-                    .collect(),
-                ..record::HolderRecord::clone_without_holds(r)
-            })
+            .filter_map(|c| records.of(c, &info.name))
             .collect();
         info.discount_listening_holders();
     }
