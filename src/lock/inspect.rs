@@ -283,16 +283,12 @@ impl HashLook {
     /// Adds the look's commands to `pipe`: `HLEN` and `HSCAN key 0 COUNT
     /// 16` (two replies).
     pub(crate) fn add(pipe: &mut redis::Pipeline, key: &[u8]) {
-        pipe.cmd("HLEN")
-            .arg(key)
-            .cmd("HSCAN")
-            .arg(key)
-            .arg(0)
-            .arg("COUNT")
-            .arg(shape::HSCAN_SAMPLE);
+        for cmd in HashLook::commands(key) {
+            pipe.add_command(cmd);
+        }
     }
 
-    /// The look's two commands, as [`HashLook::add`] adds them.
+    /// The look's two commands: `HLEN` and `HSCAN key 0 COUNT 16`.
     pub(crate) fn commands(key: &[u8]) -> [redis::Cmd; 2] {
         [
             redis::cmd("HLEN").arg(key).clone(),
