@@ -437,6 +437,19 @@ impl Cluster {
         })
     }
 
+    /// [`Cluster::with_conn`] for an `op` that sends several commands: it
+    /// is told whether the node must hear `ASKING` (which holds for one
+    /// command) and sends it before each of its commands itself.
+    pub(crate) fn with_conn_asking<T>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&mut redis::Connection, bool) -> Result<T>,
+    ) -> Result<T> {
+        self.routed(key, |node, asking| {
+            node.pool.with_conn(|conn| op(conn, asking))
+        })
+    }
+
     /// [`Cluster::with_conn`] on the node's shared connection. A call sent
     /// on after `ASK` takes a connection of its own: `ASKING` holds only
     /// for the next command on its connection, which on a shared one may
@@ -634,16 +647,7 @@ impl Cluster {
     /// cluster forwards every `PUBLISH` to all of its nodes.
     pub(crate) fn pubsub_connection(&self) -> Result<redis::Connection> {
         let _ = self.refresh(false);
-        let masters: Vec<NodeId> = {
-            let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
-            let mut ids: Vec<NodeId> = slots
-                .iter()
-                .filter(|&&id| id != UNOWNED)
-                .map(|&id| id as NodeId)
-                .collect();
-            ids.dedup();
-            ids
-        };
+        let masters = self.masters_in_slot_order();
         let all: Vec<NodeId> = masters.into_iter().chain(0..self.nodes().len()).collect();
         let mut last = None;
         for id in all {
@@ -653,6 +657,30 @@ impl Cluster {
             }
         }
         Err(last.unwrap_or_else(|| Error::invalid("a Redis Cluster needs at least one seed URL")))
+    }
+
+    /// The masters serving slots, in the order of their first slot: the
+    /// first is where [`Cluster::pubsub_connection`] connects when it can.
+    fn masters_in_slot_order(&self) -> Vec<NodeId> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let mut ids: Vec<NodeId> = Vec::new();
+        for &id in slots.iter().filter(|&&id| id != UNOWNED) {
+            if !ids.contains(&(id as NodeId)) {
+                ids.push(id as NodeId);
+            }
+        }
+        ids
+    }
+
+    /// The node where the classic pub/sub connections of this client (and
+    /// of every redguard client with the same slot map) connect when it
+    /// answers: the master of the first served slot.
+    pub(crate) fn classic_pubsub_node(&self) -> Option<NodeId> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .iter()
+            .find(|&&id| id != UNOWNED)
+            .map(|&id| id as NodeId)
     }
 
     /// Every master serving slots, as the slot map (refreshed when due)

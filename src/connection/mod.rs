@@ -45,6 +45,7 @@
 //! one. Through Sentinel the master has the shared connection (a new one
 //! after a failover); on a Cluster each master node has one.
 
+pub(crate) mod batch;
 pub(crate) mod budget;
 pub(crate) mod cluster;
 mod eintr;
@@ -433,6 +434,16 @@ impl Source {
                 None => Ok(()),
             },
             Source::Single(_) | Source::Sentinel(_) => Ok(()),
+        }
+    }
+
+    /// On a Cluster, the node where redguard clients' classic pub/sub
+    /// connections sit (see `Cluster::classic_pubsub_node`); `None`
+    /// elsewhere.
+    pub(crate) fn classic_pubsub_node(&self) -> Option<NodeId> {
+        match self {
+            Source::Cluster(cluster) => cluster.classic_pubsub_node(),
+            Source::Single(_) | Source::Sentinel(_) => None,
         }
     }
 

@@ -18,8 +18,8 @@ pub(crate) struct KeyScan<'a> {
     source: &'a Source,
     node: NodeId,
     pattern: &'a [u8],
-    /// `TYPE hash`: the server skips keys of other types.
-    hashes_only: bool,
+    /// `TYPE t`: the server skips keys of other types.
+    of_type: Option<&'static str>,
     cursor: u64,
     pages: usize,
     done: bool,
@@ -27,19 +27,19 @@ pub(crate) struct KeyScan<'a> {
 
 impl<'a> KeyScan<'a> {
     /// A scan of the keys of node `node` of `source` that match the glob
-    /// `pattern`, hashes only when `hashes_only`. No I/O before
-    /// [`KeyScan::next_page`].
+    /// `pattern`, of Redis type `of_type` only when given (`hash`,
+    /// `string`). No I/O before [`KeyScan::next_page`].
     pub(crate) fn new(
         source: &'a Source,
         node: NodeId,
         pattern: &'a [u8],
-        hashes_only: bool,
+        of_type: Option<&'static str>,
     ) -> KeyScan<'a> {
         KeyScan {
             source,
             node,
             pattern,
-            hashes_only,
+            of_type,
             cursor: 0,
             pages: 0,
             done: false,
@@ -63,7 +63,7 @@ impl<'a> KeyScan<'a> {
             return None;
         }
         self.pages += 1;
-        let (cursor, pattern, hashes_only) = (self.cursor, self.pattern, self.hashes_only);
+        let (cursor, pattern, of_type) = (self.cursor, self.pattern, self.of_type);
         let page = self.source.with_node_conn(self.node, |conn| {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
@@ -71,8 +71,8 @@ impl<'a> KeyScan<'a> {
                 .arg(pattern)
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
-            if hashes_only {
-                scan.arg("TYPE").arg("hash");
+            if let Some(t) = of_type {
+                scan.arg("TYPE").arg(t);
             }
             let (next, keys): (u64, Vec<Vec<u8>>) = scan.query(conn).map_err(Error::redis)?;
             Ok((next, then(conn, keys)?))

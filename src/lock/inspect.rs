@@ -50,11 +50,14 @@ pub struct LockInfo {
     /// Connections subscribed to the lock's unlock channel (and, for a fair
     /// lock, its waiters' channels): the waiters of other processes,
     /// asleep until a release (`PUBSUB NUMSUB`; one per client, however
-    /// many of its threads wait). On a Cluster, classic subscribers are
-    /// counted on every master (a cluster forwards a `PUBLISH` to all its
-    /// nodes) and sharded ones (`PUBSUB SHARDNUMSUB`) on the lock's node;
-    /// subscribers on replicas are not counted. `None` when the server
-    /// would not say.
+    /// many of its threads wait). On a Cluster, classic and sharded
+    /// (`PUBSUB SHARDNUMSUB`) subscribers are counted on the lock's master,
+    /// where Redisson subscribes; a redguard client, which subscribes both
+    /// ways (its classic subscription on the master of the first slot),
+    /// counts once. On a master without sharded pub/sub (Redis 6.2),
+    /// classic subscribers are counted on every master, as a cluster
+    /// forwards a `PUBLISH` to all its nodes. Subscribers on replicas are
+    /// not counted. `None` when the server would not say.
     ///
     /// A redguard holder listens on the channel too, for a force unlock
     /// (once its hold lasted 100 ms): such holders are not counted, as far
@@ -75,6 +78,9 @@ pub(crate) struct Seen {
     pub(crate) counter: bool,
     /// A hash whose fields are (or may be) a finished run-once record's.
     pub(crate) once_record: bool,
+    /// A counter with (or maybe with) an expiring semaphore's lease set
+    /// beside it.
+    pub(crate) permits: bool,
 }
 
 impl Seen {
@@ -82,6 +88,7 @@ impl Seen {
     pub(crate) const UNKNOWN: Seen = Seen {
         counter: true,
         once_record: true,
+        permits: true,
     };
 }
 
@@ -141,6 +148,15 @@ impl LockInfo {
     /// when it may be one, or nothing was read to tell.
     pub fn may_be_counter(&self) -> bool {
         self.seen.counter
+    }
+
+    /// `false` when no expiring permit is known to be held on the key (a
+    /// counter without an expiring semaphore's lease set,
+    /// `{name}:timeout`, beside it, or a key that is no counter):
+    /// [`Client::list_locks`](crate::Client::list_locks) looked. `true`
+    /// when the set exists, or nothing was read to tell.
+    pub fn may_hold_permits(&self) -> bool {
+        self.seen.counter && self.seen.permits
     }
 
     /// `false` when the key is known not to be a finished run-once record
@@ -267,13 +283,22 @@ impl HashLook {
     /// Adds the look's commands to `pipe`: `HLEN` and `HSCAN key 0 COUNT
     /// 16` (two replies).
     pub(crate) fn add(pipe: &mut redis::Pipeline, key: &[u8]) {
-        pipe.cmd("HLEN")
-            .arg(key)
-            .cmd("HSCAN")
-            .arg(key)
-            .arg(0)
-            .arg("COUNT")
-            .arg(shape::HSCAN_SAMPLE);
+        for cmd in HashLook::commands(key) {
+            pipe.add_command(cmd);
+        }
+    }
+
+    /// The look's two commands: `HLEN` and `HSCAN key 0 COUNT 16`.
+    pub(crate) fn commands(key: &[u8]) -> [redis::Cmd; 2] {
+        [
+            redis::cmd("HLEN").arg(key).clone(),
+            redis::cmd("HSCAN")
+                .arg(key)
+                .arg(0)
+                .arg("COUNT")
+                .arg(shape::HSCAN_SAMPLE)
+                .clone(),
+        ]
     }
 
     /// The look from its two replies (`HLEN`, `HSCAN`). Replies that are

@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use redis::Value;
 
 use crate::client::Client;
+use crate::connection::batch::Group;
 use crate::connection::scan::KeyScan;
 use crate::connection::{NodeId, Source};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys;
 use crate::lease::Pttl;
 use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, Seen, deadlines_of, queued};
@@ -41,7 +42,7 @@ impl Client {
     /// `[abc]`, `\` escapes), on every master, as [`Lock::inspect`](crate::Lock::inspect)
     /// would describe each: kind, holders, lease
     /// left, fair queue with the waiters' deadlines, subscribed
-    /// waiters (on a Cluster, classic subscribers of every master) and the
+    /// waiters (counted as [`LockInfo::subscribers`] says) and the
     /// holders' records. With `others`, keys of other
     /// types and hashes of other layouts are listed too, as
     /// [`LockKind::Other`] (the fair queues and other keys beside the locks
@@ -53,11 +54,15 @@ impl Client {
     ///
     /// Uses `SCAN` with `COUNT` 1,000 (and `TYPE hash` without `others`),
     /// never `KEYS`, so the server stays responsive however many keys it
-    /// has; one `SCAN` per 1,000 keys, and two pipelined round trips per
-    /// page that has locks (three with `others`), one more when a page
-    /// has a fair queue or a lock of more fields than one `HSCAN` page
-    /// returns, plus on a Cluster one per other master for the classic
-    /// subscribers. Every read of a key is bounded: `HLEN` and an `HSCAN`
+    /// has; one `SCAN` per 1,000 keys, and a pipelined round trip per step
+    /// of a page (with `others` the types; each key's first look; the
+    /// locks' token counters and fair queues; their records and
+    /// subscribers), one more when a page has a fair queue or a lock of
+    /// more fields than one `HSCAN` page returns, plus on a Cluster of
+    /// Redis 6.2 one per other master for the classic subscribers. On a
+    /// Cluster, the keys of a slot being migrated are read where they are
+    /// (`ASKING` the importing node, `MOVED`, `ASK` and `TRYAGAIN`
+    /// followed within the call's budget). Every read of a key is bounded: `HLEN` and an `HSCAN`
     /// of a few fields first, so a hash of millions of fields costs no
     /// more than a lock (it is not one: more than
     /// [`MAX_LOCK_FIELDS`](crate::MAX_LOCK_FIELDS) fields); a fair queue's
@@ -67,7 +72,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`], and connection, timeout and server errors.
+    /// [`Error::Shutdown`](crate::error::Error::Shutdown), and connection, timeout and
+    /// server errors.
     ///
     /// # Examples
     ///
@@ -82,17 +88,60 @@ impl Client {
     /// # Ok::<(), redguard::Error>(())
     /// ```
     pub fn list_locks(&self, pattern: &str, others: bool) -> Result<Vec<LockInfo>> {
+        if others {
+            self.list(pattern, &[None], Keep::All)
+        } else {
+            // Locks are hashes: the server skips the rest.
+            self.list(pattern, &[Some("hash")], Keep::Locks)
+        }
+    }
+
+    /// Every lock whose name matches `pattern`, as
+    /// [`Client::list_locks`] lists them, and the keys there that may be
+    /// another synchronizer, as [`LockKind::Other`]: the strings that may
+    /// be a counter (a semaphore's permits, a latch's count, or an
+    /// application's integer: see [`LockInfo::may_be_counter`] and
+    /// [`LockInfo::may_hold_permits`]) and the hashes that may be a
+    /// finished run-once record ([`LockInfo::may_be_once_record`]). The
+    /// rest is skipped, neither listed nor read past what tells it apart.
+    ///
+    /// Two `SCAN`s per master (`TYPE hash`, then `TYPE string`), each with
+    /// the reads of a page pipelined, one round trip per step: a string's
+    /// first 64 bytes (`GETRANGE`), then for the integers their PTTL and
+    /// whether an expiring semaphore's lease set is beside them; for the
+    /// hashes as [`Client::list_locks`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::list_locks`].
+    pub fn list_synchronizers(&self, pattern: &str) -> Result<Vec<LockInfo>> {
+        self.list(
+            pattern,
+            &[Some("hash"), Some("string")],
+            Keep::Synchronizers,
+        )
+    }
+
+    /// One `SCAN` per type of `types` (`None`: every type) on every
+    /// master, each page read and sorted out as `keep` says.
+    fn list(
+        &self,
+        pattern: &str,
+        types: &[Option<&'static str>],
+        keep: Keep,
+    ) -> Result<Vec<LockInfo>> {
         self.check_open()?;
         let source = self.source();
         let mut out = Vec::new();
         for node in source.masters()? {
-            // Locks are hashes: unless others are asked for, the server
-            // skips the rest.
-            let mut scan = KeyScan::new(source, node, pattern.as_bytes(), !others);
-            while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
-                let keys = keys?;
-                if !keys.is_empty() {
-                    out.extend(page(source, node, keys, others)?);
+            let mut records = Records::default();
+            for &of_type in types {
+                let mut scan = KeyScan::new(source, node, pattern.as_bytes(), of_type);
+                while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
+                    let keys = keys?;
+                    if !keys.is_empty() {
+                        out.extend(page(source, node, keys, of_type, keep, &mut records)?);
+                    }
                 }
             }
         }
@@ -100,67 +149,161 @@ impl Client {
     }
 }
 
-/// Reads one page of keys of node `node`: their types, the lock hashes
-/// with their ttl and fair queue, then the records and subscribers.
-fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Result<Vec<LockInfo>> {
-    let types: Vec<String> = if others {
-        source.with_node_conn(node, |conn| {
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("TYPE").arg(&key[..]);
+/// The holder records of one node read during one listing, each once
+/// (a busy client's record lists a thousand holds, which every page of
+/// its locks would read again), with its holds by lock name.
+#[derive(Default)]
+struct Records {
+    /// By client id; `None`: the client has no record there.
+    by_client: HashMap<String, Option<Indexed>>,
+}
+
+/// A record without its holds, and its holds by lock name.
+struct Indexed {
+    bare: record::HolderRecord,
+    holds: HashMap<Vec<u8>, Vec<record::RecordedHold>>,
+}
+
+impl Records {
+    /// The clients of `clients` not read yet.
+    fn unread(&self, clients: Vec<String>) -> Vec<String> {
+        clients
+            .into_iter()
+            .filter(|c| !self.by_client.contains_key(c))
+            .collect()
+    }
+
+    /// Keeps what a read of `asked` found (`found`: their records there).
+    fn add(&mut self, asked: &[String], found: Vec<record::HolderRecord>) {
+        for client in asked {
+            self.by_client.entry(client.clone()).or_insert(None);
+        }
+        for r in found {
+            let mut holds: HashMap<Vec<u8>, Vec<record::RecordedHold>> = HashMap::new();
+            for hold in &r.holds {
+                holds
+                    .entry(hold.name.clone())
+                    .or_default()
+                    .push(hold.clone());
             }
-            pipe.query(conn).map_err(Error::redis)
-        })?
+            let bare = record::HolderRecord::clone_without_holds(&r);
+            self.by_client
+                .insert(r.client.clone(), Some(Indexed { bare, holds }));
+        }
+    }
+
+    /// The record of `client` with only its holds of `name`.
+    fn of(&self, client: &str, name: &[u8]) -> Option<record::HolderRecord> {
+        let indexed = self.by_client.get(client)?.as_ref()?;
+        Some(record::HolderRecord {
+            holds: indexed.holds.get(name).cloned().unwrap_or_default(),
+            ..record::HolderRecord::clone_without_holds(&indexed.bare)
+        })
+    }
+}
+
+/// What a listing keeps of the keys it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Locks only.
+    Locks,
+    /// Locks, and the strings and hashes that may be another
+    /// synchronizer.
+    Synchronizers,
+    /// Every key.
+    All,
+}
+
+/// One reply as `T`, `None` for an error or another shape.
+fn reply<T: redis::FromRedisValue>(v: Option<Value>) -> Option<T> {
+    v.and_then(|v| redis::from_redis_value(v).ok())
+}
+
+/// Reads one page of keys of node `node` (of type `of_type`, when the
+/// scan asked for one), a pipelined round trip per stage: their types
+/// (when not known), then each key's bounded first look (the PTTL, and a
+/// string's first bytes or a hash's length and first fields), then for
+/// the strings that may be counters whether permits are held on them, for
+/// the hashes that are locks their fencing-token counter and fair queue,
+/// then the records and subscribers.
+fn page(
+    source: &Source,
+    node: NodeId,
+    keys: Vec<Vec<u8>>,
+    of_type: Option<&str>,
+    keep: Keep,
+    records: &mut Records,
+) -> Result<Vec<LockInfo>> {
+    let all = keep == Keep::All;
+    let types: Vec<String> = if let Some(t) = of_type {
+        vec![t.to_owned(); keys.len()]
     } else {
-        vec!["hash".to_owned(); keys.len()]
+        let groups: Vec<Group> = keys
+            .iter()
+            .map(|key| Group {
+                key: key.clone(),
+                cmds: vec![redis::cmd("TYPE").arg(&key[..]).clone()],
+            })
+            .collect();
+        source
+            .node_batch(node, &groups)?
+            .into_iter()
+            .map(|mut r| reply(r.pop()).unwrap_or_else(|| "none".to_owned()))
+            .collect()
     };
     let wanted: Vec<(Vec<u8>, String)> = keys
         .into_iter()
         .zip(types)
-        .filter(|(_, t)| t != "none" && (others || t == "hash"))
+        .filter(|(_, t)| match keep {
+            Keep::Locks => t == "hash",
+            Keep::Synchronizers => t == "hash" || t == "string",
+            Keep::All => t != "none",
+        })
         .collect();
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let replies: Vec<Value> = source.with_node_conn(node, |conn| {
-        let mut pipe = redis::pipe();
-        for (key, kind) in &wanted {
-            pipe.cmd("PTTL").arg(&key[..]);
+    let groups: Vec<Group> = wanted
+        .iter()
+        .map(|(key, kind)| {
+            let mut cmds = Vec::new();
+            // A string's PTTL only with every key: else only an integer's
+            // is read, below.
+            if kind != "string" || all {
+                cmds.push(redis::cmd("PTTL").arg(&key[..]).clone());
+            }
             if kind == "string" {
                 // Bounded: whether it may be a counter, from its first bytes.
-                pipe.cmd("GETRANGE")
-                    .arg(&key[..])
-                    .arg(0)
-                    .arg(COUNTER_PEEK - 1);
+                cmds.push(
+                    redis::cmd("GETRANGE")
+                        .arg(&key[..])
+                        .arg(0)
+                        .arg(COUNTER_PEEK - 1)
+                        .clone(),
+                );
             }
             if kind == "hash" {
                 // Bounded: a hash too large to be a lock costs an HLEN and
                 // a page of a few fields, never a read of the whole.
-                HashLook::add(&mut pipe, key);
-                pipe.cmd("EXISTS").arg(keys::token(key));
-                let queue = keys::fair_queue(key);
-                pipe.cmd("LLEN")
-                    .arg(&queue)
-                    .cmd("LRANGE")
-                    .arg(&queue)
-                    .arg(0)
-                    .arg(MAX_QUEUE_READ - 1);
+                cmds.extend(HashLook::commands(key));
             }
-        }
-        pipe.ignore_errors();
-        pipe.query(conn).map_err(Error::redis)
-    })?;
-    let mut replies = replies.into_iter();
+            Group {
+                key: key.clone(),
+                cmds,
+            }
+        })
+        .collect();
+    let replies = source.node_batch(node, &groups)?;
     let mut infos = Vec::with_capacity(wanted.len());
-    // Per hash kept: its look (pages still to read) and its queue.
-    let mut hashes: Vec<(usize, HashLook, Vec<String>)> = Vec::new();
-    // The hashes whose fencing-token counter exists.
-    let mut token_counters: Vec<usize> = Vec::new();
-    for (name, redis_type) in wanted {
-        let pttl: i64 = replies
-            .next()
-            .and_then(|v| redis::from_redis_value(v).ok())
-            .unwrap_or(-2);
+    // Per hash kept: its look (pages still to read).
+    let mut hashes: Vec<(usize, HashLook)> = Vec::new();
+    for ((name, redis_type), replies) in wanted.into_iter().zip(replies) {
+        let mut replies = replies.into_iter();
+        let pttl: i64 = if redis_type != "string" || all {
+            reply(replies.next()).unwrap_or(-2)
+        } else {
+            -2
+        };
         let mut info = LockInfo {
             name,
             kind: LockKind::Other {
@@ -175,48 +318,60 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
             seen: Seen {
                 counter: false,
                 once_record: false,
+                permits: false,
             },
         };
         if redis_type == "string" {
-            info.seen.counter = replies
-                .next()
-                .and_then(|v| redis::from_redis_value::<Vec<u8>>(v).ok())
-                .is_none_or(|peek| may_be_counter(&peek));
+            info.seen.counter =
+                reply::<Vec<u8>>(replies.next()).is_none_or(|peek| may_be_counter(&peek));
         }
         if redis_type == "hash" {
             let look = HashLook::from_replies(replies.next(), replies.next());
             info.seen.once_record = look.may_be_once_record();
-            let token_counter: i64 = replies
-                .next()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or(0);
-            if token_counter > 0 {
-                token_counters.push(infos.len());
-            }
-            let queue_len: u64 = replies
-                .next()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or(0);
-            let queue: Vec<String> = replies
-                .next()
-                .and_then(|v| redis::from_redis_value(v).ok())
-                .unwrap_or_default();
-            info.queue_len = queue_len;
-            hashes.push((infos.len(), look, queue));
+            hashes.push((infos.len(), look));
             infos.push(info);
-        } else if others {
+        } else if all || (keep == Keep::Synchronizers && info.seen.counter) {
             infos.push(info);
         }
     }
+    // The strings that may be counters: whether an expiring semaphore's
+    // lease set is beside each (its permits name it a semaphore).
+    let counters: Vec<usize> = (0..infos.len())
+        .filter(|&i| infos[i].seen.counter)
+        .collect();
+    if !counters.is_empty() {
+        let groups: Vec<Group> = counters
+            .iter()
+            .map(|&i| {
+                let name = &infos[i].name;
+                let mut cmds = Vec::new();
+                if !all {
+                    cmds.push(redis::cmd("PTTL").arg(&name[..]).clone());
+                }
+                cmds.push(
+                    redis::cmd("EXISTS")
+                        .arg(keys::permit_timeouts(name))
+                        .clone(),
+                );
+                Group {
+                    key: name.clone(),
+                    cmds,
+                }
+            })
+            .collect();
+        let replies = source.node_batch(node, &groups)?;
+        for (&i, mut replies) in counters.iter().zip(replies) {
+            infos[i].seen.permits = reply::<i64>(replies.pop()).is_none_or(|n| n > 0);
+            if !all {
+                infos[i].ttl = Pttl::from_ms(reply(replies.pop()).unwrap_or(-2)).remaining();
+            }
+        }
+    }
     // Hashes of more fields than one page (rare: a read-write lock with
-    // many readers) and fair queues' deadlines: one more round trip when
-    // any, plus a page per further HSCAN page.
-    let queued_any = hashes.iter().any(|(_, _, q)| !q.is_empty());
-    let more_any = hashes.iter().any(|(_, look, _)| look.needs_more());
-    let mut deadlines: HashMap<usize, Vec<Option<f64>>> = HashMap::new();
-    if queued_any || more_any {
+    // many readers): a round trip per further HSCAN page.
+    if hashes.iter().any(|(_, look)| look.needs_more()) {
         source.with_node_conn(node, |conn| {
-            for (i, look, queue) in &mut hashes {
+            for (i, look) in &mut hashes {
                 if let Err(e) = look.read_rest(conn, &infos[*i].name) {
                     // A key that changed type meanwhile is left judged on
                     // what was read; only a broken connection ends the page.
@@ -224,40 +379,106 @@ fn page(source: &Source, node: NodeId, keys: Vec<Vec<u8>>, others: bool) -> Resu
                         return Err(e);
                     }
                 }
-                if !queue.is_empty() {
-                    let of = deadlines_of(conn, &keys::fair_timeouts(&infos[*i].name), queue)
-                        .unwrap_or_default();
-                    deadlines.insert(*i, of);
-                }
             }
             Ok(())
         })?;
     }
-    for (i, look, queue) in hashes {
-        let info = &mut infos[i];
-        (info.kind, info.holders) = look.judge();
-        if matches!(info.kind, LockKind::Reentrant) && (!queue.is_empty() || info.queue_len > 0) {
-            let of = deadlines.remove(&i).unwrap_or_default();
-            info.kind = LockKind::Fair {
-                queue: queued(&queue, &of),
-            };
-        } else {
-            info.queue_len = 0;
-            if token_counters.contains(&i) {
-                info.kind = std::mem::replace(&mut info.kind, LockKind::Free).with_token_counter();
-            }
-        }
+    for (i, look) in hashes {
+        (infos[i].kind, infos[i].holders) = look.judge();
     }
-    if !others {
-        infos.retain(|info| !matches!(info.kind, LockKind::Other { .. }));
+    match keep {
+        Keep::Locks => infos.retain(|info| !matches!(info.kind, LockKind::Other { .. })),
+        Keep::Synchronizers => infos.retain(|info| match &info.kind {
+            LockKind::Other { redis_type } if redis_type == "hash" => info.seen.once_record,
+            _ => true,
+        }),
+        Keep::All => {}
     }
-    around(source, node, &mut infos)?;
+    beside(source, node, &mut infos)?;
+    around(source, node, &mut infos, records)?;
     Ok(infos)
 }
 
+/// Reads, for the locks among `infos` (hashes of a lock's shape), the keys
+/// beside each: its fencing-token counter (a fenced lock) and its fair
+/// queue with the waiters' deadlines (a fair lock). One round trip, one
+/// more when a page has a fair queue.
+fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
+    let locks: Vec<usize> = (0..infos.len())
+        .filter(|&i| matches!(infos[i].kind, LockKind::Reentrant))
+        .collect();
+    if locks.is_empty() {
+        return Ok(());
+    }
+    let groups: Vec<Group> = locks
+        .iter()
+        .map(|&i| {
+            let name = &infos[i].name;
+            let queue = keys::fair_queue(name);
+            Group {
+                key: name.clone(),
+                cmds: vec![
+                    redis::cmd("EXISTS").arg(keys::token(name)).clone(),
+                    redis::cmd("LRANGE")
+                        .arg(&queue)
+                        .arg(0)
+                        .arg(MAX_QUEUE_READ - 1)
+                        .clone(),
+                ],
+            }
+        })
+        .collect();
+    let replies = source.node_batch(node, &groups)?;
+    let mut queues: Vec<(usize, Vec<String>)> = Vec::new();
+    for (&i, replies) in locks.iter().zip(replies) {
+        let mut replies = replies.into_iter();
+        let token_counter: i64 = reply(replies.next()).unwrap_or(0);
+        let queue: Vec<String> = reply(replies.next()).unwrap_or_default();
+        if !queue.is_empty() {
+            // A queue read whole, or its length asked below.
+            infos[i].queue_len = queue.len() as u64;
+            queues.push((i, queue));
+        } else if token_counter > 0 {
+            infos[i].kind = LockKind::Reentrant.with_token_counter();
+        }
+    }
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let mut deadlines: HashMap<usize, Vec<Option<f64>>> = HashMap::new();
+    source.with_node_conn(node, |conn| {
+        for (i, queue) in &queues {
+            let (queue_key, timeouts) = (
+                keys::fair_queue(&infos[*i].name),
+                keys::fair_timeouts(&infos[*i].name),
+            );
+            if queue.len() as u64 >= MAX_QUEUE_READ {
+                let len: Option<u64> = redis::cmd("LLEN").arg(queue_key).query(conn).ok();
+                infos[*i].queue_len = len.unwrap_or(MAX_QUEUE_READ);
+            }
+            let of = deadlines_of(conn, &timeouts, queue).unwrap_or_default();
+            deadlines.insert(*i, of);
+        }
+        Ok(())
+    })?;
+    for (i, queue) in queues {
+        let of = deadlines.remove(&i).unwrap_or_default();
+        infos[i].kind = LockKind::Fair {
+            queue: queued(&queue, &of),
+        };
+    }
+    Ok(())
+}
+
 /// Fills in the records, the server's clock and the subscribers of a
-/// page's locks, in one round trip to their node.
-fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
+/// page's locks, in one round trip to their node (the records of clients
+/// met on an earlier page are not read again).
+fn around(
+    source: &Source,
+    node: NodeId,
+    infos: &mut [LockInfo],
+    records: &mut Records,
+) -> Result<()> {
     let locks: Vec<usize> = (0..infos.len())
         .filter(|&i| !matches!(infos[i].kind, LockKind::Other { .. }))
         .collect();
@@ -276,13 +497,10 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
             .iter()
             .flat_map(|&i| infos[i].holders.iter().map(|(h, _)| h.as_str())),
     );
-    let mut read = record::on_node(source, node, &channels, &clients)?;
+    let unread = records.unread(clients);
+    let mut read = record::on_node(source, node, &channels, &unread)?;
     record::add_classic_elsewhere(source, node, &channels, &mut read.subscribers)?;
-    let by_client: HashMap<&str, &record::HolderRecord> = read
-        .records
-        .iter()
-        .map(|r| (r.client.as_str(), r))
-        .collect();
+    records.add(&unread, std::mem::take(&mut read.records));
     for (n, &i) in locks.iter().enumerate() {
         let info = &mut infos[i];
         info.server_time = read.server_time;
@@ -298,16 +516,7 @@ fn around(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
         // record may list a thousand).
         info.records = mine
             .into_iter()
-            .filter_map(|c| by_client.get(c))
-            .map(|r| record::HolderRecord {
-                holds: r
-                    .holds
-                    .iter()
-                    .filter(|h| h.name == info.name)
-                    .cloned()
-                    .collect(),
-                ..record::HolderRecord::clone_without_holds(r)
-            })
+            .filter_map(|c| records.of(c, &info.name))
             .collect();
         info.discount_listening_holders();
     }

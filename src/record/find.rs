@@ -35,7 +35,7 @@ pub(crate) fn holding(
     let mut left: HashSet<&str> = holders.iter().map(String::as_str).collect();
     let fields: Vec<Vec<u8>> = holders.iter().map(|h| super::hold_field(h, name)).collect();
     let pattern = format!("{KEY_PREFIX}*");
-    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), true);
+    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), Some("hash"));
     while let Some(page) = scan.next_page(|conn, keys| {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -96,7 +96,7 @@ const WAIT_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
 pub(crate) fn waiting_on(source: &Source, node: NodeId) -> crate::error::Result<Vec<HolderRecord>> {
     let mut found = Vec::new();
     let pattern = format!("{KEY_PREFIX}*");
-    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), true);
+    let mut scan = KeyScan::new(source, node, pattern.as_bytes(), Some("hash"));
     while let Some(page) = scan.next_page(|conn, keys| {
         if keys.is_empty() {
             return Ok(Vec::new());

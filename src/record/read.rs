@@ -57,13 +57,15 @@ pub(crate) fn around(
     })
 }
 
-/// On a Cluster, adds to `counts` (one per channel of `channels`, as
-/// [`on_node`] read them on node `node`) the classic subscribers of those
-/// channels on every other master: a cluster forwards every `PUBLISH` to
-/// all of its nodes, so a classic subscriber may sit on any of them
-/// (redguard's own on the first master it reaches). Sharded subscribers
-/// sit on the slot's node, which [`on_node`] asked already. One round trip
-/// per other master; nothing on a single server or Sentinel.
+/// On a Cluster whose node `node` has no sharded pub/sub (Redis 6.2), adds
+/// to `counts` (one per channel of `channels`, as [`on_node`] read them on
+/// `node`) the classic subscribers of those channels on every other
+/// master: there every waiter listens with a classic `SUBSCRIBE`, which a
+/// cluster forwards to all its nodes, so it may sit on any of them
+/// (redguard's own on the first master it reaches). One round trip per
+/// other master, `PUBSUB NUMSUB` of every channel at once; nothing on a
+/// single server, Sentinel, or a node with sharded pub/sub (where
+/// [`on_node`] counted every redguard subscriber by its `SSUBSCRIBE`).
 ///
 /// Replicas are not asked: a subscriber on a replica (Redisson's default
 /// `subscriptionMode = SLAVE`) is not counted. A master that does not
@@ -78,7 +80,7 @@ pub(crate) fn add_classic_elsewhere(
     channels: &[Vec<u8>],
     counts: &mut [Option<u64>],
 ) -> Result<()> {
-    if !source.is_cluster() || channels.is_empty() {
+    if !source.is_cluster() || channels.is_empty() || source.sharded_pubsub(node) {
         return Ok(());
     }
     for other in source.masters()? {
@@ -104,6 +106,22 @@ pub(crate) fn add_classic_elsewhere(
         add_counts(counts, numsub(reply, channels.len()));
     }
     Ok(())
+}
+
+/// The subscribers of a channel on its slot's node of a Cluster with
+/// sharded pub/sub, from that node's classic and sharded counts. Every
+/// redguard client listening there (a waiter, or a holder listening for a
+/// force unlock) has one sharded subscription on this node, and a classic
+/// one on the node of its classic pub/sub connection
+/// (`classic_here`: this node is it), where it would be counted twice: there
+/// the classic subscribers that the sharded ones account for are left out
+/// (exact unless both Redisson's sharded and classic listeners sit here).
+fn on_sharded_node(classic: Option<u64>, sharded: Option<u64>, classic_here: bool) -> Option<u64> {
+    match (classic, sharded) {
+        (Some(c), Some(s)) if classic_here => Some(c.max(s)),
+        (Some(c), Some(s)) => Some(c + s),
+        (c, s) => c.or(s),
+    }
 }
 
 /// Adds `more` to `counts`, channel by channel: an unknown count on one
@@ -177,7 +195,11 @@ pub(crate) fn on_node(
     if !channels.is_empty() {
         let mut counts = numsub(replies.next(), channels.len());
         if sharded {
-            add_counts(&mut counts, numsub(replies.next(), channels.len()));
+            let classic_here = source.classic_pubsub_node() == Some(node);
+            let shard = numsub(replies.next(), channels.len());
+            for (count, shard) in counts.iter_mut().zip(shard) {
+                *count = on_sharded_node(*count, shard, classic_here);
+            }
         }
         out.subscribers = counts;
     }
@@ -289,6 +311,20 @@ mod tests {
         ]);
         assert_eq!(numsub(Some(reply), 2), vec![Some(2), Some(3)]);
         assert_eq!(numsub(Some(Value::Nil), 2), vec![None, None]);
+    }
+
+    #[test]
+    fn a_redguard_subscriber_counts_once_on_a_sharded_node() {
+        // Two redguard clients (classic elsewhere) and a Redisson 3.2x one.
+        assert_eq!(on_sharded_node(Some(0), Some(3), false), Some(3));
+        // An older Redisson listening classic on the slot's node besides.
+        assert_eq!(on_sharded_node(Some(1), Some(3), false), Some(4));
+        // The node of the redguard clients' classic connections: each of
+        // them is there twice.
+        assert_eq!(on_sharded_node(Some(2), Some(2), true), Some(2));
+        assert_eq!(on_sharded_node(Some(3), Some(2), true), Some(3));
+        assert_eq!(on_sharded_node(None, Some(2), true), Some(2));
+        assert_eq!(on_sharded_node(None, None, false), None);
     }
 
     #[test]

@@ -234,9 +234,12 @@ pub(crate) enum Command {
     /// holder and lease left), latches (count), `once` keys (state,
     /// runner, age), and for each its waiters.
     ///
-    /// Uses SCAN (1,000 keys per call) on every master, never KEYS, plus
-    /// one SCAN of the holder records for the waiters. Other keys are
-    /// skipped; --all lists them as "not a lock". Exits 0.
+    /// Uses SCAN (1,000 keys per call, hashes then strings) on every
+    /// master, never KEYS, with the reads of each page pipelined, plus one
+    /// SCAN of the holder records for the waiters. A bare integer nothing
+    /// names as a semaphore or latch (an application's counter) is only
+    /// counted; --kind counter lists them. Other keys are skipped; --all
+    /// lists them as "not a lock". Exits 0.
     #[command(after_help = crate::help::LIST_HELP)]
     List(ListArgs),
     /// Show everything one client holds, from its holder record: host,
@@ -528,9 +531,17 @@ pub(crate) struct ListArgs {
     pub(crate) pattern: String,
 
     /// Also list keys that are no lock, semaphore, latch or `once` key (as
-    /// "not a lock").
+    /// "not a lock"), and every counter (as --kind counter).
     #[arg(long)]
     pub(crate) all: bool,
+
+    /// Only these kinds (repeat, or separate with commas). Without it:
+    /// locks, `once` keys, and the semaphores and latches that something
+    /// names (an expiring permit held, a redguard waiter's record); `counter`
+    /// lists every integer string besides, as the application's own
+    /// counters share a plain semaphore's and a latch's layout.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "KIND")]
+    pub(crate) kind: Vec<ListKind>,
 
     /// Print one JSON array instead of text (fields below).
     #[arg(long)]
@@ -546,6 +557,22 @@ pub(crate) struct ListArgs {
     /// without a record are left out.
     #[arg(long, value_name = "DUR", value_parser = durations::any)]
     pub(crate) older_than: Option<std::time::Duration>,
+}
+
+/// The kinds `list --kind` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ListKind {
+    /// Reentrant, fair, fenced and read-write locks.
+    Lock,
+    /// Semaphores (plain and expiring) that something names as such.
+    Semaphore,
+    /// Latches that something names as such.
+    Latch,
+    /// Every integer string: semaphores and latches, named or not, and an
+    /// application's counters alike.
+    Counter,
+    /// Run-once keys.
+    Once,
 }
 
 /// How `list` orders its lines.

@@ -55,7 +55,9 @@ waiters column (connections subscribed, waiters recorded); then:
   latch               count
   counter             a bare integer: a plain semaphore and a latch share
                       this layout, so the kind is named only where a
-                      redguard waiter (or an expiring permit) tells it
+                      redguard waiter (or an expiring permit) tells it;
+                      listed then, or with --kind counter every integer
+                      (an application's counters too; else only counted)
   once                state (running, done, failed, abandoned,
                       timed_out), runner (host, pid, program), age (of
                       the run in progress, or since the last one ended)
@@ -105,11 +107,12 @@ fields are only added, never renamed, removed or given another meaning:
                       null: start not recorded); hold_kind: reentrant,
                       fair, fenced, read, write or once
   subscribers         locks: waiting clients subscribed to the unlock
-                      channel (one per client process; fair: also the
+                      channel (one per client process, holders listening
+                      for a force unlock not counted; fair: also the
                       queued waiters' channels; on a Cluster, classic
-                      subscribers of every master and sharded ones of
-                      the lock's); expiring_semaphore, semaphore, latch
-                      and once: of their channel; null when unknown
+                      and sharded ones of the lock's master);
+                      expiring_semaphore, semaphore, latch and once: of
+                      their channel; null when unknown
   mode                read_write: \"read\" or \"write\"
   queue               fair: [{position, id, deadline_unix_ms, record,
                       host, pid, program, kind, waiting_since_unix_ms,

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use redguard::{LockInfo, LockKind, OnceInfo, OnceStatus};
 use serde_json::{Value, json};
 
-use crate::cli::{ListArgs, SortBy};
+use crate::cli::{ListArgs, ListKind, SortBy};
 use crate::connect::Connection;
 use crate::fail::Failure;
 use crate::show;
@@ -92,20 +92,38 @@ impl Entry {
 /// `redguard list`.
 pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
-    // Every type: the counters are strings, a finished run is a hash of
-    // other fields; only names that read as one of the kinds are kept.
-    let keys = conn.client.list_locks(&args.pattern, true).map_err(fail)?;
+    // The counters are strings, a finished run is a hash of other fields:
+    // only names that may read as one of the kinds are kept (every key
+    // with --all).
+    let keys = if args.all {
+        conn.client.list_locks(&args.pattern, true)
+    } else {
+        conn.client.list_synchronizers(&args.pattern)
+    }
+    .map_err(fail)?;
     let waiters = Waiters::read(conn);
+    let wants = Wants::of(args);
+    let unread_counters = keys
+        .iter()
+        .filter(|info| {
+            matches!(&info.kind, LockKind::Other { redis_type } if redis_type == "string")
+                && info.may_be_counter()
+                && !INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p))
+                && !wants.reads_counter(info, &waiters)
+        })
+        .count();
     let mut entries = Vec::new();
     let mut once_keys: Vec<Vec<u8>> = Vec::new();
     for info in keys {
-        if let Some(entry) = classify(conn, info, args.all, &mut once_keys)? {
+        if let Some(entry) = classify(conn, info, &wants, &waiters, &mut once_keys)?
+            && wants.keeps(&entry, &waiters)
+        {
             entries.push(entry);
         }
     }
     // Run-once keys whose last attempt failed or was abandoned keep only
     // that record: found by their record's name.
-    let attempt_pattern = if args.pattern == "*" {
+    let attempt_pattern = if args.pattern == "*" || !wants.once {
         None
     } else {
         Some(format!("redguard_once_attempt:{{{}}}", args.pattern))
@@ -117,6 +135,9 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
     }
     once_keys.sort();
     once_keys.dedup();
+    if !wants.once {
+        once_keys.clear();
+    }
     for key in once_keys {
         if entries.iter().any(|e| e.name() == key.as_slice()) {
             continue;
@@ -138,34 +159,112 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
         let all: Vec<Value> = entries.iter().map(|e| to_json(e, &waiters)).collect();
         crate::out::print_json(Value::Array(all));
     } else {
+        // One write per buffer, not per line: a listing may run to tens
+        // of thousands of lines. A closed pipe (`| head`) ends the output.
+        use std::io::Write;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let mut unnamed = false;
         for entry in &entries {
             if let Entry::Counter(name, counter) = entry {
                 unnamed |= counter.kind(&waiters, name) == CounterKind::Unknown;
             }
-            print!("{}", to_text(entry, &waiters));
+            if out.write_all(to_text(entry, &waiters).as_bytes()).is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
         }
+        let mut notes = Vec::new();
         if unnamed {
-            println!(
+            notes.push(
                 "(counter: a plain semaphore and a latch are both a bare integer, which the \
                  layout cannot tell apart; the kind is named where a redguard waiter or an \
                  expiring permit tells it)"
+                    .to_owned(),
             );
         }
         if waiters.unknown {
-            println!("(waiters: the holder records could not be searched)");
+            notes.push("(waiters: the holder records could not be searched)".to_owned());
         }
+        if unread_counters > 0 && wants.semaphores && wants.latches {
+            let keys = if unread_counters == 1 { "key" } else { "keys" };
+            notes.push(format!(
+                "({unread_counters} integer {keys} not listed, which no expiring permit or \
+                 redguard waiter names: an application's counters, or a semaphore or latch \
+                 without waiters; --kind counter lists them)"
+            ));
+        }
+        for note in notes {
+            let _ = writeln!(out, "{note}");
+        }
+        let _ = out.flush();
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `list` keeps, from `--kind` and `--all`.
+struct Wants {
+    locks: bool,
+    semaphores: bool,
+    latches: bool,
+    /// Every integer string, named or not.
+    counters: bool,
+    once: bool,
+    /// Keys of no known kind.
+    others: bool,
+}
+
+impl Wants {
+    fn of(args: &ListArgs) -> Wants {
+        let has = |k: ListKind| args.kind.contains(&k);
+        let every = args.kind.is_empty();
+        let counters = has(ListKind::Counter) || (every && args.all);
+        Wants {
+            locks: every || has(ListKind::Lock),
+            semaphores: every || counters || has(ListKind::Semaphore),
+            latches: every || counters || has(ListKind::Latch),
+            counters,
+            once: every || has(ListKind::Once),
+            others: args.all,
+        }
+    }
+
+    /// Whether a string that may be a counter is worth its reads: every
+    /// one when counters are asked for, else one that something names as
+    /// a semaphore or latch (expiring permits held, a recorded waiter).
+    fn reads_counter(&self, info: &LockInfo, waiters: &Waiters) -> bool {
+        self.counters
+            || ((self.semaphores || self.latches)
+                && (info.may_hold_permits() || !waiters.kinds(&info.name).is_empty()))
+    }
+
+    /// Whether `entry` is of a kind asked for.
+    fn keeps(&self, entry: &Entry, waiters: &Waiters) -> bool {
+        match entry {
+            Entry::Lock(info) => match info.kind {
+                LockKind::Other { .. } => self.others,
+                _ => self.locks,
+            },
+            Entry::Counter(name, counter) => {
+                self.counters
+                    || match counter.kind(waiters, name) {
+                        CounterKind::Semaphore | CounterKind::ExpiringSemaphore => self.semaphores,
+                        CounterKind::Latch => self.latches,
+                        CounterKind::Unknown => false,
+                    }
+            }
+            Entry::Once(..) => self.once,
+        }
+    }
+}
+
 /// What a key found by the scan is: a lock, a counter, a run-once key, or
 /// (kept with `--all` only) something else. Keys beside the synchronizers
-/// are skipped; a last-attempt record adds its run-once key to `once_keys`.
+/// are skipped, and so are the kinds not asked for before any read of
+/// their own; a last-attempt record adds its run-once key to `once_keys`.
 fn classify(
     conn: &Connection,
     info: LockInfo,
-    all: bool,
+    wants: &Wants,
+    waiters: &Waiters,
     once_keys: &mut Vec<Vec<u8>>,
 ) -> Result<Option<Entry>, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
@@ -174,6 +273,7 @@ fn classify(
         return Ok(None);
     }
     let internal = INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p));
+    let all = wants.others;
     let other = |info: LockInfo| Ok(all.then_some(Entry::Lock(info)));
     match &info.kind {
         LockKind::Other { .. } if internal => other(info),
@@ -183,6 +283,14 @@ fn classify(
         LockKind::Other { .. } if !info.may_be_counter() && !info.may_be_once_record() => {
             other(info)
         }
+        // An integer nothing names, counters not asked for: an
+        // application's own, most likely (no round trip either).
+        LockKind::Other { redis_type }
+            if redis_type == "string" && !wants.reads_counter(&info, waiters) =>
+        {
+            other(info)
+        }
+        LockKind::Other { redis_type } if redis_type == "hash" && !wants.once => other(info),
         LockKind::Other { redis_type } if redis_type == "string" => {
             match crate::sync_status::read(conn, &info.name)? {
                 Some(counter) => Ok(Some(Entry::Counter(info.name, Box::new(counter)))),
@@ -199,6 +307,7 @@ fn classify(
             }
         }
         LockKind::Other { .. } => other(info),
+        _ if listed_kind(&info) == "once" && !wants.once => Ok(None),
         _ if listed_kind(&info) == "once" => match conn.client.once_inspect(&info.name) {
             Ok(once) => Ok(Some(Entry::Once(Box::new(once), Some(Box::new(info))))),
             Err(redguard::Error::WrongType { .. }) => Ok(Some(Entry::Lock(info))),
@@ -423,7 +532,7 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
         return (
             format!(
                 "host {}, pid {pid}, program {}",
-                a.host,
+                show::text(&a.host),
                 show::name(a.program.as_bytes())
             ),
             age,
@@ -432,7 +541,7 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
     let runner = match (&info.record, info.runner()) {
         (Some(r), _) => format!(
             "host {}, pid {}, program {}",
-            r.host,
+            show::text(&r.host),
             r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
             show::name(r.program.as_bytes())
         ),

@@ -193,7 +193,11 @@ fn list_skips_other_keys_unless_all() {
 /// with a record of 1,000 hold starts): every lock listed once, and the
 /// 90,000 strings that are no counter are sorted out by the scan's
 /// pipelined reads, not read one by one (a few script or transaction
-/// calls at most, not one per key). Under 5 s on a quiet machine.
+/// calls at most, not one per key), with fewer than two commands per key
+/// in all (a `TYPE` and a `PTTL` of each key were two already). The
+/// figures to watch are the commands: the time is printed, and its bound
+/// is only that of a run that hangs, as a fresh machine's debug build
+/// under a loaded suite takes several times a quiet one's second.
 #[test]
 fn list_reads_100k_keys_with_10k_locks() {
     let _heavy = crate::support::cpu_heavy();
@@ -233,13 +237,20 @@ fn list_reads_100k_keys_with_10k_locks() {
     // Per-key reads (a counter's snapshot is a MULTI/EXEC, a run-once
     // key's look a script call) would be one round trip per filler key.
     let per_key = || ctx.server.command_calls(&["exec", "evalsha", "eval"]);
-    let before = per_key();
+    let all = || -> u64 { ctx.server.commandstats().values().map(|c| c.calls).sum() };
+    let (before, before_all) = (per_key(), all());
     let start = Instant::now();
-    let out = Proc::spawn(cmd).wait(Duration::from_secs(30));
+    let out = Proc::spawn(cmd).wait(Duration::from_secs(180));
     let took = start.elapsed();
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let reads = per_key() - before;
     assert!(reads < 100, "{reads} reads of single keys (took {took:?})");
+    let commands = all() - before_all;
+    assert!(
+        commands < 200_000,
+        "{commands} commands for 100,000 keys: {:?}",
+        ctx.server.commandstats()
+    );
     let locks = out
         .stdout
         .lines()
@@ -248,13 +259,11 @@ fn list_reads_100k_keys_with_10k_locks() {
     let recorded = out.stdout.matches("program \"bench\"; held for ").count();
     let unknown = out.stdout.matches("held for unknown").count();
     eprintln!(
-        "list: 100,000 keys, {locks} locks ({} with a hold start) in {took:?}",
+        "list: 100,000 keys, {locks} locks ({} with a hold start) in {took:?}, {commands} commands",
         recorded - unknown
     );
     assert_eq!(locks, 10_000);
     assert_eq!((recorded, unknown), (10_000, 9_000));
-    // The 5 s goal is a speed figure (BENCHMARKS.md, `list`); a loaded
-    // 2-core machine misses it now and then, so it is printed, not asserted.
 }
 
 /// `status` on the synchronizers that are no lock hash: an expiring

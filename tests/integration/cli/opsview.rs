@@ -342,9 +342,11 @@ fn status_shows_waiters_on_three_hosts_and_the_fair_queue_in_order() {
 }
 
 /// `list` names each kind with its columns: a lock, a plain semaphore and
-/// a latch (named by their waiters), a counter nothing names (said once),
-/// a finished `once` run and a failed one (state, runner, age) and, with
-/// `--all` only, an application's string.
+/// a latch (named by their waiters), a finished `once` run and a failed
+/// one (state, runner, age); a counter nothing names only with `--kind
+/// counter` (said once), which also lists the semaphore and the latch,
+/// and without it only counted; with `--all` only, an application's
+/// string.
 #[test]
 fn list_shows_every_kind() {
     let ctx = TestContext::new();
@@ -387,7 +389,7 @@ fn list_shows_every_kind() {
         assert_eq!(kind("lock"), Some("reentrant".into()), "{list:?}");
         assert_eq!(kind("sem"), Some("semaphore".into()), "{list:?}");
         assert_eq!(kind("latch"), Some("latch".into()), "{list:?}");
-        assert_eq!(kind("counter"), Some("counter".into()), "{list:?}");
+        assert_eq!(kind("counter"), None, "{list:?}");
         assert_eq!(kind("once"), Some("once".into()), "{list:?}");
         assert_eq!(kind("failed"), Some("once".into()), "{list:?}");
         assert_eq!(kind("app"), None, "{list:?}");
@@ -397,7 +399,6 @@ fn list_shows_every_kind() {
         assert_eq!(e("sem")["waiters"][0]["kind"], "semaphore");
         assert_eq!(e("latch")["count"], 2);
         assert_eq!(e("latch")["waiters"][0]["kind"], "latch");
-        assert_eq!(e("counter")["value"], 5);
         assert_eq!(e("once")["state"], "done");
         assert_eq!(e("failed")["state"], "failed");
         assert!(e("once")["age_ms"].as_u64().is_some(), "{}", e("once"));
@@ -414,7 +415,7 @@ fn list_shows_every_kind() {
         assert!(line("sem").contains("semaphore, 2 available"), "{text}");
         assert!(line("sem").contains("1 recorded"), "{text}");
         assert!(line("latch").contains("latch, count 2"), "{text}");
-        assert!(line("counter").contains("counter 5"), "{text}");
+        assert!(text.contains("(1 integer key not listed"), "{text}");
         assert!(line("once").contains("once, done, runner host "), "{text}");
         assert!(line("once").contains(", age "), "{text}");
         assert!(
@@ -422,8 +423,34 @@ fn list_shows_every_kind() {
             "{text}"
         );
         assert!(line("lock").contains("reentrant"), "{text}");
-        assert_eq!(text.matches("cannot tell apart").count(), 1, "{text}");
+        assert!(!text.contains(&n("counter")), "{text}");
         assert!(!text.contains(&n("app")), "{text}");
+        // Every integer with --kind counter, named or not.
+        let mut cmd = redguard(&url);
+        cmd.args(["list", "--kind", "counter", &pattern]);
+        let counters = run(cmd).stdout;
+        let named: Vec<&str> = counters
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("\"{prefix}-")))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(named, ["counter", "latch", "sem"], "{counters}");
+        assert!(counters.contains("counter 5"), "{counters}");
+        assert_eq!(
+            counters.matches("cannot tell apart").count(),
+            1,
+            "{counters}"
+        );
+        let mut cmd = redguard(&url);
+        cmd.args(["list", "--kind", "lock,latch", "--json", &pattern]);
+        let v: Value = serde_json::from_str(&run(cmd).stdout).unwrap();
+        let kinds: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["latch", "reentrant"], "{v}");
         let mut cmd = redguard(&url);
         cmd.args(["list", "--all", &pattern]);
         let all = run(cmd).stdout;
