@@ -3,8 +3,8 @@
 //! lock are refused at once by every acquire and force unlock, left byte
 //! for byte intact, and skipped by `list`; a hash far too large to be a
 //! lock costs the server no more than a lock does. Redisson-shaped locks
-//! (Java UUID holder ids, a read-write lock's `mode` and `:write` fields)
-//! still are locks.
+//! (Java UUID holder ids, a read-write lock's `mode` and `:write` fields,
+//! node-redisson's and goRedisson's holder ids) still are locks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -347,6 +347,87 @@ fn redisson_shaped_locks_are_still_locks() {
     assert_eq!(info.queue_len, 1);
     assert!(client.fair_lock(&fair).force_unlock().unwrap());
     assert!(!server.exists(&fair));
+}
+
+/// A second UUID, as node-redisson puts after its client's: its holder ids
+/// are `<client uuid>:<lock handle uuid>`.
+const HANDLE: &str = "0b7c3f1e-2d4a-4e6b-9c8d-7a6f5e4d3c2b";
+
+/// Holder ids of the other Redisson-protocol clients are holders for both
+/// rules, the acquire scripts' (`lua/lock_shape.lua`: busy, not refused;
+/// force-unlocked) and the reads' (`src/lock/shape.rs`: shown with the
+/// holder): node-redisson's `<uuid>:<uuid>`, goRedisson's
+/// `<uuid>:<goroutine id>`, each also as a read-write lock's writer. Near
+/// misses (a UUID cut short or run on) are refused by both.
+#[test]
+fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
+    let ctx = TestContext::new();
+    let client = &ctx.client;
+    let server = &ctx.server;
+    let node = format!("{JAVA}:{HANDLE}");
+    for (who, field, mode) in [
+        ("node-redisson", node.clone(), None),
+        (
+            "node-redisson writer",
+            format!("{node}:write"),
+            Some("write"),
+        ),
+        ("goRedisson", format!("{JAVA}:18"), None),
+        (
+            "goRedisson writer",
+            format!("{JAVA}:18:write"),
+            Some("write"),
+        ),
+    ] {
+        let name = unique_name("peer-held");
+        let () = server.cmd("HSET", &[name.as_bytes(), field.as_bytes(), b"1"]);
+        if let Some(mode) = mode {
+            let () = server.cmd("HSET", &[name.as_bytes(), b"mode", mode.as_bytes()]);
+        }
+        let _: i64 = server.cmd("PEXPIRE", &[name.as_bytes(), b"30000"]);
+        let info = client.lock(&name).inspect().unwrap();
+        assert!(
+            !matches!(info.kind, LockKind::Other { .. }),
+            "{who}: {:?}",
+            info.kind
+        );
+        assert_eq!(info.holders.len(), 1, "{who}");
+        assert_eq!(info.holders[0].0, field.as_str(), "{who}");
+        let busy = match mode {
+            Some(_) => client.read_write_lock(&name).read().try_lock(),
+            None => client.lock(&name).try_lock(),
+        };
+        assert!(busy.unwrap().is_none(), "{who}: the acquire script refused");
+        let forced = match mode {
+            Some(_) => client.read_write_lock(&name).write().force_unlock(),
+            None => client.lock(&name).force_unlock(),
+        };
+        assert!(forced.unwrap(), "{who}");
+        assert!(!server.exists(&name), "{who}");
+    }
+    for field in [
+        format!("{JAVA}:{HANDLE}0"),
+        format!("{JAVA}:{}", &HANDLE[1..]),
+        format!("{JAVA}:{}", HANDLE.replace('-', "")),
+        format!("{JAVA}:{HANDLE}:1"),
+        format!("{JAVA}:123456789012345678901"),
+    ] {
+        let name = unique_name("peer-like");
+        let () = server.cmd("HSET", &[name.as_bytes(), field.as_bytes(), b"1"]);
+        let before = snapshot(server, &name);
+        assert!(
+            is_wrong_type(&client.lock(&name).try_lock()),
+            "{field}: the acquire script took it for a lock"
+        );
+        assert!(
+            matches!(
+                client.lock(&name).inspect().unwrap().kind,
+                LockKind::Other { .. }
+            ),
+            "{field}: read as a lock"
+        );
+        assert_intact(server, &name, &before);
+    }
 }
 
 /// A fair queue longer than `MAX_QUEUE_READ` is read to that bound, with
