@@ -173,7 +173,7 @@ mod tests {
             (format!("{JAVA}:{HANDLE}:write:write"), "1"),
             (format!("{JAVA}:{HANDLE}"), "pending"),
             (format!("{JAVA}:{HANDLE}"), "1.5"),
-            (format!("{HANDLE}"), "1"),
+            (HANDLE.to_string(), "1"),
             (format!("{JAVA}:1:{HANDLE}"), "1"),
             (format!("{JAVA}:{JAVA}:{HANDLE}"), "1"),
             (format!("{JAVA}:-{HANDLE}"), "1"),

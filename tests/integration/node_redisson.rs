@@ -164,7 +164,11 @@ fn a_node_redisson_hold_excludes_redguard_and_its_release_wakes_waiters() {
     let holder = node.holder_id();
     assert_eq!(node.ask("lock"), "LOCKED");
     let stored: Vec<String> = ctx.server.cmd("HKEYS", &[name.as_bytes()]);
-    assert_eq!(stored, [holder.clone()], "node-redisson's hash field");
+    assert_eq!(
+        stored,
+        std::slice::from_ref(&holder),
+        "node-redisson's hash field"
+    );
 
     let lock = ctx.client.lock(&name);
     assert!(lock.try_lock().unwrap().is_none(), "try_lock got in");
