@@ -9,7 +9,8 @@
 --   <holder id>          -> hold count
 --   <holder id>:write    -> hold count
 --   mode                 -> "read" or "write"
--- with a hold count a decimal integer. A holder id is "<uuid>:<thread>", the uuid in its
+-- with a hold count a decimal integer of at most MAX_HOLD_COUNT (scripts loop over a reader's
+-- holds: a larger count is no lock's). A holder id is "<uuid>:<thread>", the uuid in its
 -- 8-4-4-4-12 hex form (the client's id), the thread part either a decimal integer of at most
 -- MAX_THREAD_DIGITS digits, a sign allowed (redguard's thread number, Redisson's Java long,
 -- goRedisson's goroutine id), or a second uuid (node-redisson: "<executor uuid>:<handle uuid>").
@@ -24,6 +25,7 @@ local MAX_LOCK_FIELDS = 10000
 local SHAPE_SAMPLE = 16
 local MAX_FIELD_LEN = 79
 local MAX_THREAD_DIGITS = 20
+local MAX_HOLD_COUNT = 10000
 local UUID = '%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x'
 local HOLDER_THREAD = '^' .. UUID .. ':%-?(%d+)$'
 local HOLDER_HANDLE = '^' .. UUID .. ':' .. UUID .. '$'
@@ -40,7 +42,8 @@ local function lock_field(field, value)
     if field == 'mode' then
         return value == 'read' or value == 'write'
     end
-    if #field > MAX_FIELD_LEN or #value > 20 or not string.match(value, '^%d+$') then
+    if #field > MAX_FIELD_LEN or #value > 20 or not string.match(value, '^%d+$')
+        or tonumber(value) > MAX_HOLD_COUNT then
         return false
     end
     if string.sub(field, -6) == ':write' then

@@ -16,7 +16,8 @@
 //! * `<holder id>:write` → hold count (a read-write lock's writer);
 //! * `mode` → `read` or `write` (a read-write lock);
 //!
-//! with a hold count a decimal integer. An application's hash (`HSET
+//! with a hold count a decimal integer of at most [`MAX_HOLD_COUNT`]. An
+//! application's hash (`HSET
 //! cart:42 sku123 2`) is not a lock, whatever its values.
 
 /// The most fields a lock hash can have; a larger hash is not a lock and
@@ -33,6 +34,13 @@ pub(crate) const MAX_LOCK_FIELDS: u64 = 10_000;
 /// refused before any pattern is tried. The same bound is `MAX_FIELD_LEN`
 /// in `lua/lock_shape.lua`.
 pub(crate) const MAX_FIELD_LEN: usize = 79;
+
+/// The most holds one holder can have of a lock. Scripts loop over a
+/// reader's holds (one timeout key each): a larger count (`HSET m:rw
+/// <uuid>:1 1000000`) is no lock's, so that no script loops over it. Far
+/// above any real re-entry depth. The same bound is `MAX_HOLD_COUNT` in
+/// `lua/lock_shape.lua` and in the read-write scripts that loop over holds.
+pub(crate) const MAX_HOLD_COUNT: u64 = 10_000;
 
 /// The most digits of a decimal thread part (a Java `long` has 19; its
 /// sign comes on top). The same bound is `MAX_THREAD_DIGITS` in
@@ -78,16 +86,24 @@ fn is_uuid(text: &[u8]) -> bool {
         })
 }
 
+/// Whether `value` is a hold count: decimal digits, at most
+/// [`MAX_HOLD_COUNT`].
+fn is_hold_count(value: &[u8]) -> bool {
+    !value.is_empty()
+        && value.len() <= 20
+        && value.iter().all(u8::is_ascii_digit)
+        && std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n <= MAX_HOLD_COUNT)
+}
+
 /// Whether one field of a hash, with its value, is what a lock stores.
 pub(crate) fn is_lock_field(field: &[u8], value: &[u8]) -> bool {
     if field == b"mode" {
         return value == b"read" || value == b"write";
     }
-    if field.len() > MAX_FIELD_LEN
-        || value.is_empty()
-        || value.len() > 20
-        || !value.iter().all(u8::is_ascii_digit)
-    {
+    if field.len() > MAX_FIELD_LEN || !is_hold_count(value) {
         return false;
     }
     is_holder_id(field.strip_suffix(b":write").unwrap_or(field))
@@ -120,6 +136,8 @@ mod tests {
         assert!(is_lock_field(format!("{JAVA}:1:write").as_bytes(), b"2"));
         assert!(is_lock_field(b"mode", b"read"));
         assert!(is_lock_field(b"mode", b"write"));
+        assert!(is_lock_field(format!("{JAVA}:1").as_bytes(), b"10000"));
+        assert!(is_lock_field(format!("{JAVA}:1").as_bytes(), b"0"));
     }
 
     #[test]
@@ -182,6 +200,11 @@ mod tests {
             (format!("{JAVA}:-"), "1"),
             (format!("{JAVA}:+1"), "1"),
             (format!("{JAVA}: 1"), "1"),
+            // Hold counts scripts would loop over for seconds.
+            (format!("{JAVA}:1"), "10001"),
+            (format!("{JAVA}:1"), "1000000"),
+            (format!("{JAVA}:1:write"), "1000000"),
+            (format!("{JAVA}:1"), "99999999999999999999"),
         ];
         for (field, value) in cases {
             assert!(
@@ -199,5 +222,15 @@ mod tests {
         assert!(lua.contains(&format!("local SHAPE_SAMPLE = {HSCAN_SAMPLE}\n")));
         assert!(lua.contains(&format!("local MAX_FIELD_LEN = {MAX_FIELD_LEN}\n")));
         assert!(lua.contains(&format!("local MAX_THREAD_DIGITS = {MAX_THREAD_DIGITS}\n")));
+        // Every script that loops over a holder's holds bounds the loop by
+        // the same count.
+        for script in [
+            lua,
+            include_str!("../../lua/rw_read_keep.lua"),
+            include_str!("../../lua/rw_read_renew.lua"),
+            include_str!("../../lua/rw_read_unlock.lua"),
+        ] {
+            assert!(script.contains(&format!("local MAX_HOLD_COUNT = {MAX_HOLD_COUNT}\n")));
+        }
     }
 }

@@ -602,3 +602,68 @@ fn a_million_field_hash_is_not_read_by_the_library() {
     let len: u64 = ctx.server.cmd("HLEN", &[big.as_bytes()]);
     assert_eq!((len, ctx.server.pttl(&big)), (1_000_000, -1));
 }
+
+/// Issue 44, item 6: hold counts drive loops in the read-write scripts
+/// (one timeout key per read hold), so a count above `MAX_HOLD_COUNT`
+/// (10,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
+/// lock held by a renewed and a fixed-lease reader, a newcomer is refused
+/// (`WrongType`, key untouched) and read as no lock, while the holders'
+/// renewals, look-ups and releases go on; then the renewed reader's own
+/// count is set to a million, and its renewal and release find no hold.
+/// No script ran 10 ms or longer (`SLOWLOG`, `slowlog-log-slower-than
+/// 10000`): before the bound the release looped over a million timeout
+/// keys for seconds.
+#[test]
+fn a_hostile_hold_count_on_a_held_read_lock_slows_no_script() {
+    let ctx = TestContext::new();
+    let server = &ctx.server;
+    let () = server.cmd("CONFIG", &[b"SET", b"slowlog-log-slower-than", b"10000"]);
+    let () = server.cmd("SLOWLOG", &[b"RESET"]);
+    let url = server.url();
+    let name = unique_name("hostile-count");
+    let renewed = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let other = crate::support::test_builder(&url).build().unwrap();
+    let fixed = other
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(20))
+        .read()
+        .lock()
+        .unwrap();
+    let hostile = format!("{JAVA}:1");
+    let () = server.cmd("HSET", &[name.as_bytes(), hostile.as_bytes(), b"1000000"]);
+    let newcomer = crate::support::test_builder(&url).build().unwrap();
+    let fields_before: Vec<String> = server.cmd("HGETALL", &[name.as_bytes()]);
+    assert!(is_wrong_type(
+        &newcomer.read_write_lock(&name).read().try_lock()
+    ));
+    assert!(is_wrong_type(
+        &newcomer.read_write_lock(&name).write().force_unlock()
+    ));
+    assert!(matches!(
+        newcomer.lock(&name).inspect().unwrap().kind,
+        LockKind::Other { .. }
+    ));
+    let fields_after: Vec<String> = server.cmd("HGETALL", &[name.as_bytes()]);
+    assert_eq!(fields_before, fields_after, "the refusals changed the hash");
+    // Renewals (every 300 ms) and the fixed hold's look-ups run meanwhile.
+    let renewals = ctx.client.stats().renewals;
+    assert!(crate::support::wait_until(ms(5_000), || {
+        ctx.client.stats().renewals >= renewals + 3
+    }));
+    renewed.check().unwrap();
+    fixed.check().unwrap();
+    fixed.unlock().unwrap();
+
+    // The renewed reader's own count, raised past the bound: no hold.
+    let own = renewed.holder_id().as_str().to_owned();
+    let () = server.cmd("HSET", &[name.as_bytes(), own.as_bytes(), b"1000000"]);
+    assert!(
+        crate::support::wait_until(ms(5_000), || renewed.check().is_err()),
+        "the renewal still found a hold"
+    );
+    let released = renewed.unlock();
+    assert!(released.is_err(), "{released:?}");
+
+    let slow: Vec<redis::Value> = server.cmd("SLOWLOG", &[b"GET", b"100"]);
+    assert!(slow.is_empty(), "scripts ran 10 ms or longer: {slow:?}");
+}
