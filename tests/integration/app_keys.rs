@@ -365,22 +365,34 @@ fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
     let client = &ctx.client;
     let server = &ctx.server;
     let node = format!("{JAVA}:{HANDLE}");
-    for (who, field, mode) in [
-        ("node-redisson", node.clone(), None),
+    for (who, field, mode, count) in [
+        ("node-redisson", node.clone(), None, "1"),
         (
             "node-redisson writer",
             format!("{node}:write"),
             Some("write"),
+            "1",
         ),
-        ("goRedisson", format!("{JAVA}:18"), None),
+        ("goRedisson", format!("{JAVA}:18"), None, "1"),
         (
             "goRedisson writer",
             format!("{JAVA}:18:write"),
             Some("write"),
+            "1",
+        ),
+        // The bounds: 20 digits and a sign, 10,000 holds.
+        (
+            "the longest thread id, the most holds",
+            format!("{JAVA}:-12345678901234567890"),
+            None,
+            "10000",
         ),
     ] {
         let name = unique_name("peer-held");
-        let () = server.cmd("HSET", &[name.as_bytes(), field.as_bytes(), b"1"]);
+        let () = server.cmd(
+            "HSET",
+            &[name.as_bytes(), field.as_bytes(), count.as_bytes()],
+        );
         if let Some(mode) = mode {
             let () = server.cmd("HSET", &[name.as_bytes(), b"mode", mode.as_bytes()]);
         }
@@ -405,15 +417,19 @@ fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
         assert!(forced.unwrap(), "{who}");
         assert!(!server.exists(&name), "{who}");
     }
-    for field in [
-        format!("{JAVA}:{HANDLE}0"),
-        format!("{JAVA}:{}", &HANDLE[1..]),
-        format!("{JAVA}:{}", HANDLE.replace('-', "")),
-        format!("{JAVA}:{HANDLE}:1"),
-        format!("{JAVA}:123456789012345678901"),
+    for (field, count) in [
+        (format!("{JAVA}:{HANDLE}0"), "1"),
+        (format!("{JAVA}:{}", &HANDLE[1..]), "1"),
+        (format!("{JAVA}:{}", HANDLE.replace('-', "")), "1"),
+        (format!("{JAVA}:{HANDLE}:1"), "1"),
+        (format!("{JAVA}:123456789012345678901"), "1"),
+        (format!("{JAVA}:1"), "10001"),
     ] {
         let name = unique_name("peer-like");
-        let () = server.cmd("HSET", &[name.as_bytes(), field.as_bytes(), b"1"]);
+        let () = server.cmd(
+            "HSET",
+            &[name.as_bytes(), field.as_bytes(), count.as_bytes()],
+        );
         let before = snapshot(server, &name);
         assert!(
             is_wrong_type(&client.lock(&name).try_lock()),
@@ -608,8 +624,9 @@ fn a_million_field_hash_is_not_read_by_the_library() {
 /// (10,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
 /// lock held by a renewed and a fixed-lease reader, a newcomer is refused
 /// (`WrongType`, key untouched) and read as no lock, while the holders'
-/// renewals, look-ups and releases go on; then the renewed reader's own
-/// count is set to a million, and its renewal and release find no hold.
+/// renewals, look-ups and releases go on; then the remaining readers' own
+/// counts are set to a million, and their renewal, look-up and release
+/// find no hold.
 /// No script ran 10 ms or longer (`SLOWLOG`, `slowlog-log-slower-than
 /// 10000`): before the bound the release looped over a million timeout
 /// keys for seconds.
@@ -624,6 +641,15 @@ fn a_hostile_hold_count_on_a_held_read_lock_slows_no_script() {
     let renewed = ctx.client.read_write_lock(&name).read().lock().unwrap();
     let other = crate::support::test_builder(&url).build().unwrap();
     let fixed = other
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(20))
+        .read()
+        .lock()
+        .unwrap();
+    // A second fixed reader (another client: another holder id), kept
+    // until its own count is raised below.
+    let third = crate::support::test_builder(&url).build().unwrap();
+    let kept = third
         .read_write_lock(&name)
         .with_lease(Duration::from_secs(20))
         .read()
@@ -658,14 +684,22 @@ fn a_hostile_hold_count_on_a_held_read_lock_slows_no_script() {
     assert!(slow.is_empty(), "the release ran 10 ms or longer: {slow:?}");
     fixed_released.unwrap();
 
-    // The renewed reader's own count, raised past the bound: no hold.
-    let own = renewed.holder_id().as_str().to_owned();
-    let () = server.cmd("HSET", &[name.as_bytes(), own.as_bytes(), b"1000000"]);
+    // The readers' own counts, raised past the bound: no hold, for the
+    // renewal and for the fixed hold's look-up alike.
+    for own in [renewed.holder_id().as_str(), kept.holder_id().as_str()] {
+        let () = server.cmd("HSET", &[name.as_bytes(), own.as_bytes(), b"1000000"]);
+    }
     assert!(
         crate::support::wait_until(ms(5_000), || renewed.check().is_err()),
         "the renewal still found a hold"
     );
+    assert!(
+        crate::support::wait_until(ms(5_000), || kept.check().is_err()),
+        "the look-up still found a hold"
+    );
     let released = renewed.unlock();
+    assert!(released.is_err(), "{released:?}");
+    let released = kept.unlock();
     assert!(released.is_err(), "{released:?}");
 
     let slow: Vec<redis::Value> = server.cmd("SLOWLOG", &[b"GET", b"100"]);
