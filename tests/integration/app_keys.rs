@@ -702,6 +702,21 @@ fn a_hostile_hold_count_on_a_held_read_lock_slows_no_script() {
     let released = kept.unlock();
     assert!(released.is_err(), "{released:?}");
 
+    // A release that reaches the server before any renewal saw the raised
+    // count (renewals every 20 s): no hold, and the count is left as it is.
+    let late = crate::support::test_builder(&url)
+        .watchdog_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let other_name = unique_name("hostile-own");
+    let reader = late.read_write_lock(&other_name).read().lock().unwrap();
+    let own = reader.holder_id().as_str().to_owned();
+    let () = server.cmd("HSET", &[other_name.as_bytes(), own.as_bytes(), b"1000000"]);
+    let released = reader.unlock();
+    assert!(released.is_err(), "{released:?}");
+    let count: String = server.cmd("HGET", &[other_name.as_bytes(), own.as_bytes()]);
+    assert_eq!(count, "1000000", "the release changed the raised count");
+
     let slow: Vec<redis::Value> = server.cmd("SLOWLOG", &[b"GET", b"100"]);
     assert!(slow.is_empty(), "scripts ran 10 ms or longer: {slow:?}");
 }
