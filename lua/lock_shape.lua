@@ -6,30 +6,50 @@
 --
 -- A lock hash (Redisson's layout, every kind: reentrant, fair, fenced, read-write, a run-once
 -- claim) has only these fields:
---   <holder id>          -> hold count    holder id: "<uuid>:<thread id>", the uuid in its
---   <holder id>:write    -> hold count    8-4-4-4-12 hex form, the thread id a decimal
---   mode                 -> "read" or "write"                  integer (a Java long: signed)
--- with a hold count a decimal integer. Anything else is not a lock.
+--   <holder id>          -> hold count
+--   <holder id>:write    -> hold count
+--   mode                 -> "read" or "write"
+-- with a hold count a decimal integer of at most MAX_HOLD_COUNT (scripts loop over a reader's
+-- holds: a larger count is no lock's). A holder id is "<uuid>:<thread>", the uuid in its
+-- 8-4-4-4-12 hex form (the client's id), the thread part either a decimal integer of at most
+-- MAX_THREAD_DIGITS digits, a sign allowed (redguard's thread number, Redisson's Java long,
+-- goRedisson's goroutine id), or a second uuid (node-redisson: "<executor uuid>:<handle uuid>").
+-- Anything else is not a lock.
 --
 -- Bounded: HLEN, then one HSCAN with a small COUNT. A hash with more than MAX_LOCK_FIELDS
 -- fields is not a lock (a lock has one field per holder thread, plus `mode`). A small hash
 -- (listpack encoding) comes back whole from one HSCAN; of a larger one, a sample is judged.
+-- A field longer than MAX_FIELD_LEN (two uuids and ":write") is refused before any pattern.
 -- A value that is not a hash raises WRONGTYPE (HLEN's own error).
 local MAX_LOCK_FIELDS = 10000
 local SHAPE_SAMPLE = 16
-local HOLDER_ID = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:%-?%d+$'
+local MAX_FIELD_LEN = 79
+local MAX_THREAD_DIGITS = 20
+local MAX_HOLD_COUNT = 10000
+local UUID = '%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x'
+local HOLDER_THREAD = '^' .. UUID .. ':%-?(%d+)$'
+local HOLDER_HANDLE = '^' .. UUID .. ':' .. UUID .. '$'
+
+local function holder_id(id)
+    local digits = string.match(id, HOLDER_THREAD)
+    if digits then
+        return #digits <= MAX_THREAD_DIGITS
+    end
+    return string.match(id, HOLDER_HANDLE) ~= nil
+end
 
 local function lock_field(field, value)
     if field == 'mode' then
         return value == 'read' or value == 'write'
     end
-    if #field > 64 or #value > 20 or not string.match(value, '^%d+$') then
+    if #field > MAX_FIELD_LEN or #value > 20 or not string.match(value, '^%d+$')
+        or tonumber(value) > MAX_HOLD_COUNT then
         return false
     end
     if string.sub(field, -6) == ':write' then
         field = string.sub(field, 1, -7)
     end
-    return string.match(field, HOLDER_ID) ~= nil
+    return holder_id(field)
 end
 
 local function is_lock(key)

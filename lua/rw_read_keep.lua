@@ -12,12 +12,16 @@
 -- A timeout key, or the lock key, that would expire before ARGV[1] gets ARGV[1] back; nothing
 -- gets more than that, and a key without expiry stays so.
 --
+-- A hold count above MAX_HOLD_COUNT is no lock's (lock_shape.lua): the hold counts as lost, and
+-- nothing is looped over.
+--
 -- Returns  1  held (expiries restored where they had been shortened)
 --          0  lost: the holder holds no read hold, or a timeout key of one of its holds is gone
 --             (its lease was cut short and ran out: the hold no longer counts)
 -- Errors   WRONGTYPE when KEYS[1] holds a non-hash value.
+local MAX_HOLD_COUNT = 10000
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '')
-if held == nil or held < 1 then
+if held == nil or held < 1 or held > MAX_HOLD_COUNT then
     return 0
 end
 local keep = tonumber(ARGV[1])

@@ -18,15 +18,20 @@
 -- reader's holds stop counting once their leases ran out. In write mode the write holder (the
 -- same holder, downgrading) keeps the lock.
 --
+-- A hold count above MAX_HOLD_COUNT is no lock's (lock_shape.lua): the holder's own such count
+-- is no hold (nil, nothing changed), another field's is left out of the longest lease; no loop
+-- runs over more than MAX_HOLD_COUNT holds.
+--
 -- Returns  nil  the holder holds no read hold (nothing changed)
 --          0    one read hold released; the holder still has others
 --          1    the holder's last read hold released (ARGV[1] published when the lock became free)
+local MAX_HOLD_COUNT = 10000
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     return nil
 end
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '')
-if held == nil or held < 1 then
+if held == nil or held < 1 or held > MAX_HOLD_COUNT then
     return nil
 end
 local drop = 1
@@ -50,7 +55,7 @@ local longest = 0
 local fields = redis.call('hgetall', KEYS[1])
 for i = 1, #fields, 2 do
     local count = tonumber(fields[i + 1])
-    if count ~= nil then
+    if count ~= nil and count <= MAX_HOLD_COUNT then
         for n = count, 1, -1 do
             local left = redis.call('pttl', KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
             if left > longest then

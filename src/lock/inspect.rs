@@ -214,8 +214,9 @@ pub enum LockKind {
     /// A value that is not a lock of any known layout: another Redis type,
     /// or a hash that is not a lock's. A lock is recognised by its shape,
     /// never by its type alone: every field of a lock hash is a holder id
-    /// (`<uuid>:<thread id>`, Redisson's form, or `<holder id>:write`) with
-    /// an integer hold count, or a read-write lock's `mode` (`read` or
+    /// (`<uuid>:<thread id>` with a decimal thread id, as redguard, Redisson
+    /// and goRedisson write it; `<uuid>:<uuid>`, node-redisson's; or
+    /// `<holder id>:write`) with an integer hold count, or a read-write lock's `mode` (`read` or
     /// `write`); a hash of more than [`MAX_LOCK_FIELDS`] fields is not a
     /// lock (and is not read). An application's hash (`HSET cart:42
     /// sku123 2`) is thus `Other`, and the acquire and force-unlock

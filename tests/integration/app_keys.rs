@@ -3,8 +3,8 @@
 //! lock are refused at once by every acquire and force unlock, left byte
 //! for byte intact, and skipped by `list`; a hash far too large to be a
 //! lock costs the server no more than a lock does. Redisson-shaped locks
-//! (Java UUID holder ids, a read-write lock's `mode` and `:write` fields)
-//! still are locks.
+//! (Java UUID holder ids, a read-write lock's `mode` and `:write` fields,
+//! node-redisson's and goRedisson's holder ids) still are locks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -349,6 +349,103 @@ fn redisson_shaped_locks_are_still_locks() {
     assert!(!server.exists(&fair));
 }
 
+/// A second UUID, as node-redisson puts after its client's: its holder ids
+/// are `<client uuid>:<lock handle uuid>`.
+const HANDLE: &str = "0b7c3f1e-2d4a-4e6b-9c8d-7a6f5e4d3c2b";
+
+/// Holder ids of the other Redisson-protocol clients are holders for both
+/// rules, the acquire scripts' (`lua/lock_shape.lua`: busy, not refused;
+/// force-unlocked) and the reads' (`src/lock/shape.rs`: shown with the
+/// holder): node-redisson's `<uuid>:<uuid>`, goRedisson's
+/// `<uuid>:<goroutine id>`, each also as a read-write lock's writer. Near
+/// misses (a UUID cut short or run on) are refused by both.
+#[test]
+fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
+    let ctx = TestContext::new();
+    let client = &ctx.client;
+    let server = &ctx.server;
+    let node = format!("{JAVA}:{HANDLE}");
+    for (who, field, mode, count) in [
+        ("node-redisson", node.clone(), None, "1"),
+        (
+            "node-redisson writer",
+            format!("{node}:write"),
+            Some("write"),
+            "1",
+        ),
+        ("goRedisson", format!("{JAVA}:18"), None, "1"),
+        (
+            "goRedisson writer",
+            format!("{JAVA}:18:write"),
+            Some("write"),
+            "1",
+        ),
+        // The bounds: 20 digits and a sign, 10,000 holds.
+        (
+            "the longest thread id, the most holds",
+            format!("{JAVA}:-12345678901234567890"),
+            None,
+            "10000",
+        ),
+    ] {
+        let name = unique_name("peer-held");
+        let () = server.cmd(
+            "HSET",
+            &[name.as_bytes(), field.as_bytes(), count.as_bytes()],
+        );
+        if let Some(mode) = mode {
+            let () = server.cmd("HSET", &[name.as_bytes(), b"mode", mode.as_bytes()]);
+        }
+        let _: i64 = server.cmd("PEXPIRE", &[name.as_bytes(), b"30000"]);
+        let info = client.lock(&name).inspect().unwrap();
+        assert!(
+            !matches!(info.kind, LockKind::Other { .. }),
+            "{who}: {:?}",
+            info.kind
+        );
+        assert_eq!(info.holders.len(), 1, "{who}");
+        assert_eq!(info.holders[0].0, field.as_str(), "{who}");
+        let busy = match mode {
+            Some(_) => client.read_write_lock(&name).read().try_lock(),
+            None => client.lock(&name).try_lock(),
+        };
+        assert!(busy.unwrap().is_none(), "{who}: the acquire script refused");
+        let forced = match mode {
+            Some(_) => client.read_write_lock(&name).write().force_unlock(),
+            None => client.lock(&name).force_unlock(),
+        };
+        assert!(forced.unwrap(), "{who}");
+        assert!(!server.exists(&name), "{who}");
+    }
+    for (field, count) in [
+        (format!("{JAVA}:{HANDLE}0"), "1"),
+        (format!("{JAVA}:{}", &HANDLE[1..]), "1"),
+        (format!("{JAVA}:{}", HANDLE.replace('-', "")), "1"),
+        (format!("{JAVA}:{HANDLE}:1"), "1"),
+        (format!("{JAVA}:123456789012345678901"), "1"),
+        (format!("{JAVA}:1"), "10001"),
+    ] {
+        let name = unique_name("peer-like");
+        let () = server.cmd(
+            "HSET",
+            &[name.as_bytes(), field.as_bytes(), count.as_bytes()],
+        );
+        let before = snapshot(server, &name);
+        assert!(
+            is_wrong_type(&client.lock(&name).try_lock()),
+            "{field}: the acquire script took it for a lock"
+        );
+        assert!(
+            matches!(
+                client.lock(&name).inspect().unwrap().kind,
+                LockKind::Other { .. }
+            ),
+            "{field}: read as a lock"
+        );
+        assert_intact(server, &name, &before);
+    }
+}
+
 /// A fair queue longer than `MAX_QUEUE_READ` is read to that bound, with
 /// the total length beside it.
 #[test]
@@ -520,4 +617,106 @@ fn a_million_field_hash_is_not_read_by_the_library() {
     assert_eq!(ctx.server.command_calls(&["hgetall", "hkeys", "hvals"]), 0);
     let len: u64 = ctx.server.cmd("HLEN", &[big.as_bytes()]);
     assert_eq!((len, ctx.server.pttl(&big)), (1_000_000, -1));
+}
+
+/// Issue 44, item 6: hold counts drive loops in the read-write scripts
+/// (one timeout key per read hold), so a count above `MAX_HOLD_COUNT`
+/// (10,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
+/// lock held by a renewed and a fixed-lease reader, a newcomer is refused
+/// (`WrongType`, key untouched) and read as no lock, while the holders'
+/// renewals, look-ups and releases go on; then the remaining readers' own
+/// counts are set to a million, and their renewal, look-up and release
+/// find no hold.
+/// No script ran 10 ms or longer (`SLOWLOG`, `slowlog-log-slower-than
+/// 10000`): before the bound the release looped over a million timeout
+/// keys for seconds.
+#[test]
+fn a_hostile_hold_count_on_a_held_read_lock_slows_no_script() {
+    let ctx = TestContext::new();
+    let server = &ctx.server;
+    let () = server.cmd("CONFIG", &[b"SET", b"slowlog-log-slower-than", b"10000"]);
+    let () = server.cmd("SLOWLOG", &[b"RESET"]);
+    let url = server.url();
+    let name = unique_name("hostile-count");
+    let renewed = ctx.client.read_write_lock(&name).read().lock().unwrap();
+    let other = crate::support::test_builder(&url).build().unwrap();
+    let fixed = other
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(20))
+        .read()
+        .lock()
+        .unwrap();
+    // A second fixed reader (another client: another holder id), kept
+    // until its own count is raised below.
+    let third = crate::support::test_builder(&url).build().unwrap();
+    let kept = third
+        .read_write_lock(&name)
+        .with_lease(Duration::from_secs(20))
+        .read()
+        .lock()
+        .unwrap();
+    let hostile = format!("{JAVA}:1");
+    let () = server.cmd("HSET", &[name.as_bytes(), hostile.as_bytes(), b"1000000"]);
+    let newcomer = crate::support::test_builder(&url).build().unwrap();
+    let fields_before: Vec<String> = server.cmd("HGETALL", &[name.as_bytes()]);
+    assert!(is_wrong_type(
+        &newcomer.read_write_lock(&name).read().try_lock()
+    ));
+    assert!(is_wrong_type(
+        &newcomer.read_write_lock(&name).write().force_unlock()
+    ));
+    assert!(matches!(
+        newcomer.lock(&name).inspect().unwrap().kind,
+        LockKind::Other { .. }
+    ));
+    let fields_after: Vec<String> = server.cmd("HGETALL", &[name.as_bytes()]);
+    assert_eq!(fields_before, fields_after, "the refusals changed the hash");
+    // Renewals (every 300 ms) and the fixed hold's look-ups run meanwhile.
+    let renewals = ctx.client.stats().renewals;
+    assert!(crate::support::wait_until(ms(5_000), || {
+        ctx.client.stats().renewals >= renewals + 3
+    }));
+    renewed.check().unwrap();
+    fixed.check().unwrap();
+    // Its release looks for the longest remaining hold among the others.
+    let fixed_released = fixed.unlock();
+    let slow: Vec<redis::Value> = server.cmd("SLOWLOG", &[b"GET", b"100"]);
+    assert!(slow.is_empty(), "the release ran 10 ms or longer: {slow:?}");
+    fixed_released.unwrap();
+
+    // The readers' own counts, raised past the bound: no hold, for the
+    // renewal and for the fixed hold's look-up alike.
+    for own in [renewed.holder_id().as_str(), kept.holder_id().as_str()] {
+        let () = server.cmd("HSET", &[name.as_bytes(), own.as_bytes(), b"1000000"]);
+    }
+    assert!(
+        crate::support::wait_until(ms(5_000), || renewed.check().is_err()),
+        "the renewal still found a hold"
+    );
+    assert!(
+        crate::support::wait_until(ms(5_000), || kept.check().is_err()),
+        "the look-up still found a hold"
+    );
+    let released = renewed.unlock();
+    assert!(released.is_err(), "{released:?}");
+    let released = kept.unlock();
+    assert!(released.is_err(), "{released:?}");
+
+    // A release that reaches the server before any renewal saw the raised
+    // count (renewals every 20 s): no hold, and the count is left as it is.
+    let late = crate::support::test_builder(&url)
+        .watchdog_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let other_name = unique_name("hostile-own");
+    let reader = late.read_write_lock(&other_name).read().lock().unwrap();
+    let own = reader.holder_id().as_str().to_owned();
+    let () = server.cmd("HSET", &[other_name.as_bytes(), own.as_bytes(), b"1000000"]);
+    let released = reader.unlock();
+    assert!(released.is_err(), "{released:?}");
+    let count: String = server.cmd("HGET", &[other_name.as_bytes(), own.as_bytes()]);
+    assert_eq!(count, "1000000", "the release changed the raised count");
+
+    let slow: Vec<redis::Value> = server.cmd("SLOWLOG", &[b"GET", b"100"]);
+    assert!(slow.is_empty(), "scripts ran 10 ms or longer: {slow:?}");
 }

@@ -57,5 +57,7 @@ mod cli;
 mod cli_sync;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "cli")]
+mod node_redisson;
 #[cfg(feature = "tls")]
 mod tls;

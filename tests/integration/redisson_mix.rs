@@ -1247,3 +1247,113 @@ fn a_forced_latch_delete_wakes_java_waiters() {
         assert!(!ctx.server.exists(&name));
     }
 }
+
+/// How long CMD runs under `exec --read --lease 6s`: within the two
+/// thirds of the fixed lease before which `exec` never stops CMD (4 s),
+/// and past the 2 s a Java renewal 0.7 s into the run leaves.
+#[cfg(feature = "cli")]
+const EXEC_CMD_SECS: &str = "3.4";
+
+/// How the simulated Java reader ends while the Rust reader runs CMD.
+#[cfg(feature = "cli")]
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum JavaEnd {
+    /// Renews every third of its timeout until CMD ended.
+    Lives,
+    /// Renews once, then dies (no unlock): the lock key keeps its cut.
+    Dies,
+    /// Renews once, then unlocks: before 4.4, the lock key then lives as
+    /// long as the Rust reader's cut timeout key.
+    Unlocks,
+}
+
+/// Issue 45, item 9. `redguard exec --read --lease 6s -- sleep 3.4`
+/// beside a Java reader whose read-lock watchdog (2 s
+/// `lockWatchdogTimeout`) renews every third of it: each renewal cuts the
+/// lock key (and before 4.4 the Rust reader's timeout key) to 2 s, which
+/// the fixed hold's look-ups (every second here) give back. CMD runs to its
+/// end and `exec` exits 0, with no word of stopping CMD or of a lost lease,
+/// whether the Java reader lives on, dies after one renewal or unlocks
+/// after one. Checked by breaking the restore (`lua/rw_read_keep.lua`
+/// answering "held" without extending): the hold then runs out 2 s after
+/// the Java side's last cut, and `exec` exits 70.
+#[cfg(feature = "cli")]
+#[test]
+fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let ctx = TestContext::new();
+    for (generation, script, end) in [
+        ("since 4.4", REDISSON_READ_RENEW_SINCE_4_4, JavaEnd::Lives),
+        ("since 4.4", REDISSON_READ_RENEW_SINCE_4_4, JavaEnd::Dies),
+        (
+            "before 4.4",
+            REDISSON_READ_RENEW_BEFORE_4_4,
+            JavaEnd::Unlocks,
+        ),
+    ] {
+        let name = unique_name("mix-exec-read");
+        let mut java = JavaReader::new(&ctx, &name, 73);
+        assert!(java.foreign.read_lock(&name, JAVA_WATCHDOG));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut cmd = crate::cli::redguard(&ctx.server.url());
+        cmd.args([
+            "exec",
+            "--read",
+            "--lease",
+            "6s",
+            &name,
+            "--",
+            "sleep",
+            EXEC_CMD_SECS,
+        ]);
+        let started = Instant::now();
+        let mut exec = crate::cli::Proc::spawn(cmd);
+        // Java's read-lock watchdog, once the Rust reader joined: a renewal
+        // every third of its timeout, for at most 15 s.
+        assert!(
+            wait_until(ms(5_000), || {
+                let fields: i64 = ctx.server.cmd("HLEN", &[name.as_bytes()]);
+                fields == 3
+            }),
+            "exec --read did not join: {}",
+            exec.stderr_so_far()
+        );
+        let renewer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let mut renewals = 0;
+                while !stop.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(15) {
+                    sleep(JAVA_WATCHDOG / 3);
+                    if renewals == 1 && end != JavaEnd::Lives {
+                        if end == JavaEnd::Unlocks {
+                            java.unlock();
+                        }
+                        break;
+                    }
+                    java.renew(script, JAVA_WATCHDOG);
+                    renewals += 1;
+                }
+                renewals
+            })
+        };
+        let out = exec.wait(Duration::from_secs(15));
+        let ran = started.elapsed();
+        stop.store(true, Ordering::Release);
+        let renewals = renewer.join().unwrap();
+        eprintln!(
+            "Redisson {generation}, Java reader {end:?} ({renewals} renewals of \
+             {JAVA_WATCHDOG:?}): exec --read --lease 6s exit {:?} after {ran:?}; stderr {:?}",
+            out.code, out.stderr
+        );
+        assert!(renewals >= 1, "{generation}: no Java renewal");
+        assert_eq!(out.code, Some(0), "Redisson {generation}, {end:?}: {out:?}");
+        assert!(
+            !out.stderr.contains("stopping CMD") && !out.stderr.contains("lost"),
+            "Redisson {generation}, {end:?}: {out:?}"
+        );
+        assert!(ran >= ms(3_400), "CMD ran {ran:?}");
+    }
+}
