@@ -451,10 +451,13 @@ impl Lock {
         if fresh {
             let sync = self.sync_hold(holder).map(Box::new);
             // Fixed read holds are looked up (and kept) every third of the
-            // watchdog timeout: in a deployment shared with Redisson, that is
-            // within its read-lock watchdog's own period (see `Entry::recheck`).
+            // watchdog timeout or of their own lease, whichever is shorter:
+            // in a deployment shared with Redisson, that is within its
+            // read-lock watchdog's own period (see `Entry::recheck`), and a
+            // lease shorter than the watchdog timeout is looked up before
+            // its end, so that a cut is given back before it runs out.
             let recheck = (!renew && matches!(sync.as_deref(), Some(SyncHold::Read { .. })))
-                .then(|| self.inner.client.config().watchdog_timeout / 3);
+                .then(|| self.inner.client.config().watchdog_timeout.min(lease) / 3);
             let entry = watchdog::Entry {
                 key: self.inner.name.clone(),
                 channel: self.inner.channel.clone(),

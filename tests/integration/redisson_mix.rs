@@ -1284,20 +1284,40 @@ fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     let ctx = TestContext::new();
-    for (generation, script, end) in [
-        ("since 4.4", REDISSON_READ_RENEW_SINCE_4_4, JavaEnd::Lives),
-        ("since 4.4", REDISSON_READ_RENEW_SINCE_4_4, JavaEnd::Dies),
+    // The watchdog timeout of `exec`: the suite's 3 s, and the default
+    // 30 s, whose third (10 s) is longer than the fixed lease: the fixed
+    // hold is then looked up every third of its lease instead.
+    for (generation, script, end, watchdog) in [
+        (
+            "since 4.4",
+            REDISSON_READ_RENEW_SINCE_4_4,
+            JavaEnd::Lives,
+            "3s",
+        ),
+        (
+            "since 4.4",
+            REDISSON_READ_RENEW_SINCE_4_4,
+            JavaEnd::Dies,
+            "3s",
+        ),
         (
             "before 4.4",
             REDISSON_READ_RENEW_BEFORE_4_4,
             JavaEnd::Unlocks,
+            "3s",
+        ),
+        (
+            "before 4.4",
+            REDISSON_READ_RENEW_BEFORE_4_4,
+            JavaEnd::Unlocks,
+            "30s",
         ),
     ] {
         let name = unique_name("mix-exec-read");
         let mut java = JavaReader::new(&ctx, &name, 73);
         assert!(java.foreign.read_lock(&name, JAVA_WATCHDOG));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut cmd = crate::cli::redguard(&ctx.server.url());
+        let mut cmd = crate::cli::redguard_timed(&ctx.server.url(), watchdog, "1s");
         cmd.args([
             "exec",
             "--read",
@@ -1349,7 +1369,11 @@ fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
             out.code, out.stderr
         );
         assert!(renewals >= 1, "{generation}: no Java renewal");
-        assert_eq!(out.code, Some(0), "Redisson {generation}, {end:?}: {out:?}");
+        assert_eq!(
+            out.code,
+            Some(0),
+            "Redisson {generation}, {end:?}, watchdog {watchdog}: {out:?}"
+        );
         assert!(
             !out.stderr.contains("stopping CMD") && !out.stderr.contains("lost"),
             "Redisson {generation}, {end:?}: {out:?}"

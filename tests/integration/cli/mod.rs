@@ -65,7 +65,7 @@ fn redguard_short(url: &str) -> Command {
 }
 
 /// `redguard --url URL --watchdog-timeout W --response-timeout R`.
-fn redguard_timed(url: &str, watchdog: &str, response: &str) -> Command {
+pub(crate) fn redguard_timed(url: &str, watchdog: &str, response: &str) -> Command {
     let mut cmd = redguard_bare();
     cmd.args(["--url", url]).args([
         "--watchdog-timeout",
