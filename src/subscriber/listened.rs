@@ -153,6 +153,21 @@ impl Listened {
     pub(crate) fn is_empty(&self) -> bool {
         self.one.is_empty()
     }
+
+    /// `true` when no hold is listened for and no channel waits to be
+    /// (un)subscribed: only then may the subscriber thread sleep until it
+    /// is told of a new hold. A thread that slept with unsubscribes queued
+    /// was never woken again ([`Listened::add`] wakes it only when it is
+    /// idle), and every later hold stayed here for good.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.one.is_empty() && !self.has_work()
+    }
+
+    /// Forgets the queued unsubscribes: a new connection has none of the
+    /// old one's subscriptions.
+    pub(crate) fn forget_unsubscribes(&mut self) {
+        self.to_unsubscribe = Vec::new();
+    }
 }
 
 /// Takes at most `max` items off the end of `queue`; an emptied queue

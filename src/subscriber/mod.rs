@@ -281,9 +281,11 @@ impl crate::context::HoldListener for Listener {
     fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
         let wake = {
             let mut listened = self.shared.listened();
-            let idle = !listened.has_work();
+            // The thread sleeps on its control queue only when it found the
+            // listened holds idle: then it must be told.
+            let wake = listened.is_idle() || !listened.has_work();
             listened.add(channel, state, Instant::now());
-            idle
+            wake
         };
         if wake {
             let _ = self.control.send(Control::Holds);
@@ -378,7 +380,13 @@ impl Worker {
         loop {
             // Connect only when some waiter or held lock needs it.
             self.shared.sweep_holds(Instant::now());
-            if self.shared.registry().channel_count() == 0 && self.shared.listened().is_empty() {
+            let idle = {
+                let mut listened = self.shared.listened();
+                // Not connected: nothing is subscribed, nothing to undo.
+                listened.forget_unsubscribes();
+                listened.is_idle()
+            };
+            if idle && self.shared.registry().channel_count() == 0 {
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return,
                     Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
@@ -558,7 +566,11 @@ impl Worker {
             }
         }
         // Held locks' channels follow, a few per turn.
-        self.shared.listened().resubscribe_all();
+        {
+            let mut listened = self.shared.listened();
+            listened.resubscribe_all();
+            listened.forget_unsubscribes();
+        }
         let mut hold_turn = Instant::now();
 
         loop {
@@ -633,7 +645,7 @@ impl Worker {
                 return Exit::Reconnect;
             }
 
-            if subscribed.is_empty() && self.shared.listened().is_empty() {
+            if subscribed.is_empty() && self.shared.listened().is_idle() {
                 // Nothing to listen to: sleep on the control queue alone.
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
