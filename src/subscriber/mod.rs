@@ -70,6 +70,9 @@ struct Shared {
     listened: Mutex<Listened>,
     connections: AtomicUsize,
     reactions: Reactions,
+    /// The thread's set of channels subscribed for waiters: its entries
+    /// and room, as last seen (for [`Subscriber::residue`]).
+    subscribed: [AtomicUsize; 2],
 }
 
 /// What the subscriber asks of the watchdog, handed in when the client
@@ -103,6 +106,11 @@ impl Shared {
         self.listened().next_sweep()
     }
 
+    fn note_subscribed(&self, subscribed: &std::collections::HashSet<Vec<u8>>) {
+        self.subscribed[0].store(subscribed.len(), Ordering::Relaxed);
+        self.subscribed[1].store(subscribed.capacity(), Ordering::Relaxed);
+    }
+
     /// `true` when a waiter or a listened hold wants `channel` subscribed.
     fn wanted(&self, channel: &[u8]) -> bool {
         self.registry().is_wanted(channel) || self.listened().listens(channel)
@@ -134,6 +142,7 @@ impl Subscriber {
             listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
             reactions,
+            subscribed: [AtomicUsize::new(0), AtomicUsize::new(0)],
         });
         let (control, rx) = crossbeam_channel::unbounded();
         let thread_shared = shared.clone();
@@ -251,6 +260,19 @@ impl Subscriber {
     /// Channels that have waiters.
     pub(crate) fn channels(&self) -> usize {
         self.shared.registry().channel_count()
+    }
+
+    /// What the subscriber keeps per channel or hold, as (entries, room):
+    /// channels with waiters, listened holds, channels its thread
+    /// subscribed for waiters.
+    pub(crate) fn residue(&self) -> [(usize, usize); 3] {
+        let waiters = self.shared.registry().sizes();
+        let listened = self.shared.listened().sizes();
+        let subscribed = (
+            self.shared.subscribed[0].load(Ordering::Relaxed),
+            self.shared.subscribed[1].load(Ordering::Relaxed),
+        );
+        [waiters, listened, subscribed]
     }
 
     /// Open pub/sub connections (0 or 1).
@@ -492,6 +514,7 @@ impl Worker {
                 continue;
             }
             subscribed.remove(&channel[..]);
+            crate::capacity::trim(subscribed, crate::capacity::KEEP);
             if let Some(sh) = sharded.as_deref_mut() {
                 sh.unsubscribe(&channel);
             }
@@ -611,6 +634,7 @@ impl Worker {
                         // A held lock listened for keeps its channel.
                         let wanted = self.shared.wanted(&channel);
                         if !wanted && subscribed.remove(&channel) {
+                            crate::capacity::trim(&mut subscribed, crate::capacity::KEEP);
                             if let Some(sh) = sharded.as_mut() {
                                 sh.unsubscribe(&channel);
                             }
@@ -646,6 +670,7 @@ impl Worker {
             }
 
             if subscribed.is_empty() && self.shared.listened().is_idle() {
+                self.shared.note_subscribed(&subscribed);
                 // Nothing to listen to: sleep on the control queue alone.
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
@@ -673,6 +698,7 @@ impl Worker {
                 continue;
             }
 
+            self.shared.note_subscribed(&subscribed);
             let _ = pubsub.set_read_timeout(Some(TICK));
             match pubsub.get_message() {
                 Ok(msg) => {

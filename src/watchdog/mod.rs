@@ -45,7 +45,7 @@ mod schedule;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -234,6 +234,10 @@ struct Shared {
     life: Mutex<Life>,
     /// `life.running`, readable without the lock on the grant path.
     running: AtomicBool,
+    /// (entries, room) of the schedule, the holds waiting to be listened
+    /// for and the holds to verify, as the thread last left them (see
+    /// [`residue`]).
+    sizes: [AtomicUsize; 6],
 }
 
 impl Shared {
@@ -280,8 +284,19 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
         receiver,
         life: Mutex::new(Life::default()),
         running: AtomicBool::new(false),
+        sizes: Default::default(),
     }
 });
+
+/// What the watchdog keeps per hold, as (entries, room): its schedule, the
+/// holds waiting to be listened for, the holds to verify. Process-wide, as
+/// the thread last left them. A released hold's entry leaves the schedule
+/// when the thread meets it (at the latest when its renewal was due).
+pub(crate) fn residue() -> [(usize, usize); 3] {
+    let s = &WATCHDOG.sizes;
+    let at = |i: usize| s[i].load(Ordering::Relaxed);
+    [(at(0), at(1)), (at(2), at(3)), (at(4), at(5))]
+}
 
 /// Pending entries that make the thread wake up to take them, although none
 /// falls due soon. Short holds leave their entries in the pending list until
@@ -651,6 +666,7 @@ impl Watchdog {
         self.held_up(now);
         self.listen_due(now);
         crate::metrics::pending_renewals(self.schedule.len());
+        self.note_sizes();
 
         let next = [
             self.schedule.next_due(),
@@ -723,6 +739,20 @@ impl Watchdog {
             recv(timeout) -> _ => {},
         }
         !self.should_end()
+    }
+
+    fn note_sizes(&self) {
+        let sizes = [
+            self.schedule.len(),
+            self.schedule.room(),
+            self.young.len(),
+            self.young.capacity(),
+            self.verify.len(),
+            self.verify.capacity(),
+        ];
+        for (slot, size) in self.shared.sizes.iter().zip(sizes) {
+            slot.store(size, Ordering::Relaxed);
+        }
     }
 
     /// `true` (and the thread is marked stopped) when no client is left and
@@ -845,9 +875,7 @@ impl Watchdog {
                 listener.listen(channel, state);
             }
         }
-        if self.young.is_empty() && self.young.capacity() > 1024 {
-            self.young = std::collections::VecDeque::new();
-        }
+        crate::capacity::trim(&mut self.young, 1024);
     }
 
     /// Deletes an ended wait's field with the next record write on its
@@ -1028,9 +1056,7 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
-        if !self.verify.is_empty() {
-            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
-        }
+        self.unverify(&entry);
         if entry.state.is_recorded()
             && let Some(record) = self
                 .servers
@@ -1044,6 +1070,15 @@ impl Watchdog {
             .watchdog_entries
             .fetch_sub(1, Ordering::Relaxed);
         self.uncount(entry.server());
+    }
+
+    /// Drops `entry`'s pending check, if any: nothing of a hold the
+    /// watchdog is done with stays.
+    fn unverify(&mut self, entry: &Entry) {
+        if !self.verify.is_empty() {
+            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
+            crate::capacity::trim(&mut self.verify, crate::capacity::KEEP);
+        }
     }
 
     /// The state of `server`, with a live worker: started when there is
@@ -1425,6 +1460,7 @@ impl Watchdog {
         let at = *self.verify.get(&key)?;
         if sent >= at {
             self.verify.remove(&key);
+            crate::capacity::trim(&mut self.verify, crate::capacity::KEEP);
             return Some(false);
         }
         Some(true)
@@ -1643,6 +1679,7 @@ impl Watchdog {
     fn release_gone(&mut self, entries: Vec<Entry>, done: Option<Sender<()>>) {
         let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
         for entry in entries {
+            self.unverify(&entry);
             groups.entry(entry.server()).or_default().push(entry);
         }
         for (server, entries) in groups {

@@ -224,6 +224,11 @@ impl<T> Schedule<T> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// How many items the slab has room for.
+    pub(crate) fn room(&self) -> usize {
+        self.slab.capacity()
+    }
 }
 
 #[cfg(test)]
