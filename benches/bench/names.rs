@@ -28,13 +28,7 @@ pub(crate) struct NamesConfig {
 
 /// Locks and releases `count` names `bench:n1:<prefix>:t<t>:<i>` on each of
 /// `threads` threads (`count` over all of them). Returns the errors.
-fn cycle_names(
-    client: &Client,
-    prefix: &str,
-    count: usize,
-    threads: usize,
-    hold: Duration,
-) -> u64 {
+fn cycle_names(client: &Client, prefix: &str, count: usize, threads: usize, hold: Duration) -> u64 {
     let errors = Arc::new(AtomicU64::new(0));
     std::thread::scope(|scope| {
         for t in 0..threads {
@@ -101,13 +95,7 @@ pub(crate) fn run_names(url: &str, cfg: &NamesConfig) -> Value {
     let t1 = Instant::now();
     for step in 0..steps {
         let upto = cfg.n * (step + 1) / steps;
-        errors += cycle_names(
-            &client,
-            &format!("s{step}"),
-            upto - done,
-            threads,
-            cfg.hold,
-        );
+        errors += cycle_names(&client, &format!("s{step}"), upto - done, threads, cfg.hold);
         done = upto;
         curve.push(json!({"names": done, "rss_kib": rss_kib(), "heap_kib": heap_in_use() / 1024}));
     }

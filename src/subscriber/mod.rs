@@ -704,8 +704,15 @@ impl Worker {
                 Ok(msg) => {
                     let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
                     let payload: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    // A message on a channel no longer listened to (one
+                    // in flight at its unsubscribe) wakes no one, and must
+                    // leave no pairing count behind.
+                    let listened_to = || {
+                        subscribed.contains(&channel) || self.shared.listened().listens(&channel)
+                    };
                     if sharded.is_none()
-                        || sharded::lock(&pairing).admit(&channel, sharded::Kind::Classic)
+                        || (listened_to()
+                            && sharded::lock(&pairing).admit(&channel, sharded::Kind::Classic))
                     {
                         dispatch(&self.shared, &channel, &payload);
                     }

@@ -129,7 +129,11 @@ fn a_burst_of_holds_and_waits_gives_its_room_back() {
             s.spawn(move || {
                 for i in (t..40).step_by(8) {
                     let lock = client.lock(format!("{prefix}:w{i}"));
-                    assert!(lock.try_lock_for(Duration::from_millis(30)).unwrap().is_none());
+                    assert!(
+                        lock.try_lock_for(Duration::from_millis(30))
+                            .unwrap()
+                            .is_none()
+                    );
                 }
             });
         }
