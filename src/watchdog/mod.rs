@@ -305,6 +305,9 @@ pub(crate) fn residue() -> [(usize, usize); 3] {
 /// few hundred kilobytes, at the cost of one wake-up per this many locks.
 const PENDING_WAKE: usize = 1024;
 
+/// How often released holds' entries are taken out of the schedule.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
 /// Full script calls' worth of renewals (`renew_batch` each) sent to one
 /// server in one round trip: a round trip carries up to `renew_batch` x
 /// this many renewals, however many calls they take. On a cluster a call
@@ -621,6 +624,8 @@ struct Watchdog {
     /// While lock holds come in: when the thread looks at the pending list
     /// next, at the latest.
     listen_tick: Option<Instant>,
+    /// When released holds' entries are next taken out of the schedule.
+    next_purge: Instant,
 }
 
 /// A hold waiting to be listened for (see [`Watchdog::young`]).
@@ -637,6 +642,7 @@ fn run(shared: &'static Shared) {
         verify: HashMap::new(),
         young: std::collections::VecDeque::new(),
         listen_tick: None,
+        next_purge: Instant::now(),
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
@@ -665,6 +671,7 @@ impl Watchdog {
         self.records_due(now);
         self.held_up(now);
         self.listen_due(now);
+        self.purge(now);
         crate::metrics::pending_renewals(self.schedule.len());
         self.note_sizes();
 
@@ -675,6 +682,7 @@ impl Watchdog {
             self.next_held_up(),
             self.young.front().map(|y| y.0),
             self.listen_tick,
+            (self.schedule.len() > 0).then_some(self.next_purge),
         ]
         .into_iter()
         .flatten()
@@ -739,6 +747,21 @@ impl Watchdog {
             recv(timeout) -> _ => {},
         }
         !self.should_end()
+    }
+
+    /// Takes the entries of released (or lost) holds out of the schedule,
+    /// at most every [`PURGE_EVERY`]: an entry otherwise stays until its
+    /// renewal falls due (a third of the lease; a fixed lease's end), and a
+    /// process holding many short-lived names, each a little longer than
+    /// the thread's look at new holds, would keep thousands of them.
+    fn purge(&mut self, now: Instant) {
+        if now < self.next_purge {
+            return;
+        }
+        self.next_purge = now + PURGE_EVERY;
+        for entry in self.schedule.remove_where(Entry::finished) {
+            self.forget(entry);
+        }
     }
 
     fn note_sizes(&self) {
@@ -1715,6 +1738,7 @@ mod tests {
             verify: HashMap::new(),
             young: std::collections::VecDeque::new(),
             listen_tick: None,
+            next_purge: Instant::now(),
         }
     }
 
