@@ -120,8 +120,8 @@ pub struct Stats {
     /// count).
     pub held_locks: usize,
     /// This client's entries in the watchdog's schedule (held locks whose
-    /// lease it renews or tracks). Released locks leave it within one
-    /// renewal period at the latest.
+    /// lease it renews or tracks). Released locks leave it within a second
+    /// or so.
     pub watchdog_entries: usize,
     /// Threads registered as waiting for an unlock message.
     pub waiters: usize,

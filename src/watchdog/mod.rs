@@ -9,7 +9,8 @@
 //!   costs one thread wake-up per thousand locks.
 //! * Releases never talk to the thread: the releaser marks the shared
 //!   [`LeaseState`] released (synchronously, before `unlock` returns) and the
-//!   thread drops such entries when it meets them.
+//!   thread drops such entries when it meets them, or sweeps them out of
+//!   its schedule within a second: nothing of a name stays.
 //! * Renewals that fall due together go to each server as multi-key script
 //!   calls of at most `renew_batch` renewals, several calls per round trip:
 //!   never one round trip per lock.
@@ -291,7 +292,7 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
 /// What the watchdog keeps per hold, as (entries, room): its schedule, the
 /// holds waiting to be listened for, the holds to verify. Process-wide, as
 /// the thread last left them. A released hold's entry leaves the schedule
-/// when the thread meets it (at the latest when its renewal was due).
+/// within [`PURGE_EVERY`].
 pub(crate) fn residue() -> [(usize, usize); 3] {
     let s = &WATCHDOG.sizes;
     let at = |i: usize| s[i].load(Ordering::Relaxed);
