@@ -5,6 +5,7 @@ and an SVG chart. Standard library only.
     python3 scripts/bench_report.py OUT_DIR RUN_DIR [RUN_DIR ...]
     python3 scripts/bench_report.py --merge RUN_DIR
     python3 scripts/bench_report.py --servers OUT.md OUT_DIR [OUT_DIR ...]
+    python3 scripts/bench_report.py --single OUT.json META.json RAW.json
 
 Each RUN_DIR holds one repetition: redguard.json and floor.json (raw driver
 JSON of benches/bench, the shared peers format) and meta.json; the first
@@ -311,7 +312,29 @@ def servers(out_md, out_dirs):
         f.write("\n".join(md) + "\n")
 
 
+def single(out_json, meta_path, raw_path):
+    """One mode run alone (`scripts/bench --names`, `--w1`): its raw
+    document with the run's host and load, and one line per case."""
+    raw = load(raw_path) or {}
+    result = {"schema": "redguard-bench/1", "meta": load(meta_path) or {}, **raw}
+    with open(out_json, "w") as f:
+        json.dump(result, f, indent=1)
+    n = raw.get("names")
+    if n:
+        print(f"N1 {n['n']:,} distinct names after {n['warmup']:,}, {n['threads']} threads: "
+              f"RSS +{n['rss_growth_kib'] / 1024:.1f} MB ({n['rss_per_name_b']:.1f} B/name), "
+              f"heap +{n['heap_growth_kib'] / 1024:.2f} MB ({n['heap_per_name_b']:.2f} B/name), "
+              f"{n['names_per_s']:,.0f} names/s, {n['errors']} errors; left: {n['stats_after']}")
+    for w in raw.get("w1") or []:
+        print(f"W1 {w['n']:,} locks, {w['watchdog_s']:g} s lease: watchdog CPU "
+              f"{w['watchdog_cpu_frac'] * 100:.1f}% of a core, {w['rss_per_hold_b']:,.0f} B per hold, "
+              f"lowest PTTL {(w.get('min_pttl_frac') or 0) * 100:.1f}%, {w['lost_guards']} lost")
+
+
 def main():
+    if sys.argv[1] == "--single":
+        single(*sys.argv[2:5])
+        return
     if sys.argv[1] == "--merge":
         merge(sys.argv[2])
         return

@@ -65,6 +65,53 @@ impl fmt::Debug for Client {
     }
 }
 
+/// What a client keeps per lock name, channel or hold, each as
+/// (entries, room the collection keeps), from `Client::residue`: once
+/// nothing is held or waited for, no entry is left and little room. For
+/// the tests that say so; not part of the API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Residue {
+    /// The calling thread's holds of this client.
+    pub thread_holds: (usize, usize),
+    /// Channels with waiters.
+    pub waiter_channels: (usize, usize),
+    /// Holds listened for a force unlock.
+    pub listened: (usize, usize),
+    /// Channels the subscriber thread subscribed for waiters.
+    pub subscribed: (usize, usize),
+    /// The watchdog's schedule (process-wide: every client's holds).
+    pub watchdog_schedule: (usize, usize),
+    /// Holds waiting to be listened for (process-wide).
+    pub watchdog_young: (usize, usize),
+    /// Holds to check after an unlock message (process-wide).
+    pub watchdog_verify: (usize, usize),
+}
+
+impl Residue {
+    /// Entries left, over every collection.
+    pub fn entries(&self) -> usize {
+        self.all().iter().map(|(entries, _)| entries).sum()
+    }
+
+    /// The room of the roomiest collection.
+    pub fn largest_room(&self) -> usize {
+        self.all().iter().map(|(_, room)| *room).max().unwrap_or(0)
+    }
+
+    fn all(&self) -> [(usize, usize); 7] {
+        [
+            self.thread_holds,
+            self.waiter_channels,
+            self.listened,
+            self.subscribed,
+            self.watchdog_schedule,
+            self.watchdog_young,
+            self.watchdog_verify,
+        ]
+    }
+}
+
 /// Counters describing a client's state, from [`Client::stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -73,8 +120,8 @@ pub struct Stats {
     /// count).
     pub held_locks: usize,
     /// This client's entries in the watchdog's schedule (held locks whose
-    /// lease it renews or tracks). Released locks leave it within one
-    /// renewal period at the latest.
+    /// lease it renews or tracks). Released locks leave it within a second
+    /// or so.
     pub watchdog_entries: usize,
     /// Threads registered as waiting for an unlock message.
     pub waiters: usize,
@@ -309,6 +356,27 @@ impl Client {
     /// The lease of locks taken without an explicit lease.
     pub fn watchdog_timeout(&self) -> Duration {
         self.shared.config.watchdog_timeout
+    }
+
+    /// What the client's subscriber and the watchdog keep per channel or
+    /// hold (the calling thread's holds are the lock module's to fill in).
+    pub(crate) fn residue_of_threads(&self) -> Residue {
+        let [waiter_channels, listened, subscribed] = self
+            .shared
+            .subscriber
+            .get()
+            .and_then(Option::as_ref)
+            .map_or([(0, 0); 3], Subscriber::residue);
+        let [watchdog_schedule, watchdog_young, watchdog_verify] = watchdog::residue();
+        Residue {
+            thread_holds: (0, 0),
+            waiter_channels,
+            listened,
+            subscribed,
+            watchdog_schedule,
+            watchdog_young,
+            watchdog_verify,
+        }
     }
 
     /// A snapshot of the client's counters.

@@ -112,6 +112,7 @@
 //!   threads already waiting instead of racing them (Redisson lets it win).
 //!   `try_lock` never waits and takes a free lock at once.
 
+mod capacity;
 mod client;
 mod config;
 mod connection;
@@ -143,6 +144,8 @@ mod token;
 mod wait;
 mod watchdog;
 
+#[doc(hidden)]
+pub use client::Residue;
 pub use client::{Client, Stats};
 pub use config::Builder;
 pub use error::{Error, RedisCause, Result, TimeoutKind};

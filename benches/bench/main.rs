@@ -11,6 +11,7 @@
 //! bench --port P --sem [--sem-rounds 20] semaphore cycles vs the floor, interleaved
 //! bench --port P --w1 [--w1-n 10000,100000] [--w1-watchdog 30s,3s] [--w1-batch 100] [--w1-periods 3]
 //! bench --port P --w2 [--w2-threads 1000] [--w2-locks 100] [--w2-gap-ms 20]
+//! bench --port P --names [--names-n 220000] [--names-warmup 20000] [--names-threads 8]
 //! bench --port P --only s1,s2    a subset of S1/S2/S3 (profiling)
 //! bench --port P --s2-runs [--s2-rounds 4]   S2 runs: release→other p50/p99 per run
 //! bench --port P --ab-scale [--scale-rounds 2] [--scale-secs 1]   S3: 256 threads ("a") vs 8
@@ -32,7 +33,7 @@
 //! `EVALSHA` round trips per cycle with the protocol's floor scripts.
 //!
 //! The other modes print their own JSON document (`{"ab": ..}`, `{"rw": ..}`,
-//! `{"sem": ..}`, `{"w1": [..]}`, `{"w2": ..}`); `scripts/bench` renders
+//! `{"sem": ..}`, `{"w1": [..]}`, `{"w2": ..}`, `{"names": ..}`); `scripts/bench` renders
 //! the report.
 
 // A benchmark paces itself: common start instants, hold periods, release
@@ -44,6 +45,7 @@
 )]
 
 mod ab;
+mod names;
 mod observe;
 mod protocol;
 mod scale;
@@ -76,7 +78,7 @@ enum Scenario {
 /// redguard's benchmark driver (the default mode prints redguard's row of
 /// the shared peers protocol as raw driver JSON).
 #[derive(Debug, Parser)]
-#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "s2_runs", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2"])))]
+#[command(name = "bench", bin_name = "bench", group(ArgGroup::new("mode").args(["floor", "ab", "ab_classic", "ab_records", "s2_runs", "ab_scale", "s3_scale", "rw", "sem", "w1", "w2", "names"])))]
 struct Args {
     /// Port of the redis-server to use, on 127.0.0.1.
     #[arg(long)]
@@ -197,6 +199,26 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     w2_gap_ms: u64,
 
+    /// N1, many distinct names: threads of one client lock and release
+    /// names never used twice; the client's memory growth per name.
+    #[arg(long)]
+    names: bool,
+    /// N1: names measured (after the warm-up), over all threads.
+    #[arg(long, default_value_t = 220_000)]
+    names_n: usize,
+    /// N1: names locked and released before the measurement.
+    #[arg(long, default_value_t = 20_000)]
+    names_warmup: usize,
+    /// N1: threads.
+    #[arg(long, default_value_t = 8)]
+    names_threads: usize,
+    /// N1: memory samples over the measured names.
+    #[arg(long, default_value_t = 11)]
+    names_samples: usize,
+    /// N1: how long each name is held, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    names_hold_us: u64,
+
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -225,8 +247,8 @@ fn main() -> ExitCode {
         (None, true) => return nothing_to_measure(),
     };
     target.floor_publish = args.floor_publish;
-    if target.cluster && (args.rw || args.sem || args.w2) {
-        eprintln!("bench: --rw, --sem and --w2 take --port (one server)");
+    if target.cluster && (args.rw || args.sem || args.w2 || args.names) {
+        eprintln!("bench: --rw, --sem, --w2 and --names take --port (one server)");
         return ExitCode::FAILURE;
     }
     let url = target.client_url.clone();
@@ -304,6 +326,17 @@ fn main() -> ExitCode {
             &args.w1_watchdog,
             args.w1_batch,
             args.w1_periods,
+        )
+    } else if args.names {
+        names::run_names(
+            &url,
+            &names::NamesConfig {
+                n: args.names_n,
+                warmup: args.names_warmup,
+                threads: args.names_threads,
+                samples: args.names_samples,
+                hold: Duration::from_micros(args.names_hold_us),
+            },
         )
     } else if args.w2 {
         scale::run_w2(

@@ -104,3 +104,12 @@ pub(crate) fn connections(con: &mut redis::Connection) -> (usize, usize) {
         .count();
     (lines.len().saturating_sub(1), pubsub)
 }
+
+/// Bytes the allocator has handed out and not had back (glibc's
+/// `mallinfo2`: arena and mmapped chunks in use). Unlike the RSS, it does
+/// not count freed memory the allocator keeps.
+pub(crate) fn heap_in_use() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
+}

@@ -767,6 +767,19 @@ impl Lock {
 /// The lock handles of a client (defined here, beside [`Lock`], so that
 /// the client core knows no lock kind).
 impl Client {
+    /// What this client keeps per lock name, channel or hold: the calling
+    /// thread's holds, the subscriber's waiters, listened holds and
+    /// subscriptions, and the watchdog's entries (process-wide). For the
+    /// tests that check that none outlives its last hold or wait; not part
+    /// of the API.
+    #[doc(hidden)]
+    pub fn residue(&self) -> crate::client::Residue {
+        crate::client::Residue {
+            thread_holds: thread_holds::sizes(self.id().as_u128()),
+            ..self.residue_of_threads()
+        }
+    }
+
     /// A reentrant lock named `name` (Redisson's `RLock`). Cheap: no I/O.
     ///
     /// The name is the Redis key of the lock hash, byte for byte, so a

@@ -24,8 +24,8 @@ type ClientHolds = HashMap<Arc<[u8]>, Hold>;
 
 /// A thread uses one client, rarely a few: a short list, searched by client
 /// id, beats hashing the id on every lock call. A client's map stays when it
-/// empties (a lock/unlock loop then neither allocates nor frees a table) and
-/// is dropped when another client's map is added.
+/// empties, with a small table (a lock/unlock loop then neither allocates nor
+/// frees one), and is dropped when another client's map is added.
 type Holds = Vec<(u128, ClientHolds)>;
 
 /// Releases of this thread being retried: (client, lock, the retry).
@@ -41,6 +41,7 @@ pub(crate) fn releasing(client: u128, key: &Arc<[u8]>, retry: Handle) {
     RELEASING.with(|releasing| {
         let mut releasing = releasing.borrow_mut();
         releasing.retain(|(_, _, r)| !r.is_finished());
+        crate::capacity::trim(&mut *releasing, crate::capacity::KEEP);
         releasing.push((client, key.clone(), retry));
     });
 }
@@ -54,6 +55,7 @@ pub(crate) fn wait_released(client: u128, key: &[u8], deadline: Option<Instant>)
     let pending: Vec<Handle> = RELEASING.with(|releasing| {
         let mut releasing = releasing.borrow_mut();
         releasing.retain(|(_, _, r)| !r.is_finished());
+        crate::capacity::trim(&mut *releasing, crate::capacity::KEEP);
         releasing
             .iter()
             .filter(|(c, k, _)| *c == client && k[..] == *key)
@@ -67,11 +69,21 @@ fn of(holds: &mut Holds, client: u128) -> Option<&mut ClientHolds> {
     holds.iter_mut().find(|(c, _)| *c == client).map(|(_, m)| m)
 }
 
-/// After a removal: an empty map that grew large gives its memory back.
+/// After a removal: a map that grew large and is mostly empty gives its
+/// memory back (a thread that held 100,000 locks and now holds a few).
 fn trim(per_client: &mut ClientHolds) {
-    if per_client.is_empty() && per_client.capacity() > 64 {
-        *per_client = HashMap::new();
-    }
+    crate::capacity::trim(per_client, crate::capacity::KEEP);
+}
+
+/// This thread's holds of `client`, and the room their map keeps.
+pub(crate) fn sizes(client: u128) -> (usize, usize) {
+    HOLDS.with(|holds| {
+        let holds = holds.borrow();
+        holds
+            .iter()
+            .find(|(c, _)| *c == client)
+            .map_or((0, 0), |(_, m)| (m.len(), m.capacity()))
+    })
 }
 
 /// The live state of this thread's hold on `key`, if it has one that is not

@@ -128,9 +128,8 @@ impl Listened {
             self.to_subscribe.retain(|c| *c != channel);
             self.to_unsubscribe.push(channel);
         }
-        if self.one.len() < self.one.capacity() / 4 {
-            self.one.shrink_to_fit();
-        }
+        crate::capacity::trim(&mut self.one, crate::capacity::KEEP);
+        crate::capacity::trim(&mut self.more, crate::capacity::KEEP);
         self.next_sweep = (!self.one.is_empty()).then(|| now + SWEEP_EVERY);
     }
 
@@ -149,9 +148,29 @@ impl Listened {
         self.one.len() + self.more.len()
     }
 
+    /// Listened holds, and the room their map and list keep.
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.len(), self.one.capacity() + self.more.capacity())
+    }
+
     /// `true` when no hold is listened for.
     pub(crate) fn is_empty(&self) -> bool {
         self.one.is_empty()
+    }
+
+    /// `true` when no hold is listened for and no channel waits to be
+    /// (un)subscribed: only then may the subscriber thread sleep until it
+    /// is told of a new hold. A thread that slept with unsubscribes queued
+    /// was never woken again ([`Listened::add`] wakes it only when it is
+    /// idle), and every later hold stayed here for good.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.is_empty() && !self.has_work()
+    }
+
+    /// Forgets the queued unsubscribes: a new connection has none of the
+    /// old one's subscriptions.
+    pub(crate) fn forget_unsubscribes(&mut self) {
+        self.to_unsubscribe = Vec::new();
     }
 }
 

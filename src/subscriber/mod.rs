@@ -70,6 +70,9 @@ struct Shared {
     listened: Mutex<Listened>,
     connections: AtomicUsize,
     reactions: Reactions,
+    /// The thread's set of channels subscribed for waiters: its entries
+    /// and room, as last seen (for [`Subscriber::residue`]).
+    subscribed: [AtomicUsize; 2],
 }
 
 /// What the subscriber asks of the watchdog, handed in when the client
@@ -103,6 +106,11 @@ impl Shared {
         self.listened().next_sweep()
     }
 
+    fn note_subscribed(&self, subscribed: &std::collections::HashSet<Vec<u8>>) {
+        self.subscribed[0].store(subscribed.len(), Ordering::Relaxed);
+        self.subscribed[1].store(subscribed.capacity(), Ordering::Relaxed);
+    }
+
     /// `true` when a waiter or a listened hold wants `channel` subscribed.
     fn wanted(&self, channel: &[u8]) -> bool {
         self.registry().is_wanted(channel) || self.listened().listens(channel)
@@ -134,6 +142,7 @@ impl Subscriber {
             listened: Mutex::new(Listened::default()),
             connections: AtomicUsize::new(0),
             reactions,
+            subscribed: [AtomicUsize::new(0), AtomicUsize::new(0)],
         });
         let (control, rx) = crossbeam_channel::unbounded();
         let thread_shared = shared.clone();
@@ -255,6 +264,19 @@ impl Subscriber {
         self.shared.registry().channel_count()
     }
 
+    /// What the subscriber keeps per channel or hold, as (entries, room):
+    /// channels with waiters, listened holds, channels its thread
+    /// subscribed for waiters.
+    pub(crate) fn residue(&self) -> [(usize, usize); 3] {
+        let waiters = self.shared.registry().sizes();
+        let listened = self.shared.listened().sizes();
+        let subscribed = (
+            self.shared.subscribed[0].load(Ordering::Relaxed),
+            self.shared.subscribed[1].load(Ordering::Relaxed),
+        );
+        [waiters, listened, subscribed]
+    }
+
     /// Open pub/sub connections (0 or 1).
     pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
@@ -283,9 +305,11 @@ impl crate::context::HoldListener for Listener {
     fn listen(&self, channel: Arc<[u8]>, state: Arc<LeaseState>) {
         let wake = {
             let mut listened = self.shared.listened();
-            let idle = !listened.has_work();
+            // The thread sleeps on its control queue only when it found the
+            // listened holds idle: then it must be told.
+            let wake = listened.is_idle() || !listened.has_work();
             listened.add(channel, state, Instant::now());
-            idle
+            wake
         };
         if wake {
             let _ = self.control.send(Control::Holds);
@@ -380,7 +404,13 @@ impl Worker {
         loop {
             // Connect only when some waiter or held lock needs it.
             self.shared.sweep_holds(Instant::now());
-            if self.shared.registry().channel_count() == 0 && self.shared.listened().is_empty() {
+            let idle = {
+                let mut listened = self.shared.listened();
+                // Not connected: nothing is subscribed, nothing to undo.
+                listened.forget_unsubscribes();
+                listened.is_idle()
+            };
+            if idle && self.shared.registry().channel_count() == 0 {
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return,
                     Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
@@ -486,6 +516,7 @@ impl Worker {
                 continue;
             }
             subscribed.remove(&channel[..]);
+            crate::capacity::trim(subscribed, crate::capacity::KEEP);
             if let Some(sh) = sharded.as_deref_mut() {
                 sh.unsubscribe(&channel);
             }
@@ -560,7 +591,11 @@ impl Worker {
             }
         }
         // Held locks' channels follow, a few per turn.
-        self.shared.listened().resubscribe_all();
+        {
+            let mut listened = self.shared.listened();
+            listened.resubscribe_all();
+            listened.forget_unsubscribes();
+        }
         let mut hold_turn = Instant::now();
 
         loop {
@@ -601,6 +636,7 @@ impl Worker {
                         // A held lock listened for keeps its channel.
                         let wanted = self.shared.wanted(&channel);
                         if !wanted && subscribed.remove(&channel) {
+                            crate::capacity::trim(&mut subscribed, crate::capacity::KEEP);
                             if let Some(sh) = sharded.as_mut() {
                                 sh.unsubscribe(&channel);
                             }
@@ -635,7 +671,8 @@ impl Worker {
                 return Exit::Reconnect;
             }
 
-            if subscribed.is_empty() && self.shared.listened().is_empty() {
+            if subscribed.is_empty() && self.shared.listened().is_idle() {
+                self.shared.note_subscribed(&subscribed);
                 // Nothing to listen to: sleep on the control queue alone.
                 match self.recv_until(self.shared.holds_due()) {
                     Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
@@ -663,13 +700,21 @@ impl Worker {
                 continue;
             }
 
+            self.shared.note_subscribed(&subscribed);
             let _ = pubsub.set_read_timeout(Some(TICK));
             match pubsub.get_message() {
                 Ok(msg) => {
                     let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
                     let payload: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    // A message on a channel no longer listened to (one
+                    // in flight at its unsubscribe) wakes no one, and must
+                    // leave no pairing count behind.
+                    let listened_to = || {
+                        subscribed.contains(&channel) || self.shared.listened().listens(&channel)
+                    };
                     if sharded.is_none()
-                        || sharded::lock(&pairing).admit(&channel, sharded::Kind::Classic)
+                        || (listened_to()
+                            && sharded::lock(&pairing).admit(&channel, sharded::Kind::Classic))
                     {
                         dispatch(&self.shared, &channel, &payload);
                     }

@@ -148,8 +148,10 @@ impl Registry {
         }
         if entry.waiters.is_empty() {
             self.channels.remove(channel);
+            crate::capacity::trim(&mut self.channels, crate::capacity::KEEP);
             return true;
         }
+        crate::capacity::trim(&mut entry.waiters, crate::capacity::KEEP);
         false
     }
 
@@ -238,6 +240,11 @@ impl Registry {
     /// Channels with waiters.
     pub(crate) fn channel_count(&self) -> usize {
         self.channels.len()
+    }
+
+    /// Channels with waiters, and the room the map keeps.
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.channels.len(), self.channels.capacity())
     }
 }
 

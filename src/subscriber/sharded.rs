@@ -157,6 +157,8 @@ impl Router {
         {
             let _ = tx.send(NodeCtl::Unsubscribe(channel.to_vec()));
         }
+        crate::capacity::trim(&mut self.routes, crate::capacity::KEEP);
+        crate::capacity::trim(&mut self.pending, crate::capacity::KEEP);
     }
 
     /// Subscribes again the channels whose subscription was lost, after a
@@ -308,9 +310,9 @@ impl NodeThread {
                 let _ = ack.send(ok);
             }
             NodeCtl::Unsubscribe(channel) => {
-                if self.subscribed.remove(&channel)
-                    && let Some(conn) = self.conn.as_mut()
-                {
+                let removed = self.subscribed.remove(&channel);
+                crate::capacity::trim(&mut self.subscribed, crate::capacity::KEEP);
+                if removed && let Some(conn) = self.conn.as_mut() {
                     let cmd = redis::cmd("SUNSUBSCRIBE")
                         .arg(&channel[..])
                         .get_packed_command();
@@ -421,7 +423,7 @@ impl Pairing {
     /// `true` when the message should wake waiters.
     pub(super) fn admit(&mut self, channel: &[u8], kind: Kind) -> bool {
         let (classic, sharded) = self.counts.entry(channel.to_vec()).or_default();
-        match kind {
+        let admit = match kind {
             Kind::Classic => {
                 *classic += 1;
                 *classic > *sharded
@@ -430,12 +432,27 @@ impl Pairing {
                 *sharded += 1;
                 *sharded > *classic
             }
+        };
+        // Only the difference counts: an even channel needs no entry, so
+        // a channel whose pairs all arrived keeps none after its last
+        // unlock (nor does one a stray message reached after its reset).
+        if classic == sharded {
+            self.counts.remove(channel);
+            crate::capacity::trim(&mut self.counts, crate::capacity::KEEP);
         }
+        admit
     }
 
     /// The channel was (re)subscribed or dropped: start even.
     pub(super) fn reset(&mut self, channel: &[u8]) {
         self.counts.remove(channel);
+        crate::capacity::trim(&mut self.counts, crate::capacity::KEEP);
+    }
+
+    /// Channels with an unpaired message.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.counts.len()
     }
 }
 
@@ -460,6 +477,9 @@ mod tests {
         assert_eq!(woke.iter().filter(|w| **w).count(), 1);
         p.reset(ch);
         assert!(p.admit(ch, Kind::Classic));
+        // A pair that completes leaves no entry.
+        assert!(!p.admit(ch, Kind::Sharded));
+        assert_eq!(p.len(), 0);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!   costs one thread wake-up per thousand locks.
 //! * Releases never talk to the thread: the releaser marks the shared
 //!   [`LeaseState`] released (synchronously, before `unlock` returns) and the
-//!   thread drops such entries when it meets them.
+//!   thread drops such entries when it meets them, or sweeps them out of
+//!   its schedule within a second: nothing of a name stays.
 //! * Renewals that fall due together go to each server as multi-key script
 //!   calls of at most `renew_batch` renewals, several calls per round trip:
 //!   never one round trip per lock.
@@ -45,7 +46,7 @@ mod schedule;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -252,6 +253,10 @@ struct Shared {
     life: Mutex<Life>,
     /// `life.running`, readable without the lock on the grant path.
     running: AtomicBool,
+    /// (entries, room) of the schedule, the holds waiting to be listened
+    /// for and the holds to verify, as the thread last left them (see
+    /// [`residue`]).
+    sizes: [AtomicUsize; 6],
 }
 
 impl Shared {
@@ -302,8 +307,19 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
         receiver,
         life: Mutex::new(Life::default()),
         running: AtomicBool::new(false),
+        sizes: Default::default(),
     }
 });
+
+/// What the watchdog keeps per hold, as (entries, room): its schedule, the
+/// holds waiting to be listened for, the holds to verify. Process-wide, as
+/// the thread last left them. A released hold's entry leaves the schedule
+/// within [`PURGE_EVERY`].
+pub(crate) fn residue() -> [(usize, usize); 3] {
+    let s = &WATCHDOG.sizes;
+    let at = |i: usize| s[i].load(Ordering::Relaxed);
+    [(at(0), at(1)), (at(2), at(3)), (at(4), at(5))]
+}
 
 /// Pending entries that make the thread wake up to take them, although none
 /// falls due soon. Short holds leave their entries in the pending list until
@@ -311,6 +327,9 @@ static WATCHDOG: LazyLock<Shared> = LazyLock::new(|| {
 /// list, and with it the memory of released entries nobody looks at, to a
 /// few hundred kilobytes, at the cost of one wake-up per this many locks.
 const PENDING_WAKE: usize = 1024;
+
+/// How often released holds' entries are taken out of the schedule.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
 
 /// Full script calls' worth of renewals (`renew_batch` each) sent to one
 /// server in one round trip: a round trip carries up to `renew_batch` x
@@ -628,6 +647,8 @@ struct Watchdog {
     /// While lock holds come in: when the thread looks at the pending list
     /// next, at the latest.
     listen_tick: Option<Instant>,
+    /// When released holds' entries are next taken out of the schedule.
+    next_purge: Instant,
 }
 
 /// A hold waiting to be listened for (see [`Watchdog::young`]).
@@ -644,6 +665,7 @@ fn run(shared: &'static Shared) {
         verify: HashMap::new(),
         young: std::collections::VecDeque::new(),
         listen_tick: None,
+        next_purge: Instant::now(),
     };
     loop {
         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dog.step()));
@@ -672,7 +694,9 @@ impl Watchdog {
         self.records_due(now);
         self.held_up(now);
         self.listen_due(now);
+        self.purge(now);
         crate::metrics::pending_renewals(self.schedule.len());
+        self.note_sizes();
 
         let next = [
             self.schedule.next_due(),
@@ -681,6 +705,7 @@ impl Watchdog {
             self.next_held_up(),
             self.young.front().map(|y| y.0),
             self.listen_tick,
+            (self.schedule.len() > 0).then_some(self.next_purge),
         ]
         .into_iter()
         .flatten()
@@ -745,6 +770,35 @@ impl Watchdog {
             recv(timeout) -> _ => {},
         }
         !self.should_end()
+    }
+
+    /// Takes the entries of released (or lost) holds out of the schedule,
+    /// at most every [`PURGE_EVERY`]: an entry otherwise stays until its
+    /// renewal falls due (a third of the lease; a fixed lease's end), and a
+    /// process holding many short-lived names, each a little longer than
+    /// the thread's look at new holds, would keep thousands of them.
+    fn purge(&mut self, now: Instant) {
+        if now < self.next_purge {
+            return;
+        }
+        self.next_purge = now + PURGE_EVERY;
+        for entry in self.schedule.remove_where(Entry::finished) {
+            self.forget(entry);
+        }
+    }
+
+    fn note_sizes(&self) {
+        let sizes = [
+            self.schedule.len(),
+            self.schedule.room(),
+            self.young.len(),
+            self.young.capacity(),
+            self.verify.len(),
+            self.verify.capacity(),
+        ];
+        for (slot, size) in self.shared.sizes.iter().zip(sizes) {
+            slot.store(size, Ordering::Relaxed);
+        }
     }
 
     /// `true` (and the thread is marked stopped) when no client is left and
@@ -868,9 +922,7 @@ impl Watchdog {
                 listener.listen(channel, state);
             }
         }
-        if self.young.is_empty() && self.young.capacity() > 1024 {
-            self.young = std::collections::VecDeque::new();
-        }
+        crate::capacity::trim(&mut self.young, 1024);
     }
 
     /// Deletes an ended wait's field with the next record write on its
@@ -1051,9 +1103,7 @@ impl Watchdog {
 
     /// Drops an entry the watchdog is done with.
     fn forget(&mut self, entry: Entry) {
-        if !self.verify.is_empty() {
-            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
-        }
+        self.unverify(&entry);
         if entry.state.is_recorded()
             && let Some(record) = self
                 .servers
@@ -1067,6 +1117,15 @@ impl Watchdog {
             .watchdog_entries
             .fetch_sub(1, Ordering::Relaxed);
         self.uncount(entry.home_server());
+    }
+
+    /// Drops `entry`'s pending check, if any: nothing of a hold the
+    /// watchdog is done with stays.
+    fn unverify(&mut self, entry: &Entry) {
+        if !self.verify.is_empty() {
+            self.verify.remove(&(Arc::as_ptr(&entry.state) as usize));
+            crate::capacity::trim(&mut self.verify, crate::capacity::KEEP);
+        }
     }
 
     /// The state of `server`, with a live worker: started when there is
@@ -1474,6 +1533,7 @@ impl Watchdog {
         let at = *self.verify.get(&key)?;
         if sent >= at {
             self.verify.remove(&key);
+            crate::capacity::trim(&mut self.verify, crate::capacity::KEEP);
             return Some(false);
         }
         Some(true)
@@ -1692,6 +1752,7 @@ impl Watchdog {
     fn release_gone(&mut self, entries: Vec<Entry>, done: Option<Sender<()>>) {
         let mut groups: HashMap<Server, Vec<Entry>> = HashMap::new();
         for entry in entries {
+            self.unverify(&entry);
             groups.entry(entry.server()).or_default().push(entry);
         }
         for (server, entries) in groups {
@@ -1727,6 +1788,7 @@ mod tests {
             verify: HashMap::new(),
             young: std::collections::VecDeque::new(),
             listen_tick: None,
+            next_purge: Instant::now(),
         }
     }
 

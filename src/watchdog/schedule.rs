@@ -177,6 +177,52 @@ impl<T> Schedule<T> {
         taken
     }
 
+    /// Removes and returns, in place, every item for which `gone` is true:
+    /// the other items keep their runs and their order, and a run left
+    /// empty leaves the heap. One walk over the items, no move of those
+    /// kept.
+    pub(crate) fn remove_where(&mut self, mut gone: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
+        let runs = std::mem::take(&mut self.heap).into_vec();
+        let mut kept = Vec::with_capacity(runs.len());
+        for Reverse((due, seq, head, early)) in runs {
+            let (mut first, mut last) = (END, END);
+            let mut index = head;
+            while index != END {
+                let next = self.slab[index].next;
+                let drop = self.slab[index].item.as_ref().is_some_and(&mut gone);
+                if drop {
+                    if let Some(item) = self.slab[index].item.take() {
+                        removed.push(item);
+                    }
+                    self.slab[index].next = END;
+                    self.free.push(index);
+                    self.len -= 1;
+                } else {
+                    if last == END {
+                        first = index;
+                    } else {
+                        self.slab[last].next = index;
+                    }
+                    last = index;
+                }
+                index = next;
+            }
+            if last != END {
+                self.slab[last].next = END;
+                kept.push(Reverse((due, seq, first, early)));
+            }
+            if let Some((at, w, s, _)) = self.open
+                && s == seq
+            {
+                self.open = (last != END).then_some((at, w, s, last));
+            }
+        }
+        self.heap = BinaryHeap::from(kept);
+        self.shrink();
+        removed
+    }
+
     /// Gives memory back after many locks were released: when at most a
     /// quarter of the slab is in use, items move to a compact slab.
     fn shrink(&mut self) {
@@ -224,6 +270,11 @@ impl<T> Schedule<T> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// How many items the slab has room for.
+    pub(crate) fn room(&self) -> usize {
+        self.slab.capacity()
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +284,33 @@ mod tests {
 
     fn no_window<T>(_: &T) -> Duration {
         Duration::ZERO
+    }
+
+    #[test]
+    fn removing_items_keeps_the_others_in_order_and_runs_open() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Schedule::new(no_window::<u32>);
+        for i in 0..10 {
+            s.insert(t0 + ms(10), i);
+        }
+        for i in 10..20 {
+            s.insert(t0 + ms(u64::from(i)), i);
+        }
+        // The last run is still open: an insert at its instant joins it.
+        let mut gone = s.remove_where(|i| i % 3 == 0 || *i == 19);
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0, 3, 6, 9, 12, 15, 18, 19]);
+        assert_eq!(s.len(), 12);
+        s.insert(t0 + ms(18), 100);
+        s.insert(t0 + ms(19), 101);
+        let all = s.pop_due(t0 + ms(100));
+        assert_eq!(
+            all,
+            vec![1, 2, 4, 5, 7, 8, 10, 11, 13, 14, 16, 17, 100, 101]
+        );
+        assert_eq!(s.len(), 0);
+        assert!(s.remove_where(|_| true).is_empty());
     }
 
     #[test]

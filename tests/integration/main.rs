@@ -31,6 +31,7 @@ mod mutual_exclusion;
 mod once;
 mod ownership;
 mod packaging;
+mod per_name_state;
 mod persistence;
 mod pool_contention;
 mod records;
