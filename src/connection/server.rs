@@ -22,8 +22,8 @@ pub(crate) struct Server {
     pub(crate) name: String,
     /// `redis_version`, as numbers.
     pub(crate) redis_version: (u32, u32, u32),
-    /// `redis_mode:cluster`: a Redis Cluster node, which serves only its
-    /// own slots.
+    /// `redis_mode:cluster` (Valkey: `server_mode:cluster`): a Cluster
+    /// node, which serves only its own slots.
     pub(crate) cluster: bool,
 }
 
@@ -52,7 +52,8 @@ impl Server {
         Some(Server {
             name,
             redis_version,
-            cluster: field("redis_mode") == Some("cluster"),
+            // Valkey names the field `server_mode`.
+            cluster: field("redis_mode").or_else(|| field("server_mode")) == Some("cluster"),
         })
     }
 
@@ -117,6 +118,11 @@ mod tests {
         assert!(!redis62.cluster);
         assert!(
             Server::parse("redis_version:7.0.15\r\nredis_mode:cluster\r\n")
+                .unwrap()
+                .cluster
+        );
+        assert!(
+            Server::parse("redis_version:7.2.4\r\nvalkey_version:8.1.8\r\nserver_mode:cluster\r\n")
                 .unwrap()
                 .cluster
         );

@@ -2,8 +2,9 @@
 //! with the `redis+cluster://` hint, in the library and the CLI: through it
 //! only the node's own slots work, every other name fails with `MOVED`,
 //! and `list` would show one node's locks as if they were all. The node
-//! says what it is in `INFO server` (`redis_mode:cluster`); an ACL user
-//! without `INFO` learns it from the first `MOVED`.
+//! says what it is in `INFO server` (`redis_mode:cluster`, Valkey's
+//! `server_mode`); an ACL user without `INFO` learns it from the first
+//! `MOVED`.
 
 use std::process::Command;
 
