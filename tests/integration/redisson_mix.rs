@@ -1287,7 +1287,7 @@ fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
     // The watchdog timeout of `exec`: the suite's 3 s, and the default
     // 30 s, whose third (10 s) is longer than the fixed lease: the fixed
     // hold is then looked up every third of its lease instead.
-    for (generation, script, end, watchdog) in [
+    let cases = [
         (
             "since 4.4",
             REDISSON_READ_RENEW_SINCE_4_4,
@@ -1312,72 +1312,80 @@ fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
             JavaEnd::Unlocks,
             "30s",
         ),
-    ] {
-        let name = unique_name("mix-exec-read");
-        let mut java = JavaReader::new(&ctx, &name, 73);
-        assert!(java.foreign.read_lock(&name, JAVA_WATCHDOG));
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut cmd = crate::cli::redguard_timed(&ctx.server.url(), watchdog, "1s");
-        cmd.args([
-            "exec",
-            "--read",
-            "--lease",
-            "6s",
-            &name,
-            "--",
-            "sleep",
-            EXEC_CMD_SECS,
-        ]);
-        let started = Instant::now();
-        let mut exec = crate::cli::Proc::spawn(cmd);
-        // Java's read-lock watchdog, once the Rust reader joined: a renewal
-        // every third of its timeout, for at most 15 s.
-        assert!(
-            wait_until(ms(5_000), || {
-                let fields: i64 = ctx.server.cmd("HLEN", &[name.as_bytes()]);
-                fields == 3
-            }),
-            "exec --read did not join: {}",
-            exec.stderr_so_far()
-        );
-        let renewer = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let start = Instant::now();
-                let mut renewals = 0;
-                while !stop.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(15) {
-                    sleep(JAVA_WATCHDOG / 3);
-                    if renewals == 1 && end != JavaEnd::Lives {
-                        if end == JavaEnd::Unlocks {
-                            java.unlock();
+    ];
+    // The cases run side by side (their commands mostly sleep): one
+    // server, a name each.
+    std::thread::scope(|scope| {
+        for (generation, script, end, watchdog) in cases {
+            let ctx = &ctx;
+            scope.spawn(move || {
+                let name = unique_name("mix-exec-read");
+                let mut java = JavaReader::new(&ctx, &name, 73);
+                assert!(java.foreign.read_lock(&name, JAVA_WATCHDOG));
+                let stop = Arc::new(AtomicBool::new(false));
+                let mut cmd = crate::cli::redguard_timed(&ctx.server.url(), watchdog, "1s");
+                cmd.args([
+                    "exec",
+                    "--read",
+                    "--lease",
+                    "6s",
+                    &name,
+                    "--",
+                    "sleep",
+                    EXEC_CMD_SECS,
+                ]);
+                let started = Instant::now();
+                let mut exec = crate::cli::Proc::spawn(cmd);
+                // Java's read-lock watchdog, once the Rust reader joined: a renewal
+                // every third of its timeout, for at most 15 s.
+                assert!(
+                    wait_until(ms(5_000), || {
+                        let fields: i64 = ctx.server.cmd("HLEN", &[name.as_bytes()]);
+                        fields == 3
+                    }),
+                    "exec --read did not join: {}",
+                    exec.stderr_so_far()
+                );
+                let renewer = {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let start = Instant::now();
+                        let mut renewals = 0;
+                        while !stop.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(15) {
+                            sleep(JAVA_WATCHDOG / 3);
+                            if renewals == 1 && end != JavaEnd::Lives {
+                                if end == JavaEnd::Unlocks {
+                                    java.unlock();
+                                }
+                                break;
+                            }
+                            java.renew(script, JAVA_WATCHDOG);
+                            renewals += 1;
                         }
-                        break;
-                    }
-                    java.renew(script, JAVA_WATCHDOG);
-                    renewals += 1;
-                }
-                renewals
-            })
-        };
-        let out = exec.wait(Duration::from_secs(15));
-        let ran = started.elapsed();
-        stop.store(true, Ordering::Release);
-        let renewals = renewer.join().unwrap();
-        eprintln!(
-            "Redisson {generation}, Java reader {end:?} ({renewals} renewals of \
-             {JAVA_WATCHDOG:?}): exec --read --lease 6s exit {:?} after {ran:?}; stderr {:?}",
-            out.code, out.stderr
-        );
-        assert!(renewals >= 1, "{generation}: no Java renewal");
-        assert_eq!(
-            out.code,
-            Some(0),
-            "Redisson {generation}, {end:?}, watchdog {watchdog}: {out:?}"
-        );
-        assert!(
-            !out.stderr.contains("stopping CMD") && !out.stderr.contains("lost"),
-            "Redisson {generation}, {end:?}: {out:?}"
-        );
-        assert!(ran >= ms(3_400), "CMD ran {ran:?}");
-    }
+                        renewals
+                    })
+                };
+                let out = exec.wait(Duration::from_secs(15));
+                let ran = started.elapsed();
+                stop.store(true, Ordering::Release);
+                let renewals = renewer.join().unwrap();
+                eprintln!(
+                    "Redisson {generation}, Java reader {end:?} ({renewals} renewals of \
+                     {JAVA_WATCHDOG:?}): exec --read --lease 6s exit {:?} after {ran:?}; stderr {:?}",
+                    out.code, out.stderr
+                );
+                assert!(renewals >= 1, "{generation}: no Java renewal");
+                assert_eq!(
+                    out.code,
+                    Some(0),
+                    "Redisson {generation}, {end:?}, watchdog {watchdog}: {out:?}"
+                );
+                assert!(
+                    !out.stderr.contains("stopping CMD") && !out.stderr.contains("lost"),
+                    "Redisson {generation}, {end:?}: {out:?}"
+                );
+                assert!(ran >= ms(3_400), "CMD ran {ran:?}");
+            });
+        }
+    });
 }
