@@ -38,6 +38,28 @@ local drop = 1
 if ARGV[3] == '1' then
     drop = held
 end
+-- Every read first, then every write: a script stopped half-way (a command the ACL refuses,
+-- such as HGETALL) must not leave the lock without its holder's field but with its mode, an
+-- empty read lock that blocks writers until it expires.
+local longest = 0
+if mode ~= 'write' then
+    local fields = redis.call('hgetall', KEYS[1])
+    for i = 1, #fields, 2 do
+        local count = tonumber(fields[i + 1])
+        if fields[i] == ARGV[2] then
+            -- This holder's holds after the release: the dropped ones are not counted.
+            count = held - drop
+        end
+        if count ~= nil and count <= MAX_HOLD_COUNT then
+            for n = count, 1, -1 do
+                local left = redis.call('pttl', KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+                if left > longest then
+                    longest = left
+                end
+            end
+        end
+    end
+end
 for n = held, held - drop + 1, -1 do
     redis.call('del', KEYS[2] .. ':' .. n)
 end
@@ -50,19 +72,6 @@ else
 end
 if mode == 'write' then
     return mine
-end
-local longest = 0
-local fields = redis.call('hgetall', KEYS[1])
-for i = 1, #fields, 2 do
-    local count = tonumber(fields[i + 1])
-    if count ~= nil and count <= MAX_HOLD_COUNT then
-        for n = count, 1, -1 do
-            local left = redis.call('pttl', KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
-            if left > longest then
-                longest = left
-            end
-        end
-    end
 end
 if longest > 0 then
     redis.call('pexpire', KEYS[1], longest)

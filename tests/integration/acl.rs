@@ -481,3 +481,31 @@ fn every_command_and_kind_runs_under_the_documented_acl() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A user whose ACL refuses a command the read release needs (`HGETALL`,
+/// here): the release fails before it changes anything, so the lock is
+/// not left without its holder but with its mode (an empty read lock that
+/// blocked writers until it expired), and `exec` exits 74 saying the key
+/// is still there, held by its holder.
+#[test]
+fn a_read_release_refused_half_way_changes_nothing() {
+    use crate::cli::{redguard, run};
+    let server = RedisServer::start();
+    let line: Vec<String> = readme_acl_args()
+        .into_iter()
+        .filter(|a| a != "+hgetall")
+        .collect();
+    let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
+    let () = server.cmd("ACL", &args);
+    let mut cmd = redguard(&user_url(&server));
+    cmd.args(["exec", "--read", "rg:half", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(74), "{out:?}");
+    assert!(
+        out.stderr.contains("still there, held by this process's holder"),
+        "{out:?}"
+    );
+    // The hold is whole: the holder's field and its timeout key.
+    let fields: Vec<String> = server.cmd("HKEYS", &[b"rg:half"]);
+    assert_eq!(fields.len(), 2, "{fields:?}");
+}
