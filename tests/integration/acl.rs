@@ -335,6 +335,7 @@ fn a_user_without_info_holds_without_reconnecting() {
 /// the server's `ACL LOG` stays empty (a refused `SUBSCRIBE`, `INFO` or
 /// record write would only degrade, so the log is the check, not the exit
 /// statuses alone).
+#[cfg(feature = "cli")]
 #[test]
 fn every_command_and_kind_runs_under_the_documented_acl() {
     use crate::cli::{redguard, run};
@@ -487,6 +488,7 @@ fn every_command_and_kind_runs_under_the_documented_acl() {
 /// not left without its holder but with its mode (an empty read lock that
 /// blocked writers until it expired), and `exec` exits 74 saying the key
 /// is still there, held by its holder.
+#[cfg(feature = "cli")]
 #[test]
 fn a_read_release_refused_half_way_changes_nothing() {
     use crate::cli::{redguard, run};
@@ -502,7 +504,8 @@ fn a_read_release_refused_half_way_changes_nothing() {
     let out = run(cmd);
     assert_eq!(out.code, Some(74), "{out:?}");
     assert!(
-        out.stderr.contains("still there, held by this process's holder"),
+        out.stderr
+            .contains("still there, held by this process's holder"),
         "{out:?}"
     );
     // The hold is whole: the holder's field and its timeout key.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redguard::{ClassicPublish, Client, Error};
 
 mod failover_calls;
+#[cfg(feature = "cli")]
 mod listing;
 mod moved_records;
 mod plain_url;
@@ -99,6 +100,7 @@ fn cluster_bed_f4_a1_d_f1_f3_f2_f5_cli() {
             moved_records::records_follow_a_moved_slot(&bed);
         });
     }
+    #[cfg(feature = "cli")]
     listing::listing(&bed);
     timed_case("classic_listeners_on_a_replica", || {
         classic_listeners_on_a_replica(&bed);

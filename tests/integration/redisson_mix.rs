@@ -1320,7 +1320,7 @@ fn exec_read_with_a_fixed_lease_beside_a_java_reader_runs_to_its_end() {
             let ctx = &ctx;
             scope.spawn(move || {
                 let name = unique_name("mix-exec-read");
-                let mut java = JavaReader::new(&ctx, &name, 73);
+                let mut java = JavaReader::new(ctx, &name, 73);
                 assert!(java.foreign.read_lock(&name, JAVA_WATCHDOG));
                 let stop = Arc::new(AtomicBool::new(false));
                 let mut cmd = crate::cli::redguard_timed(&ctx.server.url(), watchdog, "1s");

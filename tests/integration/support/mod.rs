@@ -56,7 +56,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use caps::{Cap, caps, case_client_side, case_lacks, lacks, skip_test};
+#[cfg(feature = "cli")]
+pub use caps::skip_test;
+pub use caps::{Cap, caps, case_client_side, case_lacks, lacks};
 pub use child::{ChildTest, child_env, child_role, hear, say};
 pub use cluster::RedisCluster;
 pub use contention::Contention;
