@@ -241,10 +241,7 @@ fn release_failed(lock: &Lock, holder: &redguard::HolderId, cmd_code: u8, why: &
             Some(_) => format!(
                 "its key is still there, held by this process's holder {holder} until its \
                  lease ends ({} left)",
-                match info.ttl {
-                    Some(redguard::Ttl::Expires(left)) => show::left(left),
-                    _ => "no expiry".to_owned(),
-                }
+                show::ttl(info.ttl)
             ),
             None if info.is_held() => {
                 "its key is there, held by another holder: ours ran out first".to_owned()
@@ -252,11 +249,8 @@ fn release_failed(lock: &Lock, holder: &redguard::HolderId, cmd_code: u8, why: &
             // A key with no holder of ours, or none at all: what a release
             // stopped half-way by a refused command leaves until it expires.
             None if info.ttl.is_some() => format!(
-                "its key is still there without this process's hold ({})",
-                match info.ttl {
-                    Some(redguard::Ttl::Expires(left)) => format!("{} left", show::left(left)),
-                    _ => "no expiry".to_owned(),
-                }
+                "its key is still there without this process's hold ({} left)",
+                show::ttl(info.ttl)
             ),
             None => "its key is gone: the lease ran out".to_owned(),
         },
