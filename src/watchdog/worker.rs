@@ -577,7 +577,9 @@ impl Worker {
                 .map_err(Error::redis)
             {
                 Ok(info) => Ok((conn, run_id(&info), evicted_keys(&info))),
-                Err(Error::Permission(_) | Error::Redis(_)) => Ok((conn, None, None)),
+                // Only a refusal: any other error stays one, as a server
+                // that answers INFO with an error may be one that restarted.
+                Err(Error::Permission(_)) => Ok((conn, None, None)),
                 Err(e) => Err(e),
             }
         });
