@@ -17,6 +17,9 @@ const SENTINEL_PW: &str = "sentinel-pw-E4-5e1f";
 /// Lease of the E2 clients: longer than a failover (2–4 s here), so that a
 /// replicated lock can be renewed on the new master before it runs out.
 const LONG_LEASE: Duration = Duration::from_secs(6);
+/// The watchdog timeout of the `exec` that is to run on across a failover
+/// (see where it is spawned).
+const CLI_KEPT_LEASE: Duration = Duration::from_secs(15);
 
 fn bed() -> SentinelBed {
     SentinelBed::start_with(BedOptions {
@@ -555,7 +558,12 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let dir = tempfile::tempdir().unwrap();
     let kept_pid = dir.path().join("kept.pid");
     let cli_kept_name = unique_name("cli-kept");
-    let mut cli_kept = Exec::spawn(bed, &cli_kept_name, None, &kept_pid);
+    // Its lease is one that outlasts a failover: `exec` stops CMD when no
+    // renewal came through for lease - kill grace (2 s) - margin, which
+    // with a 6 s lease is 1.7 to 3.7 s after the kill (as the last
+    // renewal was 0 to 2 s before it), no more than the bed's promotion
+    // takes on a loaded host (2 to 3 s). With 15 s it is 7.6 s or more.
+    let mut cli_kept = Exec::spawn(bed, &cli_kept_name, CLI_KEPT_LEASE, None, &kept_pid);
     let names = [kept_lock.name().to_vec(), cli_kept_name.into_bytes()];
     let replicated = wait_until(ms(5000), || {
         bed.replicas().iter().all(|r| {
@@ -600,9 +608,9 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     let lost_lock = plain.lock(unique_name("e2-lost"));
     let lost = lost_lock.lock().unwrap();
     let lost_pid = dir.path().join("lost.pid");
-    let mut cli_lost = Exec::spawn(bed, &unique_name("cli-lost"), None, &lost_pid);
+    let mut cli_lost = Exec::spawn(bed, &unique_name("cli-lost"), LONG_LEASE, None, &lost_pid);
     // With --min-replica-acks the CLI refuses to run CMD on such a grant.
-    let refused = Exec::command(bed)
+    let refused = Exec::command(bed, LONG_LEASE)
         .args(["--min-replica-acks", "1", "--replica-ack-timeout", "300ms"])
         .args(["exec", &unique_name("cli-refused"), "--", "true"])
         .output()
@@ -701,12 +709,23 @@ fn e2_h5_lost_through_async_replication(bed: &mut SentinelBed) {
     );
 
     // The CLI: the exec whose lock was lost stops CMD and exits 70; the
-    // other keeps CMD running past a lease.
+    // other renews its lease on the new master and keeps CMD running.
     let code = cli_lost.wait(ms(15_000));
     assert_eq!(code, Some(70), "CLI: lost lock: {}", cli_lost.stderr());
     assert!(
         !alive(read_pid(&lost_pid)),
         "CLI: CMD still runs after the loss"
+    );
+    let cli_renewed = wait_until(CLI_KEPT_LEASE, || {
+        redis::cmd("PTTL")
+            .arg(&names[1])
+            .query::<i64>(&mut bed.data_conn(switch.new_port))
+            .is_ok_and(|t| t > (CLI_KEPT_LEASE * 5 / 6).as_millis() as i64)
+    });
+    assert!(
+        cli_renewed,
+        "CLI: the kept lock was not renewed on the new master: {}",
+        cli_kept.stderr()
     );
     assert!(cli_kept.running(), "CLI: kept lock: {}", cli_kept.stderr());
     assert!(alive(read_pid(&kept_pid)));
@@ -869,9 +888,9 @@ struct Exec {
 }
 
 impl Exec {
-    /// `redguard --url <the bed> --watchdog-timeout 6s --response-timeout 1s`,
+    /// `redguard --url <the bed> --watchdog-timeout <watchdog> --response-timeout 1s`,
     /// with the sentinels' password in `REDIS_SENTINEL_PASSWORD`.
-    fn command(bed: &SentinelBed) -> std::process::Command {
+    fn command(bed: &SentinelBed, watchdog: Duration) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redguard"));
         cmd.env_remove("REDIS_URL")
             .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
@@ -880,12 +899,19 @@ impl Exec {
             .env_remove("REDGUARD_MIN_REPLICA_ACKS")
             .env("REDIS_SENTINEL_PASSWORD", SENTINEL_PW)
             .args(["--url", &bed.url()])
-            .args(["--watchdog-timeout", "6s", "--response-timeout", "1s"]);
+            .args(["--watchdog-timeout", &format!("{}ms", watchdog.as_millis())])
+            .args(["--response-timeout", "1s"]);
         cmd
     }
 
-    fn spawn(bed: &SentinelBed, name: &str, acks: Option<u32>, pidfile: &std::path::Path) -> Exec {
-        let mut cmd = Exec::command(bed);
+    fn spawn(
+        bed: &SentinelBed,
+        name: &str,
+        watchdog: Duration,
+        acks: Option<u32>,
+        pidfile: &std::path::Path,
+    ) -> Exec {
+        let mut cmd = Exec::command(bed, watchdog);
         if let Some(n) = acks {
             cmd.args(["--min-replica-acks", &n.to_string()])
                 .args(["--replica-ack-timeout", "3s"]);
