@@ -164,7 +164,7 @@ pub struct Stats {
     /// renewal. Refreshes otherwise ride on renewal round trips.
     pub record_round_trips: u64,
     /// Holder-record writes the server refused with a permission error (an
-    /// ACL user without `~redguard:client:*`; see docs/DEPLOYMENTS.md): the
+    /// ACL user without `~redguard:client:*`; see docs/SECURITY.md): the
     /// locks work, but `status` and `list` show no host, pid or program
     /// for them. The first refusal is also logged as a warning.
     pub record_writes_refused: u64,

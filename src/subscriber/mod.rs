@@ -737,7 +737,7 @@ impl Worker {
 /// Logs a failed `SUBSCRIBE`. A channel the ACL refuses does not come here:
 /// redis-rs takes the `NOPERM` reply to a `SUBSCRIBE` as done, so such a
 /// channel's waiters poll (every poll interval) while the other channels
-/// keep their wake-ups; the ACL line of docs/DEPLOYMENTS.md grants the channels.
+/// keep their wake-ups; the ACL line of docs/SECURITY.md grants the channels.
 fn subscribe_failed(channel: &[u8], err: &redis::RedisError) {
     if err.code() == Some("NOPERM") {
         log::warn!(

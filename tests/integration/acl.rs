@@ -1,4 +1,4 @@
-//! Least privilege (RELIABILITY.md J1, J2): the ACL line docs/DEPLOYMENTS.md gives
+//! Least privilege (RELIABILITY.md J1, J2): the ACL line docs/SECURITY.md gives
 //! (read from that file itself, so the two cannot drift apart) is enough
 //! for every lock kind's whole cycle, and a name outside its patterns is
 //! `Err(Permission)` naming it, never "busy".
@@ -330,7 +330,7 @@ fn a_user_without_info_holds_without_reconnecting() {
     assert!(opened <= 1, "{opened} connections opened in a steady hold");
 }
 
-/// The documented ACL (read from docs/DEPLOYMENTS.md) is enough for every
+/// The documented ACL (read from docs/SECURITY.md) is enough for every
 /// CLI command and every library kind, and nothing they send is refused:
 /// the server's `ACL LOG` stays empty (a refused `SUBSCRIBE`, `INFO` or
 /// record write would only degrade, so the log is the check, not the exit

@@ -257,7 +257,7 @@ fn e4_discovery_with_separate_passwords(bed: &SentinelBed) {
 /// ACLs are not replicated) runs a lock cycle found through the sentinels,
 /// which takes `ROLE` on every new connection, and `WAIT`.
 fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
-    let readme = include_str!("../../docs/DEPLOYMENTS.md");
+    let readme = include_str!("../../docs/SECURITY.md");
     let args: Vec<String> = crate::support::readme_acl_line()
         .split_whitespace()
         .skip(1)
@@ -275,7 +275,7 @@ fn j1_readme_acl_user_through_sentinel(bed: &SentinelBed) {
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER redguard-sentinel "))
-        .expect("docs/DEPLOYMENTS.md has an `ACL SETUSER redguard-sentinel ...` line");
+        .expect("docs/SECURITY.md has an `ACL SETUSER redguard-sentinel ...` line");
     for port in bed.sentinel_ports() {
         let mut cmd = redis::cmd("ACL");
         for a in sentinel_line.split_whitespace().skip(1) {

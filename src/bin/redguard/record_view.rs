@@ -55,7 +55,7 @@ pub(crate) fn warn_if_unrecorded(client: &redguard::Client, quiet: bool) {
         crate::out::warn(
             "the server refused this run's holder record (permission denied): `status` and \
              `list` showed no host, pid or program for it; grant the ACL user \
-             ~redguard:client:* (docs/DEPLOYMENTS.md)",
+             ~redguard:client:* (docs/SECURITY.md)",
         );
     }
 }

@@ -107,6 +107,7 @@ fn the_readme_is_a_landing_page_of_at_most_20000_characters() {
         "docs/DEPLOYMENTS.md",
         "docs/REDISSON.md",
         "docs/RELIABILITY.md",
+        "docs/SECURITY.md",
     ] {
         assert!(README.contains(&format!("({doc}")), "README links no {doc}");
     }
@@ -354,6 +355,7 @@ fn the_docs_links_resolve() {
         "docs/DEPLOYMENTS.md",
         "docs/REDISSON.md",
         "docs/LIBRARY.md",
+        "docs/SECURITY.md",
     ];
     let read = |p: &Path| fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     // GitHub's heading anchors: lowercase, punctuation dropped, spaces as

@@ -178,7 +178,7 @@ pub fn admin_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
     Ok(info.set_redis_settings(settings))
 }
 
-/// docs/DEPLOYMENTS.md's `ACL SETUSER redguard …` line for the server under test:
+/// docs/SECURITY.md's `ACL SETUSER redguard …` line for the server under test:
 /// the one with sharded pub/sub (`+spublish`) where the server has it, the
 /// one without (Redis 6.2) where it does not.
 ///
@@ -187,14 +187,14 @@ pub fn admin_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
 /// When the README has no such line.
 pub fn readme_acl_line() -> &'static str {
     let sharded = caps().has(Cap::Spublish);
-    include_str!("../../../docs/DEPLOYMENTS.md")
+    include_str!("../../../docs/SECURITY.md")
         .lines()
         .map(str::trim)
         .filter(|l| l.starts_with("ACL SETUSER redguard "))
         .find(|l| l.contains(" +spublish ") == sharded)
         .unwrap_or_else(|| {
             panic!(
-                "docs/DEPLOYMENTS.md has no `ACL SETUSER redguard ...` line {} `+spublish`",
+                "docs/SECURITY.md has no `ACL SETUSER redguard ...` line {} `+spublish`",
                 if sharded { "with" } else { "without" }
             )
         })
