@@ -70,8 +70,8 @@ fn a_confined_tenant_lists_its_keys_and_counts_the_others() {
 
     let out = list(&[]);
     assert_eq!(out.code, Some(0), "{out:?}");
-    let line = format!("\"tenantA:lock\": reentrant");
-    assert!(out.stdout.contains(&line), "{out:?}");
+    let line = "\"tenantA:lock\": reentrant";
+    assert!(out.stdout.contains(line), "{out:?}");
     assert!(
         out.stdout
             .contains(&format!("{} (hold count 1)", ours.holder_id())),
@@ -96,7 +96,7 @@ fn a_confined_tenant_lists_its_keys_and_counts_the_others() {
 
     let out = list(&["--all"]);
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert!(out.stdout.contains(&line), "{out:?}");
+    assert!(out.stdout.contains(line), "{out:?}");
     assert_eq!(skipped_in(&out.stdout), 6, "{out:?}");
 
     let out = list(&["tenantB:*"]);
@@ -107,7 +107,7 @@ fn a_confined_tenant_lists_its_keys_and_counts_the_others() {
     // Within its own keys nothing is skipped, and nothing is said.
     let out = list(&["tenantA:*"]);
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert!(out.stdout.contains(&line), "{out:?}");
+    assert!(out.stdout.contains(line), "{out:?}");
     assert!(!out.stdout.contains("skipped"), "{out:?}");
     let out = list(&["tenantA:*", "--json"]);
     assert!(!out.stdout.contains("\"skipped\""), "{out:?}");
