@@ -623,7 +623,34 @@ fn around(
 
 #[cfg(test)]
 mod tests {
-    use super::{COUNTER_PEEK, may_be_counter};
+    use super::{COUNTER_PEEK, key_refused, may_be_counter};
+
+    fn reply(resp: &str) -> redis::Value {
+        redis::parse_redis_value(resp.as_bytes()).unwrap()
+    }
+
+    /// The refusal of a key as Redis 6.2/7.0 and Redis 7.2+/Valkey word
+    /// it skips the key; a refused command or another error does not.
+    #[test]
+    fn only_a_refused_key_makes_a_key_unreadable() {
+        for refused in [
+            "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n",
+            "-NOPERM No permissions to access a key\r\n",
+        ] {
+            assert!(
+                key_refused(&[redis::Value::Int(5), reply(refused)]),
+                "{refused}"
+            );
+        }
+        for other in [
+            "-NOPERM this user has no permissions to run the 'hlen' command\r\n",
+            "-NOPERM User t has no permissions to run the 'hlen' command\r\n",
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ] {
+            assert!(!key_refused(&[reply(other)]), "{other}");
+        }
+        assert!(!key_refused(&[]));
+    }
 
     #[test]
     fn a_string_may_be_a_counter_only_when_it_reads_as_an_integer() {
