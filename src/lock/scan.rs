@@ -23,6 +23,10 @@ use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, Seen, deadlines_of, queued}
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
 
+/// The start of a run-once key's last-attempt record's name
+/// ([`keys::once_attempt`]).
+const ONCE_ATTEMPT_PREFIX: &[u8] = b"redguard_once_attempt:";
+
 /// Bytes of a string's value read to tell whether it may be a counter (an
 /// integer, at most 20 characters): the whole value of any counter, and
 /// never more of a large value.
@@ -161,8 +165,9 @@ impl Client {
     /// be a counter (a semaphore's permits, a latch's count, or an
     /// application's integer: see [`LockInfo::may_be_counter`] and
     /// [`LockInfo::may_hold_permits`]) and the hashes that may be a
-    /// finished run-once record ([`LockInfo::may_be_once_record`]). The
-    /// rest is skipped, neither listed nor read past what tells it apart.
+    /// finished run-once record ([`LockInfo::may_be_once_record`]), and
+    /// the run-once keys' last-attempt records (`redguard_once_attempt:…`,
+    /// what a failed run leaves). The rest is skipped, neither listed nor read past what tells it apart.
     ///
     /// Two `SCAN`s per master (`TYPE hash`, then `TYPE string`), each with
     /// the reads of a page pipelined, one round trip per step: a string's
@@ -425,7 +430,11 @@ fn page(
         }
         if redis_type == "hash" {
             let look = HashLook::from_replies(replies.next(), replies.next());
-            info.seen.once_record = look.may_be_once_record();
+            // A last-attempt record is all a run-once key keeps after a
+            // failed run: kept, so that a listing of every key needs no
+            // second scan to find them.
+            info.seen.once_record =
+                look.may_be_once_record() || info.name.starts_with(ONCE_ATTEMPT_PREFIX);
             hashes.push((infos.len(), look));
             infos.push(info);
         } else if all || (keep == Keep::Synchronizers && info.seen.counter) {

@@ -136,10 +136,9 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
         }
     }
     // Run-once keys whose last attempt failed or was abandoned keep only
-    // that record: found by their record's name. The scan above keeps
-    // such a record (a hash of no lock's fields) only with --all, so
-    // every pattern, `*` included, needs this one, but `--all` with `*`.
-    if wants.once && !(args.all && args.pattern == "*") {
+    // that record: found by their record's name, which the scan above
+    // matched only when the pattern is `*`.
+    if wants.once && args.pattern != "*" {
         let attempts = format!("redguard_once_attempt:{{{}}}", args.pattern);
         let attempts = conn.client.list_locks(&attempts, true).map_err(fail)?;
         for info in attempts.found {
