@@ -155,7 +155,7 @@ pub use keys::MAX_NAME_LEN;
 pub use latch::CountDownLatch;
 pub use lease::{MAX_LEASE, MIN_LEASE, Ttl};
 pub use lock::{
-    FencingToken, Lock, LockGuard, LockInfo, LockKind, MAX_LOCK_FIELDS, MAX_QUEUE_READ,
+    FencingToken, Listing, Lock, LockGuard, LockInfo, LockKind, MAX_LOCK_FIELDS, MAX_QUEUE_READ,
     QueuedWaiter, ReadWriteLock,
 };
 pub use lost::{HoldKind, LossReason, LostLease};

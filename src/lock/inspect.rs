@@ -160,7 +160,8 @@ impl LockInfo {
     }
 
     /// `false` when the key is known not to be a finished run-once record
-    /// (a hash of the fields `outcome`, `at` and `by` only):
+    /// (a hash of the fields `outcome`, `at` and `by` only) nor a run-once
+    /// key's last-attempt record (a hash named `redguard_once_attempt:…`):
     /// [`Client::list_locks`](crate::Client::list_locks) saw a hash with
     /// other fields, or a key of another type. `true` when it may be one,
     /// or nothing was read to tell.

@@ -30,6 +30,7 @@ pub use fencing_token::FencingToken;
 pub use guard::LockGuard;
 pub use inspect::{LockInfo, LockKind, MAX_LOCK_FIELDS, MAX_QUEUE_READ, QueuedWaiter};
 pub use read_write::ReadWriteLock;
+pub use scan::Listing;
 
 /// A distributed lock named by a Redis key: reentrant ([`Client::lock`],
 /// Redisson's `RLock`), fair ([`Client::fair_lock`], `RFairLock`) or fenced

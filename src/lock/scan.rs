@@ -1,6 +1,12 @@
 //! [`Client::list_locks`]: every lock whose name matches a pattern, found
 //! with `SCAN` (bounded `COUNT`, never `KEYS`) on every master, read a page
 //! at a time with pipelined round trips. Reads only.
+//!
+//! A key the ACL user may not read is skipped and named in
+//! [`Listing::unreadable`], from the `NOPERM` replies of the page's own
+//! pipelined reads (no round trip of its own): a user confined to
+//! `~tenantA:*` lists its keys among everyone's instead of failing at the
+//! first foreign one.
 
 use std::collections::HashMap;
 
@@ -16,6 +22,10 @@ use crate::lease::Pttl;
 use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, Seen, deadlines_of, queued};
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
+
+/// The start of a run-once key's last-attempt record's name
+/// ([`keys::once_attempt`]).
+const ONCE_ATTEMPT_PREFIX: &[u8] = b"redguard_once_attempt:";
 
 /// Bytes of a string's value read to tell whether it may be a counter (an
 /// integer, at most 20 characters): the whole value of any counter, and
@@ -34,6 +44,59 @@ fn may_be_counter(peek: &[u8]) -> bool {
     peek.iter().all(|&b| {
         b.is_ascii_digit() || b == b'-' || b == b'+' || b.is_ascii_whitespace() || b >= 0x80
     })
+}
+
+/// What [`Client::list_locks`] and [`Client::list_synchronizers`] found:
+/// the keys listed, and the matching keys skipped because the ACL user may
+/// not read them.
+///
+/// Iterating a `Listing` iterates [`Listing::found`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// The keys listed, in no particular order.
+    pub found: Vec<LockInfo>,
+    /// The names of the matching keys skipped because the server refused
+    /// to let this user read them (`NOPERM` for the key: the ACL's key
+    /// patterns leave it out; `SCAN` shows every name in the database).
+    /// Nothing else was read of them. Empty when every key could be read.
+    pub unreadable: Vec<Vec<u8>>,
+}
+
+impl Listing {
+    /// How many keys were listed.
+    pub fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    /// `true` when no key was listed (keys may still have been skipped:
+    /// see [`Listing::unreadable`]).
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// The keys listed.
+    pub fn iter(&self) -> std::slice::Iter<'_, LockInfo> {
+        self.found.iter()
+    }
+}
+
+impl IntoIterator for Listing {
+    type Item = LockInfo;
+    type IntoIter = std::vec::IntoIter<LockInfo>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.found.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Listing {
+    type Item = &'a LockInfo;
+    type IntoIter = std::slice::Iter<'a, LockInfo>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.found.iter()
+    }
 }
 
 impl Client {
@@ -87,7 +150,7 @@ impl Client {
     /// }
     /// # Ok::<(), redguard::Error>(())
     /// ```
-    pub fn list_locks(&self, pattern: &str, others: bool) -> Result<Vec<LockInfo>> {
+    pub fn list_locks(&self, pattern: &str, others: bool) -> Result<Listing> {
         if others {
             self.list(pattern, &[None], Keep::All)
         } else {
@@ -102,8 +165,9 @@ impl Client {
     /// be a counter (a semaphore's permits, a latch's count, or an
     /// application's integer: see [`LockInfo::may_be_counter`] and
     /// [`LockInfo::may_hold_permits`]) and the hashes that may be a
-    /// finished run-once record ([`LockInfo::may_be_once_record`]). The
-    /// rest is skipped, neither listed nor read past what tells it apart.
+    /// finished run-once record ([`LockInfo::may_be_once_record`]), and
+    /// the run-once keys' last-attempt records (`redguard_once_attempt:…`,
+    /// what a failed run leaves). The rest is skipped, neither listed nor read past what tells it apart.
     ///
     /// Two `SCAN`s per master (`TYPE hash`, then `TYPE string`), each with
     /// the reads of a page pipelined, one round trip per step: a string's
@@ -114,7 +178,7 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::list_locks`].
-    pub fn list_synchronizers(&self, pattern: &str) -> Result<Vec<LockInfo>> {
+    pub fn list_synchronizers(&self, pattern: &str) -> Result<Listing> {
         self.list(
             pattern,
             &[Some("hash"), Some("string")],
@@ -124,15 +188,10 @@ impl Client {
 
     /// One `SCAN` per type of `types` (`None`: every type) on every
     /// master, each page read and sorted out as `keep` says.
-    fn list(
-        &self,
-        pattern: &str,
-        types: &[Option<&'static str>],
-        keep: Keep,
-    ) -> Result<Vec<LockInfo>> {
+    fn list(&self, pattern: &str, types: &[Option<&'static str>], keep: Keep) -> Result<Listing> {
         self.check_open()?;
         let source = self.source();
-        let mut out = Vec::new();
+        let mut out = Listing::default();
         for node in source.masters()? {
             let mut records = Records::default();
             for &of_type in types {
@@ -140,7 +199,16 @@ impl Client {
                 while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
                     let keys = keys?;
                     if !keys.is_empty() {
-                        out.extend(page(source, node, keys, of_type, keep, &mut records)?);
+                        let found = page(
+                            source,
+                            node,
+                            keys,
+                            of_type,
+                            keep,
+                            &mut records,
+                            &mut out.unreadable,
+                        )?;
+                        out.found.extend(found);
                     }
                 }
             }
@@ -214,6 +282,22 @@ enum Keep {
     All,
 }
 
+/// How servers word the refusal of a key (not of a command: "no
+/// permissions to run the 'hlen' command"): Redis 6.2 and 7.0 ("this user
+/// has no permissions to access one of the keys used as arguments"),
+/// Redis 7.2+ and Valkey ("No permissions to access a key").
+const KEY_REFUSED: &[&str] = &["access one of the keys", "access a key"];
+
+/// Whether `replies` (one key's reads) hold a `NOPERM` for the key itself:
+/// the ACL user may not read it. A refused command is not one (every key
+/// would be "unreadable" for an ACL short of a command `list` needs).
+fn key_refused(replies: &[Value]) -> bool {
+    replies.iter().any(|r| {
+        matches!(r, Value::ServerError(e) if e.code() == "NOPERM"
+            && e.details().is_some_and(|d| KEY_REFUSED.iter().any(|p| d.contains(p))))
+    })
+}
+
 /// One reply as `T`, `None` for an error or another shape.
 fn reply<T: redis::FromRedisValue>(v: Option<Value>) -> Option<T> {
     v.and_then(|v| redis::from_redis_value(v).ok())
@@ -225,7 +309,8 @@ fn reply<T: redis::FromRedisValue>(v: Option<Value>) -> Option<T> {
 /// string's first bytes or a hash's length and first fields), then for
 /// the strings that may be counters whether permits are held on them, for
 /// the hashes that are locks their fencing-token counter and fair queue,
-/// then the records and subscribers.
+/// then the records and subscribers. The keys whose first reads the ACL
+/// refused go to `unreadable`, read no further.
 fn page(
     source: &Source,
     node: NodeId,
@@ -233,8 +318,10 @@ fn page(
     of_type: Option<&str>,
     keep: Keep,
     records: &mut Records,
+    unreadable: &mut Vec<Vec<u8>>,
 ) -> Result<Vec<LockInfo>> {
     let all = keep == Keep::All;
+    let mut keys = keys;
     let types: Vec<String> = if let Some(t) = of_type {
         vec![t.to_owned(); keys.len()]
     } else {
@@ -245,11 +332,21 @@ fn page(
                 cmds: vec![redis::cmd("TYPE").arg(&key[..]).clone()],
             })
             .collect();
-        source
-            .node_batch(node, &groups)?
+        let replies = source.node_batch(node, &groups)?;
+        let (readable, refused): (Vec<_>, Vec<_>) = keys
             .into_iter()
-            .map(|mut r| reply(r.pop()).unwrap_or_else(|| "none".to_owned()))
-            .collect()
+            .zip(replies)
+            .partition(|(_, r)| !key_refused(r));
+        unreadable.extend(refused.into_iter().map(|(key, _)| key));
+        let types;
+        (keys, types) = readable
+            .into_iter()
+            .map(|(key, mut r)| {
+                let t = reply(r.pop()).unwrap_or_else(|| "none".to_owned());
+                (key, t)
+            })
+            .unzip();
+        types
     };
     let wanted: Vec<(Vec<u8>, String)> = keys
         .into_iter()
@@ -298,6 +395,12 @@ fn page(
     // Per hash kept: its look (pages still to read).
     let mut hashes: Vec<(usize, HashLook)> = Vec::new();
     for ((name, redis_type), replies) in wanted.into_iter().zip(replies) {
+        if key_refused(&replies) {
+            // Judged on nothing it would be "may be anything" and read
+            // again by the caller, refused again: skipped, and said.
+            unreadable.push(name);
+            continue;
+        }
         let mut replies = replies.into_iter();
         let pttl: i64 = if redis_type != "string" || all {
             reply(replies.next()).unwrap_or(-2)
@@ -327,7 +430,11 @@ fn page(
         }
         if redis_type == "hash" {
             let look = HashLook::from_replies(replies.next(), replies.next());
-            info.seen.once_record = look.may_be_once_record();
+            // A last-attempt record is all a run-once key keeps after a
+            // failed run: kept, so that a listing of every key needs no
+            // second scan to find them.
+            info.seen.once_record =
+                look.may_be_once_record() || info.name.starts_with(ONCE_ATTEMPT_PREFIX);
             hashes.push((infos.len(), look));
             infos.push(info);
         } else if all || (keep == Keep::Synchronizers && info.seen.counter) {
@@ -525,7 +632,34 @@ fn around(
 
 #[cfg(test)]
 mod tests {
-    use super::{COUNTER_PEEK, may_be_counter};
+    use super::{COUNTER_PEEK, key_refused, may_be_counter};
+
+    fn reply(resp: &str) -> redis::Value {
+        redis::parse_redis_value(resp.as_bytes()).unwrap()
+    }
+
+    /// The refusal of a key as Redis 6.2/7.0 and Redis 7.2+/Valkey word
+    /// it skips the key; a refused command or another error does not.
+    #[test]
+    fn only_a_refused_key_makes_a_key_unreadable() {
+        for refused in [
+            "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n",
+            "-NOPERM No permissions to access a key\r\n",
+        ] {
+            assert!(
+                key_refused(&[redis::Value::Int(5), reply(refused)]),
+                "{refused}"
+            );
+        }
+        for other in [
+            "-NOPERM this user has no permissions to run the 'hlen' command\r\n",
+            "-NOPERM User t has no permissions to run the 'hlen' command\r\n",
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ] {
+            assert!(!key_refused(&[reply(other)]), "{other}");
+        }
+        assert!(!key_refused(&[]));
+    }
 
     #[test]
     fn a_string_may_be_a_counter_only_when_it_reads_as_an_integer() {

@@ -369,7 +369,7 @@ fn subscribers_on_every_master(bed: &RedisCluster, reader: &Client, name: &str) 
         want += 1;
     }
     let counted = || {
-        let listed = reader.list_locks(name, false).unwrap();
+        let listed = reader.list_locks(name, false).unwrap().found;
         (
             reader.lock(name).inspect().unwrap().subscribers,
             listed.first().and_then(|l| l.subscribers),

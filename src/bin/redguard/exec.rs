@@ -243,6 +243,18 @@ fn release_failed(lock: &Lock, holder: &redguard::HolderId, cmd_code: u8, why: &
                  lease ends ({} left)",
                 show::ttl(info.ttl)
             ),
+            // Checked before "another holder": a value of no lock's shape
+            // (a hold count overwritten past the bound) holds no one.
+            None if matches!(info.kind, redguard::LockKind::Other { .. }) => {
+                let redis_type = match &info.kind {
+                    redguard::LockKind::Other { redis_type } => redis_type.as_str(),
+                    _ => "hash",
+                };
+                format!(
+                    "its key is there but is not a lock: {}; left untouched",
+                    show::not_a_lock(redis_type)
+                )
+            }
             None if info.is_held() => {
                 "its key is there, held by another holder: ours ran out first".to_owned()
             }

@@ -95,12 +95,16 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
     // The counters are strings, a finished run is a hash of other fields:
     // only names that may read as one of the kinds are kept (every key
     // with --all).
-    let keys = if args.all {
+    let listing = if args.all {
         conn.client.list_locks(&args.pattern, true)
     } else {
         conn.client.list_synchronizers(&args.pattern)
     }
     .map_err(fail)?;
+    // Keys this ACL user may not read (a tenant confined to its own
+    // prefix, the database shared): skipped, counted in the output.
+    let mut unreadable = listing.unreadable;
+    let keys = listing.found;
     let waiters = Waiters::read(conn);
     let wants = Wants::of(args);
     let unread_counters = keys
@@ -112,27 +116,43 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
                 && !wants.reads_counter(info, &waiters)
         })
         .count();
+    let pattern = args.pattern.as_bytes();
     let mut entries = Vec::new();
     let mut once_keys: Vec<Vec<u8>> = Vec::new();
     for info in keys {
-        if let Some(entry) = classify(conn, info, &wants, &waiters, &mut once_keys)?
+        if let Some(key) = attempt_key_of(&info.name) {
+            // A last-attempt record stands for its run-once key, listed
+            // only when that key's own name matches (`*n}` matches
+            // `redguard_once_attempt:{jobn}`, not `jobn`).
+            if glob_matches(pattern, &key) {
+                once_keys.push(key);
+            }
+            continue;
+        }
+        if let Some(entry) = classify(conn, info, &wants, &waiters)?
             && wants.keeps(&entry, &waiters)
         {
             entries.push(entry);
         }
     }
     // Run-once keys whose last attempt failed or was abandoned keep only
-    // that record: found by their record's name.
-    let attempt_pattern = if args.pattern == "*" || !wants.once {
-        None
-    } else {
-        Some(format!("redguard_once_attempt:{{{}}}", args.pattern))
-    };
-    if let Some(pattern) = attempt_pattern {
-        for info in conn.client.list_locks(&pattern, true).map_err(fail)? {
-            once_keys.extend(attempt_key_of(&info.name));
+    // that record: found by their record's name, which the scan above
+    // matched only when the pattern is `*`.
+    if wants.once && args.pattern != "*" {
+        let attempts = format!("redguard_once_attempt:{{{}}}", args.pattern);
+        let attempts = conn.client.list_locks(&attempts, true).map_err(fail)?;
+        for info in attempts.found {
+            once_keys.extend(attempt_key_of(&info.name).filter(|k| glob_matches(pattern, k)));
         }
+        // A refused record counts when it stands for a matching key, and
+        // once: the scan above counted those whose own name matches.
+        unreadable.extend(attempts.unreadable.into_iter().filter(|name| {
+            !glob_matches(pattern, name)
+                && attempt_key_of(name).is_some_and(|k| glob_matches(pattern, &k))
+        }));
     }
+    unreadable.sort();
+    unreadable.dedup();
     once_keys.sort();
     once_keys.dedup();
     if !wants.once {
@@ -155,8 +175,18 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
         entries.retain(|e| e.longest_hold().is_some_and(|held| held >= min));
     }
     sort(&mut entries, args.sort);
+    let skipped = unreadable.len();
     if args.json {
-        let all: Vec<Value> = entries.iter().map(|e| to_json(e, &waiters)).collect();
+        let mut all: Vec<Value> = entries.iter().map(|e| to_json(e, &waiters)).collect();
+        if skipped > 0 {
+            // The array stays an array (docs/CLI.md): the count comes as
+            // a last element of its own kind, only when keys were skipped.
+            all.push(json!({
+                "kind": "skipped",
+                "skipped": skipped,
+                "reason": "this user may not read them",
+            }));
+        }
         crate::out::print_json(Value::Array(all));
     } else {
         // One write per buffer, not per line: a listing may run to tens
@@ -190,6 +220,12 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
                 "({unread_counters} integer {keys} not listed, which no expiring permit or \
                  redguard waiter names: an application's counters, or a semaphore or latch \
                  without waiters; --kind counter lists them)"
+            ));
+        }
+        if skipped > 0 {
+            let keys = if skipped == 1 { "key" } else { "keys" };
+            notes.push(format!(
+                "({skipped} {keys} skipped: this user may not read them)"
             ));
         }
         for note in notes {
@@ -259,19 +295,14 @@ impl Wants {
 /// What a key found by the scan is: a lock, a counter, a run-once key, or
 /// (kept with `--all` only) something else. Keys beside the synchronizers
 /// are skipped, and so are the kinds not asked for before any read of
-/// their own; a last-attempt record adds its run-once key to `once_keys`.
+/// their own. Last-attempt records are the caller's.
 fn classify(
     conn: &Connection,
     info: LockInfo,
     wants: &Wants,
     waiters: &Waiters,
-    once_keys: &mut Vec<Vec<u8>>,
 ) -> Result<Option<Entry>, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
-    if let Some(key) = attempt_key_of(&info.name) {
-        once_keys.push(key);
-        return Ok(None);
-    }
     let internal = INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p));
     let all = wants.others;
     let other = |info: LockInfo| Ok(all.then_some(Entry::Lock(info)));
@@ -325,6 +356,80 @@ fn attempt_key_of(key: &[u8]) -> Option<Vec<u8>> {
     match rest.strip_prefix(b"{").and_then(|r| r.strip_suffix(b"}")) {
         Some(inner) if !inner.contains(&b'{') => Some(inner.to_vec()),
         _ => Some(rest.to_vec()),
+    }
+}
+
+/// Whether `name` matches the glob `pattern` as `SCAN MATCH` has it
+/// (Redis's `stringmatchlen`): `*` any bytes, `?` one byte, `[abc]`,
+/// `[^abc]` and `[a-z]` a class (unclosed, it ends with the pattern), `\`
+/// the next byte as it is. A `*` backtracks to one point only, enough for
+/// a glob: no pattern costs more than its length times the name's.
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    // After the last `*`: where the pattern resumes, and the name byte it
+    // was last tried from.
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if pattern.get(p) == Some(&b'*') {
+            while pattern.get(p) == Some(&b'*') {
+                p += 1;
+            }
+            star = Some((p, n));
+            continue;
+        }
+        if p < pattern.len()
+            && let Some(next) = glob_one(pattern, p, name[n])
+        {
+            (p, n) = (next, n + 1);
+            continue;
+        }
+        match star {
+            Some((resume, from)) => {
+                star = Some((resume, from + 1));
+                (p, n) = (resume, from + 1);
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&b| b == b'*')
+}
+
+/// Whether byte `c` matches the pattern element at `p` (not a `*`): the
+/// index after that element when it does.
+fn glob_one(pattern: &[u8], p: usize, c: u8) -> Option<usize> {
+    match pattern[p] {
+        b'?' => Some(p + 1),
+        b'\\' if p + 1 < pattern.len() => (pattern[p + 1] == c).then_some(p + 2),
+        b'[' => {
+            let mut i = p + 1;
+            let negated = pattern.get(i) == Some(&b'^');
+            if negated {
+                i += 1;
+            }
+            let mut hit = false;
+            let end = loop {
+                match pattern.get(i) {
+                    None => break pattern.len(),
+                    Some(b'\\') if i + 1 < pattern.len() => {
+                        hit |= pattern[i + 1] == c;
+                        i += 2;
+                    }
+                    Some(b']') => break i + 1,
+                    Some(&from) if i + 2 < pattern.len() && pattern[i + 1] == b'-' => {
+                        let to = pattern[i + 2];
+                        let (lo, hi) = if from <= to { (from, to) } else { (to, from) };
+                        hit |= (lo..=hi).contains(&c);
+                        i += 3;
+                    }
+                    Some(&b) => {
+                        hit |= b == c;
+                        i += 1;
+                    }
+                }
+            };
+            (hit != negated).then_some(end)
+        }
+        b => (b == c).then_some(p + 1),
     }
 }
 
@@ -574,4 +679,93 @@ fn once_json(info: &OnceInfo, claim: Option<&LockInfo>, waiters: &Waiters) -> Va
         v["holders"] = holders_json(claim);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{attempt_key_of, glob_matches};
+
+    /// Each pattern against the same names, with what `SCAN MATCH` of
+    /// Redis 7.0 answered for them.
+    #[test]
+    fn globs_match_as_scan_match_does() {
+        let names: [&[u8]; 13] = [
+            b"jobn",
+            b"redguard_once_attempt:{jobn}",
+            b"a}",
+            b"ab",
+            b"a*b",
+            b"a\\b",
+            b"abc",
+            b"b",
+            b"x-y",
+            b"a]",
+            b"a^",
+            b"aXb",
+            b"a[b",
+        ];
+        let cases: [(&str, &[&str]); 19] = [
+            ("*n}", &["redguard_once_attempt:{jobn}"]),
+            ("job?", &["jobn"]),
+            ("a[bc]", &["ab"]),
+            ("a[^b]", &["a]", "a^", "a}"]),
+            ("a[a-c]", &["ab"]),
+            ("a[c-a]", &["ab"]),
+            ("a\\*b", &["a*b"]),
+            ("a\\\\b", &["a\\b"]),
+            ("a[b", &["ab"]),
+            ("a[]", &[]),
+            ("a[]]", &[]),
+            (
+                "a*",
+                &["a*b", "aXb", "a[b", "a\\b", "a]", "a^", "ab", "abc", "a}"],
+            ),
+            ("*b", &["a*b", "aXb", "a[b", "a\\b", "ab", "b"]),
+            ("a[\\]]", &["a]"]),
+            ("a?b", &["a*b", "aXb", "a[b", "a\\b"]),
+            ("a*c*", &["abc"]),
+            (
+                "[a-b]*",
+                &[
+                    "a*b", "aXb", "a[b", "a\\b", "a]", "a^", "ab", "abc", "a}", "b",
+                ],
+            ),
+            ("a[^]", &["a]", "a^", "ab", "a}"]),
+            ("a\\", &[]),
+        ];
+        for (pattern, want) in cases {
+            let mut got: Vec<&str> = names
+                .iter()
+                .filter(|n| glob_matches(pattern.as_bytes(), n))
+                .map(|n| std::str::from_utf8(n).unwrap())
+                .collect();
+            let mut want = want.to_vec();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "pattern {pattern:?}");
+        }
+        assert!(glob_matches(b"*", b""));
+        assert!(glob_matches(b"", b""));
+        assert!(!glob_matches(b"", b"a"));
+        assert!(glob_matches(b"a\\", b"a\\"));
+        // Many stars cost no more than the name's length each.
+        let long = vec![b'a'; 4_000];
+        assert!(!glob_matches(
+            &[b"*a".repeat(40), b"b".to_vec()].concat(),
+            &long
+        ));
+    }
+
+    #[test]
+    fn an_attempt_record_names_its_run_once_key() {
+        assert_eq!(
+            attempt_key_of(b"redguard_once_attempt:{jobn}"),
+            Some(b"jobn".to_vec())
+        );
+        assert_eq!(
+            attempt_key_of(b"redguard_once_attempt:a{b}"),
+            Some(b"a{b}".to_vec())
+        );
+        assert_eq!(attempt_key_of(b"jobn"), None);
+    }
 }

@@ -36,6 +36,7 @@ mod exec_outage;
 mod exec_signals;
 mod exec_tree;
 mod help;
+mod list_scope;
 mod logs;
 mod once_attempt;
 mod ops;

@@ -311,3 +311,108 @@ fn binary_names_are_escaped_reversibly() {
     let text = status(raw, false);
     assert!(text.starts_with("lock \"bin\\xff\\\\x\": held"), "{text}");
 }
+
+/// Item 13a of issue 44: a hold count past the bound (10,000) makes a
+/// hash no lock's, whether it was a live `exec`'s hold overwritten by hand
+/// (`HSET NAME <its holder id> 99999999999999999999`) or a hash redguard
+/// never wrote. `status` says "not a lock" with exit 65 (never "not
+/// held"), `list --all` lists it as "not a lock" (plain `list` leaves it
+/// out as an application's hash, never as a free or held lock),
+/// `unlock --force` refuses it with 65 and leaves it as it was; the
+/// `exec` whose hold it was exits 74 after CMD, saying the key is no lock
+/// (not "held by another holder").
+#[test]
+fn a_hold_count_past_the_bound_is_not_a_lock_to_status_list_and_unlock() {
+    let ctx = TestContext::new();
+    let url = ctx.server.url();
+    let live = unique_name("count-past-bound-live");
+    let never = unique_name("count-past-bound-never");
+    const COUNT: &[u8] = b"99999999999999999999";
+    let dir = scratch();
+    let stop = dir.path().join("stop");
+    let mut exec = redguard(&url);
+    exec.args(["exec", &live, "--", "sh", "-c"]).arg(format!(
+        "while [ ! -e {} ]; do sleep 0.05; done",
+        stop.display()
+    ));
+    let mut holder = Proc::spawn(exec);
+    let mut field = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let fields: Vec<Vec<u8>> = ctx.server.cmd("HKEYS", &[live.as_bytes()]);
+            fields.into_iter().next().map(|f| field = f).is_some()
+        }),
+        "exec never took the lock: {}",
+        holder.stderr_so_far()
+    );
+    let _: i64 = ctx.server.cmd("HSET", &[live.as_bytes(), &field, COUNT]);
+    let _: i64 = ctx.server.cmd(
+        "HSET",
+        &[
+            never.as_bytes(),
+            b"0b8f8a1c-1111-4222-8333-444455556666:1",
+            COUNT,
+        ],
+    );
+    let cli = |args: &[&str]| {
+        let mut cmd = redguard(&url);
+        cmd.args(args);
+        let out = run(cmd);
+        let said = format!("{}{}", out.stdout, out.stderr);
+        for wrong in [
+            "not held",
+            "no holder",
+            "free",
+            "reentrant",
+            "another holder",
+        ] {
+            assert!(!said.contains(wrong), "{args:?} says {wrong:?}: {out:?}");
+        }
+        out
+    };
+    for name in [live.as_str(), never.as_str()] {
+        let out = cli(&["status", name]);
+        assert_eq!(out.code, Some(65), "{out:?}");
+        assert!(
+            out.stdout
+                .contains("not a lock: the key holds a hash whose fields are not a lock's"),
+            "{out:?}"
+        );
+        let out = cli(&["status", "--json", name]);
+        assert_eq!(out.code, Some(65), "{out:?}");
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(
+            (&v["kind"], &v["redis_type"]),
+            (&"other".into(), &"hash".into())
+        );
+
+        let out = cli(&["list", name]);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        assert!(!out.stdout.contains(name), "{out:?}");
+        let out = cli(&["list", "--all", name]);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        let line = format!("\"{name}\": not a lock (hash of other fields than a lock's");
+        assert!(out.stdout.contains(&line), "{out:?}");
+        let out = cli(&["list", "--all", "--json", name]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(v[0]["kind"], "other", "{v}");
+
+        let out = cli(&["unlock", "--force", name]);
+        assert_eq!(out.code, Some(65), "{out:?}");
+        assert!(
+            out.stderr.contains("is not a lock") && out.stderr.contains("left untouched"),
+            "{out:?}"
+        );
+        let count: Vec<Vec<u8>> = ctx.server.cmd("HVALS", &[name.as_bytes()]);
+        assert_eq!(count, [COUNT.to_vec()], "{name} was changed");
+    }
+
+    fs::write(&stop, "").unwrap();
+    let out = holder.wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(74), "{out:?}");
+    assert!(
+        out.stderr.contains("its key is there but is not a lock")
+            && !out.stderr.contains("another holder"),
+        "{out:?}"
+    );
+}

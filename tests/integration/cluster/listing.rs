@@ -25,7 +25,7 @@ pub(super) fn listing(bed: &RedisCluster) {
 /// Subscribers of lock `name` as `status` counts them: the library's
 /// inspection, `list_locks`, and `redguard status --json`.
 fn counted(bed: &RedisCluster, reader: &Client, name: &str) -> (Option<u64>, Option<u64>, u64) {
-    let listed = reader.list_locks(name, false).unwrap();
+    let listed = reader.list_locks(name, false).unwrap().found;
     let mut cmd = redguard(&bed.url());
     cmd.args(["status", name, "--json"]);
     let out = run(cmd);
@@ -131,7 +131,7 @@ fn list_reads_a_migrating_slot(bed: &RedisCluster) {
     cmd.args(["list", &pattern, "--json", "--sort", "name"]);
     let out = run(cmd);
     let reader = builder(&bed.url()).build().unwrap();
-    let mut listed = reader.list_locks(&pattern, false).unwrap();
+    let mut listed = reader.list_locks(&pattern, false).unwrap().found;
     listed.sort_by(|a, b| a.name.cmp(&b.name));
     // The bed's slot is given to its new owner before any assertion can
     // fail, so that the cases after this one find a settled cluster.
