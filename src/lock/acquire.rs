@@ -207,6 +207,16 @@ impl Lock {
                  cannot be had while it reads (no upgrade: release the read side first)",
             ));
         }
+        // One more hold past the shape bound would make the lock read as
+        // no lock's to every script (its own renewal and release included),
+        // as a planted count does: refused here, before Redis is asked.
+        let held = thread_holds::count(self.inner.client.id().as_u128(), self.hold_key());
+        if held >= crate::lock::shape::MAX_HOLD_COUNT {
+            return Err(Error::invalid(format!(
+                "this thread already holds this lock {held} times, the most one holder may \
+                 (a larger hold count is no lock's to the scripts: see docs/OPERATIONS.md)"
+            )));
+        }
         // This thread's release of the lock may still be retried after a
         // failover: it drops every hold of this holder, a new one too.
         if !thread_holds::wait_released(self.inner.client.id().as_u128(), self.hold_key(), deadline)

@@ -333,7 +333,7 @@ impl Lock {
         guard: LockGuard,
         setup: "",
         handle: "client.lock(\"orders:42\")",
-        errors: "[`Error::InvalidArgument`] (bad name or lease), [`Error::WrongType`] \
+        errors: "[`Error::InvalidArgument`] (bad name or lease, or this thread already holds the lock 1,000 times), [`Error::WrongType`] \
                  (a value of another type is stored at the name, or at the fair queue's \
                  or fencing counter's key), [`Error::Shutdown`], and connection, \
                  timeout and server errors that retrying cannot fix, at once. Errors \

@@ -98,6 +98,19 @@ pub(crate) fn current(client: u128, key: &[u8]) -> Option<Arc<LeaseState>> {
     })
 }
 
+/// How many holds this thread has of `key` with a live state (0: none).
+pub(crate) fn count(client: u128, key: &[u8]) -> u64 {
+    HOLDS.with(|holds| {
+        let holds = holds.borrow();
+        holds
+            .iter()
+            .find(|(c, _)| *c == client)
+            .and_then(|(_, per_client)| per_client.get(key))
+            .filter(|hold| !hold.state.is_marked_lost() && !hold.state.is_released())
+            .map_or(0, |hold| hold.count)
+    })
+}
+
 /// Records one more hold on `key`. Uses the existing live state, or
 /// `fresh()` when there is none (which replaces a lost or released one).
 /// Returns the state and whether it is new.
