@@ -304,7 +304,11 @@ impl Client {
         self.check_open()?;
         let id = uuid::Uuid::parse_str(client)
             .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
-        record::records_of(&self.shared.source, self.record_prefix(), &id.hyphenated().to_string())
+        record::records_of(
+            &self.shared.source,
+            self.record_prefix(),
+            &id.hyphenated().to_string(),
+        )
     }
 
     /// The holder records that keep a wait ([`HolderRecord::waits`]): who

@@ -804,7 +804,10 @@ mod tests {
         ] {
             match prefix(bad) {
                 Err(Error::InvalidArgument(msg)) => {
-                    assert!(msg.contains("record prefix") && msg.contains(says), "{bad:?}: {msg}")
+                    assert!(
+                        msg.contains("record prefix") && msg.contains(says),
+                        "{bad:?}: {msg}"
+                    );
                 }
                 other => panic!("{bad:?} gave {:?}", other.map(|_| ())),
             }

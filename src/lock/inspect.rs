@@ -574,7 +574,10 @@ impl Lock {
         let around = record::around(
             self.client().source(),
             self.client().record_prefix(),
-            name, &channels, &clients)?;
+            name,
+            &channels,
+            &clients,
+        )?;
         info.records = around.records;
         info.server_time = around.server_time;
         info.subscribers = around.subscribers;

@@ -104,7 +104,12 @@ pub(crate) fn waiting_on(
         }
         let mut pipe = redis::pipe();
         for key in &keys {
-            record_read(&mut pipe, key, BOUNDS, ReadFields::Matching(super::WAIT_PREFIX));
+            record_read(
+                &mut pipe,
+                key,
+                BOUNDS,
+                ReadFields::Matching(super::WAIT_PREFIX),
+            );
         }
         pipe.ignore_errors();
         let replies: Vec<Value> = query_reads(conn, &pipe)?;
@@ -129,9 +134,7 @@ pub(crate) fn waiting_on(
 /// The client id of a record key under `prefix` (`<prefix>{<uuid>}` or
 /// `<prefix>{<uuid>:<n>}`).
 fn client_of_key(prefix: &str, key: &[u8]) -> Option<String> {
-    let rest = key
-        .strip_prefix(prefix.as_bytes())?
-        .strip_prefix(b"{")?;
+    let rest = key.strip_prefix(prefix.as_bytes())?.strip_prefix(b"{")?;
     let uuid = std::str::from_utf8(rest.get(..36)?).ok()?;
     uuid::Uuid::parse_str(uuid).ok()?;
     matches!(rest.get(36), Some(b'}' | b':')).then(|| uuid.to_owned())

@@ -381,17 +381,17 @@ mod tests {
             key(DEFAULT_PREFIX, UUID, 0),
             format!("redguard:client:{{{UUID}}}").as_bytes()
         );
-        assert_eq!(
-            key("t:", UUID, 7),
-            format!("t:{{{UUID}:7}}").as_bytes()
-        );
+        assert_eq!(key("t:", UUID, 7), format!("t:{{{UUID}:7}}").as_bytes());
         assert_eq!(
             key(DEFAULT_PREFIX, UUID, 7),
             format!("redguard:client:{{{UUID}:7}}").as_bytes()
         );
         // Some suffix lands in any given third of the slots, and early.
         for third in 0..3u16 {
-            let k = key_for(DEFAULT_PREFIX, UUID, |k| crate::keys::slot(k) / 5462 == third).unwrap();
+            let k = key_for(DEFAULT_PREFIX, UUID, |k| {
+                crate::keys::slot(k) / 5462 == third
+            })
+            .unwrap();
             assert_eq!(crate::keys::slot(&k) / 5462, third);
         }
         assert!(key_for(DEFAULT_PREFIX, UUID, |_| false).is_none());

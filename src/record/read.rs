@@ -280,11 +280,7 @@ fn numsub(reply: Option<Value>, channels: usize) -> Vec<Option<u64>> {
 /// # Errors
 ///
 /// Connection, timeout and server errors.
-pub(crate) fn records_of(
-    source: &Source,
-    prefix: &str,
-    client: &str,
-) -> Result<Vec<HolderRecord>> {
+pub(crate) fn records_of(source: &Source, prefix: &str, client: &str) -> Result<Vec<HolderRecord>> {
     let mut out = Vec::new();
     for node in source.masters()? {
         let Some(key) = super::key_for(prefix, client, |k| source.node_of(k) == node) else {
@@ -325,7 +321,10 @@ mod tests {
             bulk(b"7"),
         ]);
         let r = bounded("c", Some(reply)).unwrap();
-        assert_eq!((r.host.as_str(), r.pid, r.program.as_str()), ("h1", Some(7), ""));
+        assert_eq!(
+            (r.host.as_str(), r.pid, r.program.as_str()),
+            ("h1", Some(7), "")
+        );
         assert!(r.field_too_long("program") && !r.field_too_long("host"));
         assert_eq!(r.long_names, vec![b"wait:abc|xxxx".to_vec()]);
         assert!(r.partial);

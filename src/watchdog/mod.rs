@@ -972,16 +972,12 @@ impl Watchdog {
             let Some(source) = state.source.upgrade() else {
                 continue;
             };
-            let Some(write) = state
-                .record
-                .as_mut()
-                .and_then(|r| {
-                    r.take(
-                        |prefix, client| record_key(&source, server.1, prefix, client),
-                        now,
-                    )
-                })
-            else {
+            let Some(write) = state.record.as_mut().and_then(|r| {
+                r.take(
+                    |prefix, client| record_key(&source, server.1, prefix, client),
+                    now,
+                )
+            }) else {
                 continue;
             };
             if let Err(write) = self.send_record(server, &source, write) {

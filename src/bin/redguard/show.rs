@@ -91,7 +91,12 @@ fn unread_names(record: &HolderRecord) -> impl Iterator<Item = (&[u8], bool)> {
         .too_long
         .iter()
         .map(move |f| (&f[..f.len().min(SHOWN_FIELD)], cut(f)))
-        .chain(record.long_names.iter().map(|f| (&f[..f.len().min(SHOWN_FIELD)], true)))
+        .chain(
+            record
+                .long_names
+                .iter()
+                .map(|f| (&f[..f.len().min(SHOWN_FIELD)], true)),
+        )
 }
 
 /// The fields of a record left unread, for JSON: `too_long` (the names of

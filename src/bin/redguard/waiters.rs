@@ -49,7 +49,8 @@ impl Waiter {
             host: (!record.field_too_long("host")).then(|| record.host.clone()),
             pid: record.pid,
             program: (!record.field_too_long("program")).then(|| record.program.clone()),
-            kind: show::TOO_LONG.to_owned(),
+            // Its kind follows the start in the value left unread.
+            kind: "kind unknown".to_owned(),
             since: None,
         };
         Some((rest[bar + 1..].to_vec(), waiter))
