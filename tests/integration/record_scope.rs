@@ -245,6 +245,18 @@ mod cli {
             out.stdout.contains(&format!("pid {}", holder.pid())),
             "{out:?}"
         );
+        // `list` shows the lock with its holder's record, and not the
+        // record's own key.
+        let mut cmd = redguard(&url);
+        tenant(&mut cmd);
+        cmd.args(["list", "tenantA:*"]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        assert!(
+            out.stdout.contains(&format!("pid {}", holder.pid())),
+            "{out:?}"
+        );
+        assert!(!out.stdout.contains(TENANT), "{out:?}");
         assert!(server.exists(format!("{TENANT}{{{id}}}")));
         assert_eq!(keys(&server, "redguard:client:*"), Vec::<String>::new());
         let log: Vec<redis::Value> = server.cmd("ACL", &[b"LOG"]);
