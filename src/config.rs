@@ -336,7 +336,8 @@ impl Builder {
     /// Default `true`.
     ///
     /// The record is one small hash per client (on a Cluster: per master
-    /// where it holds something), `redguard:client:{<client id>}`, holding
+    /// where it holds something), `redguard:client:{<client id>}` (under
+    /// another [`record_prefix`](Builder::record_prefix) if given), holding
     /// the host name, pid, [`program`](Builder::program), crate version and
     /// the client's start time, plus the start time of each of its holds
     /// (up to 1,000 per record), all on the server's clock. It lives one

@@ -4,9 +4,11 @@
 //! operator more than a holder id. The locks' own layout (Redisson's) is
 //! not touched: a Java holder simply has no record.
 //!
-//! * Key: `redguard:client:{<client uuid>}`. On a Cluster a client keeps
-//!   one record on every master where it holds something, at the first of
-//!   `redguard:client:{<uuid>}`, `redguard:client:{<uuid>:1}`, `…:2}`, …
+//! * Key: `<prefix>{<client uuid>}`, the prefix `redguard:client:` unless
+//!   the client gives another (`Builder::record_prefix`: one per tenant on
+//!   a shared server; readers look only under their own). On a Cluster a
+//!   client keeps one record on every master where it holds something, at
+//!   the first of `<prefix>{<uuid>}`, `<prefix>{<uuid>:1}`, `…:2}`, …
 //!   whose slot that master serves ([`key_for`]); a reader finds it with
 //!   the same rule and the slot map it has, in the round trip that reads
 //!   the lock's neighbours.
@@ -22,6 +24,11 @@
 //! * Lifetime: `PEXPIRE` = the client's watchdog timeout, refreshed in the
 //!   round trips that renew its leases; deleted when the client shuts down.
 //!   A killed process's record is gone within one lease.
+//!
+//! * Reads are bounded on the server (`lua/record_read.lua`, bounds in
+//!   `read::BOUNDS`): a record is any client's to write, and a field of
+//!   100 MB must not reach a reader. Over-long values and names are sent as
+//!   their lengths ([`HolderRecord::too_long`], [`HolderRecord::long_names`]).
 //!
 //! This module knows the layout: names, fields, what a write sends and how
 //! a read is parsed. The watchdog decides when to write (`watchdog::records`).
