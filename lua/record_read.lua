@@ -39,15 +39,17 @@ local function add(name)
         return
     end
     local len = redis.call('hstrlen', key, name)
-    if len == 0 and redis.call('hexists', key, name) == 0 then
-        return
-    end
-    out[#out + 1] = name
     if len > max_value then
+        out[#out + 1] = name
         out[#out + 1] = len
         budget = budget - #name
-    else
-        out[#out + 1] = redis.call('hget', key, name)
+        return
+    end
+    -- A field missing (HSTRLEN 0) reads as false: left out.
+    local value = redis.call('hget', key, name)
+    if value then
+        out[#out + 1] = name
+        out[#out + 1] = value
         budget = budget - #name - len
     end
 end

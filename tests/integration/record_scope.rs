@@ -68,7 +68,18 @@ fn a_record_prefix_keeps_records_under_it_and_readers_look_only_there() {
     );
 
     // A waiter's entry goes under the prefix too, and only a reader with
-    // it finds the wait.
+    // it finds the wait. The waiter holds another lock meanwhile: a
+    // waiting record comes without its holds.
+    let other = same.lock(unique_name("tenantA:other")).lock().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            same.holder_records(&same.id().to_string())
+                .unwrap()
+                .iter()
+                .any(|r| !r.holds.is_empty())
+        }),
+        "the waiter's hold never reached its record"
+    );
     let waiter = std::thread::spawn({
         let lock = same.lock(&name);
         move || {
@@ -77,19 +88,25 @@ fn a_record_prefix_keeps_records_under_it_and_readers_look_only_there() {
                 .is_some()
         }
     });
+    let mut waiting = Vec::new();
     assert!(
         wait_until(Duration::from_secs(5), || {
-            same.waiting_records()
-                .unwrap()
+            waiting = same.waiting_records().unwrap();
+            waiting
                 .iter()
                 .any(|r| r.waits.iter().any(|w| w.name == name.as_bytes()))
         }),
         "the wait was never found under the prefix"
     );
+    assert!(
+        waiting.iter().all(|r| r.holds.is_empty()),
+        "holds read with the waits: {waiting:?}"
+    );
     assert!(default.waiting_records().unwrap().is_empty());
     assert_eq!(keys(&server, "redguard:client:*"), Vec::<String>::new());
     guard.unlock().unwrap();
     assert!(waiter.join().unwrap());
+    drop(other);
 }
 
 /// A hash at a record's key with more fields than a record ever has is
@@ -150,6 +167,111 @@ fn a_huge_record_field_is_never_read_whole() {
     assert!(r.field_too_long("program"));
     assert!(!r.holds.is_empty(), "the holds are still read");
     drop(guard);
+}
+
+/// The bounds are exact: a value of 4 KiB, a field name of 64 KiB + 256
+/// bytes and 2,032 fields are read; a byte or a field more is not.
+#[test]
+fn the_read_bounds_are_exact() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = test_builder(&url).build().unwrap();
+    let guard = client.lock(unique_name("edge")).lock().unwrap();
+    let id = client.id().to_string();
+    let key = format!("redguard:client:{{{id}}}");
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            client
+                .holder_records(&id)
+                .unwrap()
+                .iter()
+                .any(|r| !r.holds.is_empty())
+        }),
+        "no record with its hold"
+    );
+    let read = || client.holder_records(&id).unwrap().remove(0);
+    let r = read();
+    assert!(
+        matches!(r.ttl, Some(redguard::Ttl::Expires(_))),
+        "{:?}",
+        r.ttl
+    );
+    let hset = |field: &[u8], value: &[u8]| {
+        let _: i64 = server.cmd("HSET", &[key.as_bytes(), field, value]);
+    };
+    let hdel = |field: &[u8]| {
+        let _: i64 = server.cmd("HDEL", &[key.as_bytes(), field]);
+    };
+
+    hset(b"program", &[b'p'; 4096]);
+    assert_eq!(read().program.len(), 4096);
+    hset(b"program", &[b'p'; 4097]);
+    assert!(read().field_too_long("program"));
+
+    let mut name = b"hold:".to_vec();
+    name.resize(64 * 1024 + 256, b'n');
+    hset(&name, b"1");
+    let r = read();
+    assert!(
+        r.long_names.is_empty() && !r.too_long.contains(&name),
+        "{:?}",
+        r.too_long
+    );
+    hdel(&name);
+    name.push(b'n');
+    hset(&name, b"1");
+    assert_eq!(read().long_names, vec![name[..64].to_vec()]);
+    hdel(&name);
+
+    let len: usize = server.cmd("HLEN", &[key.as_bytes()]);
+    let fields: Vec<Vec<u8>> = (len..2032)
+        .flat_map(|i| [format!("x{i}").into_bytes(), b"1".to_vec()])
+        .collect();
+    let mut args: Vec<&[u8]> = vec![key.as_bytes()];
+    args.extend(fields.iter().map(Vec::as_slice));
+    let _: i64 = server.cmd("HSET", &args);
+    let r = read();
+    assert!(
+        !r.partial && !r.holds.is_empty(),
+        "2,032 fields: read whole"
+    );
+    hset(b"x-one-more", b"1");
+    let r = read();
+    assert!(r.partial && r.holds.is_empty(), "2,033 fields: in part");
+    drop(guard);
+}
+
+/// A permit's holder record, as a semaphore's inspection finds it, has
+/// that permit's hold only, not the client's other holds.
+#[test]
+fn a_permit_holders_record_comes_with_that_hold_only() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = test_builder(&url).build().unwrap();
+    let other = test_builder(&url).build().unwrap();
+    let name = unique_name("sem");
+    let sem = client.expiring_semaphore(&name);
+    assert!(sem.try_set_permits(3).unwrap());
+    let lock = client.lock(unique_name("beside")).lock().unwrap();
+    let permit = sem.acquire().unwrap();
+    let theirs = other.expiring_semaphore(&name).acquire().unwrap();
+    let mut info = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let i = sem.inspect().unwrap();
+            let both = [permit.id(), theirs.id()]
+                .iter()
+                .all(|id| i.record_of(id).is_some_and(|r| !r.holds.is_empty()));
+            info = Some(i);
+            both
+        }),
+        "the permits' records were never found: {info:?}"
+    );
+    let info = info.unwrap();
+    let r = info.record_of(permit.id()).unwrap();
+    assert_eq!(r.holds.len(), 1, "{:?}", r.holds);
+    assert_eq!(r.holds[0].name, name.as_bytes());
+    drop((lock, permit, theirs));
 }
 
 #[cfg(feature = "cli")]
