@@ -241,6 +241,31 @@ fn the_read_bounds_are_exact() {
     drop(guard);
 }
 
+/// A record whose fields come to more than 1 MiB (each under the bounds)
+/// is read in part, the fixed fields first.
+#[test]
+fn a_record_past_one_mib_is_read_in_part() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = test_builder(&url).build().unwrap();
+    let guard = client.lock(unique_name("mib")).lock().unwrap();
+    let id = client.id().to_string();
+    let key = format!("redguard:client:{{{id}}}");
+    assert!(
+        wait_until(Duration::from_secs(5), || server.exists(&key)),
+        "no record"
+    );
+    let value = vec![b'v'; 4000];
+    for i in 0..300 {
+        let field = format!("wait:x:{i}|n{i}");
+        let _: i64 = server.cmd("HSET", &[key.as_bytes(), field.as_bytes(), &value]);
+    }
+    let r = client.holder_records(&id).unwrap().remove(0);
+    assert!(r.partial, "300 x 4,000 bytes read whole");
+    assert_eq!(r.pid, Some(std::process::id()));
+    drop(guard);
+}
+
 /// A permit's holder record, as a semaphore's inspection finds it, has
 /// that permit's hold only, not the client's other holds.
 #[test]

@@ -79,7 +79,7 @@ impl Waiter {
                 .map_or_else(|| show::TOO_LONG.to_owned(), |p| show::name(p.as_bytes())),
             self.waited()
                 .map_or_else(|| show::TOO_LONG.to_owned(), show::left),
-            self.kind
+            show::text(&self.kind)
         )
     }
 
@@ -193,7 +193,9 @@ impl Waiters {
             return s;
         }
         for w in self.of(name) {
-            let _ = writeln!(s, "{indent}waiter {}: {}", w.holder, w.line());
+            // The holder id is the record's field name: escaped like its
+            // other fields.
+            let _ = writeln!(s, "{indent}waiter {}: {}", show::text(&w.holder), w.line());
         }
         // Whose wait these are for is unknown: said beside every name.
         for r in &self.unreadable {
