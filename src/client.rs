@@ -164,7 +164,8 @@ pub struct Stats {
     /// renewal. Refreshes otherwise ride on renewal round trips.
     pub record_round_trips: u64,
     /// Holder-record writes the server refused with a permission error (an
-    /// ACL user without `~redguard:client:*`; see docs/SECURITY.md): the
+    /// ACL user without `~redguard:client:*`, or the pattern of its
+    /// [`record_prefix`](Builder::record_prefix); see docs/SECURITY.md): the
     /// locks work, but `status` and `list` show no host, pid or program
     /// for them. The first refusal is also logged as a warning.
     pub record_writes_refused: u64,
@@ -243,6 +244,7 @@ impl Client {
                 if let Some(host) = config.host.as_deref() {
                     spec.set_host(host);
                 }
+                spec.set_prefix(config.record_prefix.clone());
                 Arc::new(spec)
             }),
         });
@@ -274,8 +276,12 @@ impl Client {
     /// a [`ClientId`], the first part of its holder ids): one from a single
     /// server or Sentinel, one per master where it holds something on a
     /// Cluster; empty when it keeps none (a Java client, records off, or a
-    /// client gone for longer than its lease). See
-    /// [`Builder::holder_record`]. Reads only: one round trip per master.
+    /// client gone for longer than its lease), or when it keeps them under
+    /// another [`record_prefix`](Self::record_prefix). See
+    /// [`Builder::holder_record`]. Reads only, one round trip per master,
+    /// bounded by a script: no field name or value longer than a record's
+    /// is sent, nor more fields than a record has (see
+    /// [`HolderRecord::too_long`] and [`HolderRecord::partial`]).
     ///
     /// # Errors
     ///
@@ -298,7 +304,11 @@ impl Client {
         self.check_open()?;
         let id = uuid::Uuid::parse_str(client)
             .map_err(|_| Error::invalid(format!("{client:?} is not a client id (a UUID)")))?;
-        record::records_of(&self.shared.source, &id.hyphenated().to_string())
+        record::records_of(
+            &self.shared.source,
+            self.record_prefix(),
+            &id.hyphenated().to_string(),
+        )
     }
 
     /// The holder records that keep a wait ([`HolderRecord::waits`]): who
@@ -307,10 +317,12 @@ impl Client {
     /// Redisson's waiters keep no record (a fair lock's queue and the
     /// subscriber counts still show them).
     ///
-    /// Reads only: one `SCAN` (`COUNT` 1,000, `MATCH
-    /// redguard:client:*`) per 1,000 keys of each master, and one pipelined
-    /// round trip per page that has records, each read bounded (an
-    /// `HSCAN … MATCH wait:*` of bounded `COUNT`, never `HGETALL`).
+    /// Reads only records under [`record_prefix`](Self::record_prefix):
+    /// one `SCAN` (`COUNT` 1,000, `MATCH <prefix>*`) per 1,000 keys of
+    /// each master, and one pipelined round trip per page that has
+    /// records, each read bounded by a script (fixed and `wait:` fields
+    /// only; no field name or value longer than a record's is sent: see
+    /// [`HolderRecord::too_long`]).
     ///
     /// # Errors
     ///
@@ -334,7 +346,7 @@ impl Client {
         let source = &self.shared.source;
         let mut out = Vec::new();
         for node in source.masters()? {
-            out.extend(record::waiting_on(source, node)?);
+            out.extend(record::waiting_on(source, self.record_prefix(), node)?);
         }
         Ok(out)
     }
@@ -495,6 +507,14 @@ impl Client {
 
     pub(crate) fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// The prefix of holder record keys this client writes its record
+    /// under and reads records from
+    /// ([`Builder::record_prefix`](crate::Builder::record_prefix); default
+    /// `redguard:client:`).
+    pub fn record_prefix(&self) -> &str {
+        &self.shared.config.record_prefix
     }
 
     pub(crate) fn source(&self) -> &Arc<Source> {

@@ -71,6 +71,7 @@ const MAX_RENEW_BATCH: usize = 10_000;
 /// | [`program`](Builder::program) | `argv[0]` | cut to 256 bytes |
 /// | [`host`](Builder::host) | this machine's host name | cut to 256 bytes |
 /// | [`record_command`](Builder::record_command) | [`Masked`](crate::RecordCommand::Masked) | |
+/// | [`record_prefix`](Builder::record_prefix) | `redguard:client:` | 1 ..= 256 bytes, no `*?[]\{}` |
 /// | [`metrics_lock_names`](Builder::metrics_lock_names) | `false` | |
 /// | [`tls_root_ca`](Builder::tls_root_ca), [`tls_client_cert`](Builder::tls_client_cert) | system roots, none | PEM; `rediss://` only |
 #[derive(Clone)]
@@ -92,6 +93,7 @@ pub struct Builder {
     program: Option<String>,
     host: Option<String>,
     record_command: RecordCommand,
+    record_prefix: String,
     metrics_lock_names: bool,
     tls: Tls,
     /// Sentinel deployment: see `connection::sentinel` for its setters.
@@ -121,6 +123,7 @@ impl fmt::Debug for Builder {
             .field("program", &self.program)
             .field("host", &self.host)
             .field("record_command", &self.record_command)
+            .field("record_prefix", &self.record_prefix)
             .field("metrics_lock_names", &self.metrics_lock_names)
             .field("tls_root_ca", &self.tls.root_ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
@@ -149,6 +152,7 @@ impl Default for Builder {
             program: None,
             host: None,
             record_command: RecordCommand::Masked,
+            record_prefix: crate::record::DEFAULT_PREFIX.to_owned(),
             metrics_lock_names: false,
             tls: Tls::default(),
             sentinel: SentinelOptions::default(),
@@ -332,7 +336,8 @@ impl Builder {
     /// Default `true`.
     ///
     /// The record is one small hash per client (on a Cluster: per master
-    /// where it holds something), `redguard:client:{<client id>}`, holding
+    /// where it holds something), `redguard:client:{<client id>}` (under
+    /// another [`record_prefix`](Builder::record_prefix) if given), holding
     /// the host name, pid, [`program`](Builder::program), crate version and
     /// the client's start time, plus the start time of each of its holds
     /// (up to 1,000 per record), all on the server's clock. It lives one
@@ -341,7 +346,7 @@ impl Builder {
     /// client shuts down, so a killed process's record is gone within one
     /// lease. The locks themselves keep Redisson's layout: a Java holder
     /// simply has no record. The ACL user needs the key pattern
-    /// `~redguard:client:*` (see docs/DEPLOYMENTS.md).
+    /// `~redguard:client:*`, or that of its [`record_prefix`](Builder::record_prefix) (see docs/SECURITY.md).
     ///
     /// Hold start times are written off the acquire path, by the watchdog:
     /// the first hold at once, later ones within one renewal period
@@ -387,6 +392,29 @@ impl Builder {
     /// locks' layout.
     pub fn record_command(mut self, how: RecordCommand) -> Builder {
         self.record_command = how;
+        self
+    }
+
+    /// The prefix of this client's holder record keys, before the
+    /// `{<client id>}` hash tag. Default `redguard:client:`. Tenants that
+    /// share a server each give their own (`tenantA:redguard:client:`), so
+    /// that an ACL user confined to its own keys (`~tenantA:*`) keeps its
+    /// records there and can neither read nor touch another tenant's.
+    ///
+    /// Readers find records only under their own prefix: `status`,
+    /// [`Lock::inspect`](crate::Lock::inspect),
+    /// [`Client::holder_records`](crate::Client::holder_records) and
+    /// [`Client::waiting_records`](crate::Client::waiting_records) of a
+    /// client with another prefix see no record of this one.
+    ///
+    /// # Errors
+    ///
+    /// [`Builder::build`] rejects with [`Error::InvalidArgument`] a prefix
+    /// that is empty, longer than 256 bytes, or holds `{` or `}` (the hash
+    /// tag follows it) or a glob character `*`, `?`, `[`, `]`, `\` (records
+    /// are searched with `SCAN MATCH <prefix>*`).
+    pub fn record_prefix(mut self, prefix: impl Into<String>) -> Builder {
+        self.record_prefix = prefix.into();
         self
     }
 
@@ -466,6 +494,7 @@ impl Builder {
                 return Err(Error::invalid("TLS certificates need a rediss:// URL"));
             }
         }
+        crate::record::check_prefix(&self.record_prefix).map_err(Error::invalid)?;
         if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
             return Err(Error::invalid(format!(
                 "pool size {} is outside 1 ..= {MAX_POOL_SIZE}",
@@ -509,6 +538,7 @@ impl Builder {
             program: self.program,
             host: self.host,
             record_command: self.record_command,
+            record_prefix: Arc::from(self.record_prefix),
             metrics_lock_names: self.metrics_lock_names,
             tls: self.tls,
             acks: self.acks,
@@ -535,6 +565,8 @@ pub(crate) struct Config {
     /// The host name the holder record gives instead of this machine's.
     pub(crate) host: Option<String>,
     pub(crate) record_command: RecordCommand,
+    /// The prefix of holder record keys (checked).
+    pub(crate) record_prefix: Arc<str>,
     pub(crate) metrics_lock_names: bool,
     pub(crate) tls: Tls,
     pub(crate) acks: ReplicaAcks,
@@ -746,6 +778,42 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::connection::sentinel::DEFAULT_SENTINEL_PORT;
+
+    #[test]
+    fn record_prefixes_are_checked() {
+        let prefix = |p: &str| Builder::default().record_prefix(p).into_config();
+        assert_eq!(
+            &*prefix("tenantA:redguard:client:").unwrap().record_prefix,
+            "tenantA:redguard:client:"
+        );
+        assert_eq!(
+            &*Builder::default().into_config().unwrap().record_prefix,
+            "redguard:client:"
+        );
+        assert!(prefix(&"x".repeat(256)).is_ok());
+        let long = "x".repeat(257);
+        for (bad, says) in [
+            ("", "empty"),
+            (long.as_str(), "longer than 256"),
+            ("t:*", "glob"),
+            ("t?:", "glob"),
+            ("t[a]:", "glob"),
+            ("t]:", "glob"),
+            ("t\\:", "glob"),
+            ("t{a}:", "{ or }"),
+            ("t}:", "{ or }"),
+        ] {
+            match prefix(bad) {
+                Err(Error::InvalidArgument(msg)) => {
+                    assert!(
+                        msg.contains("record prefix") && msg.contains(says),
+                        "{bad:?}: {msg}"
+                    );
+                }
+                other => panic!("{bad:?} gave {:?}", other.map(|_| ())),
+            }
+        }
+    }
 
     #[test]
     fn builder_rejects_nonsense() {

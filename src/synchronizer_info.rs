@@ -264,13 +264,25 @@ fn read_semaphore(client: &Client, name: &[u8]) -> Result<SemaphoreInfo> {
         })
         .collect();
     let source = client.source();
-    let around = record::around(source, name, &[keys::semaphore_channel(name)], &[])?;
+    let around = record::around(
+        source,
+        client.record_prefix(),
+        name,
+        &[keys::semaphore_channel(name)],
+        &[],
+    )?;
     let holders: Vec<String> = permits.iter().map(|p| p.id.to_string()).collect();
     Ok(SemaphoreInfo {
         name: name.to_vec(),
         available,
         ttl: Pttl::from_ms(pttl).remaining(),
-        records: record::holding(source, source.node_of(name), name, &holders),
+        records: record::holding(
+            source,
+            client.record_prefix(),
+            source.node_of(name),
+            name,
+            &holders,
+        ),
         permits,
         server_time: Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)),
         subscribers: around.subscribers,
@@ -306,7 +318,13 @@ impl CountDownLatch {
             })
         })?;
         let count = counter_value(name, raw)?.max(0) as u64;
-        let around = record::around(client.source(), name, &[keys::latch_channel(name)], &[])?;
+        let around = record::around(
+            client.source(),
+            client.record_prefix(),
+            name,
+            &[keys::latch_channel(name)],
+            &[],
+        )?;
         Ok(LatchInfo {
             name: name.to_vec(),
             count,
@@ -362,7 +380,13 @@ impl Client {
             last_attempt,
         };
         let clients = record::clients_of(info.runner());
-        let around = record::around(self.source(), key, &[keys::channel(key)], &clients)?;
+        let around = record::around(
+            self.source(),
+            self.record_prefix(),
+            key,
+            &[keys::channel(key)],
+            &clients,
+        )?;
         info.record = around.records.into_iter().next();
         info.server_time = around.server_time;
         info.subscribers = around.subscribers;

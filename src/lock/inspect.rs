@@ -572,7 +572,13 @@ impl Lock {
             );
         }
         let clients = record::clients_of(info.holders.iter().map(|(h, _)| h.as_str()));
-        let around = record::around(self.client().source(), name, &channels, &clients)?;
+        let around = record::around(
+            self.client().source(),
+            self.client().record_prefix(),
+            name,
+            &channels,
+            &clients,
+        )?;
         info.records = around.records;
         info.server_time = around.server_time;
         info.subscribers = around.subscribers;

@@ -193,7 +193,7 @@ impl Client {
         let source = self.source();
         let mut out = Listing::default();
         for node in source.masters()? {
-            let mut records = Records::default();
+            let mut records = Records::new(self.record_prefix());
             for &of_type in types {
                 let mut scan = KeyScan::new(source, node, pattern.as_bytes(), of_type);
                 while let Some(keys) = scan.next_page(|_, keys| Ok(keys)) {
@@ -220,8 +220,9 @@ impl Client {
 /// The holder records of one node read during one listing, each once
 /// (a busy client's record lists a thousand holds, which every page of
 /// its locks would read again), with its holds by lock name.
-#[derive(Default)]
 struct Records {
+    /// The prefix of the record keys read.
+    prefix: String,
     /// By client id; `None`: the client has no record there.
     by_client: HashMap<String, Option<Indexed>>,
 }
@@ -233,6 +234,14 @@ struct Indexed {
 }
 
 impl Records {
+    /// None read yet, of records under `prefix`.
+    fn new(prefix: &str) -> Records {
+        Records {
+            prefix: prefix.to_owned(),
+            by_client: HashMap::new(),
+        }
+    }
+
     /// The clients of `clients` not read yet.
     fn unread(&self, clients: Vec<String>) -> Vec<String> {
         clients
@@ -605,7 +614,7 @@ fn around(
             .flat_map(|&i| infos[i].holders.iter().map(|(h, _)| h.as_str())),
     );
     let unread = records.unread(clients);
-    let mut read = record::on_node(source, node, &channels, &unread)?;
+    let mut read = record::on_node(source, &records.prefix, node, &channels, &unread)?;
     record::add_classic_elsewhere(source, node, &channels, &mut read.subscribers)?;
     records.add(&unread, std::mem::take(&mut read.records));
     for (n, &i) in locks.iter().enumerate() {

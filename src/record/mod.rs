@@ -4,9 +4,11 @@
 //! operator more than a holder id. The locks' own layout (Redisson's) is
 //! not touched: a Java holder simply has no record.
 //!
-//! * Key: `redguard:client:{<client uuid>}`. On a Cluster a client keeps
-//!   one record on every master where it holds something, at the first of
-//!   `redguard:client:{<uuid>}`, `redguard:client:{<uuid>:1}`, `…:2}`, …
+//! * Key: `<prefix>{<client uuid>}`, the prefix `redguard:client:` unless
+//!   the client gives another (`Builder::record_prefix`: one per tenant on
+//!   a shared server; readers look only under their own). On a Cluster a
+//!   client keeps one record on every master where it holds something, at
+//!   the first of `<prefix>{<uuid>}`, `<prefix>{<uuid>:1}`, `…:2}`, …
 //!   whose slot that master serves ([`key_for`]); a reader finds it with
 //!   the same rule and the slot map it has, in the round trip that reads
 //!   the lock's neighbours.
@@ -22,6 +24,11 @@
 //! * Lifetime: `PEXPIRE` = the client's watchdog timeout, refreshed in the
 //!   round trips that renew its leases; deleted when the client shuts down.
 //!   A killed process's record is gone within one lease.
+//!
+//! * Reads are bounded on the server (`lua/record_read.lua`, bounds in
+//!   `read::BOUNDS`): a record is any client's to write, and a field of
+//!   100 MB must not reach a reader. Over-long values and names are sent as
+//!   their lengths ([`HolderRecord::too_long`], [`HolderRecord::long_names`]).
 //!
 //! This module knows the layout: names, fields, what a write sends and how
 //! a read is parsed. The watchdog decides when to write (`watchdog::records`).
@@ -50,8 +57,38 @@ pub(crate) use spec::{RecordSpec, RecordWrite, clock_offset};
 /// one server has the rest without a start time (a record stays small).
 pub(crate) const MAX_HOLDS: usize = 1000;
 
-/// The prefix of every record key.
-pub(crate) const KEY_PREFIX: &str = "redguard:client:";
+/// The prefix of record keys unless the client gives another
+/// ([`Builder::record_prefix`](crate::Builder::record_prefix)).
+pub(crate) const DEFAULT_PREFIX: &str = "redguard:client:";
+
+/// Longest record key prefix, in bytes.
+const MAX_PREFIX: usize = 256;
+
+/// Checks a record key prefix: 1 ..= 256 bytes, no `{`/`}` (the hash tag
+/// that follows must be the key's first, for the Cluster slot to be the
+/// client's) and no glob character (the prefix is a `SCAN MATCH`
+/// pattern's start, and a glob there would find other keys).
+///
+/// # Errors
+///
+/// What is wrong, to be wrapped as an invalid argument.
+pub(crate) fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
+    if prefix.is_empty() {
+        return Err("record prefix is empty".to_owned());
+    }
+    if prefix.len() > MAX_PREFIX {
+        return Err(format!(
+            "record prefix is {} bytes, longer than {MAX_PREFIX}",
+            prefix.len()
+        ));
+    }
+    if let Some(c) = prefix.chars().find(|c| "*?[]\\{}".contains(*c)) {
+        return Err(format!(
+            "record prefix {prefix:?} holds {c:?}: no glob character (*?[]\\) and no {{ or }}"
+        ));
+    }
+    Ok(())
+}
 
 /// The prefix of a hold field.
 const HOLD_PREFIX: &[u8] = b"hold:";
@@ -59,22 +96,29 @@ const HOLD_PREFIX: &[u8] = b"hold:";
 /// The prefix of a wait field.
 const WAIT_PREFIX: &[u8] = b"wait:";
 
-/// The record key with suffix number `n` (0: none) of client `client`.
-pub(crate) fn key(client: &str, n: u32) -> Vec<u8> {
+/// The record key under `prefix` with suffix number `n` (0: none) of
+/// client `client`.
+pub(crate) fn key(prefix: &str, client: &str, n: u32) -> Vec<u8> {
     match n {
-        0 => format!("{KEY_PREFIX}{{{client}}}").into_bytes(),
-        n => format!("{KEY_PREFIX}{{{client}:{n}}}").into_bytes(),
+        0 => format!("{prefix}{{{client}}}").into_bytes(),
+        n => format!("{prefix}{{{client}:{n}}}").into_bytes(),
     }
 }
 
-/// The record key of `client` that lives where `wanted` says (on a
+/// The record key of `client` under `prefix` that lives where `wanted` says (on a
 /// Cluster: on the master serving it; `wanted(key)` answers whether a key
 /// lands there). `None` when no suffix up to a bound lands there (a slot
 /// map that lost the master).
-pub(crate) fn key_for(client: &str, mut wanted: impl FnMut(&[u8]) -> bool) -> Option<Vec<u8>> {
+pub(crate) fn key_for(
+    prefix: &str,
+    client: &str,
+    mut wanted: impl FnMut(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
     // A master of n serves about 1/n of the slots: with 1,000 masters the
     // chance that 100,000 tries miss it is e^-100.
-    (0..100_000).map(|n| key(client, n)).find(|k| wanted(k))
+    (0..100_000)
+        .map(|n| key(prefix, client, n))
+        .find(|k| wanted(k))
 }
 
 /// The field holding the start of `holder`'s hold on `name`.
@@ -136,6 +180,22 @@ pub struct HolderRecord {
     /// What the client's threads wait for, on the server it was read from
     /// (each wait is kept while it lasts, and deleted when it ends).
     pub waits: Vec<RecordedWait>,
+    /// The names of the fields whose value was left unread because it is
+    /// longer than any value redguard writes (over 4 KiB: someone else
+    /// wrote it): `program`, `hold:<holder>|<name>`, ... Such a fixed field
+    /// reads as empty (`host`, `program`, `version`) or `None` (`pid`,
+    /// `started`); such a hold or wait is not in [`holds`](Self::holds) or
+    /// [`waits`](Self::waits). Only the value's length is read, never its
+    /// bytes.
+    pub too_long: Vec<Vec<u8>>,
+    /// The first 64 bytes of each field name left unread because it is
+    /// longer than any redguard writes (over 64 KiB + 256 bytes), with
+    /// neither its whole name nor its value read.
+    pub long_names: Vec<Vec<u8>>,
+    /// Whether other fields were left unread: the record had more fields
+    /// than redguard ever writes (over 2,032: then only its fixed fields
+    /// were read), or the fields read came to 1 MiB.
+    pub partial: bool,
 }
 
 /// One wait a [`HolderRecord`] keeps: a thread of the client waiting to
@@ -192,6 +252,12 @@ impl HolderRecord {
             .and_then(|h| h.kind)
     }
 
+    /// Whether the record's field `field` (`host`, `program`, ...) was left
+    /// unread for its length ([`too_long`](Self::too_long)).
+    pub fn field_too_long(&self, field: &str) -> bool {
+        self.too_long.iter().any(|f| f == field.as_bytes())
+    }
+
     /// The same record without its holds.
     pub(crate) fn clone_without_holds(&self) -> HolderRecord {
         HolderRecord {
@@ -204,6 +270,14 @@ impl HolderRecord {
             holds: Vec::new(),
             ttl: self.ttl,
             waits: Vec::new(),
+            too_long: self
+                .too_long
+                .iter()
+                .filter(|f| !f.starts_with(HOLD_PREFIX))
+                .cloned()
+                .collect(),
+            long_names: self.long_names.clone(),
+            partial: self.partial,
         }
     }
 
@@ -223,6 +297,9 @@ impl HolderRecord {
             holds: Vec::new(),
             ttl: crate::lease::Pttl::from_ms(pttl).remaining(),
             waits: Vec::new(),
+            too_long: Vec::new(),
+            long_names: Vec::new(),
+            partial: false,
         };
         for (field, value) in fields {
             let text = || String::from_utf8_lossy(&value).into_owned();
@@ -308,19 +385,23 @@ mod tests {
     #[test]
     fn keys_share_the_client_tag_and_spread_over_slots() {
         assert_eq!(
-            key(UUID, 0),
+            key(DEFAULT_PREFIX, UUID, 0),
             format!("redguard:client:{{{UUID}}}").as_bytes()
         );
+        assert_eq!(key("t:", UUID, 7), format!("t:{{{UUID}:7}}").as_bytes());
         assert_eq!(
-            key(UUID, 7),
+            key(DEFAULT_PREFIX, UUID, 7),
             format!("redguard:client:{{{UUID}:7}}").as_bytes()
         );
         // Some suffix lands in any given third of the slots, and early.
         for third in 0..3u16 {
-            let k = key_for(UUID, |k| crate::keys::slot(k) / 5462 == third).unwrap();
+            let k = key_for(DEFAULT_PREFIX, UUID, |k| {
+                crate::keys::slot(k) / 5462 == third
+            })
+            .unwrap();
             assert_eq!(crate::keys::slot(&k) / 5462, third);
         }
-        assert!(key_for(UUID, |_| false).is_none());
+        assert!(key_for(DEFAULT_PREFIX, UUID, |_| false).is_none());
     }
 
     #[test]

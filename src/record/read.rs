@@ -10,9 +10,58 @@ use redis::Value;
 use super::HolderRecord;
 use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
+use crate::scripts::record_read::{ReadBounds, ReadFields, query_reads, record_read};
 
-/// A hash's fields and values.
-type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+/// The bounds of every record read: no field name longer than a hold's
+/// (`hold:`, a holder id, `|` and a lock name of up to 64 KiB), no value
+/// longer than 4 KiB (redguard writes at most 256 bytes of host and
+/// program, and a few dozen elsewhere), at most twice the fields a record
+/// has (its fixed fields and [`super::MAX_HOLDS`] holds, plus waits), and
+/// at most 1 MiB in all: a hash at a record's key written by someone else
+/// costs no more than that to read, never a read of the whole.
+pub(super) const BOUNDS: ReadBounds = ReadBounds {
+    name: crate::keys::MAX_NAME_LEN + 256,
+    value: 4096,
+    fields: 2 * (super::MAX_HOLDS + 16),
+    total: 1 << 20,
+};
+
+/// The record of `client` from the reply of a bounded read
+/// (`lua/record_read.lua`); `None` when there is none (or the reply is an
+/// error: records are a best-effort addition).
+pub(super) fn bounded(client: &str, reply: Option<Value>) -> Option<HolderRecord> {
+    let Some(Value::Array(items)) = reply else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    let pttl: i64 = redis::from_redis_value(items.next()?).ok()?;
+    let partial = matches!(items.next()?, Value::Int(1));
+    let mut fields = Vec::new();
+    let mut too_long = Vec::new();
+    let mut long_names = Vec::new();
+    while let (Some(name), Some(value)) = (items.next(), items.next()) {
+        match (name, value) {
+            (Value::BulkString(name), Value::BulkString(value)) => fields.push((name, value)),
+            (Value::BulkString(name), Value::Int(_)) => too_long.push(name),
+            (Value::Int(_), Value::BulkString(start)) => long_names.push(start),
+            _ => {}
+        }
+    }
+    if fields.is_empty() && too_long.is_empty() && long_names.is_empty() {
+        return None;
+    }
+    // A record whose every field is too long still says that much.
+    let fields = if fields.is_empty() {
+        vec![(b"-".to_vec(), Vec::new())]
+    } else {
+        fields
+    };
+    let mut record = HolderRecord::parse(client, fields, pttl)?;
+    record.too_long = too_long;
+    record.long_names = long_names;
+    record.partial = partial;
+    Some(record)
+}
 
 /// What one more round trip says about a lock.
 #[derive(Debug, Default)]
@@ -34,7 +83,8 @@ pub(crate) fn clients_of<'a>(holders: impl IntoIterator<Item = &'a str>) -> Vec<
 }
 
 /// Reads, on the server holding `name`, in one round trip: its clock, the
-/// subscribers of `channels`, and the records of `clients`.
+/// subscribers of `channels`, and the records of `clients` (under
+/// `prefix`).
 ///
 /// # Errors
 ///
@@ -42,12 +92,13 @@ pub(crate) fn clients_of<'a>(holders: impl IntoIterator<Item = &'a str>) -> Vec<
 /// command the ACL user may not run only leaves its part empty.
 pub(crate) fn around(
     source: &Source,
+    prefix: &str,
     name: &[u8],
     channels: &[Vec<u8>],
     clients: &[String],
 ) -> Result<Around> {
     let node = source.node_of(name);
-    let mut read = on_node(source, node, channels, clients)?;
+    let mut read = on_node(source, prefix, node, channels, clients)?;
     add_classic_elsewhere(source, node, channels, &mut read.subscribers)?;
     let counts: Vec<u64> = read.subscribers.iter().flatten().copied().collect();
     Ok(Around {
@@ -149,20 +200,21 @@ pub(crate) struct NodeRead {
 
 /// Reads, on node `node`, in one round trip: its clock, the subscribers of
 /// each of `channels` (classic, plus sharded on a Cluster node that has
-/// them) and the records there of `clients`.
+/// them) and the records there of `clients` (under `prefix`).
 ///
 /// # Errors
 ///
 /// As [`around`].
 pub(crate) fn on_node(
     source: &Source,
+    prefix: &str,
     node: NodeId,
     channels: &[Vec<u8>],
     clients: &[String],
 ) -> Result<NodeRead> {
     let keys: Vec<Option<Vec<u8>>> = clients
         .iter()
-        .map(|c| super::key_for(c, |k| source.node_of(k) == node))
+        .map(|c| super::key_for(prefix, c, |k| source.node_of(k) == node))
         .collect();
     let sharded = source.is_cluster() && source.sharded_pubsub(node);
     let replies: Vec<Value> = source.with_node_conn(node, |conn| {
@@ -181,11 +233,10 @@ pub(crate) fn on_node(
             }
         }
         for key in keys.iter().flatten() {
-            scan_record(&mut pipe, key);
-            pipe.cmd("PTTL").arg(&key[..]);
+            record_read(&mut pipe, key, BOUNDS, ReadFields::All);
         }
         pipe.ignore_errors();
-        pipe.query(conn).map_err(Error::redis)
+        query_reads(conn, &pipe)
     })?;
     let mut replies = replies.into_iter();
     let mut out = NodeRead {
@@ -207,41 +258,9 @@ pub(crate) fn on_node(
         if key.is_none() {
             continue;
         }
-        let (fields, pttl) = (replies.next(), replies.next());
-        let fields = record_fields(fields);
-        let pttl: i64 = pttl
-            .and_then(|v| redis::from_redis_value(v).ok())
-            .unwrap_or(-2);
-        out.records
-            .extend(HolderRecord::parse(client, fields, pttl));
+        out.records.extend(bounded(client, replies.next()));
     }
     Ok(out)
-}
-
-/// Fields of a record asked for in one `HSCAN` call: twice the most a
-/// record has (its fixed fields and [`super::MAX_HOLDS`] holds), so a
-/// record comes back whole from one call, and a hash at a record's key
-/// written by someone else costs no more than that to read, never a read
-/// of the whole (`HGETALL`).
-const RECORD_SCAN_COUNT: usize = 2 * (super::MAX_HOLDS + 16);
-
-/// Adds the read of the record at `key` to `pipe`: `HSCAN key 0 COUNT`
-/// [`RECORD_SCAN_COUNT`].
-fn scan_record(pipe: &mut redis::Pipeline, key: &[u8]) {
-    pipe.cmd("HSCAN")
-        .arg(key)
-        .arg(0)
-        .arg("COUNT")
-        .arg(RECORD_SCAN_COUNT);
-}
-
-/// A record's fields from the reply of [`scan_record`] (empty when it is
-/// no such reply); a record too large for one call is read in part.
-fn record_fields(reply: Option<Value>) -> Fields {
-    reply
-        .and_then(|v| redis::from_redis_value::<(u64, Fields)>(v).ok())
-        .map(|(_, fields)| fields)
-        .unwrap_or_default()
 }
 
 /// The counts of a `PUBSUB NUMSUB` reply (channel, count, channel,
@@ -254,32 +273,30 @@ fn numsub(reply: Option<Value>, channels: usize) -> Vec<Option<u64>> {
     }
 }
 
-/// The records of `client` on every master of `source` (one on a single
-/// server or Sentinel; on a Cluster, each master where the client holds
-/// something), read with one round trip per master.
+/// The records of `client` under `prefix` on every master of `source` (one
+/// on a single server or Sentinel; on a Cluster, each master where the
+/// client holds something), read with one round trip per master.
 ///
 /// # Errors
 ///
 /// Connection, timeout and server errors.
-pub(crate) fn records_of(source: &Source, client: &str) -> Result<Vec<HolderRecord>> {
+pub(crate) fn records_of(source: &Source, prefix: &str, client: &str) -> Result<Vec<HolderRecord>> {
     let mut out = Vec::new();
     for node in source.masters()? {
-        let Some(key) = super::key_for(client, |k| source.node_of(k) == node) else {
+        let Some(key) = super::key_for(prefix, client, |k| source.node_of(k) == node) else {
             continue;
         };
-        let (fields, pttl): (Value, i64) = source.with_node_conn(node, |conn| {
+        let mut replies: Vec<Value> = source.with_node_conn(node, |conn| {
             let mut pipe = redis::pipe();
-            scan_record(&mut pipe, &key);
-            pipe.cmd("PTTL")
-                .arg(&key[..])
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, &key))
+            record_read(&mut pipe, &key, BOUNDS, ReadFields::All);
+            pipe.ignore_errors();
+            query_reads(conn, &pipe)
         })?;
-        out.extend(HolderRecord::parse(
-            client,
-            record_fields(Some(fields)),
-            pttl,
-        ));
+        // Here the record is all that is asked: a refused read is an error.
+        if let Some(Value::ServerError(e)) = replies.first() {
+            return Err(Error::from_redis(redis::RedisError::from(e.clone()), &key));
+        }
+        out.extend(bounded(client, replies.pop()));
     }
     Ok(out)
 }
@@ -287,6 +304,44 @@ pub(crate) fn records_of(source: &Source, client: &str) -> Result<Vec<HolderReco
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_read_names_what_it_left_unread() {
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        let reply = Value::Array(vec![
+            Value::Int(1500),
+            Value::Int(1),
+            bulk(b"host"),
+            bulk(b"h1"),
+            bulk(b"program"),
+            Value::Int(20_000_000),
+            Value::Int(70_000),
+            bulk(b"wait:abc|xxxx"),
+            bulk(b"pid"),
+            bulk(b"7"),
+        ]);
+        let r = bounded("c", Some(reply)).unwrap();
+        assert_eq!(
+            (r.host.as_str(), r.pid, r.program.as_str()),
+            ("h1", Some(7), "")
+        );
+        assert!(r.field_too_long("program") && !r.field_too_long("host"));
+        assert_eq!(r.long_names, vec![b"wait:abc|xxxx".to_vec()]);
+        assert!(r.partial);
+        // Every field too long: still a record, which says so.
+        let reply = Value::Array(vec![
+            Value::Int(-1),
+            Value::Int(0),
+            bulk(b"program"),
+            Value::Int(9_000),
+        ]);
+        let r = bounded("c", Some(reply)).unwrap();
+        assert_eq!(r.too_long, vec![b"program".to_vec()]);
+        assert!(!r.partial);
+        let empty = Value::Array(vec![Value::Int(-2), Value::Int(0)]);
+        assert!(bounded("c", Some(empty)).is_none());
+        assert!(bounded("c", Some(Value::Nil)).is_none());
+    }
 
     #[test]
     fn clients_are_distinct_and_foreign_ids_skipped() {

@@ -19,6 +19,8 @@ const MAX_PROGRAM: usize = 256;
 pub(crate) struct RecordSpec {
     /// The client id's text.
     pub(crate) client: String,
+    /// The prefix of the record's keys.
+    pub(crate) prefix: std::sync::Arc<str>,
     host: String,
     pid: u32,
     program: String,
@@ -50,6 +52,7 @@ impl RecordSpec {
         };
         RecordSpec {
             client: super::client_text(id),
+            prefix: std::sync::Arc::from(super::DEFAULT_PREFIX),
             host: gethostname::gethostname().to_string_lossy().into_owned(),
             pid: std::process::id(),
             // Masked before it is cut: a cut never shows more.
@@ -79,6 +82,12 @@ impl RecordSpec {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         )
+    }
+
+    /// Keeps the record under `prefix` (checked by the caller) instead of
+    /// the default.
+    pub(crate) fn set_prefix(&mut self, prefix: std::sync::Arc<str>) {
+        self.prefix = prefix;
     }
 
     /// Records `host` as the host name instead of this machine's.

@@ -143,6 +143,7 @@ impl Notifying {
 }
 
 pub(crate) mod latch;
+pub(crate) mod record_read;
 pub(crate) mod rwlock;
 mod scripted_holds;
 pub(crate) mod semaphore;

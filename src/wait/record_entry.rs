@@ -59,7 +59,7 @@ impl<'c> WaitEntry<'c> {
             let source: &Source = self.client.source();
             self.node = source.node_of(self.name);
             let node = self.node;
-            self.key = record::key_for(&spec.client, |k| source.node_of(k) == node);
+            self.key = record::key_for(&spec.prefix, &spec.client, |k| source.node_of(k) == node);
             let field = record::wait_field(self.client.holder_id().as_str(), self.name);
             self.owns = record::wait::claim(source, node, field);
         }

@@ -610,14 +610,15 @@ impl Retrying {
     }
 }
 
-/// The key of `client`'s holder record on node `node` of `source`; `None`
+/// The key of `client`'s holder record under `prefix` on node `node` of
+/// `source`; `None`
 /// at once when the node serves no slot (the search would try every
 /// suffix in vain, on the scheduling thread).
-fn record_key(source: &Source, node: NodeId, client: &str) -> Option<Vec<u8>> {
+fn record_key(source: &Source, node: NodeId, prefix: &str, client: &str) -> Option<Vec<u8>> {
     if !source.serves_slots(node) {
         return None;
     }
-    record::key_for(client, |key| source.node_of(key) == node)
+    record::key_for(prefix, client, |key| source.node_of(key) == node)
 }
 
 /// The earlier of two optional instants; `None` only when both are.
@@ -971,11 +972,12 @@ impl Watchdog {
             let Some(source) = state.source.upgrade() else {
                 continue;
             };
-            let Some(write) = state
-                .record
-                .as_mut()
-                .and_then(|r| r.take(|client| record_key(&source, server.1, client), now))
-            else {
+            let Some(write) = state.record.as_mut().and_then(|r| {
+                r.take(
+                    |prefix, client| record_key(&source, server.1, prefix, client),
+                    now,
+                )
+            }) else {
                 continue;
             };
             if let Err(write) = self.send_record(server, &source, write) {
@@ -1438,7 +1440,7 @@ impl Watchdog {
         // The record's expiry is refreshed in the same round trip.
         let record = state.record.as_mut().and_then(|r| {
             r.take(
-                |client| record_key(&source, server.1, client),
+                |prefix, client| record_key(&source, server.1, prefix, client),
                 Instant::now(),
             )
         });

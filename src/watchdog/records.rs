@@ -139,10 +139,11 @@ impl RecordState {
 
     /// The write that goes now, unless one is at the worker: everything
     /// pending, and the fixed fields when the record is not known to be
-    /// there. `key_of` finds the record key on this server.
+    /// there. `key_of` finds the record key on this server (from the prefix
+    /// and the client id).
     pub(super) fn take(
         &mut self,
-        key_of: impl FnOnce(&str) -> Option<Vec<u8>>,
+        key_of: impl FnOnce(&str, &str) -> Option<Vec<u8>>,
         now: Instant,
     ) -> Option<RecordWrite> {
         if self.in_flight {
@@ -152,7 +153,7 @@ impl RecordState {
             if self.no_key_until.is_some_and(|at| now < at) {
                 return None;
             }
-            self.key = key_of(&self.spec.client).map(Arc::from);
+            self.key = key_of(&self.spec.prefix, &self.spec.client).map(Arc::from);
             // Without a key the write stays due: asked again at once, the
             // search would spin the scheduling thread until the slot map
             // changes. It waits for the pace instead.
@@ -208,8 +209,9 @@ impl RecordState {
                     log::warn!(
                         "redguard: the server refused this client's holder record ({e}): its \
                          locks work, but status and list show no host, pid or program for \
-                         them; grant the ACL user the record keys (~redguard:client:*)",
-                        e = e.chain()
+                         them; grant the ACL user the record keys (~{prefix}*)",
+                        e = e.chain(),
+                        prefix = self.spec.prefix
                     );
                 }
                 log::debug!(
@@ -264,7 +266,7 @@ mod tests {
         let now = Instant::now();
         let mut r = record(now);
         let mut searches = 0;
-        let mut none = |_: &str| {
+        let mut none = |_: &str, _: &str| {
             searches += 1;
             None
         };
@@ -274,7 +276,7 @@ mod tests {
         assert!(r.take(&mut none, soon).is_none());
         assert_eq!(searches, 1, "no second search within the pace");
         let later = now + PACE;
-        let w = r.take(|_| Some(b"k".to_vec()), later).unwrap();
+        let w = r.take(|_, _| Some(b"k".to_vec()), later).unwrap();
         assert!(w.statics);
         assert!(!r.settle(w, Ok(false)));
         assert_eq!(r.due_at(true, later), Some(later + Duration::from_secs(10)));
@@ -287,7 +289,7 @@ mod tests {
         assert_eq!(r.due_at(true, now), Some(now));
         let held = state(now);
         r.hold(b"f1".to_vec(), held.clone());
-        let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
+        let w = r.take(|_, _| Some(b"k".to_vec()), now).unwrap();
         assert!(w.statics && w.adds.len() == 1 && held.is_recorded());
         assert_eq!(r.due_at(true, now), None, "one write at a time");
         assert!(!r.settle(w, Ok(false)), "a new record is no loss");
@@ -296,7 +298,7 @@ mod tests {
         // A hold ended: within the pace.
         r.ended(b"f1".to_vec());
         assert_eq!(r.due_at(true, now), Some(now + PACE));
-        let w = r.take(|_| None, now).unwrap();
+        let w = r.take(|_, _| None, now).unwrap();
         assert!(!w.statics && w.dels.len() == 1);
         // The record was gone: rebuilt whole next time.
         assert!(r.settle(w, Ok(false)));
@@ -320,7 +322,7 @@ mod tests {
         r.hold(b"live".to_vec(), live);
         r.hold(b"over".to_vec(), over.clone());
         over.mark_released();
-        let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
+        let w = r.take(|_, _| Some(b"k".to_vec()), now).unwrap();
         assert_eq!(w.adds.len(), 1);
         r.settle(
             w,
@@ -331,7 +333,7 @@ mod tests {
                 about: None,
             }),
         );
-        let w = r.take(|_| None, now).unwrap();
+        let w = r.take(|_, _| None, now).unwrap();
         assert!(w.statics && w.adds.len() == 1);
     }
 
@@ -341,7 +343,7 @@ mod tests {
         let mut r = record(now);
         r.hold(b"f1".to_vec(), state(now));
         // The first, whole write fails (the server went down).
-        let w = r.take(|_| Some(b"k".to_vec()), now).unwrap();
+        let w = r.take(|_, _| Some(b"k".to_vec()), now).unwrap();
         assert!(w.statics);
         r.settle(
             w,
@@ -355,7 +357,7 @@ mod tests {
         assert_eq!(r.due_at(true, now), Some(now + PACE), "sent again at once");
         // A later write that fails waits as long.
         let later = now + PACE;
-        let w = r.take(|_| None, later).unwrap();
+        let w = r.take(|_, _| None, later).unwrap();
         r.settle(
             w,
             Err(Error::Timeout {
@@ -367,7 +369,7 @@ mod tests {
         );
         assert_eq!(r.due_at(true, later), Some(later + PACE));
         // Once one goes through, the record is due as usual.
-        let w = r.take(|_| None, later + PACE).unwrap();
+        let w = r.take(|_, _| None, later + PACE).unwrap();
         assert!(w.statics && w.adds.len() == 1);
         assert!(!r.settle(w, Ok(false)));
         assert_eq!(

@@ -34,6 +34,7 @@ mod packaging;
 mod per_name_state;
 mod persistence;
 mod pool_contention;
+mod record_scope;
 mod records;
 mod red_lock;
 mod redisson_mix;

@@ -163,6 +163,20 @@ pub(crate) struct ConnArgs {
         env = "REDGUARD_CLASSIC_PUBLISH"
     )]
     pub(crate) classic_publish: Option<ClassicPublishArg>,
+
+    /// Prefix of the holder record keys [default: redguard:client:]: where
+    /// this run keeps its record, and the only place `status`, `list`,
+    /// `who` and `exec -n` look for records. Tenants sharing a server
+    /// each give their own inside their ACL key pattern (e.g.
+    /// tenantA:redguard:client: for ~tenantA:*). No glob character, `{` or
+    /// `}`; at most 256 bytes.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PREFIX",
+        env = "REDGUARD_RECORD_PREFIX"
+    )]
+    pub(crate) record_prefix: Option<String>,
 }
 
 /// `--classic-publish`: [`redguard::ClassicPublish`] on the command line.

@@ -80,6 +80,9 @@ pub(crate) fn connect(
     if let Some(watchdog) = args.watchdog_timeout {
         builder = builder.watchdog_timeout(watchdog);
     }
+    if let Some(prefix) = &args.record_prefix {
+        builder = builder.record_prefix(prefix);
+    }
     let response = match (args.response_timeout, args.watchdog_timeout) {
         (Some(r), _) => Some(r),
         // A short watchdog needs a shorter response timeout than the

@@ -39,6 +39,13 @@ const INTERNAL_PREFIXES: [&[u8]; 6] = [
     ATTEMPT_PREFIX,
 ];
 
+/// Whether `name` is a key beside the synchronizers ([`INTERNAL_PREFIXES`],
+/// or a holder record under `record_prefix`).
+fn is_internal(name: &[u8], record_prefix: &str) -> bool {
+    name.starts_with(record_prefix.as_bytes())
+        || INTERNAL_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// One thing listed.
 enum Entry {
     /// A lock (or, with `--all`, a key of another kind).
@@ -112,7 +119,7 @@ pub(crate) fn list(args: &ListArgs, conn: &Connection) -> Result<ExitCode, Failu
         .filter(|info| {
             matches!(&info.kind, LockKind::Other { redis_type } if redis_type == "string")
                 && info.may_be_counter()
-                && !INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p))
+                && !is_internal(&info.name, conn.client.record_prefix())
                 && !wants.reads_counter(info, &waiters)
         })
         .count();
@@ -303,7 +310,7 @@ fn classify(
     waiters: &Waiters,
 ) -> Result<Option<Entry>, Failure> {
     let fail = |e: redguard::Error| Failure::from_lib(&e, &conn.server);
-    let internal = INTERNAL_PREFIXES.iter().any(|p| info.name.starts_with(p));
+    let internal = is_internal(&info.name, conn.client.record_prefix());
     let all = wants.others;
     let other = |info: LockInfo| Ok(all.then_some(Entry::Lock(info)));
     match &info.kind {
@@ -645,10 +652,11 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
     }
     let runner = match (&info.record, info.runner()) {
         (Some(r), _) => format!(
-            "host {}, pid {}, program {}",
-            show::text(&r.host),
+            "host {}, pid {}, program {}{}",
+            show::record_text(r, "host", &r.host),
             r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
-            show::name(r.program.as_bytes())
+            show::record_program(r),
+            show::unread_note(r)
         ),
         (None, Some(id)) => format!("{id} (no record)"),
         (None, None) => "unknown".to_owned(),

@@ -423,10 +423,11 @@ fn details_text(info: &OnceInfo) -> String {
         OnceStatus::Done(_) => {
             let line = match &info.record {
                 Some(r) => format!(
-                    "its client is still up: host {}, pid {}, program {}",
-                    show::text(&r.host),
+                    "its client is still up: host {}, pid {}, program {}{}",
+                    show::record_text(r, "host", &r.host),
                     r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
-                    show::name(r.program.as_bytes())
+                    show::record_program(r),
+                    show::unread_note(r)
                 ),
                 None => "no record of its client (gone, records off, or not redguard)".to_owned(),
             };

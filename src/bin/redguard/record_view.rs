@@ -20,16 +20,19 @@ pub(crate) fn record_line(record: Option<&HolderRecord>, held_for: Option<Durati
     let pid = record.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
     let held = held_for.map_or_else(|| "unknown".to_owned(), show::left);
     format!(
-        "its record says: host {}, pid {pid}, program {}; held for {held}",
-        show::text(&record.host),
-        show::name(record.program.as_bytes())
+        "its record says: host {}, pid {pid}, program {}; held for {held}{}",
+        show::record_text(record, "host", &record.host),
+        show::record_program(record),
+        show::unread_note(record)
     )
 }
 
 /// The record fields of one holder for `--json` (`status`, `list`,
 /// `once --status`): `record` (whether there is one), `host`, `pid`,
 /// `program`, `version`, `held_for_ms`, `held_since_unix_ms` (null when
-/// unknown).
+/// unknown; `host`, `program` and `version` also when too long to read),
+/// and with a record `too_long` (the names of the fields too long to
+/// read) and `partial` (fields left out besides).
 pub(crate) fn record_json(
     record: Option<&HolderRecord>,
     held_for: Option<Duration>,
@@ -37,10 +40,13 @@ pub(crate) fn record_json(
     v: &mut Value,
 ) {
     v["record"] = json!(record.is_some());
-    v["host"] = json!(record.map(|r| r.host.as_str()));
+    v["host"] = record.map_or(Value::Null, |r| show::record_json(r, "host", &r.host));
     v["pid"] = json!(record.and_then(|r| r.pid));
-    v["program"] = json!(record.map(|r| r.program.as_str()));
-    v["version"] = json!(record.map(|r| r.version.as_str()));
+    v["program"] = record.map_or(Value::Null, |r| show::record_json(r, "program", &r.program));
+    v["version"] = record.map_or(Value::Null, |r| show::record_json(r, "version", &r.version));
+    if let Some(r) = record {
+        show::unread_json(r, v);
+    }
     v["held_for_ms"] = json!(held_for.map(show::ms));
     v["held_since_unix_ms"] = json!(held_since.map(show::unix_ms));
 }
@@ -52,10 +58,11 @@ pub(crate) fn record_json(
 pub(crate) fn warn_if_unrecorded(client: &redguard::Client, quiet: bool) {
     let refused = client.stats().record_writes_refused;
     if refused > 0 && !quiet {
-        crate::out::warn(
+        crate::out::warn(&format!(
             "the server refused this run's holder record (permission denied): `status` and \
              `list` showed no host, pid or program for it; grant the ACL user \
-             ~redguard:client:* (docs/SECURITY.md)",
-        );
+             ~{}* (docs/SECURITY.md)",
+            client.record_prefix()
+        ));
     }
 }

@@ -9,7 +9,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redguard::{LockInfo, LockKind, Ttl};
+use redguard::{HolderRecord, LockInfo, LockKind, Ttl};
 use serde_json::{Value, json};
 
 /// A name for messages and text output: quoted and escaped.
@@ -23,6 +23,92 @@ pub(crate) fn name(name: &[u8]) -> String {
 /// forged line or a cleared screen.
 pub(crate) fn text(field: &str) -> String {
     escape(field.as_bytes(), true)
+}
+
+/// What text output says in place of a record field too long to read.
+pub(crate) const TOO_LONG: &str = "(too long)";
+
+/// Most bytes of a too-long field's name shown.
+const SHOWN_FIELD: usize = 64;
+
+/// A record's text field `field` (`host`, `version`) for text output, as
+/// [`text`] writes it, or [`TOO_LONG`] when it was too long to read.
+pub(crate) fn record_text(record: &HolderRecord, field: &str, value: &str) -> String {
+    if record.field_too_long(field) {
+        TOO_LONG.to_owned()
+    } else {
+        text(value)
+    }
+}
+
+/// A record's program for text output, quoted as [`name`] writes it, or
+/// [`TOO_LONG`] when it was too long to read.
+pub(crate) fn record_program(record: &HolderRecord) -> String {
+    if record.field_too_long("program") {
+        TOO_LONG.to_owned()
+    } else {
+        name(record.program.as_bytes())
+    }
+}
+
+/// A record's text field for JSON: null when it was too long to read
+/// (the record's `too_long` list then names it).
+pub(crate) fn record_json(record: &HolderRecord, field: &str, value: &str) -> Value {
+    if record.field_too_long(field) {
+        Value::Null
+    } else {
+        json!(value)
+    }
+}
+
+/// The fields of a record left unread, for text output: empty when none,
+/// else `; fields too long to read: "hold:…" (too long)` (each name cut
+/// to 64 bytes, a cut one followed by `...`), and `; more fields than a
+/// record has (partial)` when the rest was left out too.
+pub(crate) fn unread_note(record: &HolderRecord) -> String {
+    let mut note = String::new();
+    let names: Vec<String> = unread_names(record)
+        .map(|(f, cut)| format!("{}{}", name(f), if cut { "..." } else { "" }))
+        .collect();
+    if !names.is_empty() {
+        let _ = write!(
+            note,
+            "; fields too long to read: {} {TOO_LONG}",
+            names.join(", ")
+        );
+    }
+    if record.partial {
+        note.push_str("; more fields than a record has (partial)");
+    }
+    note
+}
+
+/// The names of the fields of `record` left unread for their length, each
+/// cut to 64 bytes, and whether it was cut.
+fn unread_names(record: &HolderRecord) -> impl Iterator<Item = (&[u8], bool)> {
+    let cut = |f: &[u8]| f.len() > SHOWN_FIELD;
+    record
+        .too_long
+        .iter()
+        .map(move |f| (&f[..f.len().min(SHOWN_FIELD)], cut(f)))
+        .chain(
+            record
+                .long_names
+                .iter()
+                .map(|f| (&f[..f.len().min(SHOWN_FIELD)], true)),
+        )
+}
+
+/// The fields of a record left unread, for JSON: `too_long` (the names of
+/// the fields too long to read, escaped, each cut to 64 bytes) and
+/// `partial` (fields left out besides).
+pub(crate) fn unread_json(record: &HolderRecord, v: &mut Value) {
+    v["too_long"] = json!(
+        unread_names(record)
+            .map(|(f, _)| json_name(f))
+            .collect::<Vec<_>>()
+    );
+    v["partial"] = json!(record.partial);
 }
 
 /// A name for JSON: escaped, unquoted (JSON quotes and escapes the rest).
@@ -128,9 +214,10 @@ fn holder_text(info: &LockInfo, holder: &redguard::HolderId, ttl: &str) -> Strin
         .held_for(holder)
         .map_or_else(|| "an unknown time".to_owned(), left);
     format!(
-        "host {}, pid {pid}, program {}, for {age} (holder {holder}, ttl {ttl})",
-        text(&record.host),
-        name(record.program.as_bytes())
+        "host {}, pid {pid}, program {}, for {age} (holder {holder}, ttl {ttl}){}",
+        record_text(record, "host", &record.host),
+        record_program(record),
+        unread_note(record)
     )
 }
 

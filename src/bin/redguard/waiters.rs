@@ -16,31 +16,54 @@ use crate::show;
 #[derive(Debug, Clone)]
 pub(crate) struct Waiter {
     pub(crate) holder: String,
-    pub(crate) host: String,
+    /// `None`: too long to read.
+    pub(crate) host: Option<String>,
     pub(crate) pid: Option<u32>,
-    pub(crate) program: String,
+    /// `None`: too long to read.
+    pub(crate) program: Option<String>,
     pub(crate) kind: String,
-    pub(crate) since: SystemTime,
+    /// `None`: the wait's entry was too long to read.
+    pub(crate) since: Option<SystemTime>,
 }
 
 impl Waiter {
     fn of(record: &HolderRecord, wait: &RecordedWait) -> Waiter {
         Waiter {
             holder: wait.holder.as_str().to_owned(),
-            host: record.host.clone(),
+            host: (!record.field_too_long("host")).then(|| record.host.clone()),
             pid: record.pid,
-            program: record.program.clone(),
+            program: (!record.field_too_long("program")).then(|| record.program.clone()),
             kind: wait.kind.clone(),
-            since: wait.since,
+            since: Some(wait.since),
         }
+    }
+
+    /// A wait of `record` whose entry (field `field`) was too long to read:
+    /// its holder and name are known from the field's name, not its start
+    /// or kind. `None` when `field` is no wait's.
+    fn too_long(record: &HolderRecord, field: &[u8]) -> Option<(Vec<u8>, Waiter)> {
+        let rest = field.strip_prefix(b"wait:")?;
+        let bar = rest.iter().position(|&b| b == b'|')?;
+        let waiter = Waiter {
+            holder: String::from_utf8_lossy(&rest[..bar]).into_owned(),
+            host: (!record.field_too_long("host")).then(|| record.host.clone()),
+            pid: record.pid,
+            program: (!record.field_too_long("program")).then(|| record.program.clone()),
+            // Its kind follows the start in the value left unread.
+            kind: "kind unknown".to_owned(),
+            since: None,
+        };
+        Some((rest[bar + 1..].to_vec(), waiter))
     }
 
     /// How long it has waited, by this machine's clock (the start is by the
     /// waiter's).
-    fn waited(&self) -> std::time::Duration {
-        SystemTime::now()
-            .duration_since(self.since)
-            .unwrap_or_default()
+    fn waited(&self) -> Option<std::time::Duration> {
+        Some(
+            SystemTime::now()
+                .duration_since(self.since?)
+                .unwrap_or_default(),
+        )
     }
 
     /// host, pid, program and how long it has waited, on one line.
@@ -48,14 +71,20 @@ impl Waiter {
         let pid = self.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
         format!(
             "host {}, pid {pid}, program {}; waiting for {} ({})",
-            show::text(&self.host),
-            show::name(self.program.as_bytes()),
-            show::left(self.waited()),
-            self.kind
+            self.host
+                .as_deref()
+                .map_or_else(|| show::TOO_LONG.to_owned(), show::text),
+            self.program
+                .as_deref()
+                .map_or_else(|| show::TOO_LONG.to_owned(), |p| show::name(p.as_bytes())),
+            self.waited()
+                .map_or_else(|| show::TOO_LONG.to_owned(), show::left),
+            show::text(&self.kind)
         )
     }
 
-    /// The fields of `--json`: `id`, `host`, `pid`, `program`, `kind`,
+    /// The fields of `--json`: `id`, `host`, `pid`, `program` (`host` and
+    /// `program` null when too long to read), `kind`,
     /// `waiting_since_unix_ms`, `waiting_for_ms`.
     pub(crate) fn json(&self) -> Value {
         json!({
@@ -64,8 +93,8 @@ impl Waiter {
             "pid": self.pid,
             "program": self.program,
             "kind": self.kind,
-            "waiting_since_unix_ms": show::unix_ms(self.since),
-            "waiting_for_ms": show::ms(self.waited()),
+            "waiting_since_unix_ms": self.since.map(show::unix_ms),
+            "waiting_for_ms": self.waited().map(show::ms),
         })
     }
 }
@@ -76,6 +105,10 @@ pub(crate) struct Waiters {
     by_name: HashMap<Vec<u8>, Vec<Waiter>>,
     /// The records could not be searched (an ACL user without `SCAN`).
     pub(crate) unknown: bool,
+    /// Records keeping a wait whose name could not be read (a field name
+    /// too long, or fields left out): each as its client id and what was
+    /// left unread.
+    pub(crate) unreadable: Vec<String>,
 }
 
 impl Waiters {
@@ -97,12 +130,25 @@ impl Waiters {
 
     pub(crate) fn from_records(records: &[HolderRecord]) -> Waiters {
         let mut by_name: HashMap<Vec<u8>, Vec<Waiter>> = HashMap::new();
+        let mut unreadable = Vec::new();
         for record in records {
             for wait in &record.waits {
                 by_name
                     .entry(wait.name.clone())
                     .or_default()
                     .push(Waiter::of(record, wait));
+            }
+            for field in &record.too_long {
+                if let Some((name, waiter)) = Waiter::too_long(record, field) {
+                    by_name.entry(name).or_default().push(waiter);
+                }
+            }
+            if !record.long_names.is_empty() || record.partial {
+                unreadable.push(format!(
+                    "client {}{}",
+                    show::text(&record.client),
+                    show::unread_note(record)
+                ));
             }
         }
         for list in by_name.values_mut() {
@@ -111,6 +157,7 @@ impl Waiters {
         Waiters {
             by_name,
             unknown: false,
+            unreadable,
         }
     }
 
@@ -146,7 +193,13 @@ impl Waiters {
             return s;
         }
         for w in self.of(name) {
-            let _ = writeln!(s, "{indent}waiter {}: {}", w.holder, w.line());
+            // The holder id is the record's field name: escaped like its
+            // other fields.
+            let _ = writeln!(s, "{indent}waiter {}: {}", show::text(&w.holder), w.line());
+        }
+        // Whose wait these are for is unknown: said beside every name.
+        for r in &self.unreadable {
+            let _ = writeln!(s, "{indent}recorded waiter of an unreadable name: {r}");
         }
         s
     }

@@ -39,12 +39,12 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
         let all: Vec<Value> = records
             .iter()
             .map(|r| {
-                json!({
+                let mut v = json!({
                     "client": r.client,
-                    "host": r.host,
+                    "host": show::record_json(r, "host", &r.host),
                     "pid": r.pid,
-                    "program": r.program,
-                    "version": r.version,
+                    "program": show::record_json(r, "program", &r.program),
+                    "version": show::record_json(r, "version", &r.version),
                     "started_unix_ms": r.started.map(show::unix_ms),
                     "expires_in_ms": r.ttl.and_then(redguard::Ttl::expires_in).map(show::ms),
                     "holds": r.holds.iter().map(|h| json!({
@@ -54,7 +54,9 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
                         "held_since_unix_ms": show::unix_ms(h.since),
                         "held_for_ms": now.and_then(|n| n.duration_since(h.since).ok()).map(show::ms),
                     })).collect::<Vec<_>>(),
-                })
+                });
+                show::unread_json(r, &mut v);
+                v
             })
             .collect();
         let mut out = json!({"client": client, "records": all});
@@ -68,11 +70,12 @@ pub(crate) fn who(args: &WhoArgs, conn: &Connection) -> Result<ExitCode, Failure
         for r in &records {
             let pid = r.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
             println!(
-                "client {} (as its record says): host {}, pid {pid}, program {}, redguard {}",
+                "client {} (as its record says): host {}, pid {pid}, program {}, redguard {}{}",
                 show::text(&r.client),
-                show::text(&r.host),
-                show::name(r.program.as_bytes()),
-                show::text(&r.version)
+                show::record_text(r, "host", &r.host),
+                show::record_program(r),
+                show::record_text(r, "version", &r.version),
+                show::unread_note(r)
             );
             for h in &r.holds {
                 let held = now

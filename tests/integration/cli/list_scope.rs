@@ -6,7 +6,7 @@ use super::*;
 
 const PW: &str = "tenant-a-pw-5e1";
 
-/// docs/DEPLOYMENTS.md's ACL user for `rg:*`, confined to `tenantA:*`
+/// docs/SECURITY.md's ACL user for `rg:*`, confined to `tenantA:*`
 /// instead, named `tenant-a`; `extra` comes after its rules (`-scan`).
 fn tenant_acl(server: &RedisServer, extra: &[&str]) {
     let line = crate::support::readme_acl_line()

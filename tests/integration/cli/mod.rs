@@ -89,6 +89,7 @@ fn redguard_bare() -> Command {
         .env_remove("REDGUARD_PASSWORD_FILE")
         .env_remove("REDGUARD_WATCHDOG_TIMEOUT")
         .env_remove("REDGUARD_CLASSIC_PUBLISH")
+        .env_remove("REDGUARD_RECORD_PREFIX")
         .env_remove("RUST_LOG")
         .env_remove("REDGUARD_LOG");
     if let Ok(level) = std::env::var("REDGUARD_TEST_LOG") {
