@@ -25,7 +25,7 @@
 -- Returns  nil  the holder holds no read hold (nothing changed)
 --          0    one read hold released; the holder still has others
 --          1    the holder's last read hold released (ARGV[1] published when the lock became free)
-local MAX_HOLD_COUNT = 10000
+local MAX_HOLD_COUNT = 1000
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     return nil

@@ -380,12 +380,12 @@ fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
             Some("write"),
             "1",
         ),
-        // The bounds: 20 digits and a sign, 10,000 holds.
+        // The bounds: 20 digits and a sign, 1,000 holds.
         (
             "the longest thread id, the most holds",
             format!("{JAVA}:-12345678901234567890"),
             None,
-            "10000",
+            "1000",
         ),
     ] {
         let name = unique_name("peer-held");
@@ -621,7 +621,7 @@ fn a_million_field_hash_is_not_read_by_the_library() {
 
 /// Issue 44, item 6: hold counts drive loops in the read-write scripts
 /// (one timeout key per read hold), so a count above `MAX_HOLD_COUNT`
-/// (10,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
+/// (1,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
 /// lock held by a renewed and a fixed-lease reader, a newcomer is refused
 /// (`WrongType`, key untouched) and read as no lock, while the holders'
 /// renewals, look-ups and releases go on; then the remaining readers' own
