@@ -29,9 +29,19 @@
 --                     remaining ttl while it is held (-1: the key has no expiry), else the time
 --                     until the queue head's deadline
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
---          (lock_shape.lua) nor a run-once record (waited on as held); it is left untouched
---          and the caller is not queued.
+--          (lock_shape.lua) nor a run-once record (waited on as held); or when the queue or the
+--          deadlines hold more than MAX_QUEUE entries (no lock's: planted). Everything is left
+--          untouched and the caller is not queued.
+--
+-- Bounded: every loop runs over at most MAX_QUEUE entries, and the queue is read and its
+-- deadlines changed in a few commands of at most MAX_QUEUE entries each (LRANGE, ZMSCORE,
+-- ZADD of the new scores), not in one command per waiter.
 redis.replicate_commands()
+local MAX_QUEUE = 1000
+if redis.call('llen', KEYS[2]) > MAX_QUEUE or redis.call('zcard', KEYS[3]) > MAX_QUEUE then
+    return redis.error_reply('WRONGTYPE the wait queue of this lock holds more than '
+        .. MAX_QUEUE .. ' waiters (not a lock\'s); left untouched')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = ARGV[2]
@@ -39,16 +49,23 @@ local wait = tonumber(ARGV[3])
 
 -- Drop dead heads, oldest first, as Redisson does; an entry without a deadline (written by
 -- someone else) cannot be judged and is dropped too, so that it never blocks the queue.
-local head = redis.call('lindex', KEYS[2], 0)
-while head and head ~= me do
-    local deadline = redis.call('zscore', KEYS[3], head)
-    if deadline and tonumber(deadline) > now then
+local queue = redis.call('lrange', KEYS[2], 0, -1)
+local deadlines = {}
+if #queue > 0 then
+    deadlines = redis.call('zmscore', KEYS[3], unpack(queue))
+end
+local dead = 0
+for i, id in ipairs(queue) do
+    if id == me or (deadlines[i] and tonumber(deadlines[i]) > now) then
         break
     end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-    head = redis.call('lindex', KEYS[2], 0)
+    dead = i
 end
+if dead > 0 then
+    redis.call('lpop', KEYS[2], dead)
+    redis.call('zrem', KEYS[3], unpack(queue, 1, dead))
+end
+local head = queue[dead + 1]
 
 if redis.call('exists', KEYS[1]) == 0 then
     if not head or head == me then
@@ -56,8 +73,15 @@ if redis.call('exists', KEYS[1]) == 0 then
             redis.call('lpop', KEYS[2])
         end
         redis.call('zrem', KEYS[3], me)
-        for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-            redis.call('zincrby', KEYS[3], -wait, id)
+        -- Every deadline less this waiter's wait: one ZADD of the new scores.
+        local scores = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+        if #scores > 0 then
+            local args = {}
+            for i = 1, #scores, 2 do
+                args[i] = tonumber(scores[i + 1]) - wait
+                args[i + 1] = scores[i]
+            end
+            redis.call('zadd', KEYS[3], unpack(args))
         end
         redis.call('hincrby', KEYS[1], me, 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
@@ -73,7 +97,12 @@ elseif not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
 end
 
 if ARGV[4] == '1' then
-    local queue = redis.call('lrange', KEYS[2], 0, -1)
+    -- The queue after the dead heads went.
+    local rest = {}
+    for i = dead + 1, #queue do
+        rest[#rest + 1] = queue[i]
+    end
+    queue = rest
     local at
     for i, id in ipairs(queue) do
         if id == me then
@@ -103,10 +132,27 @@ if ARGV[4] == '1' then
     end
     local raise = now + wait - mine
     if raise > 0 then
+        -- Each deadline from this waiter on goes up by `raise` for each time its id is queued
+        -- (once, unless planted): one ZMSCORE, one ZADD of the new scores.
+        local ids, times = {}, {}
         for i = at, #queue do
-            if redis.call('zscore', KEYS[3], queue[i]) then
-                redis.call('zincrby', KEYS[3], raise, queue[i])
+            local id = queue[i]
+            if not times[id] then
+                ids[#ids + 1] = id
+                times[id] = 0
             end
+            times[id] = times[id] + 1
+        end
+        local scores = redis.call('zmscore', KEYS[3], unpack(ids))
+        local args = {}
+        for i, id in ipairs(ids) do
+            if scores[i] then
+                args[#args + 1] = tonumber(scores[i]) + raise * times[id]
+                args[#args + 1] = id
+            end
+        end
+        if #args > 0 then
+            redis.call('zadd', KEYS[3], unpack(args))
         end
     end
 end
