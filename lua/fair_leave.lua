@@ -63,13 +63,15 @@ end
 if head == ARGV[2] and redis.call('exists', KEYS[1]) == 0 then
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local rest = redis.call('lrange', KEYS[2], 0, -1)
+    -- At most MAX_DROPS dead heads per call (later calls drop the rest).
+    local MAX_DROPS = 100
+    local rest = redis.call('lrange', KEYS[2], 0, MAX_DROPS)
     local next
     if #rest > 0 then
         local deadlines = redis.call('zmscore', KEYS[3], unpack(rest))
         local dead = 0
         for i in ipairs(rest) do
-            if deadlines[i] and tonumber(deadlines[i]) > now then
+            if i > MAX_DROPS or (deadlines[i] and tonumber(deadlines[i]) > now) then
                 break
             end
             dead = i

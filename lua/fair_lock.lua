@@ -17,7 +17,8 @@
 --     wait when the queue is empty);
 --   * a grant takes the granted waiter's wait off every deadline;
 --   * a waiter that gives up takes its wait off every deadline behind it (fair_leave.lua);
---   * every call drops the queue heads whose deadline has passed, and heads without one.
+--   * every call drops the queue heads whose deadline has passed, and heads without one
+--     (at most MAX_DROPS of them: see below).
 -- Two things differ, and neither changes what Redisson's scripts find: "now" is this server's
 -- clock (TIME), never a client's; and the caller, alive since it calls, is never dropped: each
 -- attempt of a queued waiter raises its deadline to at least now + ARGV[3], and every deadline
@@ -33,11 +34,13 @@
 --          deadlines hold more than MAX_QUEUE entries (no lock's: planted). Everything is left
 --          untouched and the caller is not queued.
 --
--- Bounded: every loop runs over at most MAX_QUEUE entries, and the queue is read and its
--- deadlines changed in a few commands of at most MAX_QUEUE entries each (LRANGE, ZMSCORE,
--- ZADD of the new scores), not in one command per waiter.
+-- Bounded: at most MAX_DROPS dead heads go per call (the next call drops more; a waiter told
+-- to retry at once meanwhile), every loop runs over at most MAX_QUEUE entries, and the queue
+-- is read and its deadlines changed in a few commands of at most MAX_QUEUE entries each
+-- (LRANGE, ZMSCORE, ZADD of the new scores), not in one command per waiter.
 redis.replicate_commands()
 local MAX_QUEUE = 1000
+local MAX_DROPS = 100
 if redis.call('llen', KEYS[2]) > MAX_QUEUE or redis.call('zcard', KEYS[3]) > MAX_QUEUE then
     return redis.error_reply('WRONGTYPE the wait queue of this lock holds more than '
         .. MAX_QUEUE .. ' waiters (not a lock\'s); left untouched')
@@ -49,23 +52,23 @@ local wait = tonumber(ARGV[3])
 
 -- Drop dead heads, oldest first, as Redisson does; an entry without a deadline (written by
 -- someone else) cannot be judged and is dropped too, so that it never blocks the queue.
-local queue = redis.call('lrange', KEYS[2], 0, -1)
+local heads = redis.call('lrange', KEYS[2], 0, MAX_DROPS)
 local deadlines = {}
-if #queue > 0 then
-    deadlines = redis.call('zmscore', KEYS[3], unpack(queue))
+if #heads > 0 then
+    deadlines = redis.call('zmscore', KEYS[3], unpack(heads))
 end
 local dead = 0
-for i, id in ipairs(queue) do
-    if id == me or (deadlines[i] and tonumber(deadlines[i]) > now) then
+for i, id in ipairs(heads) do
+    if i > MAX_DROPS or id == me or (deadlines[i] and tonumber(deadlines[i]) > now) then
         break
     end
     dead = i
 end
 if dead > 0 then
     redis.call('lpop', KEYS[2], dead)
-    redis.call('zrem', KEYS[3], unpack(queue, 1, dead))
+    redis.call('zrem', KEYS[3], unpack(heads, 1, dead))
 end
-local head = queue[dead + 1]
+local head = heads[dead + 1]
 
 if redis.call('exists', KEYS[1]) == 0 then
     if not head or head == me then
@@ -97,12 +100,7 @@ elseif not is_lock(KEYS[1]) and not is_record(KEYS[1]) then
 end
 
 if ARGV[4] == '1' then
-    -- The queue after the dead heads went.
-    local rest = {}
-    for i = dead + 1, #queue do
-        rest[#rest + 1] = queue[i]
-    end
-    queue = rest
+    local queue = redis.call('lrange', KEYS[2], 0, -1)
     local at
     for i, id in ipairs(queue) do
         if id == me then

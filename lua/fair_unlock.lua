@@ -11,7 +11,7 @@
 --
 -- Queue heads whose deadline (server clock) has passed, or that have none, are dropped first,
 -- oldest first as Redisson's unlock does, so that the message goes to a live waiter; at most
--- the first MAX_QUEUE per call (the next call drops the rest).
+-- MAX_DROPS per call (later calls drop the rest).
 --
 -- Returns  nil   the holder does not hold the lock (nothing changed)
 --          0     still held by the holder: hold count decremented, lease refreshed
@@ -36,28 +36,28 @@ if redis.call('hlen', KEYS[1]) > MAX_FIELDS then
 end
 redis.call('del', KEYS[1])
 
--- The first MAX_QUEUE waiters only, in three commands: a planted queue of a million costs no
--- more, its other dead heads go at later calls.
-local MAX_QUEUE = 1000
+-- At most MAX_DROPS dead heads, in four commands: a planted queue of a million costs no more;
+-- its other dead heads go at later calls, and the head then told is one of them.
+local MAX_DROPS = 100
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local queue = redis.call('lrange', KEYS[2], 0, MAX_QUEUE - 1)
-if #queue == 0 then
+local heads = redis.call('lrange', KEYS[2], 0, MAX_DROPS)
+if #heads == 0 then
     return 1
 end
-local deadlines = redis.call('zmscore', KEYS[3], unpack(queue))
+local deadlines = redis.call('zmscore', KEYS[3], unpack(heads))
 local dead = 0
-for i in ipairs(queue) do
-    if deadlines[i] and tonumber(deadlines[i]) > now then
+for i in ipairs(heads) do
+    if i > MAX_DROPS or (deadlines[i] and tonumber(deadlines[i]) > now) then
         break
     end
     dead = i
 end
 if dead > 0 then
     redis.call('lpop', KEYS[2], dead)
-    redis.call('zrem', KEYS[3], unpack(queue, 1, dead))
+    redis.call('zrem', KEYS[3], unpack(heads, 1, dead))
 end
-local head = queue[dead + 1]
+local head = heads[dead + 1]
 if head then
     notify(ARGV[4] .. ':' .. head, ARGV[1])
 end

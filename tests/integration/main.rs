@@ -42,6 +42,7 @@ mod release_retry;
 mod renew_batch;
 mod rw_lock;
 mod scale;
+mod script_bounds;
 mod script_cache;
 mod semaphore;
 mod sentinel;
