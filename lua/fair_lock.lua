@@ -31,8 +31,8 @@
 --                     until the queue head's deadline
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
 --          (lock_shape.lua) nor a run-once record (waited on as held); or when the queue or the
---          deadlines hold more than MAX_QUEUE entries (no lock's: planted). Everything is left
---          untouched and the caller is not queued.
+--          deadlines hold more than MAX_QUEUE entries (no lock's: planted, as this script queues
+--          nobody past MAX_QUEUE). Everything is left untouched and the caller is not queued.
 --
 -- Bounded: at most MAX_DROPS dead heads go per call (the next call drops more; a waiter told
 -- to retry at once meanwhile), every loop runs over at most MAX_QUEUE entries, and the queue
@@ -108,49 +108,53 @@ if ARGV[4] == '1' then
             break
         end
     end
-    local mine = redis.call('zscore', KEYS[3], me)
-    if not at then
-        local tail = queue[#queue]
-        local from = tail and redis.call('zscore', KEYS[3], tail)
-        if from then
-            from = tonumber(from)
+    -- A full queue takes nobody more: the caller waits unqueued, told when to try again as any
+    -- waiter is, so that a busy lock's queue never grows past the bound that makes it no lock's.
+    if at or (#queue < MAX_QUEUE and redis.call('zcard', KEYS[3]) < MAX_QUEUE) then
+        local mine = redis.call('zscore', KEYS[3], me)
+        if not at then
+            local tail = queue[#queue]
+            local from = tail and redis.call('zscore', KEYS[3], tail)
+            if from then
+                from = tonumber(from)
+            else
+                from = now + math.max(redis.call('pttl', KEYS[1]), 0)
+            end
+            mine = from + wait
+            redis.call('zadd', KEYS[3], mine, me)
+            redis.call('rpush', KEYS[2], me)
+            queue[#queue + 1] = me
+            at = #queue
+        elseif not mine then
+            mine = now + wait
+            redis.call('zadd', KEYS[3], mine, me)
         else
-            from = now + math.max(redis.call('pttl', KEYS[1]), 0)
+            mine = tonumber(mine)
         end
-        mine = from + wait
-        redis.call('zadd', KEYS[3], mine, me)
-        redis.call('rpush', KEYS[2], me)
-        queue[#queue + 1] = me
-        at = #queue
-    elseif not mine then
-        mine = now + wait
-        redis.call('zadd', KEYS[3], mine, me)
-    else
-        mine = tonumber(mine)
-    end
-    local raise = now + wait - mine
-    if raise > 0 then
-        -- Each deadline from this waiter on goes up by `raise` for each time its id is queued
-        -- (once, unless planted): one ZMSCORE, one ZADD of the new scores.
-        local ids, times = {}, {}
-        for i = at, #queue do
-            local id = queue[i]
-            if not times[id] then
-                ids[#ids + 1] = id
-                times[id] = 0
+        local raise = now + wait - mine
+        if raise > 0 then
+            -- Each deadline from this waiter on goes up by `raise` for each time its id is queued
+            -- (once, unless planted): one ZMSCORE, one ZADD of the new scores.
+            local ids, times = {}, {}
+            for i = at, #queue do
+                local id = queue[i]
+                if not times[id] then
+                    ids[#ids + 1] = id
+                    times[id] = 0
+                end
+                times[id] = times[id] + 1
             end
-            times[id] = times[id] + 1
-        end
-        local scores = redis.call('zmscore', KEYS[3], unpack(ids))
-        local args = {}
-        for i, id in ipairs(ids) do
-            if scores[i] then
-                args[#args + 1] = tonumber(scores[i]) + raise * times[id]
-                args[#args + 1] = id
+            local scores = redis.call('zmscore', KEYS[3], unpack(ids))
+            local args = {}
+            for i, id in ipairs(ids) do
+                if scores[i] then
+                    args[#args + 1] = tonumber(scores[i]) + raise * times[id]
+                    args[#args + 1] = id
+                end
             end
-        end
-        if #args > 0 then
-            redis.call('zadd', KEYS[3], unpack(args))
+            if #args > 0 then
+                redis.call('zadd', KEYS[3], unpack(args))
+            end
         end
     end
 end

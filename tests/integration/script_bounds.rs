@@ -372,7 +372,8 @@ fn fair_lock_million(bed: &Bed, slow: &mut Vec<redis::Value>) {
 /// queued, on a free fair lock. Acquires drop the heads, 100 a call, and
 /// the one that gets the lock takes its wait off every deadline (a command
 /// per waiter took over 10 ms); then a waiter queued ahead of 999 planted
-/// live ones waits, is passed over and leaves, taking its wait off theirs.
+/// live ones waits, is passed over and leaves, taking its wait off theirs;
+/// and a full queue (1,000) takes no newcomer.
 fn fair_lock_at_the_bound(bed: &Bed, slow: &mut Vec<redis::Value>) {
     let server = bed.server();
     let name = unique_name("bounds-fair-edge");
@@ -438,19 +439,40 @@ fn fair_lock_at_the_bound(bed: &Bed, slow: &mut Vec<redis::Value>) {
     assert!(got.is_none());
     assert_eq!(len(server, "LLEN", &queue), 999, "the waiter did not leave");
     assert_eq!(len(server, "ZCARD", &timeouts), 999);
+    // One more fills the queue: a newcomer waits unqueued, neither refused
+    // nor pushing the queue past the bound that makes it no lock's.
+    let last = format!("{JAVA}:999");
+    let () = server.cmd("RPUSH", &[queue.as_bytes(), last.as_bytes()]);
+    let () = server.cmd(
+        "ZADD",
+        &[
+            timeouts.as_bytes(),
+            far.to_string().as_bytes(),
+            last.as_bytes(),
+        ],
+    );
+    assert!(
+        bed.other
+            .fair_lock(&name)
+            .try_lock_for(ms(300))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(len(server, "LLEN", &queue), 1_000, "the full queue grew");
+    assert_eq!(len(server, "ZCARD", &timeouts), 1_000);
     guard.unlock().unwrap();
     assert_eq!(
         len(server, "LLEN", &queue),
-        999,
+        1_000,
         "a live waiter was dropped"
     );
     collect_slow(server, slow);
     unlink(server, &[&queue, &timeouts]);
 }
 
-/// A million fields planted beside a held read lock, then 998 planted
-/// readers of 1,000 holds each (a million timeout keys to look up): the
-/// reader's renewals and release go on, the release looks up at most 1,000
+/// A million fields planted beside a held read lock, then 100 planted
+/// readers of 1,000 holds each (100,000 timeout keys to look up): the
+/// reader's renewals and release go on, the release looks up at most 250
 /// leases and otherwise keeps the key's expiry; newcomers are refused.
 fn read_write_lock(bed: &Bed, slow: &mut Vec<redis::Value>) {
     let server = bed.server();
@@ -475,15 +497,15 @@ fn read_write_lock(bed: &Bed, slow: &mut Vec<redis::Value>) {
 
     let name = unique_name("bounds-rw-holds");
     let reader = bed.client.read_write_lock(&name).read().lock().unwrap();
-    plant(server, "hset", &name, 998, &format!("{JAVA}:"), 1_000);
-    assert_eq!(len(server, "HLEN", &name), 1_000);
+    plant(server, "hset", &name, 100, &format!("{JAVA}:"), 1_000);
+    assert_eq!(len(server, "HLEN", &name), 102);
     let () = server.cmd("SLOWLOG", &[b"RESET"]);
     renewals_go_on(&bed.client, 1);
     let own = reader.holder_id().as_str().to_owned();
     reader.unlock().unwrap();
     let held: bool = server.cmd("HEXISTS", &[name.as_bytes(), own.as_bytes()]);
     assert!(!held, "the release left the reader's field");
-    assert_eq!(len(server, "HLEN", &name), 999);
+    assert_eq!(len(server, "HLEN", &name), 101);
     assert!(server.pttl(&name) > 0, "the lock key lost its expiry");
     collect_slow(server, slow);
     unlink(server, &[&name]);
