@@ -23,7 +23,7 @@ if leases ~= 'none' and leases ~= 'zset' then
     return redis.error_reply('WRONGTYPE the permit leases are not a sorted set')
 end
 -- More leases than keys::MAX_PERMITS_READ are planted, and too many to free at once.
-if leases == 'zset' and redis.call('zcard', KEYS[2]) > 10000 then
+if redis.call('zcard', KEYS[2]) > 10000 then
     return redis.error_reply('WRONGTYPE the permit leases hold more than 10000 permits; '
         .. 'left untouched')
 end
