@@ -17,7 +17,8 @@
 --     wait when the queue is empty);
 --   * a grant takes the granted waiter's wait off every deadline;
 --   * a waiter that gives up takes its wait off every deadline behind it (fair_leave.lua);
---   * every call drops the queue heads whose deadline has passed, and heads without one.
+--   * every call drops the queue heads whose deadline has passed, and heads without one
+--     (at most MAX_DROPS of them: see below).
 -- Two things differ, and neither changes what Redisson's scripts find: "now" is this server's
 -- clock (TIME), never a client's; and the caller, alive since it calls, is never dropped: each
 -- attempt of a queued waiter raises its deadline to at least now + ARGV[3], and every deadline
@@ -29,9 +30,21 @@
 --                     remaining ttl while it is held (-1: the key has no expiry), else the time
 --                     until the queue head's deadline
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is not a lock
---          (lock_shape.lua) nor a run-once record (waited on as held); it is left untouched
---          and the caller is not queued.
+--          (lock_shape.lua) nor a run-once record (waited on as held); or when the queue or the
+--          deadlines hold more than MAX_QUEUE entries (no lock's: planted, as this script queues
+--          nobody past MAX_QUEUE). Everything is left untouched and the caller is not queued.
+--
+-- Bounded: at most MAX_DROPS dead heads go per call (the next call drops more; a waiter told
+-- to retry at once meanwhile), every loop runs over at most MAX_QUEUE entries, and the queue
+-- is read and its deadlines changed in a few commands of at most MAX_QUEUE entries each
+-- (LRANGE, ZMSCORE, ZADD of the new scores), not in one command per waiter.
 redis.replicate_commands()
+local MAX_QUEUE = 1000
+local MAX_DROPS = 100
+if redis.call('llen', KEYS[2]) > MAX_QUEUE or redis.call('zcard', KEYS[3]) > MAX_QUEUE then
+    return redis.error_reply('WRONGTYPE the wait queue of this lock holds more than '
+        .. MAX_QUEUE .. ' waiters (not a lock\'s); left untouched')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = ARGV[2]
@@ -39,16 +52,23 @@ local wait = tonumber(ARGV[3])
 
 -- Drop dead heads, oldest first, as Redisson does; an entry without a deadline (written by
 -- someone else) cannot be judged and is dropped too, so that it never blocks the queue.
-local head = redis.call('lindex', KEYS[2], 0)
-while head and head ~= me do
-    local deadline = redis.call('zscore', KEYS[3], head)
-    if deadline and tonumber(deadline) > now then
+local heads = redis.call('lrange', KEYS[2], 0, MAX_DROPS)
+local deadlines = {}
+if #heads > 0 then
+    deadlines = redis.call('zmscore', KEYS[3], unpack(heads))
+end
+local dead = 0
+for i, id in ipairs(heads) do
+    if i > MAX_DROPS or id == me or (deadlines[i] and tonumber(deadlines[i]) > now) then
         break
     end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-    head = redis.call('lindex', KEYS[2], 0)
+    dead = i
 end
+if dead > 0 then
+    redis.call('lpop', KEYS[2], dead)
+    redis.call('zrem', KEYS[3], unpack(heads, 1, dead))
+end
+local head = heads[dead + 1]
 
 if redis.call('exists', KEYS[1]) == 0 then
     if not head or head == me then
@@ -56,8 +76,15 @@ if redis.call('exists', KEYS[1]) == 0 then
             redis.call('lpop', KEYS[2])
         end
         redis.call('zrem', KEYS[3], me)
-        for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-            redis.call('zincrby', KEYS[3], -wait, id)
+        -- Every deadline less this waiter's wait: one ZADD of the new scores.
+        local scores = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+        if #scores > 0 then
+            local args = {}
+            for i = 1, #scores, 2 do
+                args[i] = tonumber(scores[i + 1]) - wait
+                args[i + 1] = scores[i]
+            end
+            redis.call('zadd', KEYS[3], unpack(args))
         end
         redis.call('hincrby', KEYS[1], me, 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
@@ -81,31 +108,52 @@ if ARGV[4] == '1' then
             break
         end
     end
-    local mine = redis.call('zscore', KEYS[3], me)
-    if not at then
-        local tail = queue[#queue]
-        local from = tail and redis.call('zscore', KEYS[3], tail)
-        if from then
-            from = tonumber(from)
+    -- A full queue takes nobody more: the caller waits unqueued, told when to try again as any
+    -- waiter is, so that a busy lock's queue never grows past the bound that makes it no lock's.
+    if at or (#queue < MAX_QUEUE and redis.call('zcard', KEYS[3]) < MAX_QUEUE) then
+        local mine = redis.call('zscore', KEYS[3], me)
+        if not at then
+            local tail = queue[#queue]
+            local from = tail and redis.call('zscore', KEYS[3], tail)
+            if from then
+                from = tonumber(from)
+            else
+                from = now + math.max(redis.call('pttl', KEYS[1]), 0)
+            end
+            mine = from + wait
+            redis.call('zadd', KEYS[3], mine, me)
+            redis.call('rpush', KEYS[2], me)
+            queue[#queue + 1] = me
+            at = #queue
+        elseif not mine then
+            mine = now + wait
+            redis.call('zadd', KEYS[3], mine, me)
         else
-            from = now + math.max(redis.call('pttl', KEYS[1]), 0)
+            mine = tonumber(mine)
         end
-        mine = from + wait
-        redis.call('zadd', KEYS[3], mine, me)
-        redis.call('rpush', KEYS[2], me)
-        queue[#queue + 1] = me
-        at = #queue
-    elseif not mine then
-        mine = now + wait
-        redis.call('zadd', KEYS[3], mine, me)
-    else
-        mine = tonumber(mine)
-    end
-    local raise = now + wait - mine
-    if raise > 0 then
-        for i = at, #queue do
-            if redis.call('zscore', KEYS[3], queue[i]) then
-                redis.call('zincrby', KEYS[3], raise, queue[i])
+        local raise = now + wait - mine
+        if raise > 0 then
+            -- Each deadline from this waiter on goes up by `raise` for each time its id is queued
+            -- (once, unless planted): one ZMSCORE, one ZADD of the new scores.
+            local ids, times = {}, {}
+            for i = at, #queue do
+                local id = queue[i]
+                if not times[id] then
+                    ids[#ids + 1] = id
+                    times[id] = 0
+                end
+                times[id] = times[id] + 1
+            end
+            local scores = redis.call('zmscore', KEYS[3], unpack(ids))
+            local args = {}
+            for i, id in ipairs(ids) do
+                if scores[i] then
+                    args[#args + 1] = tonumber(scores[i]) + raise * times[id]
+                    args[#args + 1] = id
+                end
+            end
+            if #args > 0 then
+                redis.call('zadd', KEYS[3], unpack(args))
             end
         end
     end

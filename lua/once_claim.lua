@@ -34,11 +34,21 @@
 --          {3}                           free, and ARGV[3] is "0"
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is neither a
 --          lock (lock_shape.lua) nor a record (only the fields above), left untouched; an error
---          from INCR when KEYS[2] holds no integer (raised before anything is written).
+--          from INCR when KEYS[2] holds no integer (raised before anything is written);
+--          WRONGTYPE when a claim finds at KEYS[3] a hash of more than 10,000 fields or a list,
+--          set, zset or stream (planted: too big to replace at once), left untouched.
 redis.replicate_commands()
 if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[3] ~= '1' then
         return {3}
+    end
+    -- A last-attempt record has a few fields: one of more than 10,000 is planted, and too
+    -- big to free at once (the claim replaces it).
+    local attempt = redis.call('type', KEYS[3])['ok']
+    if (attempt == 'hash' and redis.call('hlen', KEYS[3]) > 10000)
+        or (attempt ~= 'hash' and attempt ~= 'string' and attempt ~= 'none') then
+        return redis.error_reply('WRONGTYPE the last-attempt record of this key is not one; '
+            .. 'left untouched')
     end
     local t = redis.call('time')
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

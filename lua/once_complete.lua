@@ -19,10 +19,17 @@
 --              hash {outcome = ARGV[2], at = at, by = ARGV[1]} with PEXPIRE = ARGV[3] (every
 --              hold of the runner ends with it), and ARGV[4] was published once
 --          0   refused: the holder does not hold the key; nothing changed
--- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1]; it is left untouched.
+-- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash of more than 10,000
+--          fields (no lock's: planted beside the claim); it is left untouched.
 redis.replicate_commands()
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return 0
+end
+-- Fields planted beside the claim: no lock's (lock_shape.lua), and too many to free at once
+-- (the record replaces the whole hash).
+if redis.call('hlen', KEYS[1]) > 10000 then
+    return redis.error_reply('WRONGTYPE the hash at this key is not a lock (more than 10000 '
+        .. 'fields); left untouched')
 end
 local t = redis.call('time')
 local at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))

@@ -10,9 +10,16 @@
 -- ARGV[3] .. ':' .. <its holder id> (nothing when the queue is empty).
 --
 -- Returns  nil  the holder does not hold the lock
---          1    the holder's holds were dropped, the key deleted and ARGV[1] published
+--          1    the holder's holds were dropped, the key deleted and ARGV[1] published (a hash
+--               of more than 10,000 fields, no lock's, loses only the holder's field)
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
+end
+-- Fields planted beside the hold: no lock's (lock_shape.lua), and too many to free at once
+-- (DEL frees every field). Only the holder's field goes; nobody is told.
+if redis.call('hlen', KEYS[1]) > 10000 then
+    redis.call('hdel', KEYS[1], ARGV[2])
+    return 1
 end
 redis.call('del', KEYS[1])
 if KEYS[2] then

@@ -19,7 +19,7 @@
 --          0  lost: the holder holds no read hold, or a timeout key of one of its holds is gone
 --             (its lease was cut short and ran out: the hold no longer counts)
 -- Errors   WRONGTYPE when KEYS[1] holds a non-hash value.
-local MAX_HOLD_COUNT = 10000
+local MAX_HOLD_COUNT = 1000
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '')
 if held == nil or held < 1 or held > MAX_HOLD_COUNT then
     return 0

@@ -15,7 +15,7 @@
 --          1   renewed
 --          0   the holder no longer holds the read side (nothing changed)
 --          -1  a non-hash value is stored at the lock key (left untouched)
-local MAX_HOLD_COUNT = 10000
+local MAX_HOLD_COUNT = 1000
 local replies = {}
 for i = 1, #KEYS / 2 do
     local key, prefix, lease = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1]

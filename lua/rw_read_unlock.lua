@@ -19,13 +19,18 @@
 -- same holder, downgrading) keeps the lock.
 --
 -- A hold count above MAX_HOLD_COUNT is no lock's (lock_shape.lua): the holder's own such count
--- is no hold (nil, nothing changed), another field's is left out of the longest lease; no loop
--- runs over more than MAX_HOLD_COUNT holds.
+-- is no hold (nil, nothing changed), another field's is left out of the longest lease. The
+-- longest lease is looked for only in a hash of at most MAX_LOOKUPS fields, among at most
+-- MAX_LOOKUPS holds in all (a PTTL each: 1,000 of them and the HGETALL took over 10 ms on a
+-- loaded server); past either (a planted hash, or a read lock of that many holds at once),
+-- the holder's holds still go but the lock key keeps its expiry, which is at least the
+-- longest lease, and is neither deleted nor announced (a later release, or the expiry, ends it).
 --
 -- Returns  nil  the holder holds no read hold (nothing changed)
 --          0    one read hold released; the holder still has others
 --          1    the holder's last read hold released (ARGV[1] published when the lock became free)
-local MAX_HOLD_COUNT = 10000
+local MAX_HOLD_COUNT = 1000
+local MAX_LOOKUPS = 250
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     return nil
@@ -42,7 +47,11 @@ end
 -- such as HGETALL) must not leave the lock without its holder's field but with its mode, an
 -- empty read lock that blocks writers until it expires.
 local longest = 0
-if mode ~= 'write' then
+-- Holds whose lease may still be looked up; nil once the lookup was given up.
+local budget = MAX_LOOKUPS
+if mode ~= 'write' and redis.call('hlen', KEYS[1]) > MAX_LOOKUPS then
+    budget = nil
+elseif mode ~= 'write' then
     local fields = redis.call('hgetall', KEYS[1])
     for i = 1, #fields, 2 do
         local count = tonumber(fields[i + 1])
@@ -50,7 +59,12 @@ if mode ~= 'write' then
             -- This holder's holds after the release: the dropped ones are not counted.
             count = held - drop
         end
-        if count ~= nil and count <= MAX_HOLD_COUNT then
+        if count ~= nil and count <= MAX_HOLD_COUNT and budget then
+            budget = budget - math.max(count, 0)
+            if budget < 0 then
+                budget = nil
+                count = 0
+            end
             for n = count, 1, -1 do
                 local left = redis.call('pttl', KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
                 if left > longest then
@@ -71,6 +85,9 @@ else
     mine = 1
 end
 if mode == 'write' then
+    return mine
+end
+if not budget then
     return mine
 end
 if longest > 0 then

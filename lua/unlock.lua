@@ -9,7 +9,8 @@
 --
 -- Returns  nil   the holder does not hold the lock (nothing changed)
 --          0     still held by the holder: hold count decremented, lease refreshed
---          1     fully released: key deleted and ARGV[1] published once
+--          1     fully released: key deleted and ARGV[1] published once (a hash of more than
+--                10,000 fields, no lock's, loses only the holder's field)
 local held = redis.call('hget', KEYS[1], ARGV[3])
 if not held then
     return nil
@@ -23,6 +24,12 @@ if count == nil or count > 1 then
     return 0
 end
 -- @prelude
+-- Fields planted beside the hold: no lock's (lock_shape.lua), and too many to free at once
+-- (DEL frees every field). Only the hold goes; the hash keeps its expiry, nobody is told.
+if redis.call('hlen', KEYS[1]) > 10000 then
+    redis.call('hdel', KEYS[1], ARGV[3])
+    return 1
+end
 redis.call('del', KEYS[1])
 notify(ARGV[4], ARGV[1])
 return 1

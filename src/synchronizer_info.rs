@@ -33,7 +33,7 @@ pub struct SemaphoreInfo {
     /// The counter key's remaining lifetime: `None` when it does not exist.
     pub ttl: Option<Ttl>,
     /// The expiring permits held (Redisson's `{name}:timeout` set), in
-    /// order of lease end: the first 10,000 (a lease set is never read
+    /// order of lease end: the first 1,000 (a lease set is never read
     /// whole). A plain semaphore's permits have no owner and
     /// are not listed: they show only as fewer available permits.
     pub permits: Vec<HeldPermit>,

@@ -258,7 +258,7 @@ impl ExpiringSemaphore {
 
     /// The permits held now, each with the time left on its lease (zero
     /// for a lease that ended but was not counted back yet), by the
-    /// server's clock: the 10,000 whose leases end first (a lease set is
+    /// server's clock: the 1,000 whose leases end first (a lease set is
     /// never read whole). Reads only: nothing is counted back. Members of the
     /// lease set that are not 16-byte ids are left out. Lease ends are read
     /// as stored: a permit taken by a client with a

@@ -380,12 +380,12 @@ fn holder_ids_of_other_redisson_protocol_clients_are_locks() {
             Some("write"),
             "1",
         ),
-        // The bounds: 20 digits and a sign, 10,000 holds.
+        // The bounds: 20 digits and a sign, 1,000 holds.
         (
             "the longest thread id, the most holds",
             format!("{JAVA}:-12345678901234567890"),
             None,
-            "10000",
+            "1000",
         ),
     ] {
         let name = unique_name("peer-held");
@@ -467,7 +467,7 @@ fn a_long_fair_queue_is_read_to_a_bound() {
 
 /// An expiring semaphore whose lease set holds 25,000 members (another
 /// application's sorted set by that name, or a leak): `inspect` and
-/// `leases` read the 10,000 that end first, never the whole set.
+/// `leases` read the 1,000 that end first, never the whole set.
 #[test]
 fn a_huge_lease_set_is_read_to_a_bound() {
     let ctx = TestContext::new();
@@ -487,9 +487,9 @@ fn a_huge_lease_set_is_read_to_a_bound() {
     pipe.query::<()>(&mut conn).unwrap();
     let semaphore = ctx.client.expiring_semaphore(&name);
     let leases = semaphore.leases().unwrap();
-    assert_eq!(leases.len(), 10_000);
+    assert_eq!(leases.len(), 1_000);
     let info = semaphore.inspect().unwrap();
-    assert_eq!(info.permits.len(), 10_000);
+    assert_eq!(info.permits.len(), 1_000);
     let card: u64 = ctx.server.cmd("ZCARD", &[set.as_bytes()]);
     assert_eq!(card, 25_000, "read, not changed");
 }
@@ -621,7 +621,7 @@ fn a_million_field_hash_is_not_read_by_the_library() {
 
 /// Issue 44, item 6: hold counts drive loops in the read-write scripts
 /// (one timeout key per read hold), so a count above `MAX_HOLD_COUNT`
-/// (10,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
+/// (1,000) is no lock's. With `HSET <lock> <uuid>:1 1000000` on a read
 /// lock held by a renewed and a fixed-lease reader, a newcomer is refused
 /// (`WrongType`, key untouched) and read as no lock, while the holders'
 /// renewals, look-ups and releases go on; then the remaining readers' own

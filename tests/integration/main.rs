@@ -43,6 +43,7 @@ mod release_retry;
 mod renew_batch;
 mod rw_lock;
 mod scale;
+mod script_bounds;
 mod script_cache;
 mod semaphore;
 mod sentinel;

@@ -215,3 +215,51 @@ fn is_held_by_current_thread_follows_the_calling_threads_holds() {
     outer.unlock().unwrap();
     assert!(!lock.is_held_by_current_thread().unwrap());
 }
+
+/// A thread may re-enter a lock up to the hold-count bound of the shape
+/// rule (1,000), and no further: the next acquire is refused before Redis
+/// is asked, so its hold count never passes the bound that would make the
+/// lock no lock's to its own renewal and release. The lock stays held,
+/// and is free once every guard is dropped. Every kind shares the check.
+#[test]
+fn reentry_stops_at_the_hold_count_bound_and_the_lock_stays_a_lock() {
+    const BOUND: usize = 1_000;
+    let ctx = TestContext::new();
+    let rw = ctx.client.read_write_lock(unique_name("bound-rw"));
+    let locks = [
+        ("reentrant", ctx.client.lock(unique_name("bound"))),
+        ("fair", ctx.client.fair_lock(unique_name("bound-fair"))),
+        ("read", rw.read()),
+    ];
+    let mut conn = ctx.server.conn();
+    for (kind, lock) in &locks {
+        let guards: Vec<_> = (0..BOUND).map(|_| lock.lock().unwrap()).collect();
+        let err = lock.try_lock().unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::InvalidArgument(_)),
+            "{kind}: {err:?}"
+        );
+        let err = lock.try_lock_for(ms(50)).unwrap_err();
+        assert!(
+            matches!(err, redguard::Error::InvalidArgument(_)),
+            "{kind}: {err:?}"
+        );
+        // The count on the server is the bound, and the lock is still one:
+        // another client sees it held, its guard checks out.
+        let counts: Vec<i64> = redis::cmd("HVALS")
+            .arg(lock.name())
+            .query::<Vec<String>>(&mut conn)
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        assert_eq!(counts, vec![BOUND as i64], "{kind}");
+        assert!(lock.is_locked().unwrap(), "{kind}");
+        guards[0].check().unwrap();
+        drop(guards);
+        assert!(!lock.is_locked().unwrap(), "{kind}: released");
+        // Below the bound again, it re-enters as before.
+        let again = lock.lock().unwrap();
+        drop(again);
+    }
+}
