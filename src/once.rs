@@ -733,7 +733,15 @@ impl Client {
                     // A waiting thread's record entry rides ahead of the script.
                     let before = crate::connection::prelude::take_for(self.source(), key);
                     let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {
-                        script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
+                        script::claim(
+                            conn,
+                            key,
+                            &token_key,
+                            &holder_str,
+                            lease_ms,
+                            Some(&runner),
+                            MAX_OUTCOME_LEN,
+                        )
                     })?;
                     if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                         short_acks = acked;
@@ -893,7 +901,7 @@ impl Client {
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let token_key = keys::token(key);
         let found = self.with_conn(key, |conn| {
-            script::claim(conn, key, &token_key, "", 1, None)
+            script::claim(conn, key, &token_key, "", 1, None, MAX_OUTCOME_LEN)
         })?;
         Ok(match found {
             Claim::Free => OnceStatus::NotRun,

@@ -25,8 +25,8 @@ pub(crate) enum Claim {
     /// Another runner (or the caller itself) holds the key.
     Running { pttl: Pttl, holder: String },
     /// The key holds a record. A field too long to read (`outcome` past
-    /// [`MAX_OUTCOME_LEN`](crate::MAX_OUTCOME_LEN), `at` or `by` past
-    /// [`MAX_FIELD_LEN`]) is empty (`at`: 0) and named in `too_long`.
+    /// the claim's bound, `at` or `by` past [`MAX_FIELD_LEN`]) is empty
+    /// (`at`: 0) and named in `too_long`.
     Done {
         outcome: Vec<u8>,
         at_ms: u64,
@@ -50,6 +50,8 @@ pub(crate) struct Runner<'a> {
 /// Runs the claim script: with `take`, claims a free key for `holder` with
 /// a lease of `lease_ms`, draws a token from `token_key` and starts a
 /// `running` attempt for `runner` in the key's last-attempt record; without, only reports.
+/// A recorded outcome longer than `max_outcome` bytes is not sent (see
+/// [`Claim::Done`]).
 pub(crate) fn claim(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
@@ -57,6 +59,7 @@ pub(crate) fn claim(
     holder: &str,
     lease_ms: u64,
     take: Option<&Runner<'_>>,
+    max_outcome: usize,
 ) -> Result<Claim> {
     let attempt_key = crate::keys::once_attempt(key);
     let reply = evalsha(conn, &CLAIM, &[key, token_key, &attempt_key], |cmd| {
@@ -70,7 +73,7 @@ pub(crate) fn claim(
                 .arg(r.program),
             None => cmd.arg("0").arg(1).arg("").arg(0).arg(""),
         };
-        cmd.arg(crate::once::MAX_OUTCOME_LEN).arg(MAX_FIELD_LEN);
+        cmd.arg(max_outcome).arg(MAX_FIELD_LEN);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     claim_reply(&reply)
