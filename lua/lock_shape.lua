@@ -67,18 +67,13 @@ local function is_lock(key)
 end
 
 -- is_record(key): whether the hash at `key` is a run-once record (once_complete.lua): the
--- field "outcome", with "at" and "by" or not, and no other. HMGET and HLEN: bounded.
+-- field "outcome", with "at" and "by" or not, and no other. HEXISTS and HLEN: bounded, and
+-- no value is copied into the script (someone else's may be huge).
 local function is_record(key)
-    local record = redis.call('hmget', key, 'outcome', 'at', 'by')
-    if not record[1] then
+    if redis.call('hexists', key, 'outcome') == 0 then
         return false
     end
-    local present = 1
-    for i = 2, 3 do
-        if record[i] then
-            present = present + 1
-        end
-    end
+    local present = 1 + redis.call('hexists', key, 'at') + redis.call('hexists', key, 'by')
     return redis.call('hlen', key) == present
 end
 

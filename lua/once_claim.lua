@@ -23,6 +23,8 @@
 -- ARGV[3]  "1" to claim the key when it is free; "0" only to look (nothing is written)
 -- ARGV[4]  ttl of the last-attempt record in milliseconds (claims only)
 -- ARGV[5]  host, ARGV[6] pid, ARGV[7] program of the runner, for the last-attempt record
+-- ARGV[8]  longest outcome sent, bytes; ARGV[9] longest "at" or "by" sent: a longer value
+--          (someone else wrote it) is answered by its length, never its bytes
 --
 -- Returns  {1, token}                    claimed: the caller runs; token = the counter after INCR
 --          {0, pttl, holder}             a runner holds the key: its remaining lease in ms (-1:
@@ -30,7 +32,8 @@
 --                                        calling thread is the runner: a claim is not reentrant)
 --                                        (a claim also replaces KEYS[3] with a "running"
 --                                        attempt started now, PEXPIRE = ARGV[4])
---          {2, outcome, at, by, pttl}    done: the record and its remaining ttl in ms (-1: none)
+--          {2, outcome, at, by, pttl}    done: the record and its remaining ttl in ms (-1: none);
+--                                        a value over its bound (ARGV[8], ARGV[9]) as its length
 --          {3}                           free, and ARGV[3] is "0"
 -- Errors   WRONGTYPE when a non-hash value is stored at KEYS[1], or a hash that is neither a
 --          lock (lock_shape.lua) nor a record (only the fields above), left untouched; an error
@@ -70,15 +73,24 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('pexpire', KEYS[3], ARGV[4])
     return {1, token}
 end
-local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')
 local pttl = redis.call('pttl', KEYS[1])
-if record[1] then
+if redis.call('hexists', KEYS[1], 'outcome') == 1 then
     -- A record has these fields and no other: an application's hash that merely has an
     -- "outcome" field is not one.
     if not is_record(KEYS[1]) then
         return not_a_lock()
     end
-    return {2, record[1], record[2] or '0', record[3] or '', pttl}
+    -- Each value's length before its bytes: a value over its bound never leaves the server.
+    local function bounded(field, max, missing)
+        local len = redis.call('hstrlen', KEYS[1], field)
+        if len > max then
+            return len
+        end
+        return redis.call('hget', KEYS[1], field) or missing
+    end
+    local max_field = tonumber(ARGV[9])
+    return {2, bounded('outcome', tonumber(ARGV[8]), ''), bounded('at', max_field, '0'),
+        bounded('by', max_field, ''), pttl}
 end
 if not is_lock(KEYS[1]) then
     return not_a_lock()

@@ -12,8 +12,7 @@
 if redis.call('exists', KEYS[1]) == 0 then
     return 0
 end
-local record = redis.call('hmget', KEYS[1], 'outcome', 'at', 'by')
-if record[1] then
+if redis.call('hexists', KEYS[1], 'outcome') == 1 then
     -- Only a record (these fields and no other) is deleted, never an application's hash that
     -- merely has an "outcome" field.
     if not is_record(KEYS[1]) then

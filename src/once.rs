@@ -15,7 +15,8 @@ use crate::lease::{MAX_LEASE, MIN_LEASE, lease_ms};
 use crate::lock::FencingToken;
 use crate::lock::{Lock, LockGuard};
 use crate::lost::HoldKind;
-use crate::scripts::once::{self as script, Claim, Forget};
+use crate::scripts::once::{self as script, ATTEMPT_FIELDS, Claim, Forget};
+use crate::scripts::record_read::Named;
 use crate::scripts::{Acquire, Release};
 use crate::wait::{Attempt, Wake, wait_loop};
 
@@ -98,6 +99,14 @@ pub struct OnceAttempt {
     pub exit_status: Option<i32>,
     /// The signal that ended the work, as the runner reported it.
     pub signal: Option<i32>,
+    /// The names of the fields left unread because their value is longer
+    /// than any redguard writes (over 4 KiB: someone else wrote it):
+    /// `holder`, `host`, `program`, ... Such a field reads as empty
+    /// (`holder`, `host`, `program`) or `None`. Only its length is read,
+    /// never its bytes. (A record whose `state` or `started_at` is too
+    /// long is no record: [`OnceInfo::last_attempt`](crate::OnceInfo) is
+    /// then `None`.)
+    pub too_long: Vec<String>,
 }
 
 impl OnceAttempt {
@@ -107,13 +116,25 @@ impl OnceAttempt {
             .and_then(|end| end.duration_since(self.started_at).ok())
     }
 
+    /// Whether the field `field` (`holder`, `host`, `program`, ...) was
+    /// left unread for its length ([`too_long`](Self::too_long)).
+    pub fn field_too_long(&self, field: &str) -> bool {
+        self.too_long.iter().any(|f| f == field)
+    }
+
     /// Reads the record's fields; `None` when there is none (or it is
-    /// unreadable).
-    pub(crate) fn from_fields(fields: &[(String, String)]) -> Option<OnceAttempt> {
+    /// unreadable: no state or start that redguard writes).
+    pub(crate) fn from_fields(record: &Named) -> Option<OnceAttempt> {
+        let fields: Vec<(&str, String)> = record
+            .fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned()))
+            .collect();
+        let too_long = |name: &str| record.too_long.iter().any(|f| f == name);
         let get = |name: &str| {
             fields
                 .iter()
-                .find(|(k, _)| k == name)
+                .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.as_str())
         };
         let time = |name: &str| {
@@ -123,7 +144,13 @@ impl OnceAttempt {
         };
         Some(OnceAttempt {
             state: AttemptState::parse(get("state")?)?,
-            holder: get("holder")?.to_owned(),
+            // A holder too long to read is no runner's, but the attempt
+            // still says how it ended.
+            holder: match get("holder") {
+                Some(holder) => holder.to_owned(),
+                None if too_long("holder") => String::new(),
+                None => return None,
+            },
             host: get("host").unwrap_or_default().to_owned(),
             pid: get("pid").and_then(|p| p.parse().ok()).filter(|&p| p > 0),
             program: get("program").unwrap_or_default().to_owned(),
@@ -131,6 +158,12 @@ impl OnceAttempt {
             ended_at: time("ended_at"),
             exit_status: get("exit_status").and_then(|v| v.parse().ok()),
             signal: get("signal").and_then(|v| v.parse().ok()),
+            too_long: record
+                .too_long
+                .iter()
+                .filter(|f| ATTEMPT_FIELDS.contains(&f.as_str()))
+                .cloned()
+                .collect(),
         })
     }
 }
@@ -259,6 +292,14 @@ pub struct Outcome {
     /// How long the record is kept from now (`None`: no expiry, which
     /// redguard never sets).
     pub expires_in: Option<Duration>,
+    /// The names of the record's fields left unread because their value
+    /// is longer than any redguard writes (someone else wrote it):
+    /// `outcome` (over [`MAX_OUTCOME_LEN`]), `at` or `by` (over 4 KiB).
+    /// Such a field reads as empty (`value`, `by`) or the Unix epoch
+    /// (`at`); only its length is read, never its bytes. Only ever set by
+    /// [`Client::once_status`] and [`Client::once_inspect`]: a claim
+    /// refuses such a record ([`Error::WrongType`]).
+    pub too_long: Vec<String>,
 }
 
 /// What is stored at a run-once key, from [`Client::once_status`].
@@ -507,6 +548,7 @@ impl OnceGuard {
                 at: UNIX_EPOCH + Duration::from_millis(at_ms),
                 by,
                 expires_in: Some(ttl),
+                too_long: Vec::new(),
             }),
             (Err(Error::NotHeld { name }), _) => Err(Error::LockLost { name }),
             (Err(e), _) => Err(e),
@@ -600,7 +642,10 @@ impl Client {
     /// [`Error::InvalidArgument`] for an empty key or one longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), and for a `ttl` under 5 ms
     /// (zero included) or above 365 days; [`Error::WrongType`] when `key`
-    /// holds a Redis value that is not a hash (left untouched);
+    /// holds a Redis value that is not a hash (left untouched), or a
+    /// record with a value longer than redguard writes (an outcome over
+    /// [`MAX_OUTCOME_LEN`], its `at` or `by` over 4 KiB: not sent, and
+    /// not handed on as an outcome);
     /// [`Error::NotReplicated`] when
     /// [`Builder::min_replica_acks`](crate::Builder::min_replica_acks) asks
     /// for more replicas than acknowledged the claim (it was undone);
@@ -688,7 +733,15 @@ impl Client {
                     // A waiting thread's record entry rides ahead of the script.
                     let before = crate::connection::prelude::take_for(self.source(), key);
                     let (reply, acked) = acks.run(conn, response_timeout, before, |conn| {
-                        script::claim(conn, key, &token_key, &holder_str, lease_ms, Some(&runner))
+                        script::claim(
+                            conn,
+                            key,
+                            &token_key,
+                            &holder_str,
+                            lease_ms,
+                            Some(&runner),
+                            MAX_OUTCOME_LEN,
+                        )
                     })?;
                     if matches!(reply, Claim::Run { .. }) && acks.short(acked) {
                         short_acks = acked;
@@ -706,17 +759,27 @@ impl Client {
                     Ok(Claim::Run { token }) => {
                         (Ok(Acquire::Acquired { token: Some(token) }), token)
                     }
+                    Ok(Claim::Done { too_long, .. }) if !too_long.is_empty() => {
+                        // A value longer than redguard writes: someone else
+                        // wrote this hash, and its outcome (or who recorded
+                        // it) is not to be handed on as the run's.
+                        return Err(Error::WrongType {
+                            key: String::from_utf8_lossy(key).into_owned(),
+                        });
+                    }
                     Ok(Claim::Done {
                         outcome,
                         at_ms,
                         by,
                         pttl,
+                        too_long,
                     }) => {
                         return Ok(Attempt::Acquired(Once::Done(Outcome {
                             value: outcome,
                             at: UNIX_EPOCH + Duration::from_millis(at_ms),
                             by,
                             expires_in: pttl.expiry(),
+                            too_long,
                         })));
                     }
                     Ok(Claim::Running {
@@ -825,7 +888,8 @@ impl Client {
 
     /// What is stored at the run-once key `key`, without claiming it: the
     /// record, the runner, or nothing. A snapshot: it may have changed by
-    /// the time it is read.
+    /// the time it is read. A record's value longer than redguard writes
+    /// is not read: [`Outcome::too_long`] names it.
     ///
     /// # Errors
     ///
@@ -837,7 +901,7 @@ impl Client {
         keys::validate_name(key).map_err(|e| Error::invalid(format!("run-once key: {e}")))?;
         let token_key = keys::token(key);
         let found = self.with_conn(key, |conn| {
-            script::claim(conn, key, &token_key, "", 1, None)
+            script::claim(conn, key, &token_key, "", 1, None, MAX_OUTCOME_LEN)
         })?;
         Ok(match found {
             Claim::Free => OnceStatus::NotRun,
@@ -850,11 +914,13 @@ impl Client {
                 at_ms,
                 by,
                 pttl,
+                too_long,
             } => OnceStatus::Done(Outcome {
                 value: outcome,
                 at: UNIX_EPOCH + Duration::from_millis(at_ms),
                 by,
                 expires_in: pttl.expiry(),
+                too_long,
             }),
             Claim::Run { .. } => {
                 return Err(Error::Protocol("a look-only claim claimed the key".into()));

@@ -364,7 +364,10 @@ impl Client {
         {
             let runs = match &status {
                 OnceStatus::Running { holder, .. } => *holder == attempt.holder,
-                OnceStatus::Done(outcome) => outcome.by == attempt.holder,
+                // A holder too long to read (empty) is nobody's.
+                OnceStatus::Done(outcome) => {
+                    outcome.by == attempt.holder && !attempt.holder.is_empty()
+                }
                 _ => false,
             };
             if !runs {

@@ -9,6 +9,7 @@ use super::{evalsha, unexpected};
 use crate::error::{Error, Result};
 use crate::keys::READ_UNLOCK_MESSAGE;
 use crate::lease::Pttl;
+use crate::scripts::record_read::{Named, read_named};
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| shaped!("once_claim"));
 static COMPLETE: LazyLock<super::Notifying> = LazyLock::new(|| notifying!("once_complete"));
@@ -23,12 +24,15 @@ pub(crate) enum Claim {
     Run { token: u64 },
     /// Another runner (or the caller itself) holds the key.
     Running { pttl: Pttl, holder: String },
-    /// The key holds a record.
+    /// The key holds a record. A field too long to read (`outcome` past
+    /// the claim's bound, `at` or `by` past [`MAX_FIELD_LEN`]) is empty
+    /// (`at`: 0) and named in `too_long`.
     Done {
         outcome: Vec<u8>,
         at_ms: u64,
         by: String,
         pttl: Pttl,
+        too_long: Vec<String>,
     },
     /// Nothing is stored (look-only claims).
     Free,
@@ -46,6 +50,8 @@ pub(crate) struct Runner<'a> {
 /// Runs the claim script: with `take`, claims a free key for `holder` with
 /// a lease of `lease_ms`, draws a token from `token_key` and starts a
 /// `running` attempt for `runner` in the key's last-attempt record; without, only reports.
+/// A recorded outcome longer than `max_outcome` bytes is not sent (see
+/// [`Claim::Done`]).
 pub(crate) fn claim(
     conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
@@ -53,6 +59,7 @@ pub(crate) fn claim(
     holder: &str,
     lease_ms: u64,
     take: Option<&Runner<'_>>,
+    max_outcome: usize,
 ) -> Result<Claim> {
     let attempt_key = crate::keys::once_attempt(key);
     let reply = evalsha(conn, &CLAIM, &[key, token_key, &attempt_key], |cmd| {
@@ -66,6 +73,7 @@ pub(crate) fn claim(
                 .arg(r.program),
             None => cmd.arg("0").arg(1).arg("").arg(0).arg(""),
         };
+        cmd.arg(max_outcome).arg(MAX_FIELD_LEN);
     })
     .map_err(|e| Error::from_redis(e, key))?;
     claim_reply(&reply)
@@ -85,12 +93,32 @@ fn claim_reply(reply: &Value) -> Result<Claim> {
             pttl: Pttl::from_ms(*pttl),
             holder: text(holder).ok_or_else(bad)?,
         }),
-        [Value::Int(2), outcome, at, by, Value::Int(pttl)] => Ok(Claim::Done {
-            outcome: bytes(outcome).ok_or_else(bad)?.to_vec(),
-            at_ms: text(at).and_then(|t| t.parse().ok()).ok_or_else(bad)?,
-            by: text(by).ok_or_else(bad)?,
-            pttl: Pttl::from_ms(*pttl),
-        }),
+        [Value::Int(2), outcome, at, by, Value::Int(pttl)] => {
+            // A value too long to send comes as its length.
+            let mut too_long = Vec::new();
+            for (name, value) in [("outcome", outcome), ("at", at), ("by", by)] {
+                if matches!(value, Value::Int(_)) {
+                    too_long.push(name.to_owned());
+                }
+            }
+            let or_empty = |v: &Value| match v {
+                Value::Int(_) => Some(String::new()),
+                v => text(v),
+            };
+            Ok(Claim::Done {
+                outcome: match outcome {
+                    Value::Int(_) => Vec::new(),
+                    v => bytes(v).ok_or_else(bad)?.to_vec(),
+                },
+                at_ms: match at {
+                    Value::Int(_) => 0,
+                    at => text(at).and_then(|t| t.parse().ok()).ok_or_else(bad)?,
+                },
+                by: or_empty(by).ok_or_else(bad)?,
+                pttl: Pttl::from_ms(*pttl),
+                too_long,
+            })
+        }
         [Value::Int(3)] => Ok(Claim::Free),
         _ => Err(bad()),
     }
@@ -146,14 +174,14 @@ pub(crate) fn recorded_by(
     key: &[u8],
     holder: &str,
 ) -> Result<Option<u64>> {
-    let (by, at): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
-        .arg(key)
-        .arg("by")
-        .arg("at")
-        .query(conn)
+    // Bounded as every read of a key others may write: a huge `by` or
+    // `at` is no runner's record, and is not sent.
+    let record = read_named(conn, key, MAX_FIELD_LEN, &["by", "at"])
         .map_err(|e| Error::from_redis(e, key))?;
-    Ok(match (by, at) {
-        (Some(by), Some(at)) if by == holder.as_bytes() => at.parse().ok(),
+    Ok(match (record.get("by"), record.get("at")) {
+        (Some(by), Some(at)) if by == holder.as_bytes() => {
+            std::str::from_utf8(at).ok().and_then(|at| at.parse().ok())
+        }
         _ => None,
     })
 }
@@ -190,7 +218,7 @@ pub(crate) fn end_attempt(
 
 /// The fields of a last-attempt record (`lua/once_claim.lua`,
 /// `lua/once_attempt_end.lua`).
-const ATTEMPT_FIELDS: [&str; 9] = [
+pub(crate) const ATTEMPT_FIELDS: [&str; 9] = [
     "state",
     "holder",
     "host",
@@ -202,24 +230,23 @@ const ATTEMPT_FIELDS: [&str; 9] = [
     "signal",
 ];
 
-/// The last-attempt record at `attempt_key` as field -> value pairs
-/// (empty when there is none). Reads its known fields only (`HMGET`): the
-/// key may hold anything, and a read of a value of unknown size is never
-/// unbounded.
+/// Longest value of a last-attempt record, or of a run-once record's `at`
+/// and `by`, that is read (bytes): redguard writes at most 256 bytes of
+/// host and program there, and a few dozen elsewhere; a longer value was
+/// written by someone else, and only its length is read.
+pub(crate) const MAX_FIELD_LEN: usize = 4096;
+
+/// The last-attempt record at `attempt_key`: its known fields (none when
+/// there is no record), each read only when at most [`MAX_FIELD_LEN`]
+/// bytes long, on the server, in one round trip; the key may hold
+/// anything, and a longer value is named in
+/// [`Named::too_long`](crate::scripts::record_read::Named) unsent.
 pub(crate) fn read_attempt(
     conn: &mut dyn redis::ConnectionLike,
     attempt_key: &[u8],
-) -> Result<Vec<(String, String)>> {
-    let values: Vec<Option<String>> = redis::cmd("HMGET")
-        .arg(attempt_key)
-        .arg(&ATTEMPT_FIELDS[..])
-        .query(conn)
-        .map_err(|e| Error::from_redis(e, attempt_key))?;
-    Ok(ATTEMPT_FIELDS
-        .iter()
-        .zip(values)
-        .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
-        .collect())
+) -> Result<Named> {
+    read_named(conn, attempt_key, MAX_FIELD_LEN, &ATTEMPT_FIELDS)
+        .map_err(|e| Error::from_redis(e, attempt_key))
 }
 
 /// What the forget script did.
@@ -301,7 +328,26 @@ mod tests {
                 outcome: vec![0, 0xff],
                 at_ms: 1_700_000_000_000,
                 by: "c:2".into(),
-                pttl: Pttl::NoExpiry
+                pttl: Pttl::NoExpiry,
+                too_long: Vec::new(),
+            }
+        );
+        // Values too long to send come as their lengths.
+        assert_eq!(
+            claim_reply(&arr(vec![
+                Value::Int(2),
+                Value::Int(20_000_000),
+                bulk(b"1700000000000"),
+                Value::Int(9_000),
+                Value::Int(5)
+            ]))
+            .unwrap(),
+            Claim::Done {
+                outcome: Vec::new(),
+                at_ms: 1_700_000_000_000,
+                by: String::new(),
+                pttl: Pttl::Expires(Duration::from_millis(5)),
+                too_long: vec!["outcome".into(), "by".into()],
             }
         );
         assert_eq!(claim_reply(&arr(vec![Value::Int(3)])).unwrap(), Claim::Free);

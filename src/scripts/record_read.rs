@@ -88,3 +88,98 @@ pub(crate) fn query_reads(
     RECORD_READ.load(conn).map_err(Error::redis)?;
     pipe.query(conn).map_err(Error::redis)
 }
+
+/// The fields `names` of the hash at `key` (and the holder-record fixed
+/// fields, which the script always adds), each value sent only when it is
+/// at most `max_value` bytes long: one `EVALSHA` of the record read script
+/// (a second round trip only to load it after a restart). A hash's field
+/// read this way costs at most `names.len() + 5` times `max_value` bytes,
+/// whatever someone else wrote there.
+///
+/// # Errors
+///
+/// Connection, timeout and server errors (`WRONGTYPE` when `key` holds
+/// another type).
+pub(crate) fn read_named(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    max_value: usize,
+    names: &[&str],
+) -> redis::RedisResult<Named> {
+    let reply = super::evalsha(conn, &RECORD_READ, &[key], |cmd| {
+        // Field names are the caller's own, short: the name bound is moot.
+        cmd.arg(256)
+            .arg(max_value)
+            .arg(names.len() + 16)
+            .arg(1usize << 20)
+            .arg("named");
+        for name in names {
+            cmd.arg(*name);
+        }
+    })?;
+    Ok(Named::from_reply(reply))
+}
+
+/// What [`read_named`] read: the fields sent, and those left unsent for
+/// their length.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Named {
+    /// Field name -> value, for the fields present and short enough.
+    pub(crate) fields: Vec<(String, Vec<u8>)>,
+    /// The names of the fields whose value was too long to send.
+    pub(crate) too_long: Vec<String>,
+}
+
+impl Named {
+    fn from_reply(reply: Value) -> Named {
+        let mut out = Named::default();
+        let Value::Array(items) = reply else {
+            return out;
+        };
+        // The ttl and the partial flag lead; then name/value pairs.
+        let mut items = items.into_iter().skip(2);
+        while let (Some(name), Some(value)) = (items.next(), items.next()) {
+            let Value::BulkString(name) = name else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&name).into_owned();
+            match value {
+                Value::BulkString(value) => out.fields.push((name, value)),
+                Value::Int(_) => out.too_long.push(name),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The value of `name`, when it was sent.
+    pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_read_tells_values_sent_from_values_too_long() {
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        let reply = Value::Array(vec![
+            Value::Int(-1),
+            Value::Int(0),
+            bulk(b"state"),
+            bulk(b"failed"),
+            bulk(b"program"),
+            Value::Int(20_000_000),
+        ]);
+        let named = Named::from_reply(reply);
+        assert_eq!(named.get("state"), Some(&b"failed"[..]));
+        assert_eq!(named.get("program"), None);
+        assert_eq!(named.too_long, vec!["program".to_owned()]);
+        assert_eq!(Named::from_reply(Value::Nil), Named::default());
+    }
+}

@@ -156,6 +156,8 @@ impl Scripts {
             .arg("host-a")
             .arg(4242)
             .arg("prog")
+            .arg(MAX_OUTCOME_LEN)
+            .arg(4096)
             .invoke(&mut self.conn)?;
         Ok(claim_reply(reply))
     }
@@ -237,6 +239,7 @@ fn once_and_tokens() {
     waiters_are_woken_by_the_outcome_not_by_polling(&server);
     a_runner_that_lost_its_key_cannot_record(&server);
     bad_inputs_are_clear_errors(&server);
+    values_past_their_bound_are_named_not_read(&server);
     tokens_are_one_use(&server);
     token_1_issued_tokens_are_distinct(&server);
     token_1_one_of_16_concurrent_consumers_wins(&server);
@@ -628,6 +631,77 @@ fn binary_keys_and_outcomes_round_trip(s: &mut Scripts) {
 
 // ---------------------------------------------------------------------------
 // The library.
+
+/// Values someone else wrote past what redguard writes, in the record at
+/// the key (an outcome past MAX_OUTCOME_LEN, a `by` past 4 KiB) and in
+/// the last attempt (past 4 KiB): named in `too_long`, read as empty; one
+/// byte less is read whole. A claim refuses such a record, leaving it.
+fn values_past_their_bound_are_named_not_read(server: &RedisServer) {
+    let client = test_client(&server.url());
+    let at = b"1700000000000";
+    for (outcome_len, by_len, too_long) in [
+        (MAX_OUTCOME_LEN, 4096, vec![]),
+        (MAX_OUTCOME_LEN + 1, 4096, vec!["outcome"]),
+        (MAX_OUTCOME_LEN, 4097, vec!["by"]),
+    ] {
+        let key = unique_name("once-huge");
+        let (outcome, by) = (vec![b'o'; outcome_len], vec![b'b'; by_len]);
+        let _: i64 = server.cmd(
+            "HSET",
+            &[key.as_bytes(), b"outcome", &outcome, b"at", at, b"by", &by],
+        );
+        let Ok(OnceStatus::Done(done)) = client.once_status(&key) else {
+            panic!("{key}: not done");
+        };
+        assert_eq!(done.too_long, too_long, "{outcome_len} {by_len}");
+        let read = |len, field| if too_long.contains(&field) { 0 } else { len };
+        assert_eq!(done.value.len(), read(outcome_len, "outcome"));
+        assert_eq!(done.by.len(), read(by_len, "by"));
+        assert_eq!(
+            done.at,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_000)
+        );
+        let claimed = client.once(&key, DAY);
+        if too_long.is_empty() {
+            assert!(matches!(claimed, Ok(Once::Done(_))), "{claimed:?}");
+        } else {
+            assert!(
+                matches!(claimed, Err(Error::WrongType { .. })),
+                "{claimed:?}"
+            );
+        }
+        let len: usize = server.cmd("HSTRLEN", &[key.as_bytes(), b"outcome"]);
+        assert_eq!(len, outcome_len, "the record is left as it was");
+    }
+
+    for (len, too_long) in [(4096, vec![]), (4097, vec!["program", "holder"])] {
+        let key = unique_name("once-huge-attempt");
+        let long = vec![b'p'; len];
+        let started = b"1700000000000";
+        let _: i64 = server.cmd(
+            "HSET",
+            &[
+                &attempt_key(key.as_bytes()),
+                b"state",
+                b"failed",
+                b"holder",
+                &long,
+                b"program",
+                &long,
+                b"started_at",
+                started,
+                b"exit_status",
+                b"3",
+            ],
+        );
+        let attempt = client.once_inspect(&key).unwrap().last_attempt.unwrap();
+        assert_eq!(attempt.too_long, too_long, "{len}");
+        assert_eq!(attempt.state, redguard::AttemptState::Failed);
+        assert_eq!(attempt.exit_status, Some(3));
+        let read = if too_long.is_empty() { len } else { 0 };
+        assert_eq!((attempt.program.len(), attempt.holder.len()), (read, read));
+    }
+}
 
 fn server_now(server: &RedisServer) -> SystemTime {
     let (secs, micros): (u64, u64) = server.cmd("TIME", &[]);

@@ -509,4 +509,116 @@ mod cli {
         small_and_too_long(&url, &["who", &id], Some(0));
         drop(guard);
     }
+
+    /// Runs `redguard ARGS` and returns what it printed on stdout,
+    /// checking it is small and came back promptly.
+    fn small(url: &str, args: &[&str]) -> String {
+        let mut cmd = redguard(url);
+        cmd.args(args);
+        let at = Instant::now();
+        let out = run(cmd);
+        let took = at.elapsed();
+        let len = out.stdout.len() + out.stderr.len();
+        assert!(len < SMALL, "{args:?} printed {len} bytes");
+        assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
+        out.stdout
+    }
+
+    /// `once --status --json KEY`, small and prompt, parsed.
+    fn once_json(url: &str, key: &str) -> serde_json::Value {
+        let out = small(url, &["once", "--status", "--json", key]);
+        serde_json::from_str(&out).unwrap()
+    }
+
+    /// The run-once data written huge by hand: after a failed `once`, a
+    /// 20 MB `program`, then `holder`, then `state` in its last-attempt
+    /// record, and a run-once record at the key with a 20 MB outcome and
+    /// `by`. `once --status` (text and JSON), `status`, `list` and `list
+    /// --kind once` each print a few lines, saying `(too long)` where the
+    /// field is shown, never the field; a claim refuses the record.
+    #[test]
+    fn huge_run_once_fields_print_as_too_long_and_output_stays_small() {
+        let server = RedisServer::start();
+        let url = server.url();
+        let key = unique_name("hugeonce");
+        let attempt = format!("redguard_once_attempt:{{{key}}}");
+        let pattern = format!("{}*", &key[..key.len() - 4]);
+        let mut cmd = redguard(&url);
+        cmd.args([
+            "once", "-q", "--ttl", "1h", &key, "--", "sh", "-c", "exit 3",
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(3), "{out:?}");
+        assert!(server.exists(&attempt), "no last attempt");
+        let big = vec![b'x'; 20 << 20];
+        let hset = |k: &str, field: &str, value: &[u8]| {
+            let _: i64 = server.cmd("HSET", &[k.as_bytes(), field.as_bytes(), value]);
+        };
+
+        // A 20 MB program: shown by every view of the attempt.
+        hset(&attempt, "program", &big);
+        let text = small_and_too_long(&url, &["once", "--status", &key], Some(0));
+        assert!(text.contains("failed"), "{text}");
+        small_and_too_long(&url, &["status", &key], Some(1));
+        small_and_too_long(&url, &["list", &pattern], Some(0));
+        small_and_too_long(&url, &["list", "--kind", "once", &pattern], Some(0));
+        let v = once_json(&url, &key);
+        let a = &v["last_attempt"];
+        assert_eq!(v["state"], "failed", "{v}");
+        assert!(a["program"].is_null(), "{a}");
+        assert_eq!(a["too_long"], serde_json::json!(["program"]), "{a}");
+        assert_eq!(a["exit_status"], 3, "{a}");
+        hset(&attempt, "program", b"sh");
+
+        // A 20 MB holder: the attempt still says how it ended.
+        hset(&attempt, "holder", &big);
+        small_and_too_long(&url, &["once", "--status", &key], Some(0));
+        small_and_too_long(&url, &["status", &key], Some(1));
+        // `list` names no holder: it only has to stay small.
+        let listed = small(&url, &["list", "--kind", "once", &pattern]);
+        assert!(listed.contains("failed"), "{listed}");
+        small(&url, &["list", &pattern]);
+        let a = once_json(&url, &key)["last_attempt"].clone();
+        assert!(a["holder"].is_null(), "{a}");
+        assert_eq!(a["too_long"], serde_json::json!(["holder"]), "{a}");
+        assert_eq!(a["program"], "sh", "{a}");
+
+        // A 20 MB state is no state: no attempt is shown, quickly.
+        hset(&attempt, "state", &big);
+        small(&url, &["once", "--status", &key]);
+        small(&url, &["status", &key]);
+        small(&url, &["list", &pattern]);
+        assert!(once_json(&url, &key)["last_attempt"].is_null());
+        let _: i64 = server.cmd("DEL", &[attempt.as_bytes()]);
+
+        // A run-once record with a 20 MB outcome and runner.
+        let at = b"1700000000000";
+        let _: i64 = server.cmd(
+            "HSET",
+            &[key.as_bytes(), b"outcome", &big, b"at", at, b"by", &big],
+        );
+        let text = small_and_too_long(&url, &["once", "--status", &key], Some(0));
+        assert!(text.contains("ran "), "{text}");
+        small_and_too_long(&url, &["status", &key], Some(1));
+        small_and_too_long(&url, &["list", &pattern], Some(0));
+        small_and_too_long(&url, &["list", "--kind", "once", &pattern], Some(0));
+        let v = once_json(&url, &key);
+        assert_eq!(v["state"], "done", "{v}");
+        assert!(v["by"].is_null(), "{v}");
+        assert_eq!(v["too_long"], serde_json::json!(["outcome", "by"]), "{v}");
+        assert_eq!(v["ran_at_unix_ms"], 1_700_000_000_000u64, "{v}");
+        // A claim hands no such record on as an outcome, and runs nothing.
+        let mut cmd = redguard(&url);
+        cmd.args(["once", "--ttl", "1h", &key, "--", "sh", "-c", "echo ran"]);
+        let at = Instant::now();
+        let out = run(cmd);
+        assert!(at.elapsed() < Duration::from_secs(5), "{out:?}");
+        assert!(out.stdout.len() + out.stderr.len() < SMALL, "{out:?}");
+        assert_ne!(out.code, Some(0), "{out:?}");
+        assert!(!out.stdout.contains("ran"), "{out:?}");
+        assert_eq!(
+            server.cmd::<i64>("HSTRLEN", &[key.as_bytes(), b"outcome"]),
+            20 << 20
+        );
+    }
 }

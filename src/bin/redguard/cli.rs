@@ -498,9 +498,11 @@ pub(crate) struct OnceArgs {
     /// holder, expires_in_ms, expires_at_unix_ms (the runner's lease);
     /// done: ran_at_unix_ms (its end), started_at_unix_ms, duration_ms,
     /// by, exit_status, host, pid, expires_in_ms and expires_at_unix_ms
-    /// (how long the record is kept); and last_attempt (null when none is
+    /// (how long the record is kept), too_long (the record's fields too
+    /// long to read: by is then null); and last_attempt (null when none is
     /// kept): state, holder, host, pid, program, started_at_unix_ms,
-    /// ended_at_unix_ms, duration_ms, exit_status, signal.
+    /// ended_at_unix_ms, duration_ms, exit_status, signal, too_long
+    /// (holder, host and program are null when too long to read).
     #[arg(long, requires = "status")]
     pub(crate) json: bool,
 

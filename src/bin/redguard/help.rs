@@ -146,16 +146,19 @@ fields are only added, never renamed, removed or given another meaning:
                       who` (null without a record); alive: whether the
                       holder's pid runs, for a holder on this host (by
                       host name), else null
-  ran_at_unix_ms, by, exit_status, host, pid
+  ran_at_unix_ms, by, exit_status, host, pid, too_long
                       once: when the finished run was recorded, its
                       holder id, CMD's exit status, host and pid (null
-                      when not recorded by redguard)
+                      when not recorded by redguard); too_long: the
+                      record's fields too long to read (by null then)
   started_at_unix_ms, duration_ms
                       once, done: when that run started, and how long
   last_attempt        once: the last attempt whatever its end, or null:
                       {state, holder, host, pid, program,
                       started_at_unix_ms, ended_at_unix_ms, duration_ms,
-                      exit_status, signal}
+                      exit_status, signal, too_long} (holder, host and
+                      program null when too long to read; too_long
+                      names them)
   state               once: \"running\", \"done\", or when nothing is
                       recorded the last attempt's \"failed\",
                       \"abandoned\" or \"timed_out\" (a run in progress

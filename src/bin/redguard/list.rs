@@ -644,8 +644,8 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
         return (
             format!(
                 "host {}, pid {pid}, program {}",
-                show::text(&a.host),
-                show::name(a.program.as_bytes())
+                crate::once::attempt_field(a, "host", &a.host),
+                crate::once::attempt_program(a)
             ),
             age,
         );
@@ -658,7 +658,7 @@ fn once_runner(info: &OnceInfo) -> (String, Option<Duration>) {
             show::record_program(r),
             show::unread_note(r)
         ),
-        (None, Some(id)) => format!("{id} (no record)"),
+        (None, Some(id)) => format!("{} (no record)", crate::once::runner_id_text(info, id)),
         (None, None) => "unknown".to_owned(),
     };
     let age = match &info.status {

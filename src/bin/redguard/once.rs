@@ -346,10 +346,10 @@ fn attempt_text(a: &OnceAttempt) -> String {
         Err(_) => String::new(),
     };
     let pid = a.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-    let program = if a.program.is_empty() {
+    let program = if a.program.is_empty() && !a.field_too_long("program") {
         String::new()
     } else {
-        format!(", program {}", show::name(a.program.as_bytes()))
+        format!(", program {}", attempt_program(a))
     };
     let ran = match a.duration() {
         Some(d) => format!(
@@ -372,19 +372,61 @@ fn attempt_text(a: &OnceAttempt) -> String {
     format!(
         "{}{note}: on {} (pid {pid}{program}), holder {}, started at {started}{ago}{ran}{exit}",
         a.state.as_str(),
-        show::text(&a.host),
-        show::text(&a.holder)
+        attempt_field(a, "host", &a.host),
+        attempt_field(a, "holder", &a.holder)
     )
+}
+
+/// A last attempt's text field (`host`, `holder`) for text output, as
+/// [`show::text`] writes it, or [`show::TOO_LONG`] when it was too long to
+/// read.
+pub(crate) fn attempt_field(a: &OnceAttempt, field: &str, value: &str) -> String {
+    if a.field_too_long(field) {
+        show::TOO_LONG.to_owned()
+    } else {
+        show::text(value)
+    }
+}
+
+/// A last attempt's program for text output, quoted as [`show::name`]
+/// writes it, or [`show::TOO_LONG`] when it was too long to read.
+pub(crate) fn attempt_program(a: &OnceAttempt) -> String {
+    if a.field_too_long("program") {
+        show::TOO_LONG.to_owned()
+    } else {
+        show::name(a.program.as_bytes())
+    }
+}
+
+/// The runner's holder id of `info` for text output, as [`show::text`]
+/// writes it, or [`show::TOO_LONG`] when the record's `by` was too long to
+/// read.
+pub(crate) fn runner_id_text(info: &OnceInfo, id: &str) -> String {
+    match &info.status {
+        OnceStatus::Done(o) if o.too_long.iter().any(|f| f == "by") => show::TOO_LONG.to_owned(),
+        _ => show::text(id),
+    }
+}
+
+/// `value` for JSON, or null when the field `field` was too long to read
+/// (`too_long` then names it).
+fn unless_too_long(too_long: &[String], field: &str, value: &str) -> Value {
+    if too_long.iter().any(|f| f == field) {
+        Value::Null
+    } else {
+        json!(value)
+    }
 }
 
 /// A last attempt's fields for JSON.
 fn attempt_json(a: &OnceAttempt) -> Value {
     json!({
         "state": a.state.as_str(),
-        "holder": a.holder,
-        "host": a.host,
+        "holder": unless_too_long(&a.too_long, "holder", &a.holder),
+        "host": unless_too_long(&a.too_long, "host", &a.host),
         "pid": a.pid,
-        "program": a.program,
+        "program": unless_too_long(&a.too_long, "program", &a.program),
+        "too_long": a.too_long,
         "started_at_unix_ms": show::unix_ms(a.started_at),
         "ended_at_unix_ms": a.ended_at.map(show::unix_ms),
         "duration_ms": a.duration().map(show::ms),
@@ -469,6 +511,10 @@ pub(crate) fn info_fields(info: &OnceInfo, v: &mut Value) {
     }
     v["runner"] = match info.runner() {
         Some(id) => {
+            let id = match &info.status {
+                OnceStatus::Done(o) => unless_too_long(&o.too_long, "by", id),
+                _ => json!(id),
+            };
             let mut runner = json!({ "id": id });
             crate::record_view::record_json(
                 info.record.as_ref(),
@@ -485,6 +531,7 @@ pub(crate) fn info_fields(info: &OnceInfo, v: &mut Value) {
     // kept (`ran_at_unix_ms` stays its end).
     if let (OnceStatus::Done(outcome), Some(a)) = (&info.status, &info.last_attempt)
         && a.holder == outcome.by
+        && !a.holder.is_empty()
     {
         v["started_at_unix_ms"] = json!(show::unix_ms(a.started_at));
         v["duration_ms"] = json!(outcome.at.duration_since(a.started_at).ok().map(show::ms));
@@ -505,7 +552,8 @@ pub(crate) fn outcome_fields(outcome: &Outcome, v: &mut Value) {
             .unwrap_or(Value::Null)
     };
     v["ran_at_unix_ms"] = json!(show::unix_ms(outcome.at));
-    v["by"] = json!(outcome.by);
+    v["by"] = unless_too_long(&outcome.too_long, "by", &outcome.by);
+    v["too_long"] = json!(outcome.too_long);
     v["exit_status"] = field("status");
     v["host"] = field("host");
     v["pid"] = field("pid");
@@ -564,8 +612,12 @@ pub(crate) fn describe(outcome: &Outcome) -> String {
         Ok(ago) => format!(" ({} ago)", whole_seconds(ago)),
         Err(_) => String::new(),
     };
-    let place = match (field("host"), field("pid")) {
-        (Some(Value::String(host)), Some(pid)) => format!("on {host} (pid {pid}) "),
+    // The outcome is anyone's bytes (up to 1 MiB): its host is escaped,
+    // and its pid only shown as a number.
+    let place = match (field("host"), field("pid").and_then(|p| p.as_u64())) {
+        (Some(Value::String(host)), Some(pid)) => {
+            format!("on {} (pid {pid}) ", show::text(&host))
+        }
         _ => String::new(),
     };
     let status = match field("status").and_then(|s| s.as_u64()) {
@@ -576,7 +628,21 @@ pub(crate) fn describe(outcome: &Outcome) -> String {
         Some(left) => format!("; record kept for {}", whole_seconds(left)),
         None => String::new(),
     };
-    format!("{place}at {at}{ago}{status}, holder {}{kept}", outcome.by)
+    let by = if outcome.too_long.iter().any(|f| f == "by") {
+        show::TOO_LONG.to_owned()
+    } else {
+        show::text(&outcome.by)
+    };
+    let unread = if outcome.too_long.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; fields too long to read: {} {}",
+            outcome.too_long.join(", "),
+            show::TOO_LONG
+        )
+    };
+    format!("{place}at {at}{ago}{status}, holder {by}{kept}{unread}")
 }
 
 /// "; its lease runs out in 2s unless renewed", or nothing.
