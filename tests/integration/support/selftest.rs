@@ -586,9 +586,14 @@ fn the_sweep_kills_servers_of_a_gone_owner_only() {
             .tempdir()
             .unwrap();
         fs::write(dir.path().join(super::OWNER_FILE), owner.to_string()).unwrap();
-        // Started by hand, not owned: it would outlive this process.
+        // Started by hand, not owned: it would outlive this process. It
+        // listens on a socket in its directory only: with no TCP port and
+        // no socket, Redis exits at once by itself, and the sweep would
+        // race that exit.
         let child = std::process::Command::new(super::redis_server_bin())
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(dir.path().join("redis.sock"))
             .arg("--dir")
             .arg(dir.path())
             .current_dir(dir.path())
