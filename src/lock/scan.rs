@@ -130,7 +130,10 @@ impl Client {
     /// of a few fields first, so a hash of millions of fields costs no
     /// more than a lock (it is not one: more than
     /// [`MAX_LOCK_FIELDS`](crate::MAX_LOCK_FIELDS) fields); a fair queue's
-    /// first [`MAX_QUEUE_READ`](crate::MAX_QUEUE_READ) waiters. A snapshot
+    /// first [`MAX_QUEUE_READ`](crate::MAX_QUEUE_READ) waiters. Nor is any
+    /// field, value or queue entry longer than a lock's sent (a read-only
+    /// script sends its length instead, loaded once per master: one more
+    /// round trip each), as [`Lock::inspect`](crate::Lock::inspect) says. A snapshot
     /// per page, not of the whole keyspace: keys written meanwhile may or
     /// may not appear. In no particular order.
     ///
@@ -194,6 +197,14 @@ impl Client {
         let source = self.source();
         let mut out = Listing::default();
         for node in source.masters()? {
+            // The pages' bounded reads run a script: loaded up front (one
+            // round trip), so that the first page is not sent twice for a
+            // NOSCRIPT. A refusal here is met again, and told, there.
+            let _ = source.with_node_conn(node, |conn| {
+                bounded_read::script()
+                    .load(conn)
+                    .map_err(crate::error::Error::redis)
+            });
             let mut records = Records::new(self.record_prefix());
             for &of_type in types {
                 let mut scan = KeyScan::new(source, node, pattern.as_bytes(), of_type);

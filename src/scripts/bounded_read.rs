@@ -107,9 +107,12 @@ pub(crate) fn hash_page(
     cmd
 }
 
-/// A [`hash_page`] reply: `HLEN`, the cursor to go on from, the pairs.
-/// `None` for an error or another shape.
-pub(crate) fn hash_page_reply(v: Value) -> Option<(u64, u64, Vec<(Element, Element)>)> {
+/// A [`hash_page`] reply: `HLEN`, the cursor to go on from, the pairs
+/// (name, value).
+pub(crate) type HashPage = (u64, u64, Vec<(Element, Element)>);
+
+/// Reads a [`hash_page`] reply; `None` for an error or another shape.
+pub(crate) fn hash_page_reply(v: Value) -> Option<HashPage> {
     let Value::Array(items) = v else {
         return None;
     };
@@ -134,11 +137,10 @@ pub(crate) fn queue(queue: &[u8], deadlines: &[u8], max_entry: usize, most: u64)
 }
 
 /// A [`queue`] reply: `LLEN`, `ZCARD`, each entry read with its deadline
-/// (the score: Unix epoch ms, as stored). `None` for an error or another
-/// shape.
+/// (the score: Unix epoch ms, as stored).
 pub(crate) type QueueRead = (u64, u64, Vec<(Element, Option<f64>)>);
 
-/// Reads a [`queue`] reply.
+/// Reads a [`queue`] reply; `None` for an error or another shape.
 pub(crate) fn queue_reply(v: Value) -> Option<QueueRead> {
     let Value::Array(items) = v else {
         return None;
