@@ -146,6 +146,27 @@ fn a_queue_entry_is_read_up_to_a_holder_ids_length() {
     assert_eq!(queue[0].holder.as_str(), "e".repeat(79));
     assert_eq!(queue[0].too_long(), None);
     assert_eq!(queue[1].too_long(), Some(80));
+    // A hash's field names are bounded alike: node-redisson's writer field
+    // (two UUIDs and `:write`) is 79 bytes, and is read.
+    let rw = unique_name("edge-rw");
+    let writer = format!(
+        "{}:0b7c3f1e-2d4a-4e6b-9c8d-7a6f5e4d3c2b:write",
+        &WAITER[..36]
+    );
+    assert_eq!(writer.len(), 79);
+    let _: i64 = server.cmd(
+        "HSET",
+        &[rw.as_bytes(), b"mode", b"write", writer.as_bytes(), b"1"],
+    );
+    let info = client.lock(&rw).inspect().unwrap();
+    assert_eq!(
+        info.kind,
+        LockKind::ReadWrite {
+            mode: "write".into()
+        }
+    );
+    assert_eq!(info.holders.len(), 1, "{:?}", info.holders);
+    assert_eq!(info.holders[0].0.as_str(), writer);
     drop(guard);
 }
 
