@@ -287,6 +287,42 @@ fn big_values_in_a_semaphores_keys_are_not_sent() {
     drop(permit);
 }
 
+/// The bounded reads run a script: a server that lost it (`SCRIPT FLUSH`,
+/// a restart) is sent it again, and each read answers as before.
+#[test]
+fn the_bounded_reads_survive_a_script_flush() {
+    let server = RedisServer::start();
+    let client = bulk_client(&server.url());
+    let name = unique_name("flush");
+    let lock = client.fair_lock(&name);
+    let guard = lock.lock().unwrap();
+    plant_queue(&server, &name, b"short");
+    let sem = client.expiring_semaphore(unique_name("flush-sem"));
+    assert!(sem.try_set_permits(1).unwrap());
+    let permit = sem.acquire().unwrap();
+    let flush = || {
+        let () = server.cmd("SCRIPT", &[b"FLUSH"]);
+    };
+    flush();
+    assert_eq!(lock.holders().unwrap().len(), 1);
+    flush();
+    let info = lock.inspect().unwrap();
+    assert!(
+        matches!(&info.kind, LockKind::Fair { queue } if queue.len() == 3),
+        "{:?}",
+        info.kind
+    );
+    flush();
+    assert_eq!(sem.leases().unwrap().len(), 1);
+    flush();
+    assert_eq!(sem.inspect().unwrap().permits.len(), 1);
+    flush();
+    let listing = client.list_locks(&name, false).unwrap();
+    assert_eq!(listing.len(), 1, "{listing:?}");
+    assert!(matches!(listing.found[0].kind, LockKind::Fair { .. }));
+    drop((guard, permit));
+}
+
 #[cfg(feature = "cli")]
 mod cli {
     use std::time::{Duration, Instant};
