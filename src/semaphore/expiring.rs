@@ -260,8 +260,8 @@ impl ExpiringSemaphore {
     /// for a lease that ended but was not counted back yet), by the
     /// server's clock: the 10,000 whose leases end first (a lease set is
     /// never read whole). Reads only: nothing is counted back. Members of the
-    /// lease set that are not 16-byte ids are left out (and a member longer
-    /// than that is not even sent: its length is, by a read-only script). Lease ends are read
+    /// lease set that are not 16-byte ids are left out (a longer one is not
+    /// even sent: a read-only script sends its length). Lease ends are read
     /// as stored: a permit taken by a client with a
     /// [`permit_clock_skew`](crate::Builder::permit_clock_skew) shows that
     /// much more, and one taken by Redisson ends by its client's clock.

@@ -323,6 +323,26 @@ fn the_bounded_reads_survive_a_script_flush() {
     drop((guard, permit));
 }
 
+/// A fair queue or a lease set of another type is still told as one: the
+/// script hands the server's `WRONGTYPE` back as it is.
+#[test]
+fn a_queue_or_lease_set_of_another_type_is_a_wrong_type() {
+    let server = RedisServer::start();
+    let client = bulk_client(&server.url());
+    let name = unique_name("wrong");
+    let _: () = server.cmd(
+        "SET",
+        &[format!("redisson_lock_queue:{{{name}}}").as_bytes(), b"x"],
+    );
+    let err = client.fair_lock(&name).inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    let _: () = server.cmd("SET", &[format!("{{{name}}}:timeout").as_bytes(), b"x"]);
+    let err = client.expiring_semaphore(&name).leases().unwrap_err();
+    assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+    let err = client.expiring_semaphore(&name).inspect().unwrap_err();
+    assert!(matches!(err, redguard::Error::WrongType { .. }), "{err:?}");
+}
+
 #[cfg(feature = "cli")]
 mod cli {
     use std::time::{Duration, Instant};
