@@ -20,8 +20,8 @@
 -- 'zset'   ARGV[3] most members read. Returns {member, score, ...}, lowest
 --          score first.
 --
--- A key of another type answers as the plain command would (WRONGTYPE):
--- redis.pcall hands the error back as it is, not wrapped in a script error.
+-- A key of another type fails as the plain command would (WRONGTYPE, which
+-- the client tells in the script's error).
 local key = KEYS[1]
 local what = ARGV[1]
 local max_len = tonumber(ARGV[2])
@@ -34,62 +34,43 @@ local function bounded(s, max)
     return s
 end
 
-local function call(...)
-    local reply = redis.pcall(...)
-    if type(reply) == 'table' and reply.err then
-        error(reply)
-    end
-    return reply
-end
-
-local function read()
-    if what == 'hash' then
-        local max_value = tonumber(ARGV[3])
-        local len = call('hlen', key)
-        local out = {len, '0'}
-        if len > tonumber(ARGV[6]) then
-            return out
-        end
-        local page = call('hscan', key, ARGV[4], 'COUNT', ARGV[5])
-        out[2] = page[1]
-        local fields = page[2]
-        for i = 1, #fields, 2 do
-            out[#out + 1] = bounded(fields[i], max_len)
-            out[#out + 1] = bounded(fields[i + 1], max_value)
-        end
+if what == 'hash' then
+    local max_value = tonumber(ARGV[3])
+    local len = redis.call('hlen', key)
+    local out = {len, '0'}
+    if len > tonumber(ARGV[6]) then
         return out
     end
-    if what == 'queue' then
-        local deadlines = KEYS[2]
-        local out = {call('llen', key), call('zcard', deadlines)}
-        for _, entry in ipairs(call('lrange', key, 0, tonumber(ARGV[3]) - 1)) do
-            if #entry > max_len then
-                out[#out + 1] = #entry
-                out[#out + 1] = false
-            else
-                out[#out + 1] = entry
-                out[#out + 1] = call('zscore', deadlines, entry)
-            end
-        end
-        return out
+    local page = redis.call('hscan', key, ARGV[4], 'COUNT', ARGV[5])
+    out[2] = page[1]
+    local fields = page[2]
+    for i = 1, #fields, 2 do
+        out[#out + 1] = bounded(fields[i], max_len)
+        out[#out + 1] = bounded(fields[i + 1], max_value)
     end
-    if what == 'zset' then
-        local out = {}
-        local members = call('zrange', key, 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
-        for i = 1, #members, 2 do
-            out[#out + 1] = bounded(members[i], max_len)
-            out[#out + 1] = members[i + 1]
+    return out
+end
+if what == 'queue' then
+    local deadlines = KEYS[2]
+    local out = {redis.call('llen', key), redis.call('zcard', deadlines)}
+    for _, entry in ipairs(redis.call('lrange', key, 0, tonumber(ARGV[3]) - 1)) do
+        if #entry > max_len then
+            out[#out + 1] = #entry
+            out[#out + 1] = false
+        else
+            out[#out + 1] = entry
+            out[#out + 1] = redis.call('zscore', deadlines, entry)
         end
-        return out
     end
-    return redis.error_reply('ERR bounded_read: unknown read ' .. tostring(what))
+    return out
 end
-
-local ok, reply = pcall(read)
-if ok then
-    return reply
+if what == 'zset' then
+    local out = {}
+    local members = redis.call('zrange', key, 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
+    for i = 1, #members, 2 do
+        out[#out + 1] = bounded(members[i], max_len)
+        out[#out + 1] = members[i + 1]
+    end
+    return out
 end
-if type(reply) == 'table' then
-    return reply
-end
-return redis.error_reply(tostring(reply))
+return redis.error_reply('ERR bounded_read: unknown read ' .. tostring(what))
