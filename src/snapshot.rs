@@ -16,8 +16,33 @@ use crate::error::{Error, Result};
 /// converts `EXEC`'s reply (one value per command) into `T`. Errors name
 /// `key`, the key the caller reads.
 pub(crate) fn snapshot<T: FromRedisValue>(
-    conn: &mut redis::Connection,
+    conn: &mut dyn redis::ConnectionLike,
     key: &[u8],
+    build: impl FnOnce(&mut redis::Pipeline),
+) -> Result<T> {
+    run(conn, key, None, build)
+}
+
+/// [`snapshot`] of reads that run `script` (`EVALSHA`): when the server
+/// does not have it (`NOSCRIPT`, a restarted or flushed server), loads it
+/// and sends the whole snapshot once more, which is safe as it only reads.
+///
+/// # Errors
+///
+/// As [`snapshot`]; a refused `SCRIPT LOAD`.
+pub(crate) fn snapshot_running<T: FromRedisValue>(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    script: &redis::Script,
+    build: impl FnOnce(&mut redis::Pipeline),
+) -> Result<T> {
+    run(conn, key, Some(script), build)
+}
+
+fn run<T: FromRedisValue>(
+    conn: &mut dyn redis::ConnectionLike,
+    key: &[u8],
+    script: Option<&redis::Script>,
     build: impl FnOnce(&mut redis::Pipeline),
 ) -> Result<T> {
     let mut pipe = redis::pipe();
@@ -26,8 +51,60 @@ pub(crate) fn snapshot<T: FromRedisValue>(
     pipe.cmd("EXEC");
     // Error replies stay values: they are looked at below, in order.
     pipe.ignore_errors();
-    let replies: Vec<Value> = pipe.query(conn).map_err(|e| Error::from_redis(e, key))?;
+    let fail = |e| Error::from_redis(e, key);
+    let mut replies: Vec<Value> = pipe.query(conn).map_err(fail)?;
+    if let Some(script) = script
+        && replies.last().is_some_and(noscript)
+    {
+        script.load(conn).map_err(fail)?;
+        replies = pipe.query(conn).map_err(fail)?;
+    }
     exec_reply(replies, key)
+}
+
+/// Whether an `EXEC` reply holds a `NOSCRIPT` error: a script the server
+/// does not have, which fails when the transaction runs.
+fn noscript(exec: &Value) -> bool {
+    match exec {
+        Value::ServerError(e) => e.code() == "NOSCRIPT",
+        Value::Array(items) => items.iter().any(noscript),
+        _ => false,
+    }
+}
+
+/// Bytes of a counter's value read (a semaphore's permits, a latch's
+/// count): an integer takes at most 20, so this is the whole value of any
+/// counter, and never more of another tenant's 20 MB string.
+pub(crate) const COUNTER_PEEK: usize = 64;
+
+/// Adds the bounded read of the counter at `key` to a snapshot: `EXISTS`
+/// and the first [`COUNTER_PEEK`] bytes (`GETRANGE`, which answers an
+/// empty string for a missing key); two replies, for [`counter_bytes`].
+pub(crate) fn add_counter_read(pipe: &mut redis::Pipeline, key: &[u8]) {
+    pipe.cmd("EXISTS")
+        .arg(key)
+        .cmd("GETRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(COUNTER_PEEK - 1);
+}
+
+/// The counter's stored bytes from [`add_counter_read`]'s replies, `None`
+/// when the key does not exist. A value cut at [`COUNTER_PEEK`] bytes is
+/// no integer (it parses as none).
+pub(crate) fn counter_bytes(exists: i64, peek: Vec<u8>) -> Option<Vec<u8>> {
+    (exists > 0).then_some(peek)
+}
+
+/// Reads the counter at `key` on `conn` in one snapshot, bounded
+/// ([`add_counter_read`]): its bytes, `None` when it does not exist.
+///
+/// # Errors
+///
+/// As [`snapshot`]: `WRONGTYPE` for a key of another type.
+pub(crate) fn counter(conn: &mut dyn redis::ConnectionLike, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let (exists, peek): (i64, Vec<u8>) = snapshot(conn, key, |pipe| add_counter_read(pipe, key))?;
+    Ok(counter_bytes(exists, peek))
 }
 
 /// The `EXEC` reply of a `MULTI`, commands, `EXEC` pipeline, or the first

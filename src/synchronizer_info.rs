@@ -6,6 +6,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redis::Value;
+
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
@@ -13,6 +15,7 @@ use crate::latch::CountDownLatch;
 use crate::lease::{Pttl, Ttl};
 use crate::once::OnceStatus;
 use crate::record::{self, HolderRecord};
+use crate::scripts::bounded_read;
 use crate::semaphore::{ExpiringSemaphore, PermitId, Semaphore};
 
 /// What [`Semaphore::inspect`] or [`ExpiringSemaphore::inspect`] found at
@@ -235,27 +238,23 @@ fn read_semaphore(client: &Client, name: &[u8]) -> Result<SemaphoreInfo> {
     keys::validate_name(name).map_err(Error::InvalidArgument)?;
     client.check_open()?;
     let timeouts = keys::permit_timeouts(name);
-    type Reply = ((u64, u64), Option<Vec<u8>>, i64, Vec<(Vec<u8>, f64)>);
-    let ((secs, micros), raw, pttl, leases): Reply = client.with_conn(name, |conn| {
-        crate::snapshot::snapshot(conn, name, |pipe| {
-            pipe.cmd("TIME")
-                .cmd("GET")
-                .arg(name)
-                .cmd("PTTL")
-                .arg(name)
-                .cmd("ZRANGE")
-                .arg(&timeouts)
-                .arg(0)
-                .arg(keys::MAX_PERMITS_READ - 1)
-                .arg("WITHSCORES");
+    type Reply = ((u64, u64), i64, Vec<u8>, i64, Value);
+    let script = bounded_read::script();
+    let ((secs, micros), exists, peek, pttl, leases): Reply = client.with_conn(name, |conn| {
+        crate::snapshot::snapshot_running(conn, name, script, |pipe| {
+            pipe.cmd("TIME");
+            crate::snapshot::add_counter_read(pipe, name);
+            pipe.cmd("PTTL").arg(name);
+            pipe.add_command(crate::semaphore::lease_read(&timeouts));
         })
     })?;
-    let available = counter_value(name, raw)?;
+    let available = counter_value(name, crate::snapshot::counter_bytes(exists, peek))?;
+    let leases = bounded_read::zset_reply(leases).map_err(|e| Error::from_redis(e, &timeouts))?;
     let now_ms = secs.saturating_mul(1000) + micros / 1000;
     let permits: Vec<HeldPermit> = leases
         .into_iter()
         .filter_map(|(id, ends)| {
-            let id = PermitId::from_bytes(id.try_into().ok()?);
+            let id = PermitId::from_bytes(id.bytes()?.try_into().ok()?);
             let left = (ends.max(0.0) as u64).saturating_sub(now_ms);
             Some(HeldPermit {
                 id,
@@ -312,12 +311,14 @@ impl CountDownLatch {
         let (client, name) = (self.client(), self.name());
         keys::validate_name(name).map_err(Error::InvalidArgument)?;
         client.check_open()?;
-        let (raw, pttl): (Option<Vec<u8>>, i64) = client.with_conn(name, |conn| {
+        let (exists, peek, pttl): (i64, Vec<u8>, i64) = client.with_conn(name, |conn| {
             crate::snapshot::snapshot(conn, name, |pipe| {
-                pipe.cmd("GET").arg(name).cmd("PTTL").arg(name);
+                crate::snapshot::add_counter_read(pipe, name);
+                pipe.cmd("PTTL").arg(name);
             })
         })?;
-        let count = counter_value(name, raw)?.max(0) as u64;
+        let count =
+            counter_value(name, crate::snapshot::counter_bytes(exists, peek))?.max(0) as u64;
         let around = record::around(
             client.source(),
             client.record_prefix(),

@@ -14,6 +14,7 @@ use crate::lease::{Pttl, Ttl};
 use crate::lock::Lock;
 use crate::lost::HoldKind;
 use crate::record::{self, HolderRecord};
+use crate::scripts::bounded_read::{self, Element};
 
 /// What [`Lock::inspect`] found at a lock name.
 ///
@@ -250,6 +251,19 @@ pub struct QueuedWaiter {
     /// score in `redisson_lock_timeout:{name}`, Unix epoch ms); `None` when
     /// the waiter has no deadline recorded.
     pub deadline: Option<SystemTime>,
+    /// The length of an entry too long to be a holder id (longer than 79
+    /// bytes: someone else's value, not a waiter's), which was not read:
+    /// its `holder` is a text saying so, its `deadline` `None`.
+    too_long: Option<u64>,
+}
+
+impl QueuedWaiter {
+    /// The length in bytes of a queue entry too long to be a holder id,
+    /// which was not read (its [`QueuedWaiter::holder`] says so in words);
+    /// `None` for a waiter read whole.
+    pub fn too_long(&self) -> Option<u64> {
+        self.too_long
+    }
 }
 
 /// One field of a hash and its value, as raw bytes.
@@ -269,60 +283,85 @@ pub const MAX_LOCK_FIELDS: u64 = shape::MAX_LOCK_FIELDS;
 pub const MAX_QUEUE_READ: u64 = 1_000;
 
 /// The first look at a hash that may be a lock: `HLEN` and a first `HSCAN`
-/// page of a few fields (one round trip, or part of one). A small hash
-/// comes back whole; of one too large to be a lock, nothing more is read.
+/// page of a few fields, in one command (`lua/bounded_read.lua`, part of a
+/// round trip). A small hash comes back whole; of one too large to be a
+/// lock, nothing more is read. No field name longer than a lock's
+/// ([`shape::MAX_FIELD_LEN`]) nor value longer than a hold count
+/// ([`shape::MAX_VALUE_LEN`]) is sent: such a hash is no lock, and its
+/// name or value is only counted.
 #[derive(Debug, Default)]
 pub(crate) struct HashLook {
     /// `HLEN`.
     len: u64,
     /// The `HSCAN` cursor to go on from (0: every field was read).
     cursor: u64,
-    /// The fields read so far.
+    /// The fields read so far; a value too long to be sent reads as empty.
     fields: Vec<Field>,
+    /// A field name too long for a lock's was met (not sent).
+    long_name: bool,
+    /// A value too long for a lock's was met (not sent).
+    long_value: bool,
 }
 
 impl HashLook {
-    /// Adds the look's commands to `pipe`: `HLEN` and `HSCAN key 0 COUNT
-    /// 16` (two replies).
+    /// Adds the look's command to `pipe` (one reply).
     pub(crate) fn add(pipe: &mut redis::Pipeline, key: &[u8]) {
-        for cmd in HashLook::commands(key) {
-            pipe.add_command(cmd);
-        }
+        pipe.add_command(HashLook::command(key));
     }
 
-    /// The look's two commands: `HLEN` and `HSCAN key 0 COUNT 16`.
-    pub(crate) fn commands(key: &[u8]) -> [redis::Cmd; 2] {
-        [
-            redis::cmd("HLEN").arg(key).clone(),
-            redis::cmd("HSCAN")
-                .arg(key)
-                .arg(0)
-                .arg("COUNT")
-                .arg(shape::HSCAN_SAMPLE)
-                .clone(),
-        ]
+    /// The look's command: `HLEN` and `HSCAN key 0 COUNT 16`, bounded.
+    pub(crate) fn command(key: &[u8]) -> redis::Cmd {
+        HashLook::page(key, 0, shape::HSCAN_SAMPLE)
     }
 
-    /// The look from its two replies (`HLEN`, `HSCAN`). Replies that are
-    /// not what those commands answer read as an empty hash.
-    pub(crate) fn from_replies(len: Option<Value>, page: Option<Value>) -> HashLook {
-        let len = len
-            .and_then(|v| redis::from_redis_value(v).ok())
-            .unwrap_or(0);
-        let (cursor, fields) = page
-            .and_then(|v| redis::from_redis_value::<(u64, Vec<Field>)>(v).ok())
-            .unwrap_or_default();
-        HashLook {
-            len,
+    /// One bounded page of the hash at `key` from `cursor`.
+    fn page(key: &[u8], cursor: u64, count: u64) -> redis::Cmd {
+        bounded_read::hash_page(
+            key,
+            shape::MAX_FIELD_LEN,
+            shape::MAX_VALUE_LEN,
             cursor,
-            fields,
+            count,
+            shape::MAX_LOCK_FIELDS,
+        )
+    }
+
+    /// The look from its command's reply. A reply that is not what the
+    /// command answers reads as an empty hash.
+    pub(crate) fn from_reply(page: Option<Value>) -> HashLook {
+        let mut look = HashLook::default();
+        if let Some((len, cursor, pairs)) = page.and_then(bounded_read::hash_page_reply) {
+            look.len = len;
+            look.add_page(cursor, pairs);
+        }
+        look
+    }
+
+    /// Takes in one page's reply.
+    fn add_page(&mut self, cursor: u64, pairs: Vec<(Element, Element)>) {
+        self.cursor = cursor;
+        for (name, value) in pairs {
+            let Element::Bytes(name) = name else {
+                self.long_name = true;
+                continue;
+            };
+            let value = match value {
+                Element::Bytes(v) => v,
+                Element::TooLong(_) => {
+                    self.long_value = true;
+                    Vec::new()
+                }
+            };
+            self.fields.push((name, value));
         }
     }
 
     /// Not a lock, from what was read so far: too many fields, or one of
     /// another shape.
     fn refused(&self) -> bool {
-        self.len > shape::MAX_LOCK_FIELDS
+        self.long_name
+            || self.long_value
+            || self.len > shape::MAX_LOCK_FIELDS
             || self.fields.len() as u64 > shape::MAX_LOCK_FIELDS
             || !self.fields.iter().all(|(f, v)| shape::is_lock_field(f, v))
     }
@@ -332,6 +371,7 @@ impl HashLook {
     /// hash: its first `HSCAN` page holds every field.
     pub(crate) fn may_be_once_record(&self) -> bool {
         self.len <= 3
+            && !self.long_name
             && self
                 .fields
                 .iter()
@@ -356,15 +396,15 @@ impl HashLook {
             if !self.needs_more() {
                 break;
             }
-            let (cursor, fields): (u64, Vec<Field>) = redis::cmd("HSCAN")
-                .arg(key)
-                .arg(self.cursor)
-                .arg("COUNT")
-                .arg(shape::HSCAN_COUNT)
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, key))?;
-            self.cursor = cursor;
-            self.fields.extend(fields);
+            let cmd = HashLook::page(key, self.cursor, shape::HSCAN_COUNT);
+            let reply = bounded_read::query(conn, &cmd).map_err(|e| Error::from_redis(e, key))?;
+            let Some((_, cursor, pairs)) = bounded_read::hash_page_reply(reply) else {
+                return Err(Error::Protocol(format!(
+                    "unexpected reply to a bounded HSCAN of {:?}",
+                    String::from_utf8_lossy(key)
+                )));
+            };
+            self.add_page(cursor, pairs);
         }
         Ok(())
     }
@@ -408,10 +448,9 @@ pub(crate) fn read_lock_hash(
     conn: &mut redis::Connection,
     key: &[u8],
 ) -> Result<(LockKind, Vec<(HolderId, u64)>)> {
-    let mut pipe = redis::pipe();
-    HashLook::add(&mut pipe, key);
-    let (len, page): (Value, Value) = pipe.query(conn).map_err(|e| Error::from_redis(e, key))?;
-    let mut look = HashLook::from_replies(Some(len), Some(page));
+    let page = bounded_read::query(conn, &HashLook::command(key))
+        .map_err(|e| Error::from_redis(e, key))?;
+    let mut look = HashLook::from_reply(Some(page));
     look.read_rest(conn, key)?;
     Ok(look.judge())
 }
@@ -433,8 +472,13 @@ impl Lock {
     /// bounded whatever is stored: a hash's `HLEN` and a first `HSCAN` page
     /// of a few fields (more pages only for a lock of many readers; none
     /// for a hash of more than [`MAX_LOCK_FIELDS`] fields), a fair queue's
-    /// first [`MAX_QUEUE_READ`] waiters (`LRANGE`) and their deadlines
-    /// (`ZMSCORE`); never `HGETALL` or a whole list or sorted set.
+    /// first [`MAX_QUEUE_READ`] waiters (`LRANGE`) and their deadlines;
+    /// never `HGETALL` or a whole list or sorted set. Nor is any field,
+    /// value or queue entry longer than a lock's sent whole (another
+    /// tenant's 20 MB value): these reads run in a read-only script on the
+    /// server, which sends such an element's length in its place; a hash
+    /// with one is [`LockKind::Other`], a queue entry
+    /// [`QueuedWaiter::too_long`].
     ///
     /// # Errors
     ///
@@ -460,28 +504,16 @@ impl Lock {
         self.client().check_open()?;
         let queue_key = keys::fair_queue(name);
         let timeout_key = keys::fair_timeouts(name);
-        let (redis_type, pttl, queue_len, queue, deadline_count): (
-            String,
-            i64,
-            u64,
-            Vec<String>,
-            u64,
-        ) = self.client().with_conn(name, |conn| {
-            crate::snapshot::snapshot(conn, &queue_key, |pipe| {
-                pipe.cmd("TYPE")
-                    .arg(name)
-                    .cmd("PTTL")
-                    .arg(name)
-                    .cmd("LLEN")
-                    .arg(&queue_key)
-                    .cmd("LRANGE")
-                    .arg(&queue_key)
-                    .arg(0)
-                    .arg(MAX_QUEUE_READ - 1)
-                    .cmd("ZCARD")
-                    .arg(&timeout_key);
-            })
-        })?;
+        let script = bounded_read::script();
+        let (redis_type, pttl, queue_read): (String, i64, Value) =
+            self.client().with_conn(name, |conn| {
+                crate::snapshot::snapshot_running(conn, &queue_key, script, |pipe| {
+                    pipe.cmd("TYPE").arg(name).cmd("PTTL").arg(name);
+                    pipe.add_command(queue_command(&queue_key, &timeout_key));
+                })
+            })?;
+        let (queue_len, deadline_count, queue) = bounded_read::queue_reply(queue_read)
+            .ok_or_else(|| Error::Protocol("unexpected reply to a fair queue read".to_owned()))?;
         let fair = queue_len > 0 || deadline_count > 0;
         let mut info = LockInfo {
             name: name.to_vec(),
@@ -494,29 +526,19 @@ impl Lock {
             subscribers: None,
             seen: Seen::UNKNOWN,
         };
-        let mut deadlines = Vec::new();
         match redis_type.as_str() {
-            "none" => {
-                if !queue.is_empty() {
-                    deadlines = self
-                        .client()
-                        .with_conn(name, |conn| deadlines_of(conn, &timeout_key, &queue))?;
-                }
-            }
+            "none" => {}
             "hash" => {
                 let token_key = keys::token(name);
                 let replies: Vec<Value> = self.client().with_conn(name, |conn| {
-                    crate::snapshot::snapshot(conn, name, |pipe| {
+                    crate::snapshot::snapshot_running(conn, name, script, |pipe| {
                         HashLook::add(pipe, name);
                         pipe.cmd("PTTL").arg(name);
                         pipe.cmd("EXISTS").arg(&token_key);
-                        if !queue.is_empty() {
-                            pipe.cmd("ZMSCORE").arg(&timeout_key).arg(&queue);
-                        }
                     })
                 })?;
                 let mut replies = replies.into_iter();
-                let mut look = HashLook::from_replies(replies.next(), replies.next());
+                let mut look = HashLook::from_reply(replies.next());
                 let pttl: i64 = replies
                     .next()
                     .and_then(|v| redis::from_redis_value(v).ok())
@@ -525,10 +547,6 @@ impl Lock {
                     .next()
                     .and_then(|v| redis::from_redis_value::<i64>(v).ok())
                     .is_some_and(|n| n > 0);
-                deadlines = replies
-                    .next()
-                    .and_then(|v| redis::from_redis_value(v).ok())
-                    .unwrap_or_default();
                 if look.needs_more() {
                     self.client()
                         .with_conn(name, |conn| look.read_rest(conn, name))?;
@@ -547,7 +565,7 @@ impl Lock {
         }
         if fair && matches!(info.kind, LockKind::Free | LockKind::Reentrant) {
             info.kind = LockKind::Fair {
-                queue: queued(&queue, &deadlines),
+                queue: queued(queue),
             };
         } else {
             info.queue_len = 0;
@@ -568,6 +586,7 @@ impl Lock {
             channels.extend(
                 queue
                     .iter()
+                    .filter(|w| w.too_long.is_none())
                     .map(|w| keys::fair_channel(name, w.holder.as_str())),
             );
         }
@@ -587,33 +606,38 @@ impl Lock {
     }
 }
 
-/// The deadlines of the waiters `queue` (`ZMSCORE` of the timeout zset:
-/// Unix epoch ms, in the queue's order; `None` for a waiter without one).
-pub(crate) fn deadlines_of(
-    conn: &mut redis::Connection,
-    timeouts: &[u8],
-    queue: &[String],
-) -> Result<Vec<Option<f64>>> {
-    redis::cmd("ZMSCORE")
-        .arg(timeouts)
-        .arg(queue)
-        .query(conn)
-        .map_err(|e| Error::from_redis(e, timeouts))
+/// The bounded read of a fair lock's queue (`queue_key`) with its
+/// waiters' deadlines (`timeouts`, the same slot): its length, the
+/// deadlines' count, and its first [`MAX_QUEUE_READ`] entries, each longer
+/// than a holder id ([`shape::MAX_FIELD_LEN`]) only counted
+/// (`lua/bounded_read.lua`; read with [`bounded_read::queue_reply`]).
+pub(crate) fn queue_command(queue_key: &[u8], timeouts: &[u8]) -> redis::Cmd {
+    bounded_read::queue(queue_key, timeouts, shape::MAX_FIELD_LEN, MAX_QUEUE_READ)
 }
 
-/// A fair lock's waiters, from its queue (`LRANGE`) and their deadlines
-/// (`ZMSCORE` of the timeout zset, in the same order: Unix epoch ms),
-/// first in line first. A waiter without a score, or with one that is no
-/// time, has no deadline.
-pub(crate) fn queued(queue: &[String], deadlines: &[Option<f64>]) -> Vec<QueuedWaiter> {
+/// A fair lock's waiters, from its queue's bounded read (each entry with
+/// its deadline: the score in the timeout zset, Unix epoch ms), first in
+/// line first. A waiter without a score, or with one that is no time, has
+/// no deadline; an entry too long to be a holder id is a waiter known by
+/// its length only ([`QueuedWaiter::too_long`]).
+pub(crate) fn queued(queue: Vec<(Element, Option<f64>)>) -> Vec<QueuedWaiter> {
     queue
-        .iter()
-        .enumerate()
-        .map(|(i, holder)| QueuedWaiter {
-            holder: HolderId::from_stored(holder.as_str()),
-            deadline: deadlines.get(i).copied().flatten().and_then(|ms| {
-                (ms.is_finite() && ms >= 0.0).then(|| UNIX_EPOCH + Duration::from_millis(ms as u64))
-            }),
+        .into_iter()
+        .map(|(entry, deadline)| {
+            let (holder, too_long) = match entry {
+                Element::Bytes(b) => (String::from_utf8_lossy(&b).into_owned(), None),
+                Element::TooLong(n) => {
+                    (format!("({n} bytes, too long to be a holder id)"), Some(n))
+                }
+            };
+            QueuedWaiter {
+                holder: HolderId::from_stored(holder),
+                deadline: deadline.and_then(|ms| {
+                    (ms.is_finite() && ms >= 0.0)
+                        .then(|| UNIX_EPOCH + Duration::from_millis(ms as u64))
+                }),
+                too_long,
+            }
         })
         .collect()
 }

@@ -19,9 +19,10 @@ use crate::connection::{NodeId, Source};
 use crate::error::Result;
 use crate::keys;
 use crate::lease::Pttl;
-use crate::lock::inspect::{HashLook, MAX_QUEUE_READ, Seen, deadlines_of, queued};
+use crate::lock::inspect::{HashLook, Seen, queue_command, queued};
 use crate::lock::{LockInfo, LockKind};
 use crate::record;
+use crate::scripts::bounded_read;
 
 /// The start of a run-once key's last-attempt record's name
 /// ([`keys::once_attempt`]).
@@ -129,7 +130,10 @@ impl Client {
     /// of a few fields first, so a hash of millions of fields costs no
     /// more than a lock (it is not one: more than
     /// [`MAX_LOCK_FIELDS`](crate::MAX_LOCK_FIELDS) fields); a fair queue's
-    /// first [`MAX_QUEUE_READ`](crate::MAX_QUEUE_READ) waiters. A snapshot
+    /// first [`MAX_QUEUE_READ`](crate::MAX_QUEUE_READ) waiters. Nor is any
+    /// field, value or queue entry longer than a lock's sent (a read-only
+    /// script sends its length instead, loaded once per master: one more
+    /// round trip each), as [`Lock::inspect`](crate::Lock::inspect) says. A snapshot
     /// per page, not of the whole keyspace: keys written meanwhile may or
     /// may not appear. In no particular order.
     ///
@@ -193,6 +197,14 @@ impl Client {
         let source = self.source();
         let mut out = Listing::default();
         for node in source.masters()? {
+            // The pages' bounded reads run a script: loaded up front (one
+            // round trip), so that the first page is not sent twice for a
+            // NOSCRIPT. A refusal here is met again, and told, there.
+            let _ = source.with_node_conn(node, |conn| {
+                bounded_read::script()
+                    .load(conn)
+                    .map_err(crate::error::Error::redis)
+            });
             let mut records = Records::new(self.record_prefix());
             for &of_type in types {
                 let mut scan = KeyScan::new(source, node, pattern.as_bytes(), of_type);
@@ -341,7 +353,7 @@ fn page(
                 cmds: vec![redis::cmd("TYPE").arg(&key[..]).clone()],
             })
             .collect();
-        let replies = source.node_batch(node, &groups)?;
+        let replies = batch(source, node, &groups)?;
         let (readable, refused): (Vec<_>, Vec<_>) = keys
             .into_iter()
             .zip(replies)
@@ -390,8 +402,9 @@ fn page(
             }
             if kind == "hash" {
                 // Bounded: a hash too large to be a lock costs an HLEN and
-                // a page of a few fields, never a read of the whole.
-                cmds.extend(HashLook::commands(key));
+                // a page of a few fields, never a read of the whole; no
+                // field or value longer than a lock's is sent.
+                cmds.push(HashLook::command(key));
             }
             Group {
                 key: key.clone(),
@@ -399,7 +412,7 @@ fn page(
             }
         })
         .collect();
-    let replies = source.node_batch(node, &groups)?;
+    let replies = batch(source, node, &groups)?;
     let mut infos = Vec::with_capacity(wanted.len());
     // Per hash kept: its look (pages still to read).
     let mut hashes: Vec<(usize, HashLook)> = Vec::new();
@@ -438,7 +451,7 @@ fn page(
                 reply::<Vec<u8>>(replies.next()).is_none_or(|peek| may_be_counter(&peek));
         }
         if redis_type == "hash" {
-            let look = HashLook::from_replies(replies.next(), replies.next());
+            let look = HashLook::from_reply(replies.next());
             // A last-attempt record is all a run-once key keeps after a
             // failed run: kept, so that a listing of every key needs no
             // second scan to find them.
@@ -475,7 +488,7 @@ fn page(
                 }
             })
             .collect();
-        let replies = source.node_batch(node, &groups)?;
+        let replies = batch(source, node, &groups)?;
         for (&i, mut replies) in counters.iter().zip(replies) {
             infos[i].seen.permits = reply::<i64>(replies.pop()).is_none_or(|n| n > 0);
             if !all {
@@ -515,10 +528,32 @@ fn page(
     Ok(infos)
 }
 
+/// [`Source::node_batch`], once more after loading
+/// `lua/bounded_read.lua` on every master when a reply says a server does
+/// not have it (`NOSCRIPT`: restarted or flushed; a group may have been
+/// followed to another master). The reads change nothing: sending them
+/// again is safe.
+fn batch(source: &Source, node: NodeId, groups: &[Group]) -> Result<Vec<Vec<Value>>> {
+    let replies = source.node_batch(node, groups)?;
+    if !replies.iter().flatten().any(bounded_read::is_noscript) {
+        return Ok(replies);
+    }
+    for master in source.masters()? {
+        source.with_node_conn(master, |conn| {
+            bounded_read::script()
+                .load(conn)
+                .map(drop)
+                .map_err(crate::error::Error::redis)
+        })?;
+    }
+    source.node_batch(node, groups)
+}
+
 /// Reads, for the locks among `infos` (hashes of a lock's shape), the keys
 /// beside each: its fencing-token counter (a fenced lock) and its fair
-/// queue with the waiters' deadlines (a fair lock). One round trip, one
-/// more when a page has a fair queue.
+/// queue's length, then for the fair locks their queues with the waiters'
+/// deadlines (bounded: `lua/bounded_read.lua`). One round trip, one more
+/// when a page has a fair queue.
 fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
     let locks: Vec<usize> = (0..infos.len())
         .filter(|&i| matches!(infos[i].kind, LockKind::Reentrant))
@@ -530,30 +565,23 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
         .iter()
         .map(|&i| {
             let name = &infos[i].name;
-            let queue = keys::fair_queue(name);
             Group {
                 key: name.clone(),
                 cmds: vec![
                     redis::cmd("EXISTS").arg(keys::token(name)).clone(),
-                    redis::cmd("LRANGE")
-                        .arg(&queue)
-                        .arg(0)
-                        .arg(MAX_QUEUE_READ - 1)
-                        .clone(),
+                    redis::cmd("LLEN").arg(keys::fair_queue(name)).clone(),
                 ],
             }
         })
         .collect();
-    let replies = source.node_batch(node, &groups)?;
-    let mut queues: Vec<(usize, Vec<String>)> = Vec::new();
+    let replies = batch(source, node, &groups)?;
+    let mut queues: Vec<usize> = Vec::new();
     for (&i, replies) in locks.iter().zip(replies) {
         let mut replies = replies.into_iter();
         let token_counter: i64 = reply(replies.next()).unwrap_or(0);
-        let queue: Vec<String> = reply(replies.next()).unwrap_or_default();
-        if !queue.is_empty() {
-            // A queue read whole, or its length asked below.
-            infos[i].queue_len = queue.len() as u64;
-            queues.push((i, queue));
+        let queue_len: u64 = reply(replies.next()).unwrap_or(0);
+        if queue_len > 0 {
+            queues.push(i);
         } else if token_counter > 0 {
             infos[i].kind = LockKind::Reentrant.with_token_counter();
         }
@@ -561,26 +589,31 @@ fn beside(source: &Source, node: NodeId, infos: &mut [LockInfo]) -> Result<()> {
     if queues.is_empty() {
         return Ok(());
     }
-    let mut deadlines: HashMap<usize, Vec<Option<f64>>> = HashMap::new();
-    source.with_node_conn(node, |conn| {
-        for (i, queue) in &queues {
-            let (queue_key, timeouts) = (
-                keys::fair_queue(&infos[*i].name),
-                keys::fair_timeouts(&infos[*i].name),
-            );
-            if queue.len() as u64 >= MAX_QUEUE_READ {
-                let len: Option<u64> = redis::cmd("LLEN").arg(queue_key).query(conn).ok();
-                infos[*i].queue_len = len.unwrap_or(MAX_QUEUE_READ);
+    let groups: Vec<Group> = queues
+        .iter()
+        .map(|&i| {
+            let name = &infos[i].name;
+            Group {
+                key: name.clone(),
+                cmds: vec![queue_command(
+                    &keys::fair_queue(name),
+                    &keys::fair_timeouts(name),
+                )],
             }
-            let of = deadlines_of(conn, &timeouts, queue).unwrap_or_default();
-            deadlines.insert(*i, of);
+        })
+        .collect();
+    let replies = batch(source, node, &groups)?;
+    for (i, mut replies) in queues.into_iter().zip(replies) {
+        // A queue gone or changed type meanwhile: left a plain lock.
+        let Some((len, _, queue)) = replies.pop().and_then(bounded_read::queue_reply) else {
+            continue;
+        };
+        if len == 0 {
+            continue;
         }
-        Ok(())
-    })?;
-    for (i, queue) in queues {
-        let of = deadlines.remove(&i).unwrap_or_default();
+        infos[i].queue_len = len;
         infos[i].kind = LockKind::Fair {
-            queue: queued(&queue, &of),
+            queue: queued(queue),
         };
     }
     Ok(())

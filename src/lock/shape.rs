@@ -35,6 +35,13 @@ pub(crate) const MAX_LOCK_FIELDS: u64 = 10_000;
 /// in `lua/lock_shape.lua`.
 pub(crate) const MAX_FIELD_LEN: usize = 79;
 
+/// The longest value a lock hash can have: a hold count (decimal, at most
+/// 20 digits read before its bound is checked) or a `mode` (`write`).
+/// Longer values are refused unread: reads bound values by it on the
+/// server (`lua/bounded_read.lua`). The same bound is in
+/// `lua/lock_shape.lua`'s `lock_field`.
+pub(crate) const MAX_VALUE_LEN: usize = 20;
+
 /// The most holds one holder can have of a lock. Scripts loop over a
 /// reader's holds (one timeout key each): a larger count (`HSET m:rw
 /// <uuid>:1 1000000`) is no lock's, so that no script loops over it. Far
@@ -92,7 +99,7 @@ fn is_uuid(text: &[u8]) -> bool {
 /// [`MAX_HOLD_COUNT`].
 fn is_hold_count(value: &[u8]) -> bool {
     !value.is_empty()
-        && value.len() <= 20
+        && value.len() <= MAX_VALUE_LEN
         && value.iter().all(u8::is_ascii_digit)
         && std::str::from_utf8(value)
             .ok()
@@ -225,6 +232,7 @@ mod tests {
         assert!(lua.contains(&format!("local SHAPE_SAMPLE = {HSCAN_SAMPLE}\n")));
         assert!(lua.contains(&format!("local MAX_FIELD_LEN = {MAX_FIELD_LEN}\n")));
         assert!(lua.contains(&format!("local MAX_THREAD_DIGITS = {MAX_THREAD_DIGITS}\n")));
+        assert!(lua.contains(&format!("#value > {MAX_VALUE_LEN} ")));
         // Every script that loops over a holder's holds bounds the loop by
         // the same count.
         for script in [

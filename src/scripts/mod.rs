@@ -142,6 +142,7 @@ impl Notifying {
     }
 }
 
+pub(crate) mod bounded_read;
 pub(crate) mod latch;
 pub(crate) mod record_read;
 pub(crate) mod rwlock;

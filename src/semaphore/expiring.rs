@@ -260,7 +260,8 @@ impl ExpiringSemaphore {
     /// for a lease that ended but was not counted back yet), by the
     /// server's clock: the 1,000 whose leases end first (a lease set is
     /// never read whole). Reads only: nothing is counted back. Members of the
-    /// lease set that are not 16-byte ids are left out. Lease ends are read
+    /// lease set that are not 16-byte ids are left out (a longer one is not
+    /// even sent: a read-only script sends its length). Lease ends are read
     /// as stored: a permit taken by a client with a
     /// [`permit_clock_skew`](crate::Builder::permit_clock_skew) shows that
     /// much more, and one taken by Redisson ends by its client's clock.
@@ -272,23 +273,21 @@ impl ExpiringSemaphore {
     /// timeout and server errors.
     pub fn leases(&self) -> Result<Vec<(PermitId, Duration)>> {
         self.check()?;
-        type Lease = (Vec<u8>, f64);
-        let (time, members): ((u64, u64), Vec<Lease>) =
+        let script = crate::scripts::bounded_read::script();
+        let (time, members): ((u64, u64), redis::Value) =
             self.client.with_conn(&self.name, |conn| {
-                crate::snapshot::snapshot(conn, &self.timeouts, |pipe| {
-                    pipe.cmd("TIME")
-                        .cmd("ZRANGE")
-                        .arg(&self.timeouts[..])
-                        .arg(0)
-                        .arg(crate::keys::MAX_PERMITS_READ - 1)
-                        .arg("WITHSCORES");
+                crate::snapshot::snapshot_running(conn, &self.timeouts, script, |pipe| {
+                    pipe.cmd("TIME");
+                    pipe.add_command(super::lease_read(&self.timeouts));
                 })
             })?;
+        let members = crate::scripts::bounded_read::zset_reply(members)
+            .map_err(|e| Error::from_redis(e, &self.timeouts))?;
         let now = time.0.saturating_mul(1000) + time.1 / 1000;
         Ok(members
             .into_iter()
             .filter_map(|(id, ends)| {
-                let id = PermitId(id.try_into().ok()?);
+                let id = PermitId(id.bytes()?.try_into().ok()?);
                 let left = (ends.max(0.0) as u64).saturating_sub(now);
                 Some((id, Duration::from_millis(left)))
             })

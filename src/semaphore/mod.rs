@@ -146,14 +146,23 @@ impl Counter<'_> {
     }
 }
 
+/// The read of an expiring semaphore's lease set (`timeouts`): its first
+/// [`keys::MAX_PERMITS_READ`](crate::keys::MAX_PERMITS_READ) members with
+/// their lease ends, a member longer than a permit id (16 bytes) sent as
+/// its length only (`lua/bounded_read.lua`; read with
+/// `bounded_read::zset_reply`).
+pub(crate) fn lease_read(timeouts: &[u8]) -> redis::Cmd {
+    crate::scripts::bounded_read::zset(
+        timeouts,
+        std::mem::size_of::<PermitId>(),
+        crate::keys::MAX_PERMITS_READ as u64,
+    )
+}
+
 /// Reads a permit counter: 0 when absent.
 pub(crate) fn read_counter(client: &Client, key: &[u8]) -> Result<i64> {
-    let raw: Option<Vec<u8>> = client.with_conn(key, |conn| {
-        redis::cmd("GET")
-            .arg(key)
-            .query(conn)
-            .map_err(|e| Error::from_redis(e, key))
-    })?;
+    // Bounded: another tenant's 20 MB string is not read whole.
+    let raw = client.with_conn(key, |conn| crate::snapshot::counter(conn, key))?;
     match raw {
         None => Ok(0),
         Some(raw) => std::str::from_utf8(&raw)

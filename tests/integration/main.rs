@@ -6,6 +6,7 @@ mod support;
 mod acl;
 mod app_keys;
 mod bad_input;
+mod bounded_reads;
 mod clock;
 mod cluster;
 mod combining;

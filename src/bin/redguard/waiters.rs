@@ -239,11 +239,13 @@ impl Waiters {
                 Some(w) => w.line(),
                 None => "no record (not a redguard client, or records off)".to_owned(),
             };
+            // An entry is whatever was pushed on the list: escaped, as every
+            // value read from Redis, so that it cannot forge a line.
             let _ = writeln!(
                 s,
                 "{indent}queued #{}: {} ({deadline}): {who}",
                 i + 1,
-                waiter.holder
+                show::text(waiter.holder.as_str())
             );
         }
         let more = total.saturating_sub(queue.len() as u64);
