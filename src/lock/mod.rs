@@ -546,16 +546,22 @@ impl Lock {
     pub fn last_fencing_token(&self) -> Result<Option<FencingToken>> {
         self.check_name()?;
         let counter = keys::token(&self.inner.name);
-        let raw: Option<String> = self.inner.client.with_conn(&self.inner.name, |conn| {
-            redis::cmd("GET")
-                .arg(&counter[..])
-                .query(conn)
-                .map_err(|e| Error::from_redis(e, &counter))
+        // Bounded: another tenant's 20 MB string at the counter's key is
+        // read no further than any number's length.
+        let raw = self.inner.client.with_conn(&self.inner.name, |conn| {
+            crate::snapshot::counter(conn, &counter)
         })?;
         raw.map(|raw| {
-            raw.parse::<u64>()
+            std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
                 .map(FencingToken::new)
-                .map_err(|_| Error::Protocol(format!("fencing token counter holds {raw:?}")))
+                .ok_or_else(|| {
+                    Error::Protocol(format!(
+                        "fencing token counter holds {:?}",
+                        String::from_utf8_lossy(&raw)
+                    ))
+                })
         })
         .transpose()
     }

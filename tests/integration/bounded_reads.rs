@@ -457,3 +457,23 @@ mod cli {
         drop(guard);
     }
 }
+
+/// A fencing token counter overwritten with 20 MB: `last_fencing_token` says
+/// it holds no token, having read no more of it than a number's length.
+#[test]
+fn a_huge_fencing_token_counter_is_not_sent() {
+    let server = RedisServer::start();
+    let client = bulk_client(&server.url());
+    let lock = client.fenced_lock(unique_name("token"));
+    drop(lock.lock().unwrap());
+    assert!(lock.last_fencing_token().unwrap().is_some());
+    let counter = format!(
+        "redisson_lock_token:{{{}}}",
+        String::from_utf8_lossy(lock.name())
+    );
+    let _: () = server.cmd("SET", &[counter.as_bytes(), &vec![b'7'; BIG][..]]);
+    let err = bounded(&server, "last_fencing_token", || {
+        lock.last_fencing_token().unwrap_err()
+    });
+    assert!(matches!(err, redguard::Error::Protocol(_)), "{err:?}");
+}
