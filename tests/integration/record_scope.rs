@@ -5,30 +5,8 @@
 
 use std::time::Duration;
 
+use crate::records::keys;
 use crate::support::{RedisServer, test_builder, unique_name, wait_until};
-
-/// Every key of `server` matching `pattern` (one `SCAN` walk, bounded).
-fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
-    let mut conn = server.conn();
-    let mut cursor = 0u64;
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(&mut conn)
-            .unwrap();
-        out.extend(batch);
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
-    out
-}
 
 const TENANT: &str = "tenantA:redguard:client:";
 

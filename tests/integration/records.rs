@@ -18,7 +18,7 @@ fn host() -> String {
 }
 
 /// Every key of `server` matching `pattern` (SCAN, bounded).
-fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
+pub(crate) fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
     let mut conn = server.conn();
     let mut cursor = 0u64;
     let mut out = Vec::new();
