@@ -54,22 +54,12 @@ fn run<T: FromRedisValue>(
     let fail = |e| Error::from_redis(e, key);
     let mut replies: Vec<Value> = pipe.query(conn).map_err(fail)?;
     if let Some(script) = script
-        && replies.last().is_some_and(noscript)
+        && replies.last().is_some_and(crate::scripts::is_noscript)
     {
         script.load(conn).map_err(fail)?;
         replies = pipe.query(conn).map_err(fail)?;
     }
     exec_reply(replies, key)
-}
-
-/// Whether an `EXEC` reply holds a `NOSCRIPT` error: a script the server
-/// does not have, which fails when the transaction runs.
-fn noscript(exec: &Value) -> bool {
-    match exec {
-        Value::ServerError(e) => e.code() == "NOSCRIPT",
-        Value::Array(items) => items.iter().any(noscript),
-        _ => false,
-    }
 }
 
 /// Bytes of a counter's value read (a semaphore's permits, a latch's

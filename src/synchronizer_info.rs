@@ -249,18 +249,10 @@ fn read_semaphore(client: &Client, name: &[u8]) -> Result<SemaphoreInfo> {
         })
     })?;
     let available = counter_value(name, crate::snapshot::counter_bytes(exists, peek))?;
-    let leases = bounded_read::zset_reply(leases).map_err(|e| Error::from_redis(e, &timeouts))?;
     let now_ms = secs.saturating_mul(1000) + micros / 1000;
-    let permits: Vec<HeldPermit> = leases
+    let permits: Vec<HeldPermit> = crate::semaphore::leases_of(leases, &timeouts, now_ms)?
         .into_iter()
-        .filter_map(|(id, ends)| {
-            let id = PermitId::from_bytes(id.bytes()?.try_into().ok()?);
-            let left = (ends.max(0.0) as u64).saturating_sub(now_ms);
-            Some(HeldPermit {
-                id,
-                lease_left: Duration::from_millis(left),
-            })
-        })
+        .map(|(id, lease_left)| HeldPermit { id, lease_left })
         .collect();
     let source = client.source();
     let around = record::around(

@@ -535,7 +535,7 @@ fn page(
 /// again is safe.
 fn batch(source: &Source, node: NodeId, groups: &[Group]) -> Result<Vec<Vec<Value>>> {
     let replies = source.node_batch(node, groups)?;
-    if !replies.iter().flatten().any(bounded_read::is_noscript) {
+    if !replies.iter().flatten().any(crate::scripts::is_noscript) {
         return Ok(replies);
     }
     for master in source.masters()? {

@@ -6,8 +6,8 @@
 //!
 //! The commands built here go into pipelines and `MULTI`/`EXEC` snapshots
 //! of reads; a server that lost its script cache answers `NOSCRIPT`, which
-//! [`is_noscript`] tells, and the caller loads [`script`] and sends its
-//! reads once more (they change nothing).
+//! [`super::is_noscript`] tells, and the caller loads [`script`] and sends
+//! its reads once more (they change nothing).
 
 use std::sync::LazyLock;
 
@@ -21,16 +21,6 @@ pub(crate) fn script() -> &'static Script {
     &BOUNDED_READ
 }
 
-/// Whether `reply` (or, for an `EXEC` reply, one of its items) is a
-/// `NOSCRIPT` error.
-pub(crate) fn is_noscript(reply: &Value) -> bool {
-    match reply {
-        Value::ServerError(e) => e.code() == "NOSCRIPT",
-        Value::Array(items) => items.iter().any(is_noscript),
-        _ => false,
-    }
-}
-
 /// Sends `cmd` (one of this module's) on `conn`; on `NOSCRIPT` loads the
 /// script and sends it once more.
 ///
@@ -39,13 +29,7 @@ pub(crate) fn is_noscript(reply: &Value) -> bool {
 /// The command's own errors (`WRONGTYPE` for a key of another type),
 /// connection and timeout errors, a refused `SCRIPT LOAD`.
 pub(crate) fn query(conn: &mut redis::Connection, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
-    match cmd.query(conn) {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            BOUNDED_READ.load(conn)?;
-            cmd.query(conn)
-        }
-        other => other,
-    }
+    super::query_loading(conn, &BOUNDED_READ, cmd)
 }
 
 /// One element of a bounded read: its bytes, or the length of one too

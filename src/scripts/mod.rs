@@ -234,12 +234,33 @@ fn evalsha(
         cmd.arg(*key);
     }
     args(&mut cmd);
+    query_loading(conn, script, &cmd)
+}
+
+/// Sends `cmd`, an `EVALSHA` of `script`; on NOSCRIPT (a restarted or
+/// flushed server) loads the script and sends it again.
+fn query_loading(
+    conn: &mut dyn redis::ConnectionLike,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
     match cmd.query(conn) {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.load(conn)?;
             cmd.query(conn)
         }
         other => other,
+    }
+}
+
+/// Whether `reply` (or, for an `EXEC` reply or a script's array, one of
+/// its items) is a `NOSCRIPT` error: a script the server does not have,
+/// met in a pipeline or a transaction whose error replies stay values.
+pub(crate) fn is_noscript(reply: &Value) -> bool {
+    match reply {
+        Value::ServerError(e) => e.code() == "NOSCRIPT",
+        Value::Array(items) => items.iter().any(is_noscript),
+        _ => false,
     }
 }
 

@@ -81,8 +81,7 @@ pub(crate) fn query_reads(
     pipe: &redis::Pipeline,
 ) -> Result<Vec<Value>> {
     let replies: Vec<Value> = pipe.query(conn).map_err(Error::redis)?;
-    let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
-    if !replies.iter().any(noscript) {
+    if !replies.iter().any(super::is_noscript) {
         return Ok(replies);
     }
     RECORD_READ.load(conn).map_err(Error::redis)?;

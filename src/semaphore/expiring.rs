@@ -281,17 +281,8 @@ impl ExpiringSemaphore {
                     pipe.add_command(super::lease_read(&self.timeouts));
                 })
             })?;
-        let members = crate::scripts::bounded_read::zset_reply(members)
-            .map_err(|e| Error::from_redis(e, &self.timeouts))?;
         let now = time.0.saturating_mul(1000) + time.1 / 1000;
-        Ok(members
-            .into_iter()
-            .filter_map(|(id, ends)| {
-                let id = PermitId(id.bytes()?.try_into().ok()?);
-                let left = (ends.max(0.0) as u64).saturating_sub(now);
-                Some((id, Duration::from_millis(left)))
-            })
-            .collect())
+        super::leases_of(members, &self.timeouts, now)
     }
 
     /// Takes one permit, waiting as long as it takes (Redisson's

@@ -159,6 +159,31 @@ pub(crate) fn lease_read(timeouts: &[u8]) -> redis::Cmd {
     )
 }
 
+/// The leases of a [`lease_read`] reply: each member that is a permit id,
+/// with the time left until its lease ends, counted from `now_ms` (the
+/// server's clock, Unix epoch ms); members of another length are left out.
+///
+/// # Errors
+///
+/// The reply's own error (`WRONGTYPE` for a lease set of another type),
+/// naming `timeouts`, or one of a reply of another shape.
+pub(crate) fn leases_of(
+    reply: redis::Value,
+    timeouts: &[u8],
+    now_ms: u64,
+) -> Result<Vec<(PermitId, Duration)>> {
+    let members = crate::scripts::bounded_read::zset_reply(reply)
+        .map_err(|e| Error::from_redis(e, timeouts))?;
+    Ok(members
+        .into_iter()
+        .filter_map(|(id, ends)| {
+            let id = PermitId::from_bytes(id.bytes()?.try_into().ok()?);
+            let left = (ends.max(0.0) as u64).saturating_sub(now_ms);
+            Some((id, Duration::from_millis(left)))
+        })
+        .collect())
+}
+
 /// Reads a permit counter: 0 when absent.
 pub(crate) fn read_counter(client: &Client, key: &[u8]) -> Result<i64> {
     // Bounded: another tenant's 20 MB string is not read whole.
