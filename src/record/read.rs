@@ -10,7 +10,7 @@ use redis::Value;
 use super::HolderRecord;
 use crate::connection::{NodeId, Source};
 use crate::error::{Error, Result};
-use crate::scripts::record_read::{ReadBounds, ReadFields, query_reads, record_read};
+use crate::scripts::record_read::{ReadBounds, ReadFields, ReadReply, query_reads, record_read};
 
 /// The bounds of every record read: no field name longer than a hold's
 /// (`hold:`, a holder id, `|` and a lock name of up to 64 KiB), no value
@@ -30,36 +30,20 @@ pub(super) const BOUNDS: ReadBounds = ReadBounds {
 /// (`lua/record_read.lua`); `None` when there is none (or the reply is an
 /// error: records are a best-effort addition).
 pub(super) fn bounded(client: &str, reply: Option<Value>) -> Option<HolderRecord> {
-    let Some(Value::Array(items)) = reply else {
-        return None;
-    };
-    let mut items = items.into_iter();
-    let pttl: i64 = redis::from_redis_value(items.next()?).ok()?;
-    let partial = matches!(items.next()?, Value::Int(1));
-    let mut fields = Vec::new();
-    let mut too_long = Vec::new();
-    let mut long_names = Vec::new();
-    while let (Some(name), Some(value)) = (items.next(), items.next()) {
-        match (name, value) {
-            (Value::BulkString(name), Value::BulkString(value)) => fields.push((name, value)),
-            (Value::BulkString(name), Value::Int(_)) => too_long.push(name),
-            (Value::Int(_), Value::BulkString(start)) => long_names.push(start),
-            _ => {}
-        }
-    }
-    if fields.is_empty() && too_long.is_empty() && long_names.is_empty() {
+    let read = ReadReply::parse(reply?)?;
+    if read.fields.is_empty() && read.too_long.is_empty() && read.long_names.is_empty() {
         return None;
     }
     // A record whose every field is too long still says that much.
-    let fields = if fields.is_empty() {
+    let fields = if read.fields.is_empty() {
         vec![(b"-".to_vec(), Vec::new())]
     } else {
-        fields
+        read.fields
     };
-    let mut record = HolderRecord::parse(client, fields, pttl)?;
-    record.too_long = too_long;
-    record.long_names = long_names;
-    record.partial = partial;
+    let mut record = HolderRecord::parse(client, fields, read.pttl)?;
+    record.too_long = read.too_long;
+    record.long_names = read.long_names;
+    record.partial = read.partial;
     Some(record)
 }
 

@@ -129,26 +129,64 @@ pub(crate) struct Named {
     pub(crate) too_long: Vec<String>,
 }
 
-impl Named {
-    fn from_reply(reply: Value) -> Named {
-        let mut out = Named::default();
+/// A record read's reply, as `lua/record_read.lua` sends it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReadReply {
+    /// The key's `PTTL`.
+    pub(crate) pttl: i64,
+    /// Whether fields were left out (too many, or the byte budget spent).
+    pub(crate) partial: bool,
+    /// The fields sent: name, value.
+    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The names of the fields whose value was too long to send.
+    pub(crate) too_long: Vec<Vec<u8>>,
+    /// The first bytes of the field names too long to send.
+    pub(crate) long_names: Vec<Vec<u8>>,
+}
+
+impl ReadReply {
+    /// The reply `reply`: `{pttl, partial, name, value, ...}`, where a
+    /// value too long comes as its length and a name too long as its
+    /// length before its first bytes; `None` for an error or another
+    /// shape.
+    pub(crate) fn parse(reply: Value) -> Option<ReadReply> {
         let Value::Array(items) = reply else {
-            return out;
+            return None;
         };
-        // The ttl and the partial flag lead; then name/value pairs.
-        let mut items = items.into_iter().skip(2);
+        let mut items = items.into_iter();
+        let mut out = ReadReply {
+            pttl: redis::from_redis_value(items.next()?).ok()?,
+            partial: matches!(items.next()?, Value::Int(1)),
+            ..ReadReply::default()
+        };
         while let (Some(name), Some(value)) = (items.next(), items.next()) {
-            let Value::BulkString(name) = name else {
-                continue;
-            };
-            let name = String::from_utf8_lossy(&name).into_owned();
-            match value {
-                Value::BulkString(value) => out.fields.push((name, value)),
-                Value::Int(_) => out.too_long.push(name),
+            match (name, value) {
+                (Value::BulkString(name), Value::BulkString(value)) => {
+                    out.fields.push((name, value));
+                }
+                (Value::BulkString(name), Value::Int(_)) => out.too_long.push(name),
+                (Value::Int(_), Value::BulkString(start)) => out.long_names.push(start),
                 _ => {}
             }
         }
-        out
+        Some(out)
+    }
+}
+
+impl Named {
+    fn from_reply(reply: Value) -> Named {
+        let Some(read) = ReadReply::parse(reply) else {
+            return Named::default();
+        };
+        let text = |name: Vec<u8>| String::from_utf8_lossy(&name).into_owned();
+        Named {
+            fields: read
+                .fields
+                .into_iter()
+                .map(|(name, value)| (text(name), value))
+                .collect(),
+            too_long: read.too_long.into_iter().map(text).collect(),
+        }
     }
 
     /// The value of `name`, when it was sent.
